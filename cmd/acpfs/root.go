@@ -1,0 +1,88 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// Named exit codes. The first three match the reference ACP scripts so that
+// agents and coordinators can switch between them without changing checks.
+const (
+	exitOK       = 0 // success; validate: passed
+	exitWarnings = 1 // validate: passed with warnings; wait: timed out
+	exitFailed   = 2 // usage error, protocol refusal, validation failure, broken ledger
+	exitMount    = 3 // a mount could not be started or stopped
+	exitNoFUSE   = 4 // /dev/fuse (or fusermount3 when not root) is unusable
+)
+
+// exitError carries an exit code out of a cobra RunE.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// withCode wraps err so that execute exits with code.
+func withCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &exitError{code: code, err: err}
+}
+
+// exitCode returns an error only to make the exit code explicit in RunE
+// when nothing needs printing (validate's warnings, wait's timeout).
+type silentExit int
+
+func (s silentExit) Error() string { return fmt.Sprintf("exit %d", int(s)) }
+
+// commands is filled by the init functions of the cmd_*.go files, so that
+// each command lives in its own file and none of them edits this one.
+var commands []func() *cobra.Command
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "acpfs",
+		Short:         "Enforce the Agent Collaboration Protocol and context grants at the filesystem",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	var verbose bool
+	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug messages to stderr")
+	root.PersistentPreRun = func(cmd *cobra.Command, args []string) {
+		level := slog.LevelWarn
+		if verbose {
+			level = slog.LevelDebug
+		}
+		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+	}
+	for _, mk := range commands {
+		root.AddCommand(mk())
+	}
+	return root
+}
+
+func execute(args []string) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	var silent silentExit
+	if errors.As(err, &silent) {
+		return int(silent)
+	}
+	fmt.Fprintf(os.Stderr, "error: %v\n", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return exitFailed
+}

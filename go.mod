@@ -1,0 +1,14 @@
+module github.com/acpfs/acpfs
+
+go 1.26.8
+
+require (
+	github.com/bmatcuk/doublestar/v4 v4.10.4 // indirect
+	github.com/fsnotify/fsnotify v1.10.1 // indirect
+	github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)

@@ -1,0 +1,93 @@
+// Package grants models context grants and handoffs and answers, for a
+// path inside a collaboration folder, whether a grant makes it visible,
+// readable or writable. It knows nothing of FUSE.
+package grants
+
+// This file is the contract between grants/ and its users (the CLI, fs/,
+// ledger audit). Signatures here are stable; bodies are filled in by the
+// grants implementation.
+
+// NamedInput is one slot of a grant's named inputs.
+type NamedInput struct {
+	Path     string `json:"path"`
+	Required bool   `json:"required,omitempty"`
+}
+
+// Grant is an AgentContextGrant plus the acpfs fields participant and
+// may_write. Paths and globs are relative to the collaboration folder,
+// slash-separated.
+type Grant struct {
+	GrantID           string                `json:"grant_id"`
+	AgentID           string                `json:"agent_id"`
+	Participant       string                `json:"participant,omitempty"` // ACP participant id; defaults to AgentID
+	Role              string                `json:"role"`
+	Objective         string                `json:"objective"`
+	NamedInputs       map[string]NamedInput `json:"named_inputs,omitempty"`
+	MayRead           []string              `json:"may_read"`
+	ForbiddenRead     []string              `json:"forbidden_read,omitempty"`
+	MayWrite          []string              `json:"may_write,omitempty"`
+	InjectedGuidance  []string              `json:"injected_guidance,omitempty"`
+	OutputContract    string                `json:"output_contract,omitempty"`
+	DecisionAuthority string                `json:"decision_authority,omitempty"`
+	StopConditions    []string              `json:"stop_conditions,omitempty"`
+	Revoked           bool                  `json:"revoked,omitempty"`
+	RevokedAt         string                `json:"revoked_at,omitempty"`
+	CreatedAt         string                `json:"created_at,omitempty"`
+}
+
+// ParticipantID is the ACP participant this grant's agent writes as.
+func (g *Grant) ParticipantID() string {
+	if g.Participant != "" {
+		return g.Participant
+	}
+	return g.AgentID
+}
+
+// Parse decodes and validates a grant (unknown fields are an error).
+func Parse(data []byte) (*Grant, error) { panic("unimplemented") }
+
+// Load reads and validates a grant file.
+func Load(path string) (*Grant, error) { panic("unimplemented") }
+
+// Decision explains how a grant treats one path.
+type Decision struct {
+	Visible  bool   // shown in lookups and listings (itself or something below it is readable or writable)
+	Readable bool   // may be opened for reading
+	Writable bool   // may be created, written, renamed, removed
+	Rule     string // the rule that decided, e.g. `forbidden_read "oracle/**"`, `may_read "*.md"`, `run directory`, `no rule matches`
+}
+
+// Matcher answers grant questions for paths relative to the folder root
+// ("" is the root itself, always visible). Its methods do not allocate and
+// are safe for concurrent use.
+type Matcher struct {
+	// filled in by the implementation
+}
+
+// MatcherOptions adjusts compilation.
+type MatcherOptions struct {
+	// Hidden lists folder-relative directories that are never visible,
+	// whatever the globs say (the run directory when it lies inside the
+	// folder).
+	Hidden []string
+}
+
+// Compile builds the matcher for g. A revoked grant compiles to a matcher
+// that shows nothing.
+func Compile(g *Grant, opts MatcherOptions) (*Matcher, error) { panic("unimplemented") }
+
+// Visible reports whether rel appears in lookups and listings.
+func (m *Matcher) Visible(rel string) bool { panic("unimplemented") }
+
+// Readable reports whether rel may be opened for reading.
+func (m *Matcher) Readable(rel string) bool { panic("unimplemented") }
+
+// Writable reports whether rel may be created, written, renamed or removed.
+func (m *Matcher) Writable(rel string) bool { panic("unimplemented") }
+
+// Explain returns the full decision for rel, naming the rule.
+func (m *Matcher) Explain(rel string) Decision { panic("unimplemented") }
+
+// Render returns the grant's prompt (G-<id>.prompt.md). It never names a
+// forbidden path or pattern.
+func Render(g *Grant) string { panic("unimplemented") }

@@ -1,0 +1,168 @@
+package protocol
+
+// This file is the contract between protocol/ and its users (the CLI and
+// fs/). Signatures here are stable; bodies are filled in by the protocol
+// implementation.
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrorKind separates lines that are not events at all from events that
+// the state machine refuses; the filesystem maps them to EINVAL and EPERM.
+type ErrorKind int
+
+const (
+	// Malformed: not one JSON object, wrong field types, missing fields,
+	// invalid UTF-8, unknown event name.
+	Malformed ErrorKind = iota + 1
+	// Rejected: a well-formed event that the protocol refuses (wrong phase,
+	// wrong participant, seq gap, time going backwards, bad reply_to,
+	// sha256 mismatch, readiness gate...).
+	Rejected
+	// Unavailable: the folder itself is unusable (missing or invalid
+	// protocol.json, unreadable events.jsonl, I/O error).
+	Unavailable
+)
+
+// Error is the one error type returned for a refused append. Rule is a
+// short stable identifier (for example "seq-continuous", "phase",
+// "from-mismatch") that names the rule that refused the line.
+type Error struct {
+	Kind ErrorKind
+	Line int    // 1-based line number in events.jsonl the event would have had, 0 if unknown
+	Seq  int    // seq of the offending event, 0 if unknown
+	Rule string // stable rule identifier
+	Msg  string // one human sentence, no trailing period
+}
+
+func (e *Error) Error() string {
+	switch {
+	case e.Seq > 0:
+		return fmt.Sprintf("events.jsonl line %d: seq %d: %s [%s]", e.Line, e.Seq, e.Msg, e.Rule)
+	case e.Line > 0:
+		return fmt.Sprintf("events.jsonl line %d: %s [%s]", e.Line, e.Msg, e.Rule)
+	default:
+		return fmt.Sprintf("%s [%s]", e.Msg, e.Rule)
+	}
+}
+
+// KindOf returns the kind of a protocol error, or Unavailable for any other
+// non-nil error.
+func KindOf(err error) ErrorKind {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Kind
+	}
+	return Unavailable
+}
+
+// Snapshot is the derived collaboration state after the last applied event.
+type Snapshot struct {
+	Phase      string   // "" before initialized
+	Owner      string   // proposal owner
+	WaitingFor []string // sorted as the reference sorts it
+	LastSeq    int
+	LastAt     string
+	// Frozen maps folder-relative paths (slash-separated, e.g.
+	// "deliverables/design-spec.md") of frozen deliverables to the SHA-256
+	// recorded by their deliverable_frozen event. External-mode
+	// deliverables outside the folder are keyed by their absolute path.
+	Frozen map[string]string
+}
+
+// Log owns one collaboration folder's events.jsonl and protocol.json for a
+// long-lived process. It keeps the derived state in memory and catches up
+// incrementally with lines other processes appended, so an append costs
+// the same at event 10 and at event 100,000.
+//
+// All appends, from any process, are serialized by an exclusive flock on
+// events.jsonl. A line is written with a single write(2) at the true end of
+// the file; protocol.json is then replaced atomically (temp file + rename).
+// A refused append changes no byte of either file.
+type Log struct {
+	// filled in by the implementation
+}
+
+// OpenLog loads protocol.json and replays events.jsonl. Invalid history is
+// not fatal: state is derived as far as possible and Validate reports it.
+func OpenLog(folder string) (*Log, error) { panic("unimplemented") }
+
+// Folder returns the collaboration folder.
+func (l *Log) Folder() string { panic("unimplemented") }
+
+// AppendLine validates one complete event line (without its trailing
+// newline) written by participant and, if it is accepted, appends it and
+// updates protocol.json. If participant is non-empty the event's "from"
+// must equal it. The returned error is an *Error.
+func (l *Log) AppendLine(line []byte, participant string) (Event, error) { panic("unimplemented") }
+
+// Append builds an event as the reference append script does (next seq,
+// current UTC time, optional fields omitted when empty) and appends it
+// through the same path as AppendLine.
+func (l *Log) Append(participant, event, summary, doc string, replyTo *int, role, sha256 string) (Event, error) {
+	panic("unimplemented")
+}
+
+// Refresh catches up with lines appended by other processes. It is cheap
+// when nothing changed (one fstat).
+func (l *Log) Refresh() error { panic("unimplemented") }
+
+// Snapshot returns the current derived state (after a Refresh).
+func (l *Log) Snapshot() Snapshot { panic("unimplemented") }
+
+// CheckProtocolWrite decides whether content may replace protocol.json:
+// it must be a JSON object whose currentPhase, proposalOwner and
+// waitingFor equal the derived state and whose other fields, except
+// updatedAt, equal the current file's.
+func (l *Log) CheckProtocolWrite(content []byte) error { panic("unimplemented") }
+
+// Close releases the log's resources.
+func (l *Log) Close() error { panic("unimplemented") }
+
+// Event is one line of events.jsonl. Field order is the order in which the
+// reference scripts write them, so lines written by either are identical.
+type Event struct {
+	Seq     int    `json:"seq"`
+	From    string `json:"from"`
+	Event   string `json:"event"`
+	At      string `json:"at"`
+	Summary string `json:"summary"`
+	Doc     string `json:"doc,omitempty"`
+	ReplyTo *int   `json:"reply_to,omitempty"`
+	Role    string `json:"role,omitempty"`
+	SHA256  string `json:"sha256,omitempty"`
+}
+
+// Terminal reports whether phase ends the collaboration.
+func Terminal(phase string) bool { return phase == "completed" || phase == "blocked" }
+
+// Ready reports whether participant has the turn: it is waited for, or the
+// collaboration has ended. reason is a short human explanation.
+func Ready(s Snapshot, participant string) (ready bool, reason string) { panic("unimplemented") }
+
+// NextAction returns what next_action prints for participant: phase,
+// proposal owner, waiting list, last event and the next action line.
+func NextAction(folder, participant string) (string, error) { panic("unimplemented") }
+
+// Result is the outcome of validating a whole folder.
+type Result struct {
+	Errors   []string
+	Warnings []string
+}
+
+// ExitCode is 0 (passed), 1 (passed with warnings) or 2 (failed).
+func (r Result) ExitCode() int {
+	switch {
+	case len(r.Errors) > 0:
+		return 2
+	case len(r.Warnings) > 0:
+		return 1
+	}
+	return 0
+}
+
+// Validate checks a whole collaboration folder as the reference validator
+// does.
+func Validate(folder string) Result { panic("unimplemented") }
