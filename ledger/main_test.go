@@ -1,0 +1,83 @@
+package ledger
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Environment variables that turn the test binary into a child writer
+// process (see runChild).
+const (
+	envChild   = "ACPFS_LEDGER_TEST_CHILD" // "append" or "forever"
+	envPath    = "ACPFS_LEDGER_TEST_PATH"
+	envCount   = "ACPFS_LEDGER_TEST_COUNT"
+	envName    = "ACPFS_LEDGER_TEST_NAME"
+	envSync    = "ACPFS_LEDGER_TEST_SYNC"
+	childReady = "ready\n"
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envChild); mode != "" {
+		os.Exit(runChild(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// runChild appends records as another process would: "append" writes
+// envCount records and exits, "forever" writes until killed.
+func runChild(mode string) int {
+	sm, err := ParseSyncMode(os.Getenv(envSync))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	w, err := Open(os.Getenv(envPath), Options{Sync: sm})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	n, _ := strconv.Atoi(os.Getenv(envCount))
+	name := os.Getenv(envName)
+	fmt.Fprint(os.Stdout, childReady)
+	for i := 0; mode == "forever" || i < n; i++ {
+		if _, err := w.Append(Record{Kind: KindRead, Agent: name, Path: fmt.Sprintf("f/%d", i), Detail: fmt.Sprint(i)}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
+	if err := w.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	return 0
+}
+
+// fixedClock returns a clock that starts at a fixed instant and advances
+// one millisecond per call.
+func fixedClock() func() time.Time {
+	t := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	return func() time.Time {
+		t = t.Add(time.Millisecond)
+		return t
+	}
+}
+
+// writeLedger writes n read records by agent "a" and returns the path.
+func writeLedger(t testing.TB, n int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "communication_ledger.jsonl")
+	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock()})
+	require.NoError(t, err)
+	for i := 1; i <= n; i++ {
+		_, err := w.Append(Record{Kind: KindRead, Agent: "a", Grant: "G-a", Path: fmt.Sprintf("docs/%d.md", i), PID: 42})
+		require.NoError(t, err)
+	}
+	require.NoError(t, w.Close())
+	return path
+}

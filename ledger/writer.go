@@ -1,0 +1,449 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// ErrClosed is returned by Append after Close.
+var ErrClosed = errors.New("ledger writer is closed")
+
+const (
+	defaultBatchInterval = 5 * time.Millisecond
+	defaultBatchRecords  = 256
+)
+
+// writerState is the body of Writer (declared in ledger.go).
+type writerState struct {
+	path  string
+	opts  Options
+	clock func() time.Time
+	f     *os.File
+	fd    int
+	pid   uint32
+
+	mu      sync.Mutex
+	cond    sync.Cond // signalled when a batch is done or the writing role is free
+	queue   []*request
+	spare   []*request
+	writing bool // a goroutine owns the batch state below and is writing
+	closed  bool
+
+	// Owned by the goroutine that set writing (or by open and close).
+	enc        *encoder
+	buf        []byte
+	seq        int64  // last seq in the file
+	hash       string // last hash in the file
+	size       int64  // file size right after our last write or check; -1 unknown
+	lastRepair *RepairInfo
+
+	// Batched fsync (SyncBatch). unsynced and syncErr are guarded by mu.
+	unsynced    int
+	syncErr     error
+	syncMu      sync.Mutex // one fsync at a time
+	kick        chan struct{}
+	full        chan struct{}
+	stop        chan struct{}
+	flusherDone chan struct{}
+}
+
+// request is one Append waiting in the queue.
+type request struct {
+	rec     Record
+	err     error
+	written bool
+	done    bool
+}
+
+// RepairInfo describes a torn tail that was cut off.
+type RepairInfo struct {
+	Offset int64  // where the torn bytes started (the new file size before the repair record)
+	Bytes  int64  // how many bytes were cut
+	SHA256 string // hex SHA-256 of the cut bytes
+	Record Record // the repair record that was appended
+}
+
+func open(path string, opts Options) (*Writer, error) {
+	if opts.Sync < SyncBatch || opts.Sync > SyncOff {
+		return nil, fmt.Errorf("open ledger %s: invalid sync mode %d", path, int(opts.Sync))
+	}
+	if opts.BatchInterval <= 0 {
+		opts.BatchInterval = defaultBatchInterval
+	}
+	if opts.BatchRecords <= 0 {
+		opts.BatchRecords = defaultBatchRecords
+	}
+	clock := opts.Clock
+	if clock == nil {
+		clock = time.Now
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	w := &Writer{writerState{
+		path:  path,
+		opts:  opts,
+		clock: clock,
+		f:     f,
+		fd:    int(f.Fd()),
+		pid:   uint32(os.Getpid()),
+		enc:   newEncoder(),
+		size:  -1,
+	}}
+	w.cond.L = &w.mu
+	if err := w.checkTail(); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	if w.size == 0 && opts.Sync != SyncOff {
+		// A new ledger: make its directory entry durable too.
+		syncDir(filepath.Dir(path))
+	}
+	if opts.Sync == SyncBatch {
+		w.kick = make(chan struct{}, 1)
+		w.full = make(chan struct{}, 1)
+		w.stop = make(chan struct{})
+		w.flusherDone = make(chan struct{})
+		go w.flusher()
+	}
+	return w, nil
+}
+
+// checkTail loads the tail under the lock (repairing a torn line).
+func (w *Writer) checkTail() error {
+	if err := lockFile(w.fd); err != nil {
+		return fmt.Errorf("lock ledger %s: %w", w.path, err)
+	}
+	err := w.syncTail()
+	if uerr := unlockFile(w.fd); err == nil && uerr != nil {
+		err = fmt.Errorf("unlock ledger %s: %w", w.path, uerr)
+	}
+	return err
+}
+
+func (w *Writer) append(r Record) (Record, error) {
+	req := &request{rec: r}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return Record{}, ErrClosed
+	}
+	w.queue = append(w.queue, req)
+	for !req.done && w.writing {
+		w.cond.Wait()
+	}
+	if !req.done {
+		w.lead()
+	}
+	w.mu.Unlock()
+	return req.rec, req.err
+}
+
+// lead writes everything queued as one batch. Called and returns with mu
+// held; the queue holds at least the caller's request.
+func (w *Writer) lead() {
+	w.writing = true
+	batch := w.queue
+	w.queue = w.spare[:0]
+	w.mu.Unlock()
+
+	n := w.writeBatch(batch)
+	if n > 0 && w.opts.Sync == SyncAlways {
+		if err := w.fsync(); err != nil {
+			for _, q := range batch {
+				if q.written {
+					q.err = fmt.Errorf("fsync ledger after seq %d: %w", q.rec.Seq, err)
+				}
+			}
+		}
+	}
+
+	w.mu.Lock()
+	for i, q := range batch {
+		q.done = true
+		batch[i] = nil
+	}
+	w.spare = batch[:0]
+	if n > 0 && w.opts.Sync == SyncBatch {
+		if w.unsynced == 0 {
+			nudge(w.kick)
+		}
+		w.unsynced += n
+		if w.unsynced >= w.opts.BatchRecords {
+			nudge(w.full)
+		}
+	}
+	w.writing = false
+	// Wakes the finished callers and lets one waiting caller lead the
+	// next batch (everything queued meanwhile).
+	w.cond.Broadcast()
+}
+
+func nudge(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// writeBatch seals and writes the batch under the file lock, with one
+// write(2). It returns how many records were written.
+func (w *Writer) writeBatch(batch []*request) int {
+	fail := func(err error) int {
+		for _, q := range batch {
+			if q.err == nil {
+				q.err = err
+			}
+			q.written = false
+		}
+		return 0
+	}
+	if err := lockFile(w.fd); err != nil {
+		return fail(fmt.Errorf("lock ledger %s: %w", w.path, err))
+	}
+	defer func() {
+		if err := unlockFile(w.fd); err != nil {
+			slog.Error("unlock ledger", "path", w.path, "err", err)
+		}
+	}()
+	if err := w.syncTail(); err != nil {
+		return fail(err)
+	}
+
+	start := w.size
+	seq, prev := w.seq, w.hash
+	w.buf = w.buf[:0]
+	n := 0
+	for _, q := range batch {
+		r := q.rec
+		if r.Kind == "" {
+			q.err = errors.New("append to ledger: record has no kind")
+			continue
+		}
+		r.Seq, r.Prev, r.Hash = seq+1, prev, ""
+		r.At = w.clock().UTC().Format(timeLayout)
+		sanitize(&r)
+		buf, err := w.enc.appendLine(w.buf, &r)
+		if err != nil {
+			q.err = fmt.Errorf("append seq %d: %w", r.Seq, err)
+			continue
+		}
+		w.buf = buf
+		seq, prev = r.Seq, r.Hash
+		q.rec, q.written = r, true
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	if _, err := w.f.Write(w.buf); err != nil {
+		w.rollback(start)
+		return fail(fmt.Errorf("append seq %d..%d to ledger %s: %w", w.seq+1, seq, w.path, err))
+	}
+	w.size = start + int64(len(w.buf))
+	w.seq, w.hash = seq, prev
+	if cap(w.buf) > 1<<20 {
+		w.buf = nil // do not keep a huge buffer after a burst
+	}
+	return n
+}
+
+// rollback cuts a failed (possibly partial) write back to size. If that
+// fails too, the next append re-reads the tail and repairs the torn line.
+func (w *Writer) rollback(size int64) {
+	if err := w.f.Truncate(size); err != nil {
+		slog.Error("ledger: cannot cut a failed write", "path", w.path, "err", err)
+		w.size = -1
+		return
+	}
+	w.size = size
+}
+
+// syncTail makes seq, hash and size describe the file as it is now. Called
+// with the file lock held. It re-reads only when another writer changed
+// the file, and then only its last line.
+func (w *Writer) syncTail() error {
+	size, err := fstatSize(w.fd)
+	if err != nil {
+		return fmt.Errorf("stat ledger %s: %w", w.path, err)
+	}
+	if size == w.size {
+		return nil
+	}
+	t, err := readTail(w.f, size)
+	if err != nil {
+		w.size = -1
+		return fmt.Errorf("ledger %s: %w; run `acpfs ledger verify --ledger %s` to find the damage", w.path, err, w.path)
+	}
+	w.seq, w.hash, w.size = t.seq, t.hash, size
+	if t.cut != nil {
+		return w.repairTail(t)
+	}
+	return nil
+}
+
+// repairTail cuts the torn bytes after t.end and appends a repair record
+// saying what was cut. History before t.end is never touched.
+func (w *Writer) repairTail(t tailInfo) error {
+	info := &RepairInfo{Offset: t.end, Bytes: int64(len(t.cut)), SHA256: sha256Hex(t.cut)}
+	if err := w.f.Truncate(t.end); err != nil {
+		w.size = -1
+		return fmt.Errorf("repair ledger %s: cut torn line at offset %d: %w", w.path, t.end, err)
+	}
+	w.size = t.end
+	r := Record{
+		Seq:    w.seq + 1,
+		At:     w.clock().UTC().Format(timeLayout),
+		Kind:   KindRepair,
+		Op:     "truncate",
+		PID:    w.pid,
+		SHA256: info.SHA256,
+		Detail: fmt.Sprintf("cut a torn last line (no trailing newline): %d bytes at offset %d, starting %s",
+			info.Bytes, info.Offset, quotePrefix(t.cut, 120)),
+		Prev: w.hash,
+	}
+	sanitize(&r)
+	line, err := w.enc.appendLine(nil, &r)
+	if err != nil {
+		return fmt.Errorf("repair ledger %s: %w", w.path, err)
+	}
+	if _, err := w.f.Write(line); err != nil {
+		w.rollback(t.end)
+		return fmt.Errorf("repair ledger %s: write repair record: %w", w.path, err)
+	}
+	w.size += int64(len(line))
+	w.seq, w.hash = r.Seq, r.Hash
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("repair ledger %s: fsync: %w", w.path, err)
+	}
+	info.Record = r
+	w.lastRepair = info
+	slog.Warn("ledger: cut a torn last line and recorded the repair",
+		"path", w.path, "seq", r.Seq, "bytes", info.Bytes, "offset", info.Offset)
+	return nil
+}
+
+// fsync flushes the file; concurrent callers share nothing but the lock.
+func (w *Writer) fsync() error {
+	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
+	return w.f.Sync()
+}
+
+// flusher runs in SyncBatch mode: after the first unsynced write it waits
+// BatchInterval (or until BatchRecords are pending) and fsyncs once.
+func (w *Writer) flusher() {
+	defer close(w.flusherDone)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-w.kick:
+		}
+		timer.Reset(w.opts.BatchInterval)
+		select {
+		case <-w.stop:
+			timer.Stop()
+			return
+		case <-w.full:
+			timer.Stop()
+		case <-timer.C:
+		}
+		w.flushPending()
+	}
+}
+
+// flushPending fsyncs if any written record is not yet synced.
+func (w *Writer) flushPending() {
+	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
+	w.mu.Lock()
+	n := w.unsynced
+	w.unsynced = 0
+	w.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	if err := w.f.Sync(); err != nil {
+		slog.Error("ledger: batched fsync failed", "path", w.path, "records", n, "err", err)
+		w.mu.Lock()
+		if w.syncErr == nil {
+			w.syncErr = fmt.Errorf("fsync ledger %s: %w", w.path, err)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// sync makes every record whose Append returned durable, whatever the
+// mode (an explicit request is honoured even in SyncOff).
+func (w *Writer) sync() error {
+	w.mu.Lock()
+	closed := w.closed
+	w.unsynced = 0
+	w.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	err := w.fsync()
+	w.mu.Lock()
+	serr := w.syncErr
+	w.syncErr = nil
+	w.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("fsync ledger %s: %w", w.path, err)
+	}
+	return serr
+}
+
+func (w *Writer) close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	w.closed = true
+	// Queued callers still lead their batches; wait for them.
+	for w.writing || len(w.queue) > 0 {
+		w.cond.Wait()
+	}
+	w.mu.Unlock()
+
+	if w.stop != nil {
+		close(w.stop)
+		<-w.flusherDone
+	}
+	var errs []error
+	if w.opts.Sync != SyncOff {
+		if err := w.fsync(); err != nil {
+			errs = append(errs, fmt.Errorf("fsync ledger %s: %w", w.path, err))
+		}
+	}
+	w.mu.Lock()
+	errs = append(errs, w.syncErr)
+	w.syncErr = nil
+	w.mu.Unlock()
+	if err := w.f.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close ledger %s: %w", w.path, err))
+	}
+	return errors.Join(errs...)
+}
+
+// syncDir fsyncs a directory so that a new entry in it survives a crash.
+func syncDir(dir string) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	if err := d.Sync(); err != nil {
+		slog.Debug("ledger: fsync directory", "dir", dir, "err", err)
+	}
+	_ = d.Close()
+}
