@@ -44,10 +44,10 @@ func (g *Grant) ParticipantID() string {
 }
 
 // Parse decodes and validates a grant (unknown fields are an error).
-func Parse(data []byte) (*Grant, error) { panic("unimplemented") }
+func Parse(data []byte) (*Grant, error) { return parseGrant(data) }
 
 // Load reads and validates a grant file.
-func Load(path string) (*Grant, error) { panic("unimplemented") }
+func Load(path string) (*Grant, error) { return loadGrant(path) }
 
 // Decision explains how a grant treats one path.
 type Decision struct {
@@ -61,7 +61,7 @@ type Decision struct {
 // ("" is the root itself, always visible). Its methods do not allocate and
 // are safe for concurrent use.
 type Matcher struct {
-	// filled in by the implementation
+	st *matcherState // immutable after Compile
 }
 
 // MatcherOptions adjusts compilation.
@@ -74,20 +74,20 @@ type MatcherOptions struct {
 
 // Compile builds the matcher for g. A revoked grant compiles to a matcher
 // that shows nothing.
-func Compile(g *Grant, opts MatcherOptions) (*Matcher, error) { panic("unimplemented") }
+func Compile(g *Grant, opts MatcherOptions) (*Matcher, error) { return compileMatcher(g, opts) }
 
 // Visible reports whether rel appears in lookups and listings.
-func (m *Matcher) Visible(rel string) bool { panic("unimplemented") }
+func (m *Matcher) Visible(rel string) bool { return m.visible(rel) }
 
 // Readable reports whether rel may be opened for reading.
-func (m *Matcher) Readable(rel string) bool { panic("unimplemented") }
+func (m *Matcher) Readable(rel string) bool { return m.readable(rel) }
 
 // Writable reports whether rel may be created, written, renamed or removed.
-func (m *Matcher) Writable(rel string) bool { panic("unimplemented") }
+func (m *Matcher) Writable(rel string) bool { return m.writable(rel) }
 
 // Explain returns the full decision for rel, naming the rule.
-func (m *Matcher) Explain(rel string) Decision { panic("unimplemented") }
+func (m *Matcher) Explain(rel string) Decision { return m.explain(rel) }
 
 // Render returns the grant's prompt (G-<id>.prompt.md). It never names a
 // forbidden path or pattern.
-func Render(g *Grant) string { panic("unimplemented") }
+func Render(g *Grant) string { return renderPrompt(g) }

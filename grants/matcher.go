@@ -1,0 +1,206 @@
+package grants
+
+import (
+	"fmt"
+	"path"
+	"strings"
+)
+
+// Rule texts used in Decision.Rule besides the grant's own entries.
+const (
+	RuleRoot      = "folder root"
+	RuleRunDir    = "run directory"
+	RuleRevoked   = "grant revoked"
+	RuleNoMatch   = "no rule matches"
+	ruleAncestorF = "%s (ancestor of a match)"
+)
+
+// matcherState is the compiled form of a grant. It is never modified
+// after compile, which is what makes a Matcher safe for concurrent use.
+type matcherState struct {
+	revoked bool
+	hidden  []string
+	forbid  []compiled
+	write   []compiled
+	read    []compiled
+	rules   []string // rule texts, indexed by compiled.rule
+}
+
+func compileMatcher(g *Grant, opts MatcherOptions) (*Matcher, error) {
+	if g == nil {
+		return nil, fmt.Errorf("compile: nil grant")
+	}
+	st, problems := buildState(g)
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("compile: %w", &ValidationError{GrantID: g.GrantID, Problems: problems})
+	}
+	st.revoked = g.Revoked
+	for _, h := range opts.Hidden {
+		clean, err := cleanRel(h)
+		if err != nil {
+			return nil, fmt.Errorf("compile %s: hidden directory %q: %w", g.GrantID, h, err)
+		}
+		if clean == "" {
+			return nil, fmt.Errorf("compile %s: hidden directory %q is the folder root", g.GrantID, h)
+		}
+		st.hidden = append(st.hidden, clean)
+	}
+	return &Matcher{st: st}, nil
+}
+
+// buildState compiles the three glob lists of g, reporting every pattern
+// that does not compile. Revocation and hidden directories are left to
+// the caller.
+func buildState(g *Grant) (*matcherState, []Problem) {
+	st := &matcherState{}
+	var problems []Problem
+	lists := []struct {
+		field      string
+		pats       []string
+		closeBelow bool
+		dst        *[]compiled
+	}{
+		{"forbidden_read", g.ForbiddenRead, true, &st.forbid},
+		{"may_write", g.MayWrite, false, &st.write},
+		{"may_read", g.MayRead, false, &st.read},
+	}
+	for _, l := range lists {
+		for i, p := range l.pats {
+			st.rules = append(st.rules, fmt.Sprintf("%s %q", l.field, p))
+			cs, err := compilePattern(p, l.closeBelow, len(st.rules)-1)
+			if err != nil {
+				problems = append(problems, Problem{Field: fmt.Sprintf("%s[%d]", l.field, i), Message: fmt.Sprintf("%q: %v", p, err)})
+				continue
+			}
+			for j := range cs {
+				cs[j].src = i
+			}
+			*l.dst = append(*l.dst, cs...)
+		}
+	}
+	return st, problems
+}
+
+// cleanRel checks a folder-relative path (not a pattern) and returns it in
+// canonical form: no leading or trailing slash, no "." segments.
+func cleanRel(p string) (string, error) {
+	if strings.HasPrefix(p, "/") {
+		return "", errAbsolute
+	}
+	for _, s := range strings.Split(p, "/") {
+		if s == ".." {
+			return "", errEscapes
+		}
+	}
+	c := path.Clean("./" + p)
+	if c == "." {
+		return "", nil
+	}
+	return c, nil
+}
+
+// first returns the index of the first pattern in ps matching rel, or -1.
+func first(ps []compiled, rel string) int {
+	for i := range ps {
+		if ps[i].matches(rel) {
+			return i
+		}
+	}
+	return -1
+}
+
+func firstLeading(ps []compiled, rel string) int {
+	for i := range ps {
+		if ps[i].leadsBelow(rel) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (st *matcherState) isHidden(rel string) bool {
+	for _, h := range st.hidden {
+		if isSelfOrBelow(rel, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// blocked covers what every question answers "no" to first: revocation,
+// the run directory and forbidden_read.
+func (st *matcherState) blocked(rel string) bool {
+	return st.revoked || st.isHidden(rel) || first(st.forbid, rel) >= 0
+}
+
+func (m *Matcher) visible(rel string) bool {
+	if rel == "" {
+		return true
+	}
+	st := m.st
+	if st == nil || st.blocked(rel) {
+		return false
+	}
+	return first(st.write, rel) >= 0 || first(st.read, rel) >= 0 ||
+		firstLeading(st.write, rel) >= 0 || firstLeading(st.read, rel) >= 0
+}
+
+func (m *Matcher) readable(rel string) bool {
+	st := m.st
+	if st == nil || st.blocked(rel) {
+		return false
+	}
+	return first(st.write, rel) >= 0 || first(st.read, rel) >= 0
+}
+
+func (m *Matcher) writable(rel string) bool {
+	st := m.st
+	if st == nil || st.blocked(rel) {
+		return false
+	}
+	return first(st.write, rel) >= 0
+}
+
+func (m *Matcher) explain(rel string) Decision {
+	d := Decision{
+		Visible:  m.visible(rel),
+		Readable: m.readable(rel),
+		Writable: m.writable(rel),
+	}
+	st := m.st
+	switch {
+	case st == nil:
+		d.Rule = RuleNoMatch
+	case st.revoked:
+		d.Rule = RuleRevoked
+	case rel == "":
+		d.Rule = RuleRoot
+	case st.isHidden(rel):
+		d.Rule = RuleRunDir
+	default:
+		d.Rule = st.decidingRule(rel)
+	}
+	return d
+}
+
+// decidingRule names the entry that decided rel, in the order the
+// questions are answered: forbidden first, then write, read, and finally
+// the directories that only lead to something granted.
+func (st *matcherState) decidingRule(rel string) string {
+	if i := first(st.forbid, rel); i >= 0 {
+		return st.rules[st.forbid[i].rule]
+	}
+	if i := first(st.write, rel); i >= 0 {
+		return st.rules[st.write[i].rule]
+	}
+	if i := first(st.read, rel); i >= 0 {
+		return st.rules[st.read[i].rule]
+	}
+	if i := firstLeading(st.write, rel); i >= 0 {
+		return fmt.Sprintf(ruleAncestorF, st.rules[st.write[i].rule])
+	}
+	if i := firstLeading(st.read, rel); i >= 0 {
+		return fmt.Sprintf(ruleAncestorF, st.rules[st.read[i].rule])
+	}
+	return RuleNoMatch
+}

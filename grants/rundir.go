@@ -1,0 +1,248 @@
+package grants
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// DefaultRunDirName is the run directory's name when none is given.
+const DefaultRunDirName = "agent_runs"
+
+// Names inside a run directory.
+const (
+	GrantsDirName    = "context_grants"
+	HandoffsDirName  = "handoffs"
+	ArtifactsDirName = "artifacts"
+	LedgerFileName   = "communication_ledger.jsonl"
+)
+
+// RunDir is the coordinator's run directory:
+//
+//	<root>/context_grants/G-<id>.json and G-<id>.prompt.md
+//	<root>/handoffs/H-<id>.json
+//	<root>/communication_ledger.jsonl
+//	<root>/artifacts/<sha256>   content-addressed handoff copies, mode 0444
+//
+// It is never visible inside a mount (see HiddenIn).
+type RunDir struct {
+	Root string
+}
+
+// NewRunDir returns the run directory at root ("" means ./agent_runs).
+func NewRunDir(root string) RunDir {
+	if root == "" {
+		root = DefaultRunDirName
+	}
+	return RunDir{Root: root}
+}
+
+// GrantsDir is <root>/context_grants.
+func (r RunDir) GrantsDir() string { return filepath.Join(r.Root, GrantsDirName) }
+
+// HandoffsDir is <root>/handoffs.
+func (r RunDir) HandoffsDir() string { return filepath.Join(r.Root, HandoffsDirName) }
+
+// ArtifactsDir is <root>/artifacts.
+func (r RunDir) ArtifactsDir() string { return filepath.Join(r.Root, ArtifactsDirName) }
+
+// LedgerPath is <root>/communication_ledger.jsonl.
+func (r RunDir) LedgerPath() string { return filepath.Join(r.Root, LedgerFileName) }
+
+// GrantPath is the JSON file of grant id.
+func (r RunDir) GrantPath(id string) string { return filepath.Join(r.GrantsDir(), id+".json") }
+
+// PromptPath is the rendered prompt of grant id.
+func (r RunDir) PromptPath(id string) string { return filepath.Join(r.GrantsDir(), id+".prompt.md") }
+
+// HandoffPath is the JSON file of handoff id.
+func (r RunDir) HandoffPath(id string) string { return filepath.Join(r.HandoffsDir(), id+".json") }
+
+// ArtifactPath is the stored copy of the content with this SHA-256.
+func (r RunDir) ArtifactPath(sha string) string { return filepath.Join(r.ArtifactsDir(), sha) }
+
+// Init creates the run directory and its subdirectories.
+func (r RunDir) Init() error {
+	for _, d := range []string{r.GrantsDir(), r.HandoffsDir(), r.ArtifactsDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("init run directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// HiddenIn returns the folder-relative path of the run directory when it
+// lies inside folder (for MatcherOptions.Hidden), or nil. Symbolic links
+// are resolved on both sides, so an alias of the run directory is caught.
+func (r RunDir) HiddenIn(folder string) ([]string, error) {
+	f, err := realAbs(folder)
+	if err != nil {
+		return nil, fmt.Errorf("resolve folder: %w", err)
+	}
+	d, err := realAbs(r.Root)
+	if err != nil {
+		return nil, fmt.Errorf("resolve run directory: %w", err)
+	}
+	rel, err := filepath.Rel(f, d)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil, nil
+	}
+	if rel == "." {
+		return nil, fmt.Errorf("run directory %s is the collaboration folder itself", r.Root)
+	}
+	return []string{filepath.ToSlash(rel)}, nil
+}
+
+// realAbs makes p absolute and resolves symbolic links in the part of it
+// that exists (the run directory may not exist yet).
+func realAbs(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for cur := abs; ; {
+		real, err := filepath.EvalSymlinks(cur)
+		if err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return abs, nil
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
+}
+
+// GrantFile is a grant together with the file it was loaded from.
+type GrantFile struct {
+	Path  string
+	Grant *Grant
+}
+
+// LoadGrants loads every context_grants/G-*.json, sorted by grant id. It
+// validates each grant and the set: a file must be named after its
+// grant_id, a grant id must be unique, and an agent may hold at most one
+// active (not revoked) grant. Grants that load are returned even when the
+// error (every problem, joined) is not nil. A missing directory is an
+// empty set.
+func (r RunDir) LoadGrants() ([]GrantFile, error) {
+	entries, err := os.ReadDir(r.GrantsDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list grants: %w", err)
+	}
+	var out []GrantFile
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !isGrantFileName(name) || e.IsDir() {
+			continue
+		}
+		p := filepath.Join(r.GrantsDir(), name)
+		g, err := Load(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if want := g.GrantID + ".json"; name != want {
+			errs = append(errs, fmt.Errorf("%s: holds grant_id %q, so it must be named %s", p, g.GrantID, want))
+		}
+		out = append(out, GrantFile{Path: p, Grant: g})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Grant.GrantID != out[j].Grant.GrantID {
+			return out[i].Grant.GrantID < out[j].Grant.GrantID
+		}
+		return out[i].Path < out[j].Path
+	})
+	errs = append(errs, CheckSet(out)...)
+	return out, errors.Join(errs...)
+}
+
+// isGrantFileName selects G-*.json, leaving out prompts and the
+// temporary files of an atomic save (which start with a dot).
+func isGrantFileName(name string) bool {
+	return strings.HasPrefix(name, "G-") && strings.HasSuffix(name, ".json")
+}
+
+// CheckSet applies the set-level rules to grants loaded from one run
+// directory: unique grant ids, and at most one active grant per agent.
+func CheckSet(gs []GrantFile) []error {
+	var errs []error
+	byID := map[string]string{}
+	activeBy := map[string]string{}
+	for _, gf := range gs {
+		g := gf.Grant
+		if prev, ok := byID[g.GrantID]; ok {
+			errs = append(errs, fmt.Errorf("duplicate grant id %s in %s and %s", g.GrantID, prev, gf.Path))
+		} else {
+			byID[g.GrantID] = gf.Path
+		}
+		if g.Revoked {
+			continue
+		}
+		if prev, ok := activeBy[g.AgentID]; ok {
+			errs = append(errs, fmt.Errorf("agent %q has two active grants: %s and %s (revoke one)", g.AgentID, prev, gf.Path))
+		} else {
+			activeBy[g.AgentID] = gf.Path
+		}
+	}
+	return errs
+}
+
+// FindGrant loads one grant given its id ("G-x") or the path of its file.
+func (r RunDir) FindGrant(ref string) (*Grant, string, error) {
+	p := ref
+	if !strings.ContainsRune(ref, os.PathSeparator) && !strings.HasSuffix(ref, ".json") {
+		if err := CheckID(ref, "G"); err != nil {
+			return nil, "", fmt.Errorf("grant %q is neither a grant id nor a file: %w", ref, err)
+		}
+		p = r.GrantPath(ref)
+	}
+	g, err := Load(p)
+	if err != nil {
+		return nil, p, err
+	}
+	return g, p, nil
+}
+
+// ActiveGrantFor returns the agent's active grant, if any.
+func ActiveGrantFor(gs []GrantFile, agentID string) (GrantFile, bool) {
+	for _, gf := range gs {
+		if gf.Grant.AgentID == agentID && !gf.Grant.Revoked {
+			return gf, true
+		}
+	}
+	return GrantFile{}, false
+}
+
+// SaveGrant validates g and writes its prompt and then its JSON file,
+// each through a temporary file and a rename, so that a watcher never
+// sees a half-written grant and a grant file never lacks its prompt.
+func (r RunDir) SaveGrant(g *Grant) error {
+	if err := Validate(g); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(r.GrantsDir(), 0o755); err != nil {
+		return fmt.Errorf("save grant %s: %w", g.GrantID, err)
+	}
+	data, err := marshalIndent(g)
+	if err != nil {
+		return fmt.Errorf("save grant %s: %w", g.GrantID, err)
+	}
+	if err := writeFileAtomic(r.PromptPath(g.GrantID), []byte(Render(g)), 0o644); err != nil {
+		return fmt.Errorf("save grant %s prompt: %w", g.GrantID, err)
+	}
+	if err := writeFileAtomic(r.GrantPath(g.GrantID), data, 0o644); err != nil {
+		return fmt.Errorf("save grant %s: %w", g.GrantID, err)
+	}
+	return nil
+}
