@@ -1,0 +1,219 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/mount"
+	"github.com/acpfs/acpfs/protocol"
+)
+
+func init() {
+	commands = append(commands, newMountCmd, newUmountCmd, newDoctorCmd)
+}
+
+// mountFlags are shared by mount, run and up.
+type mountFlags struct {
+	folder     string
+	runs       string
+	grant      string
+	ledgerPath string
+	ledgerSync string
+	audit      string
+	allowOther bool
+	debug      bool
+}
+
+func (mf *mountFlags) register(cmd *cobra.Command, withGrant bool) {
+	cmd.Flags().StringVar(&mf.folder, "folder", "", "collaboration folder to expose (required)")
+	cmd.Flags().StringVar(&mf.runs, "runs", "", "run directory holding context_grants/, handoffs/ and the ledger (never visible in a view)")
+	if withGrant {
+		cmd.Flags().StringVar(&mf.grant, "grant", "", "grant file, or a grant id in --runs (required)")
+	}
+	cmd.Flags().StringVar(&mf.ledgerPath, "ledger", "", "ledger file (default: RUNS/communication_ledger.jsonl)")
+	cmd.Flags().StringVar(&mf.ledgerSync, "ledger-sync", "batch", "when the ledger is fsynced: always, batch or off")
+	cmd.Flags().StringVar(&mf.audit, "audit", "", `"reads" also records every read request (offset, length); disables passthrough`)
+	cmd.Flags().BoolVar(&mf.allowOther, "allow-other", false, "let other uids use the mount (with default_permissions)")
+	cmd.Flags().BoolVar(&mf.debug, "debug", false, "log every FUSE request")
+	_ = cmd.MarkFlagRequired("folder")
+}
+
+// resolve checks the flags and opens what every view needs.
+func (mf *mountFlags) resolve() (folder, ledgerPath string, err error) {
+	if folder, err = filepath.Abs(mf.folder); err != nil {
+		return "", "", err
+	}
+	if st, err := os.Stat(folder); err != nil || !st.IsDir() {
+		return "", "", fmt.Errorf("folder %s is not a directory", folder)
+	}
+	if mf.audit != "" && mf.audit != "reads" {
+		return "", "", fmt.Errorf(`--audit: unknown mode %q (only "reads")`, mf.audit)
+	}
+	ledgerPath = mf.ledgerPath
+	if ledgerPath == "" {
+		if mf.runs == "" {
+			return "", "", errors.New("--ledger or --runs is required")
+		}
+		ledgerPath = filepath.Join(mf.runs, "communication_ledger.jsonl")
+	}
+	if ledgerPath, err = filepath.Abs(ledgerPath); err != nil {
+		return "", "", err
+	}
+	return folder, ledgerPath, nil
+}
+
+// hiddenDirs is what no view may show: the run directory and the
+// ledger's directory.
+func (mf *mountFlags) hiddenDirs(ledgerPath string) []string {
+	h := []string{filepath.Dir(ledgerPath)}
+	if mf.runs != "" {
+		if r, err := filepath.Abs(mf.runs); err == nil {
+			h = append(h, r)
+		}
+	}
+	return h
+}
+
+// grantPath turns --grant into a file path.
+func (mf *mountFlags) grantPath() (string, error) {
+	if mf.grant == "" {
+		return "", errors.New("--grant is required")
+	}
+	if _, err := os.Stat(mf.grant); err == nil {
+		return filepath.Abs(mf.grant)
+	}
+	if mf.runs != "" {
+		p := filepath.Join(mf.runs, "context_grants", mf.grant+".json")
+		if _, err := os.Stat(p); err == nil {
+			return filepath.Abs(p)
+		}
+	}
+	return "", fmt.Errorf("grant %q: no such file (give a path, or an id with --runs)", mf.grant)
+}
+
+func openLedger(path, sync string) (*ledger.Writer, error) {
+	mode, err := ledger.ParseSyncMode(sync)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	return ledger.Open(path, ledger.Options{Sync: mode})
+}
+
+func newMountCmd() *cobra.Command {
+	var mf mountFlags
+	cmd := &cobra.Command{
+		Use:   "mount --folder F --grant G (--ledger L | --runs DIR) MOUNTPOINT",
+		Short: "Mount one grant's view of a collaboration folder (foreground; Ctrl-C unmounts)",
+		Example: `  acpfs mount --folder collab --runs agent_runs --grant G-reviewer /mnt/reviewer
+  acpfs mount --folder collab --grant grants/G-owner.json --ledger ledger.jsonl --audit reads /mnt/owner`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := mount.Check().Usable(); err != nil {
+				return withCode(exitNoFUSE, err)
+			}
+			folder, ledgerPath, err := mf.resolve()
+			if err != nil {
+				return err
+			}
+			gp, err := mf.grantPath()
+			if err != nil {
+				return err
+			}
+			g, err := grants.Load(gp)
+			if err != nil {
+				return err
+			}
+			if g.Revoked {
+				return fmt.Errorf("grant %s is revoked", g.GrantID)
+			}
+			log, err := protocol.OpenLog(folder)
+			if err != nil {
+				return err
+			}
+			defer log.Close()
+			lw, err := openLedger(ledgerPath, mf.ledgerSync)
+			if err != nil {
+				return err
+			}
+			defer lw.Close()
+			m, err := mount.Start(mount.Config{
+				Folder: folder, Mountpoint: args[0], Grant: g, GrantPath: gp, Log: log, Ledger: lw,
+				Hidden: mf.hiddenDirs(ledgerPath), AuditReads: mf.audit == "reads", AllowOther: mf.allowOther, Debug: mf.debug,
+			})
+			if err != nil {
+				return withCode(exitMount, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "mounted %s for %s (grant %s) at %s\n", folder, g.AgentID, g.GrantID, args[0])
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { m.Wait(); close(done) }()
+			select {
+			case <-sig:
+			case <-done: // unmounted from outside (acpfs umount)
+			}
+			if err := m.Stop(); err != nil {
+				return withCode(exitMount, err)
+			}
+			return nil
+		},
+	}
+	mf.register(cmd, true)
+	return cmd
+}
+
+func newUmountCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "umount MOUNTPOINT",
+		Short:   "Unmount a view, including a stale one whose daemon died",
+		Example: "  acpfs umount /mnt/reviewer",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := mount.Unmount(args[0]); err != nil {
+				return withCode(exitMount, err)
+			}
+			return nil
+		},
+	}
+}
+
+func newDoctorCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "doctor",
+		Short: "Tell whether this machine can mount acpfs views, and why not",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d := mount.Check()
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "root: %v\n", d.Root)
+			if d.DevFUSE != nil {
+				fmt.Fprintf(out, "/dev/fuse: unusable (%v)\n", d.DevFUSE)
+			} else {
+				fmt.Fprintln(out, "/dev/fuse: ok")
+			}
+			if d.Fusermount != "" {
+				fmt.Fprintf(out, "fusermount3: %s\n", d.Fusermount)
+			} else {
+				fmt.Fprintln(out, "fusermount3: not found (only needed when not root)")
+			}
+			fmt.Fprintf(out, "passthrough for read-only files: %v\n", d.Passthrough)
+			if err := d.Usable(); err != nil {
+				fmt.Fprintf(out, "verdict: cannot mount: %v\n", err)
+				return silentExit(exitNoFUSE)
+			}
+			fmt.Fprintln(out, "verdict: ready to mount")
+			return nil
+		},
+	}
+}

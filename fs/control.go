@@ -1,0 +1,251 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/protocol"
+)
+
+// Inode numbers of the virtual control files. They sit far above any
+// inode number a backing filesystem hands out for a folder of this kind.
+const ctlIno = 1 << 62
+
+// control is the state of the .acpfs directory of one view.
+type control struct {
+	once sync.Once
+	dir  *gofs.Inode
+}
+
+// ctlFile is one read-only virtual file; gen produces its content at
+// open (or, for wait, at the first read, which blocks).
+type ctlFile struct {
+	gofs.Inode
+	fsys *FS
+	gen  func(ctx context.Context) ([]byte, syscall.Errno)
+}
+
+var (
+	_ gofs.NodeOpener    = (*ctlFile)(nil)
+	_ gofs.NodeGetattrer = (*ctlFile)(nil)
+	_ gofs.NodeSetattrer = (*ctlFile)(nil)
+)
+
+type ctlDir struct{ gofs.Inode }
+
+var _ gofs.NodeGetattrer = (*ctlDir)(nil)
+
+func (d *ctlDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFDIR | 0o555
+	out.Nlink = 2
+	return 0
+}
+
+// controlDir returns the .acpfs directory, building it on first use.
+func (f *FS) controlDir(ctx context.Context, root *gofs.Inode, out *fuse.EntryOut) *gofs.Inode {
+	f.ctl.once.Do(func() {
+		dir := root.NewPersistentInode(ctx, &ctlDir{}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlIno})
+		files := []struct {
+			name string
+			gen  func(ctx context.Context) ([]byte, syscall.Errno)
+		}{
+			{"status", f.statusText},
+			{"grant.md", func(context.Context) ([]byte, syscall.Errno) {
+				return []byte(grants.Render(f.Grant())), 0
+			}},
+			{"last-error", func(context.Context) ([]byte, syscall.Errno) { return []byte(f.LastError()), 0 }},
+			{"wait", f.waitTurn},
+		}
+		for i, c := range files {
+			ch := dir.NewPersistentInode(ctx, &ctlFile{fsys: f, gen: c.gen}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlIno + 1 + uint64(i)})
+			dir.AddChild(c.name, ch, true)
+		}
+		f.ctl.dir = dir
+	})
+	out.Mode = syscall.S_IFDIR | 0o555
+	out.Nlink = 2
+	return f.ctl.dir
+}
+
+func (c *ctlFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFREG | 0o444
+	out.Nlink = 1
+	t := time.Now()
+	out.SetTimes(nil, &t, &t)
+	return 0
+}
+
+func (c *ctlFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return syscall.EACCES
+}
+
+func (c *ctlFile) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
+		return nil, 0, syscall.EACCES
+	}
+	return &ctlHandle{gen: c.gen, fsys: c.fsys}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// ctlHandle produces its content once, on the first read, so that a
+// read of .acpfs/wait blocks in read(2), where a signal can interrupt it,
+// rather than in open(2).
+type ctlHandle struct {
+	mu      sync.Mutex
+	gen     func(ctx context.Context) ([]byte, syscall.Errno)
+	fsys    *FS
+	content []byte
+	done    bool
+}
+
+var _ gofs.FileReader = (*ctlHandle)(nil)
+
+func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
+	defer h.fsys.guard(ctx, "read", ControlDir, &errno)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.done {
+		b, errno := h.gen(ctx)
+		if errno != 0 {
+			return nil, errno
+		}
+		h.content, h.done = b, true
+	}
+	if off >= int64(len(h.content)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	end := min(int(off)+len(dest), len(h.content))
+	return fuse.ReadResultData(h.content[off:end]), 0
+}
+
+// statusText is .acpfs/status: who this agent is and where the
+// collaboration stands.
+func (f *FS) statusText(ctx context.Context) ([]byte, syscall.Errno) {
+	if err := f.log.Refresh(); err != nil {
+		return []byte(fmt.Sprintf("error: %v\n", err)), 0
+	}
+	s := f.log.Snapshot()
+	g := f.Grant()
+	me := g.ParticipantID()
+	ready, reason := protocol.Ready(s, me)
+	var b strings.Builder
+	fmt.Fprintf(&b, "agent: %s\ngrant: %s\nparticipant: %s\n", g.AgentID, g.GrantID, me)
+	fmt.Fprintf(&b, "phase: %s\nproposal owner: %s\nwaiting for: %s\n", orNone(s.Phase), orNone(s.Owner), orNone(strings.Join(s.WaitingFor, ", ")))
+	fmt.Fprintf(&b, "last seq: %d\n", s.LastSeq)
+	turn := "no"
+	if ready {
+		turn = "yes"
+	}
+	fmt.Fprintf(&b, "your turn: %s (%s)\n", turn, reason)
+	if next, err := protocol.NextAction(f.folder, me); err == nil {
+		for _, line := range strings.Split(strings.TrimSpace(next), "\n") {
+			if strings.HasPrefix(line, "next action:") {
+				fmt.Fprintln(&b, line)
+			}
+		}
+	}
+	return []byte(b.String()), 0
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// waitTurn blocks until this agent is waited for or the collaboration has
+// ended, then returns the next action. Appends through any mount of this
+// daemon wake it at once; the periodic re-check covers appends made by
+// other processes between two notifications.
+func (f *FS) waitTurn(ctx context.Context) ([]byte, syscall.Errno) {
+	me := f.participant()
+	for {
+		ch := f.turnChan()
+		if err := f.log.Refresh(); err != nil {
+			return nil, syscall.EIO
+		}
+		if ready, reason := protocol.Ready(f.log.Snapshot(), me); ready {
+			next, err := protocol.NextAction(f.folder, me)
+			if err != nil {
+				next = fmt.Sprintf("error: %v\n", err)
+			}
+			return []byte("ready: " + reason + "\n" + next), 0
+		}
+		select {
+		case <-ctx.Done():
+			return nil, syscall.EINTR
+		case <-ch:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// snapshotFile shows a handed-over artifact exactly as it was handed
+// over: reads come from the content-addressed copy, never from the live
+// file the producer may have changed since.
+type snapshotFile struct {
+	gofs.Inode
+	fsys *FS
+	rel  string
+	src  string
+}
+
+var (
+	_ gofs.NodeOpener    = (*snapshotFile)(nil)
+	_ gofs.NodeGetattrer = (*snapshotFile)(nil)
+	_ gofs.NodeSetattrer = (*snapshotFile)(nil)
+)
+
+func (f *FS) snapshotNode(ctx context.Context, parent *gofs.Inode, rel, src string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(src, &st); err != nil {
+		return nil, gofs.ToErrno(err)
+	}
+	out.Attr.FromStat(&st)
+	out.Attr.Mode = syscall.S_IFREG | 0o444
+	n := &snapshotFile{fsys: f, rel: rel, src: src}
+	return parent.NewInode(ctx, n, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: st.Ino}), 0
+}
+
+func (s *snapshotFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	var st syscall.Stat_t
+	if err := syscall.Stat(s.src, &st); err != nil {
+		return gofs.ToErrno(err)
+	}
+	out.FromStat(&st)
+	out.Mode = syscall.S_IFREG | 0o444
+	return 0
+}
+
+func (s *snapshotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return s.fsys.deny(ctx, ledger.KindDenied, "setattr", s.rel, syscall.EACCES, "a handed-over artifact is read-only")
+}
+
+func (s *snapshotFile) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
+	defer s.fsys.guard(ctx, "open", s.rel, &errno)
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
+		return nil, 0, s.fsys.deny(ctx, ledger.KindDenied, "open", s.rel, syscall.EACCES, "a handed-over artifact is read-only")
+	}
+	file, err := os.Open(s.src)
+	if err != nil {
+		return nil, 0, gofs.ToErrno(err)
+	}
+	sha, err := s.fsys.hashes.sum(int(file.Fd()))
+	if err != nil {
+		file.Close()
+		return nil, 0, gofs.ToErrno(err)
+	}
+	s.fsys.record(ctx, ledger.KindRead, "open", s.rel, sha, "handoff snapshot")
+	lf := gofs.NewLoopbackFileFromOS(file)
+	return &handle{LoopbackFile: lf, fsys: s.fsys, node: s.EmbeddedInode(), rel: s.rel, audit: s.fsys.auditReads, passthrough: !s.fsys.auditReads}, 0, 0
+}

@@ -1,0 +1,316 @@
+// Package fs is the per-grant FUSE filesystem: a loopback view of one
+// collaboration folder that shows only what a context grant lets its agent
+// see, validates appends to events.jsonl with the ACP state machine, keeps
+// frozen deliverables read-only and records every read and refusal in the
+// ledger.
+//
+// The package decides nothing by itself: visibility and writability come
+// from grants.Matcher, protocol rules from protocol.Log, and every decision
+// is recorded through ledger.Writer. fs only translates FUSE operations
+// into those questions and their answers into errnos.
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/protocol"
+)
+
+// Names the filesystem treats specially, relative to the folder root.
+const (
+	EventsFile   = "events.jsonl"
+	ProtocolFile = "protocol.json"
+	ControlDir   = ".acpfs"
+)
+
+// maxLine bounds one buffered event line. Real events are a few hundred
+// bytes; the bound keeps a runaway writer from growing daemon memory.
+const maxLine = 1 << 20
+
+// Options configures one filesystem instance (one grant, one folder).
+type Options struct {
+	// Folder is the backing collaboration folder (absolute path).
+	Folder string
+	// Grant is the grant in force; SetGrant replaces it on a live mount.
+	Grant *grants.Grant
+	// Hidden lists folder-relative directories that are never visible
+	// (the run directory when it lies inside the folder).
+	Hidden []string
+	// Log is the protocol log of Folder. Several filesystems (the
+	// coordinator's mounts) may share one.
+	Log *protocol.Log
+	// Ledger receives every record. It may be shared too.
+	Ledger *ledger.Writer
+	// AuditReads records every read request (offset, length) in addition
+	// to the open; it disables passthrough so that reads reach the daemon.
+	AuditReads bool
+	// Handoffs maps folder-relative paths to content-addressed copies
+	// (absolute paths) that this agent must see instead of the live file:
+	// an artifact handed to it reads exactly as it was handed over.
+	Handoffs map[string]string
+	// Fault, when set, is called at the start of every handler; tests use
+	// it to inject panics. It is never set in production.
+	Fault func(op, rel string)
+}
+
+// FS is one per-grant view. Its methods are safe for concurrent use.
+type FS struct {
+	folder     string
+	log        *protocol.Log
+	ledger     *ledger.Writer
+	auditReads bool
+	fault      func(op, rel string)
+	hidden     []string
+
+	// view holds the grant, its compiled matcher and the handoff map; it
+	// is swapped whole when the grant changes so readers never lock.
+	view atomic.Pointer[view]
+
+	root    *node
+	ctl     control
+	hashes  hashCache
+	evHash  appendHasher
+	lastErr atomic.Pointer[string]
+
+	// turn is closed and replaced whenever the protocol state may have
+	// changed, waking readers of .acpfs/wait.
+	turnMu sync.Mutex
+	turn   chan struct{}
+}
+
+type view struct {
+	grant    *grants.Grant
+	matcher  *grants.Matcher
+	handoffs map[string]string
+}
+
+// New builds the filesystem for opts. Mount its Root.
+func New(opts Options) (*FS, error) {
+	if opts.Folder == "" || !filepath.IsAbs(opts.Folder) {
+		return nil, fmt.Errorf("folder %q must be an absolute path", opts.Folder)
+	}
+	if opts.Log == nil || opts.Ledger == nil || opts.Grant == nil {
+		return nil, errors.New("fs: Log, Ledger and Grant are required")
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(opts.Folder, &st); err != nil {
+		return nil, fmt.Errorf("stat folder: %w", err)
+	}
+	f := &FS{
+		folder:     opts.Folder,
+		log:        opts.Log,
+		ledger:     opts.Ledger,
+		auditReads: opts.AuditReads,
+		fault:      opts.Fault,
+		hidden:     opts.Hidden,
+		turn:       make(chan struct{}),
+	}
+	f.evHash.path = filepath.Join(opts.Folder, EventsFile)
+	if err := f.SetGrant(opts.Grant, opts.Handoffs); err != nil {
+		return nil, err
+	}
+	lr := &gofs.LoopbackRoot{Path: opts.Folder, Dev: uint64(st.Dev)}
+	f.root = &node{LoopbackNode: &gofs.LoopbackNode{RootData: lr}, fsys: f}
+	lr.RootNode = f.root
+	return f, nil
+}
+
+// Root is the node to mount.
+func (f *FS) Root() gofs.InodeEmbedder { return f.root }
+
+// Folder is the backing folder.
+func (f *FS) Folder() string { return f.folder }
+
+// Grant returns the grant in force.
+func (f *FS) Grant() *grants.Grant { return f.view.Load().grant }
+
+// SetGrant replaces the grant (and the handoffs shown) of a live view.
+// Names that are no longer visible are dropped from the kernel's caches
+// at once, so a revoked grant stops resolving paths immediately.
+func (f *FS) SetGrant(g *grants.Grant, handoffs map[string]string) error {
+	m, err := grants.Compile(g, grants.MatcherOptions{Hidden: f.hidden})
+	if err != nil {
+		return fmt.Errorf("compile grant %s: %w", g.GrantID, err)
+	}
+	f.view.Store(&view{grant: g, matcher: m, handoffs: handoffs})
+	if f.root != nil && f.root.EmbeddedInode().StableAttr().Ino != 0 { // mounted
+		f.invalidateHidden(f.root.EmbeddedInode(), "")
+	}
+	f.wake()
+	return nil
+}
+
+// invalidateHidden walks the inodes the kernel knows about and drops the
+// entries that the current grant hides.
+func (f *FS) invalidateHidden(dir *gofs.Inode, rel string) {
+	m := f.view.Load().matcher
+	for name, ch := range dir.Children() {
+		crel := join(rel, name)
+		if rel == "" && name == ControlDir {
+			continue
+		}
+		if !m.Visible(crel) {
+			dir.NotifyEntry(name)
+			continue
+		}
+		if ch.IsDir() {
+			f.invalidateHidden(ch, crel)
+		}
+	}
+}
+
+// wake tells .acpfs/wait readers that the state may have changed.
+func (f *FS) wake() {
+	f.turnMu.Lock()
+	close(f.turn)
+	f.turn = make(chan struct{})
+	f.turnMu.Unlock()
+}
+
+func (f *FS) turnChan() <-chan struct{} {
+	f.turnMu.Lock()
+	defer f.turnMu.Unlock()
+	return f.turn
+}
+
+// record writes one ledger record for this view's agent. A ledger failure
+// is logged, not returned: refusing every operation because the ledger
+// disk is full would turn an audit problem into an outage, and the gap is
+// visible to `acpfs ledger verify` as a missing time range.
+func (f *FS) record(ctx context.Context, kind, op, rel, sha, detail string) {
+	g := f.view.Load().grant
+	r := ledger.Record{Kind: kind, Agent: g.AgentID, Grant: g.GrantID, Path: rel, Op: op, SHA256: sha, Detail: detail}
+	if c, ok := fuse.FromContext(ctx); ok {
+		r.PID = c.Pid
+	}
+	if _, err := f.ledger.Append(r); err != nil {
+		slog.Error("ledger append failed", "kind", kind, "path", rel, "err", err)
+	}
+}
+
+// deny records a refusal, remembers it for .acpfs/last-error and returns
+// errno so call sites read `return f.deny(...)`.
+func (f *FS) deny(ctx context.Context, kind, op, rel string, errno syscall.Errno, why string) syscall.Errno {
+	f.record(ctx, kind, op, rel, "", why)
+	f.setLastError(fmt.Sprintf("%s %s: %s (%s)", op, displayPath(rel), why, errnoName(errno)))
+	return errno
+}
+
+// hide records an attempt on a hidden name and answers ENOENT. Unlike
+// deny it leaves .acpfs/last-error alone: the agent must not learn that
+// the name exists.
+func (f *FS) hide(ctx context.Context, op, rel, why string) syscall.Errno {
+	f.record(ctx, ledger.KindDenied, op, rel, "", why)
+	return syscall.ENOENT
+}
+
+func (f *FS) setLastError(msg string) {
+	s := time.Now().UTC().Format(time.RFC3339) + " " + msg + "\n"
+	f.lastErr.Store(&s)
+}
+
+// LastError is the text of .acpfs/last-error.
+func (f *FS) LastError() string {
+	if p := f.lastErr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// guard turns a panic in a handler into EIO and a ledger record, so that
+// a bug answers one request with an error instead of killing the mount.
+func (f *FS) guard(ctx context.Context, op, rel string, errno *syscall.Errno) {
+	if r := recover(); r != nil {
+		slog.Error("panic in handler", "op", op, "path", rel, "panic", r, "stack", string(debug.Stack()))
+		f.record(ctx, ledger.KindPanic, op, rel, "", fmt.Sprint(r))
+		f.setLastError(fmt.Sprintf("%s %s: internal error (EIO)", op, displayPath(rel)))
+		*errno = syscall.EIO
+	}
+}
+
+// enter runs the fault hook; handlers call it first, under guard.
+func (f *FS) enter(op, rel string) {
+	if f.fault != nil {
+		f.fault(op, rel)
+	}
+}
+
+func (f *FS) matcher() *grants.Matcher { return f.view.Load().matcher }
+
+func (f *FS) participant() string { return f.view.Load().grant.ParticipantID() }
+
+// frozen reports whether rel is a frozen deliverable.
+func (f *FS) frozen(rel string) bool {
+	if err := f.log.Refresh(); err != nil {
+		slog.Warn("protocol refresh failed", "err", err)
+	}
+	_, ok := f.log.Snapshot().Frozen[rel]
+	return ok
+}
+
+// managed reports whether rel is a protocol file that only acpfs writes.
+func managed(rel string) bool { return rel == EventsFile || rel == ProtocolFile }
+
+func (f *FS) abs(rel string) string { return filepath.Join(f.folder, rel) }
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+func displayPath(rel string) string {
+	if rel == "" {
+		return "/"
+	}
+	return rel
+}
+
+func errnoName(e syscall.Errno) string {
+	switch e {
+	case syscall.ENOENT:
+		return "ENOENT"
+	case syscall.EACCES:
+		return "EACCES"
+	case syscall.EPERM:
+		return "EPERM"
+	case syscall.EROFS:
+		return "EROFS"
+	case syscall.EINVAL:
+		return "EINVAL"
+	case syscall.EIO:
+		return "EIO"
+	}
+	return e.Error()
+}
+
+// cleanSymlinkTarget resolves a symlink target found at rel against the
+// folder root. It returns the folder-relative target and false when the
+// target is absolute or climbs out of the folder.
+func cleanSymlinkTarget(rel, target string) (string, bool) {
+	if strings.HasPrefix(target, "/") {
+		return "", false
+	}
+	p := path.Clean(path.Join(path.Dir("/"+rel), target))
+	if p == "/" {
+		return "", true
+	}
+	return strings.TrimPrefix(p, "/"), true
+}

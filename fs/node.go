@@ -1,0 +1,406 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/ledger"
+)
+
+// node is a loopback node that asks the grant and the protocol before
+// every operation. It embeds the go-fuse loopback for the mechanics and
+// overrides every operation that takes or reveals a name.
+type node struct {
+	*gofs.LoopbackNode
+	fsys *FS
+}
+
+// Compile-time checks: each interface below is one row of the
+// filesystem contract, and losing an override would silently fall back
+// to the unchecked loopback.
+var (
+	_ gofs.NodeWrapChilder    = (*node)(nil)
+	_ gofs.NodeLookuper       = (*node)(nil)
+	_ gofs.NodeGetattrer      = (*node)(nil)
+	_ gofs.NodeSetattrer      = (*node)(nil)
+	_ gofs.NodeOpener         = (*node)(nil)
+	_ gofs.NodeOpendirHandler = (*node)(nil)
+	_ gofs.NodeReaddirer      = (*node)(nil)
+	_ gofs.NodeCreater        = (*node)(nil)
+	_ gofs.NodeMkdirer        = (*node)(nil)
+	_ gofs.NodeMknoder        = (*node)(nil)
+	_ gofs.NodeRmdirer        = (*node)(nil)
+	_ gofs.NodeUnlinker       = (*node)(nil)
+	_ gofs.NodeRenamer        = (*node)(nil)
+	_ gofs.NodeLinker         = (*node)(nil)
+	_ gofs.NodeSymlinker      = (*node)(nil)
+	_ gofs.NodeReadlinker     = (*node)(nil)
+	_ gofs.NodeGetxattrer     = (*node)(nil)
+	_ gofs.NodeListxattrer    = (*node)(nil)
+	_ gofs.NodeSetxattrer     = (*node)(nil)
+	_ gofs.NodeRemovexattrer  = (*node)(nil)
+	_ gofs.NodeCopyFileRanger = (*node)(nil)
+	_ gofs.NodeStatxer        = (*node)(nil)
+	_ gofs.NodeTmpfiler       = (*node)(nil)
+)
+
+// WrapChild makes every node the loopback creates one of ours. Nodes of
+// other types (the control directory, handoff snapshots) pass unchanged.
+func (n *node) WrapChild(ctx context.Context, ops gofs.InodeEmbedder) gofs.InodeEmbedder {
+	if lb, ok := ops.(*gofs.LoopbackNode); ok {
+		return &node{LoopbackNode: lb, fsys: n.fsys}
+	}
+	return ops
+}
+
+// rel is the node's path relative to the folder root ("" for the root).
+func (n *node) rel() string { return n.Path(nil) }
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
+	rel := join(n.rel(), name)
+	defer n.fsys.guard(ctx, "lookup", rel, &errno)
+	n.fsys.enter("lookup", rel)
+	if rel == ControlDir {
+		return n.fsys.controlDir(ctx, n.EmbeddedInode(), out), 0
+	}
+	m := n.fsys.matcher()
+	if !m.Visible(rel) {
+		var st unix.Stat_t
+		if unix.Lstat(n.fsys.abs(rel), &st) == nil {
+			return nil, n.fsys.hide(ctx, "lookup", rel, "hidden by grant")
+		}
+		return nil, syscall.ENOENT
+	}
+	if snap, ok := n.fsys.view.Load().handoffs[rel]; ok {
+		return n.fsys.snapshotNode(ctx, n.EmbeddedInode(), rel, snap, out)
+	}
+	ch, errno = n.LoopbackNode.Lookup(ctx, name, out)
+	if errno != 0 {
+		return nil, errno
+	}
+	if out.Attr.Mode&syscall.S_IFMT == syscall.S_IFLNK && !n.fsys.symlinkVisible(rel) {
+		return nil, n.fsys.hide(ctx, "lookup", rel, "symlink target hidden or outside the folder")
+	}
+	return ch, 0
+}
+
+// symlinkVisible reports whether the symlink at rel points at a visible
+// path inside the folder. The kernel follows symlinks itself, so a link
+// to an absolute path would lead out of the mount: such links are hidden.
+func (f *FS) symlinkVisible(rel string) bool {
+	buf := make([]byte, 4096)
+	k, err := unix.Readlink(f.abs(rel), buf)
+	if err != nil {
+		return false
+	}
+	target, ok := cleanSymlinkTarget(rel, string(buf[:k]))
+	return ok && (target == "" || f.matcher().Visible(target))
+}
+
+func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) (errno syscall.Errno) {
+	rel := n.rel()
+	defer n.fsys.guard(ctx, "getattr", rel, &errno)
+	n.fsys.enter("getattr", rel)
+	if rel != "" && !n.fsys.matcher().Visible(rel) {
+		return syscall.ENOENT
+	}
+	return n.LoopbackNode.Getattr(ctx, fh, out)
+}
+
+func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) (errno syscall.Errno) {
+	rel := n.rel()
+	defer n.fsys.guard(ctx, "setattr", rel, &errno)
+	n.fsys.enter("setattr", rel)
+	f := n.fsys
+	if errno := f.checkWrite(ctx, "setattr", rel); errno != 0 {
+		return errno
+	}
+	_, sizeSet := in.GetSize()
+	_, modeSet := in.GetMode()
+	_, uidSet := in.GetUID()
+	_, gidSet := in.GetGID()
+	switch rel {
+	case EventsFile:
+		if sizeSet || modeSet || uidSet || gidSet {
+			return f.deny(ctx, ledger.KindAppendRejected, "setattr", rel, syscall.EPERM, "events.jsonl is append-only")
+		}
+	case ProtocolFile:
+		if pf, ok := fh.(*protocolFile); ok && sizeSet && !modeSet && !uidSet && !gidSet {
+			sz, _ := in.GetSize()
+			return pf.truncate(ctx, sz, out)
+		}
+		if sizeSet || modeSet || uidSet || gidSet {
+			return f.deny(ctx, ledger.KindDenied, "setattr", rel, syscall.EPERM, "protocol.json is maintained by acpfs")
+		}
+	}
+	if sizeSet {
+		f.record(ctx, ledger.KindWrite, "truncate", rel, "", "")
+	}
+	return n.LoopbackNode.Setattr(ctx, fh, in, out)
+}
+
+// checkWrite applies the write rules common to every mutating operation
+// on an existing name: the grant must allow writing it and it must not be
+// a frozen deliverable.
+func (f *FS) checkWrite(ctx context.Context, op, rel string) syscall.Errno {
+	if rel == "" {
+		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "the folder root cannot be changed")
+	}
+	if !f.matcher().Writable(rel) {
+		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "not writable under the grant")
+	}
+	if _, ok := f.view.Load().handoffs[rel]; ok {
+		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "a handed-over artifact is read-only")
+	}
+	if f.frozen(rel) {
+		return f.deny(ctx, ledger.KindFrozenRefused, op, rel, syscall.EROFS, "frozen deliverable")
+	}
+	return 0
+}
+
+// checkName applies the write rules to a name about to be created or
+// replaced.
+func (f *FS) checkName(ctx context.Context, op, rel string) syscall.Errno {
+	if rel == ControlDir {
+		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, ".acpfs is reserved")
+	}
+	return f.checkWrite(ctx, op, rel)
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
+	rel := n.rel()
+	defer n.fsys.guard(ctx, "open", rel, &errno)
+	n.fsys.enter("open", rel)
+	return n.fsys.open(ctx, n, rel, flags)
+}
+
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
+	rel := n.rel()
+	defer n.fsys.guard(ctx, "opendir", rel, &errno)
+	n.fsys.enter("opendir", rel)
+	if rel != "" && !n.fsys.matcher().Visible(rel) {
+		return nil, 0, syscall.ENOENT
+	}
+	inner, flags2, errno := n.LoopbackNode.OpendirHandle(ctx, flags)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	n.fsys.record(ctx, ledger.KindList, "readdir", rel, "", "")
+	return &filteredDir{inner: inner, dir: rel, fsys: n.fsys}, flags2, 0
+}
+
+// Readdir is only used by go-fuse when OpendirHandle is absent; it is
+// overridden so that an unfiltered listing can never be produced.
+func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	return nil, syscall.ENOTSUP
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (ch *gofs.Inode, fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
+	rel := join(n.rel(), name)
+	defer n.fsys.guard(ctx, "create", rel, &errno)
+	n.fsys.enter("create", rel)
+	f := n.fsys
+	if errno := f.checkName(ctx, "create", rel); errno != 0 {
+		return nil, nil, 0, errno
+	}
+	if managed(rel) {
+		return nil, nil, 0, f.deny(ctx, ledger.KindDenied, "create", rel, syscall.EPERM, "protocol files are created by acpfs init")
+	}
+	ch, lf, fuseFlags, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	f.record(ctx, ledger.KindWrite, "create", rel, "", "")
+	return ch, &handle{LoopbackFile: lf.(*gofs.LoopbackFile), fsys: f, node: ch, rel: rel, writable: true, audit: f.auditReads}, fuseFlags, 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
+	rel := join(n.rel(), name)
+	defer n.fsys.guard(ctx, "mkdir", rel, &errno)
+	n.fsys.enter("mkdir", rel)
+	if errno := n.fsys.checkName(ctx, "mkdir", rel); errno != 0 {
+		return nil, errno
+	}
+	n.fsys.record(ctx, ledger.KindWrite, "mkdir", rel, "", "")
+	return n.LoopbackNode.Mkdir(ctx, name, mode, out)
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
+	rel := join(n.rel(), name)
+	defer n.fsys.guard(ctx, "mknod", rel, &errno)
+	n.fsys.enter("mknod", rel)
+	if errno := n.fsys.checkName(ctx, "mknod", rel); errno != 0 {
+		return nil, errno
+	}
+	if mode&syscall.S_IFMT != syscall.S_IFREG {
+		return nil, n.fsys.deny(ctx, ledger.KindDenied, "mknod", rel, syscall.EPERM, "only regular files may be created")
+	}
+	n.fsys.record(ctx, ledger.KindWrite, "mknod", rel, "", "")
+	return n.LoopbackNode.Mknod(ctx, name, mode, rdev, out)
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) (errno syscall.Errno) {
+	rel := join(n.rel(), name)
+	defer n.fsys.guard(ctx, "rmdir", rel, &errno)
+	n.fsys.enter("rmdir", rel)
+	if errno := n.fsys.checkName(ctx, "rmdir", rel); errno != 0 {
+		return errno
+	}
+	n.fsys.record(ctx, ledger.KindWrite, "rmdir", rel, "", "")
+	return n.LoopbackNode.Rmdir(ctx, name)
+}
+
+func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
+	rel := join(n.rel(), name)
+	defer n.fsys.guard(ctx, "unlink", rel, &errno)
+	n.fsys.enter("unlink", rel)
+	if errno := n.fsys.checkName(ctx, "unlink", rel); errno != 0 {
+		return errno
+	}
+	if managed(rel) {
+		return n.fsys.deny(ctx, ledger.KindDenied, "unlink", rel, syscall.EPERM, "protocol files cannot be removed")
+	}
+	n.fsys.record(ctx, ledger.KindWrite, "unlink", rel, "", "")
+	return n.LoopbackNode.Unlink(ctx, name)
+}
+
+func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) (errno syscall.Errno) {
+	from := join(n.rel(), name)
+	to := join(newParent.EmbeddedInode().Path(nil), newName)
+	defer n.fsys.guard(ctx, "rename", from, &errno)
+	n.fsys.enter("rename", from)
+	f := n.fsys
+	// Both names are checked: renaming onto a hidden or frozen name
+	// would otherwise replace a file the agent may not touch.
+	if errno := f.checkName(ctx, "rename", from); errno != 0 {
+		return errno
+	}
+	if errno := f.checkName(ctx, "rename", to); errno != 0 {
+		return errno
+	}
+	if managed(from) || managed(to) {
+		return f.deny(ctx, ledger.KindDenied, "rename", from, syscall.EPERM, "protocol files cannot be renamed or replaced")
+	}
+	f.record(ctx, ledger.KindWrite, "rename", from, "", "to "+to)
+	return n.LoopbackNode.Rename(ctx, name, newParent, newName, flags)
+}
+
+func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
+	rel := join(n.rel(), name)
+	src := target.EmbeddedInode().Path(nil)
+	defer n.fsys.guard(ctx, "link", rel, &errno)
+	n.fsys.enter("link", rel)
+	f := n.fsys
+	// A new name for a file is a new way to write it, so the source must
+	// be writable too; otherwise linking a read-only (or frozen) file into
+	// a writable directory would open it for writing.
+	if errno := f.checkName(ctx, "link", src); errno != 0 {
+		return nil, errno
+	}
+	if errno := f.checkName(ctx, "link", rel); errno != 0 {
+		return nil, errno
+	}
+	if managed(src) || managed(rel) {
+		return nil, f.deny(ctx, ledger.KindDenied, "link", rel, syscall.EPERM, "protocol files cannot be linked")
+	}
+	f.record(ctx, ledger.KindWrite, "link", rel, "", "to "+src)
+	return n.LoopbackNode.Link(ctx, target, name, out)
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
+	rel := join(n.rel(), name)
+	defer n.fsys.guard(ctx, "symlink", rel, &errno)
+	n.fsys.enter("symlink", rel)
+	f := n.fsys
+	if errno := f.checkName(ctx, "symlink", rel); errno != 0 {
+		return nil, errno
+	}
+	t, ok := cleanSymlinkTarget(rel, target)
+	if !ok || (t != "" && !f.matcher().Visible(t)) {
+		return nil, f.deny(ctx, ledger.KindDenied, "symlink", rel, syscall.EACCES, "symlink target is outside the visible folder")
+	}
+	f.record(ctx, ledger.KindWrite, "symlink", rel, "", "to "+target)
+	return n.LoopbackNode.Symlink(ctx, target, name, out)
+}
+
+func (n *node) Readlink(ctx context.Context) (b []byte, errno syscall.Errno) {
+	rel := n.rel()
+	defer n.fsys.guard(ctx, "readlink", rel, &errno)
+	n.fsys.enter("readlink", rel)
+	if !n.fsys.matcher().Visible(rel) || !n.fsys.symlinkVisible(rel) {
+		return nil, syscall.ENOENT
+	}
+	return n.LoopbackNode.Readlink(ctx)
+}
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (sz uint32, errno syscall.Errno) {
+	rel := n.rel()
+	defer n.fsys.guard(ctx, "getxattr", rel, &errno)
+	n.fsys.enter("getxattr", rel)
+	if rel != "" && !n.fsys.matcher().Visible(rel) {
+		return 0, syscall.ENOENT
+	}
+	return n.LoopbackNode.Getxattr(ctx, attr, dest)
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (sz uint32, errno syscall.Errno) {
+	rel := n.rel()
+	defer n.fsys.guard(ctx, "listxattr", rel, &errno)
+	n.fsys.enter("listxattr", rel)
+	if rel != "" && !n.fsys.matcher().Visible(rel) {
+		return 0, syscall.ENOENT
+	}
+	k, err := unix.Llistxattr(n.fsys.abs(rel), dest)
+	if err != nil {
+		return 0, gofs.ToErrno(err)
+	}
+	return uint32(k), 0
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) (errno syscall.Errno) {
+	rel := n.rel()
+	defer n.fsys.guard(ctx, "setxattr", rel, &errno)
+	n.fsys.enter("setxattr", rel)
+	if errno := n.fsys.checkWrite(ctx, "setxattr", rel); errno != 0 {
+		return errno
+	}
+	n.fsys.record(ctx, ledger.KindWrite, "setxattr", rel, "", attr)
+	return n.LoopbackNode.Setxattr(ctx, attr, data, flags)
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) (errno syscall.Errno) {
+	rel := n.rel()
+	defer n.fsys.guard(ctx, "removexattr", rel, &errno)
+	n.fsys.enter("removexattr", rel)
+	if errno := n.fsys.checkWrite(ctx, "removexattr", rel); errno != 0 {
+		return errno
+	}
+	n.fsys.record(ctx, ledger.KindWrite, "removexattr", rel, "", attr)
+	return n.LoopbackNode.Removexattr(ctx, attr)
+}
+
+// CopyFileRange is refused so that the kernel falls back to read and
+// write, which go through the checked file handles.
+func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode, fhOut gofs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
+	return 0, syscall.ENOTSUP
+}
+
+func (n *node) Statx(ctx context.Context, fh gofs.FileHandle, flags uint32, mask uint32, out *fuse.StatxOut) (errno syscall.Errno) {
+	rel := n.rel()
+	defer n.fsys.guard(ctx, "statx", rel, &errno)
+	n.fsys.enter("statx", rel)
+	if rel != "" && !n.fsys.matcher().Visible(rel) {
+		return syscall.ENOENT
+	}
+	return n.LoopbackNode.Statx(ctx, fh, flags, mask, out)
+}
+
+// Tmpfile is refused: an unnamed file has no path to check against the
+// grant until it is linked, and tools fall back to a named temporary.
+func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, syscall.EOPNOTSUPP
+}

@@ -1,0 +1,343 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/mount"
+	"github.com/acpfs/acpfs/protocol"
+)
+
+// requireFUSE skips (or, under ACPFS_REQUIRE_FUSE=1, fails) a test that
+// needs to mount.
+func requireFUSE(t testing.TB) {
+	t.Helper()
+	if err := mount.Check().Usable(); err != nil {
+		msg := fmt.Sprintf("FUSE is not usable here: %v (acpfs doctor explains; set ACPFS_REQUIRE_FUSE=1 to make this fatal)", err)
+		if os.Getenv("ACPFS_REQUIRE_FUSE") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	if os.Geteuid() != 0 {
+		msg := "the integration suite mounts with DirectMount and needs root"
+		if os.Getenv("ACPFS_REQUIRE_FUSE") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+}
+
+// newDir makes a directory under tmpRoot, removed after the test (after
+// every mount in it is gone, since cleanups run last-in first-out).
+func newDir(t testing.TB, name string) string {
+	t.Helper()
+	d, err := os.MkdirTemp(tmpRoot, name+"-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// acpfs runs the CLI and returns stdout, stderr and the exit code.
+func acpfs(t testing.TB, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(acpfsBin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// collab is one collaboration folder with its run directory, a shared
+// protocol log and ledger (as the coordinator shares them).
+type collab struct {
+	t      testing.TB
+	root   string
+	folder string
+	runs   string
+	ledger string
+	log    *protocol.Log
+	lw     *ledger.Writer
+}
+
+const (
+	owner    = "alice"
+	reviewer = "bob"
+	primary  = "deliverables/design-spec.md"
+)
+
+// newCollab initializes a two-participant collaboration with an oracle
+// file the reviewer must never see.
+func newCollab(t testing.TB) *collab {
+	t.Helper()
+	root := newDir(t, "collab")
+	c := &collab{t: t, root: root, folder: filepath.Join(root, "folder"), runs: filepath.Join(root, "agent_runs")}
+	c.ledger = filepath.Join(c.runs, "communication_ledger.jsonl")
+	_, stderr, code := acpfs(t, "init", "--folder", c.folder, "--participant", owner, "--participant", reviewer,
+		"--objective", "Design the cache layer", "--completion", "Cache design reviewed",
+		"--primary-deliverable-type", "design-spec")
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, os.MkdirAll(filepath.Join(c.folder, "oracle"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(c.folder, "oracle", "answer.md"), []byte("the secret answer\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(c.runs, "context_grants"), 0o755))
+	var err error
+	c.log, err = protocol.OpenLog(c.folder)
+	require.NoError(t, err)
+	c.lw, err = ledger.Open(c.ledger, ledger.Options{Sync: ledger.SyncBatch})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.lw.Close(); c.log.Close() })
+	return c
+}
+
+var protocolDocs = []string{"protocol.json", "events.jsonl", "README.md", "proposal.md", "review.md", "decisions.md", "readiness.md", "conclusion.md", "deliverables/**"}
+
+// ownerGrant and reviewerGrant are the grants the tests use unless they
+// need something special.
+func ownerGrant() *grants.Grant {
+	return &grants.Grant{
+		GrantID: "G-owner", AgentID: owner, Role: "proposal owner", Objective: "Write the design",
+		MayRead:       protocolDocs,
+		ForbiddenRead: []string{"oracle/**"},
+		MayWrite:      []string{"events.jsonl", "protocol.json", "proposal.md", "decisions.md", "readiness.md", "conclusion.md", "deliverables/**", "scratch/**"},
+	}
+}
+
+func reviewerGrant() *grants.Grant {
+	return &grants.Grant{
+		GrantID: "G-reviewer", AgentID: reviewer, Role: "reviewer", Objective: "Review the design",
+		MayRead:       append([]string{"scratch/**"}, protocolDocs...),
+		ForbiddenRead: []string{"oracle/**", "scratch/private/**"},
+		MayWrite:      []string{"events.jsonl", "protocol.json", "review.md"},
+	}
+}
+
+// writeGrant stores g in the run directory and returns its path.
+func (c *collab) writeGrant(g *grants.Grant) string {
+	c.t.Helper()
+	b, err := json.MarshalIndent(g, "", "  ")
+	require.NoError(c.t, err)
+	p := filepath.Join(c.runs, "context_grants", g.GrantID+".json")
+	tmp := p + ".tmp"
+	require.NoError(c.t, os.WriteFile(tmp, b, 0o644))
+	require.NoError(c.t, os.Rename(tmp, p))
+	return p
+}
+
+// view is one mounted grant.
+type view struct {
+	t   testing.TB
+	dir string
+	m   *mount.Mount
+}
+
+type viewOpt func(*mount.Config)
+
+func withFault(fn func(op, rel string)) viewOpt { return func(c *mount.Config) { c.Fault = fn } }
+func withAuditReads() viewOpt                   { return func(c *mount.Config) { c.AuditReads = true } }
+func withHandoffs(h map[string]string) viewOpt {
+	return func(c *mount.Config) { c.Handoffs = h }
+}
+
+// mountView mounts g in this process and unmounts it at cleanup,
+// failing the test if the mount is still there afterwards.
+func (c *collab) mountView(g *grants.Grant, opts ...viewOpt) *view {
+	c.t.Helper()
+	requireFUSE(c.t)
+	gp := c.writeGrant(g)
+	dir := filepath.Join(c.root, "mnt-"+g.AgentID)
+	require.NoError(c.t, os.MkdirAll(dir, 0o755))
+	cfg := mount.Config{Folder: c.folder, Mountpoint: dir, Grant: g, GrantPath: gp, Log: c.log, Ledger: c.lw, Hidden: []string{c.runs}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	m, err := mount.Start(cfg)
+	require.NoError(c.t, err)
+	c.t.Cleanup(func() {
+		require.NoError(c.t, m.Stop())
+		require.NotContains(c.t, leftoverMounts(), dir, "mount left behind")
+	})
+	return &view{t: c.t, dir: dir, m: m}
+}
+
+func (v *view) path(rel string) string { return filepath.Join(v.dir, rel) }
+
+// sh runs a shell command inside the view and returns its combined output
+// and exit code.
+func (v *view) sh(script string) (string, int) {
+	v.t.Helper()
+	cmd := exec.Command("bash", "-c", script)
+	cmd.Dir = v.dir
+	out, err := cmd.CombinedOutput()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(v.t, err)
+	}
+	return string(out), code
+}
+
+// appendEvent appends one line through the view with a single write, as
+// `echo >>` does, and returns the errno (0 when accepted).
+func (v *view) appendEvent(line string) syscall.Errno {
+	v.t.Helper()
+	f, err := os.OpenFile(v.path("events.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return errnoOf(v.t, err)
+	}
+	_, werr := f.Write([]byte(line + "\n"))
+	cerr := f.Close()
+	if werr != nil {
+		return errnoOf(v.t, werr)
+	}
+	if cerr != nil {
+		return errnoOf(v.t, cerr)
+	}
+	return 0
+}
+
+func errnoOf(t testing.TB, err error) syscall.Errno {
+	t.Helper()
+	var e syscall.Errno
+	require.True(t, errors.As(err, &e), "not an errno: %v", err)
+	return e
+}
+
+// event builds an event line for the next seq.
+func (c *collab) event(from, name string, extra map[string]any) string {
+	c.t.Helper()
+	require.NoError(c.t, c.log.Refresh())
+	s := c.log.Snapshot()
+	ev := map[string]any{
+		"seq": s.LastSeq + 1, "from": from, "event": name,
+		"at": time.Now().UTC().Format("2006-01-02T15:04:05Z"), "summary": name + " by " + from,
+		"reply_to": s.LastSeq,
+	}
+	for k, v := range extra {
+		ev[k] = v
+	}
+	b, err := json.Marshal(ev)
+	require.NoError(c.t, err)
+	return string(b)
+}
+
+func (c *collab) snapshot() protocol.Snapshot {
+	c.t.Helper()
+	require.NoError(c.t, c.log.Refresh())
+	return c.log.Snapshot()
+}
+
+// records reads the ledger.
+func (c *collab) records() []ledger.Record {
+	c.t.Helper()
+	require.NoError(c.t, c.lw.Sync())
+	f, err := os.Open(c.ledger)
+	require.NoError(c.t, err)
+	defer f.Close()
+	var out []ledger.Record
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 1<<20), 1<<24)
+	for s.Scan() {
+		var r ledger.Record
+		require.NoError(c.t, json.Unmarshal(s.Bytes(), &r))
+		out = append(out, r)
+	}
+	return out
+}
+
+// findRecord returns the last record matching kind, path and op ("" matches any).
+func (c *collab) findRecord(kind, path, op string) (ledger.Record, bool) {
+	c.t.Helper()
+	recs := c.records()
+	for i := len(recs) - 1; i >= 0; i-- {
+		r := recs[i]
+		if r.Kind == kind && (path == "" || r.Path == path) && (op == "" || r.Op == op) {
+			return r, true
+		}
+	}
+	return ledger.Record{}, false
+}
+
+func (c *collab) requireRecord(kind, path, op string) ledger.Record {
+	c.t.Helper()
+	r, ok := c.findRecord(kind, path, op)
+	require.True(c.t, ok, "no ledger record kind=%s path=%s op=%s", kind, path, op)
+	return r
+}
+
+func fileSHA(t testing.TB, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func readFile(t testing.TB, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// snapshotFiles returns the bytes of the protocol files, to prove that a
+// refusal changed nothing.
+func (c *collab) snapshotFiles() map[string]string {
+	out := map[string]string{}
+	for _, n := range []string{"events.jsonl", "protocol.json"} {
+		out[n] = readFile(c.t, filepath.Join(c.folder, n))
+	}
+	return out
+}
+
+// eventually polls cond for up to two seconds.
+func eventually(t testing.TB, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal(msg)
+}
+
+var lineMu sync.Mutex
+
+// replaceInFile edits a document through a view, as an agent would.
+func replaceInFile(t testing.TB, p, old, new string) {
+	t.Helper()
+	lineMu.Lock()
+	defer lineMu.Unlock()
+	s := readFile(t, p)
+	require.Contains(t, s, old, "in %s", p)
+	require.NoError(t, os.WriteFile(p, []byte(strings.Replace(s, old, new, 1)), 0o644))
+}
+
+func timeAfter(sec int) <-chan time.Time { return time.After(time.Duration(sec) * time.Second) }
