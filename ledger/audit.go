@@ -1,0 +1,528 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/acpfs/acpfs/grants"
+)
+
+// Audit verdicts.
+const (
+	VerdictIsolated   = "isolated"   // every read and listing was allowed by the grant in force
+	VerdictViolated   = "violated"   // at least one read or listing its grant does not allow
+	VerdictUnverified = "unverified" // no violation seen, but something could not be judged
+)
+
+// Explainer is what the audit needs from a compiled grant; *grants.Matcher
+// is one.
+type Explainer interface {
+	Explain(rel string) grants.Decision
+}
+
+// AuditGrant is one grant as the audit judges it.
+type AuditGrant struct {
+	GrantID string
+	AgentID string
+	// Rules are the grant's rules without its revocation, so that what an
+	// agent did before a revocation is judged by the rules it had then.
+	Rules     Explainer
+	Revoked   bool
+	RevokedAt time.Time // zero when unknown
+}
+
+// LoadAuditGrants loads and compiles every G-*.json grant file in dir.
+func LoadAuditGrants(dir string) ([]AuditGrant, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "G-*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("list grants in %s: %w", dir, err)
+	}
+	if len(files) == 0 {
+		if _, err := statDir(dir); err != nil {
+			return nil, err
+		}
+	}
+	sort.Strings(files)
+	out := make([]AuditGrant, 0, len(files))
+	for _, f := range files {
+		g, err := grants.Load(f)
+		if err != nil {
+			return nil, fmt.Errorf("load grant %s: %w", f, err)
+		}
+		ag, err := NewAuditGrant(g)
+		if err != nil {
+			return nil, fmt.Errorf("grant %s: %w", f, err)
+		}
+		out = append(out, ag)
+	}
+	return out, nil
+}
+
+// NewAuditGrant compiles g for the audit.
+func NewAuditGrant(g *grants.Grant) (AuditGrant, error) {
+	active := *g
+	active.Revoked = false
+	m, err := grants.Compile(&active, grants.MatcherOptions{})
+	if err != nil {
+		return AuditGrant{}, err
+	}
+	ag := AuditGrant{GrantID: g.GrantID, AgentID: g.AgentID, Rules: m, Revoked: g.Revoked}
+	if g.RevokedAt != "" {
+		if t, err := time.Parse(time.RFC3339Nano, g.RevokedAt); err == nil {
+			ag.RevokedAt = t
+		}
+	}
+	return ag, nil
+}
+
+// AuditOptions adjusts an audit.
+type AuditOptions struct {
+	// Folder, when set, is the collaboration folder: its files become rows
+	// of the matrix even if nobody touched them.
+	Folder string
+	// Now stamps the report (default time.Now).
+	Now func() time.Time
+}
+
+// AuditReport is what an audit found, ready to render.
+type AuditReport struct {
+	Ledger      string        `json:"ledger"`
+	GeneratedAt string        `json:"generated_at"`
+	Verdict     string        `json:"verdict"` // isolated only when every agent is and the chain is valid
+	Chain       *VerifyReport `json:"chain"`
+	Records     int64         `json:"records"` // records read (up to the first unreadable line)
+	Agents      []*AgentAudit `json:"agents"`
+	Matrix      []MatrixRow   `json:"matrix"`
+}
+
+// AgentAudit is one agent's part of the report.
+type AgentAudit struct {
+	Agent      string   `json:"agent"`
+	Grants     []string `json:"grants"`
+	Verdict    string   `json:"verdict"`
+	Reason     string   `json:"reason"`
+	Reads      []Access `json:"reads"`   // paths read (read, read_request)
+	Lists      []Access `json:"lists"`   // directories listed
+	Refused    []Event  `json:"refused"` // denied, frozen_refused, append_rejected
+	Violations []Event  `json:"violations"`
+	Writes     int      `json:"writes"` // write and append_accepted records
+
+	lastGrant string
+	reads     map[string]*Access
+	lists     map[string]*Access
+	unknown   int // accesses that could not be judged
+}
+
+// Access is one path an agent read or listed, with the judgement.
+type Access struct {
+	Path     string `json:"path"`
+	Grant    string `json:"grant"`
+	Count    int    `json:"count"`
+	FirstSeq int64  `json:"first_seq"`
+	LastSeq  int64  `json:"last_seq"`
+	Allowed  bool   `json:"allowed"`
+	Judged   bool   `json:"judged"` // false when the grant was unknown
+	Rule     string `json:"rule"`
+}
+
+// Event is one ledger record quoted in the report.
+type Event struct {
+	Seq    int64  `json:"seq"`
+	At     string `json:"at"`
+	Kind   string `json:"kind"`
+	Grant  string `json:"grant,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Op     string `json:"op,omitempty"`
+	Detail string `json:"detail,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+}
+
+// MatrixRow is one file (or directory) of the agent × file matrix.
+type MatrixRow struct {
+	Path  string       `json:"path"`
+	Cells []MatrixCell `json:"cells"` // one per agent, in the order of Agents
+}
+
+// MatrixCell says what one agent did with one path.
+type MatrixCell struct {
+	Read      bool   `json:"read,omitempty"`
+	Listed    bool   `json:"listed,omitempty"`
+	Refused   bool   `json:"refused,omitempty"`
+	Written   bool   `json:"written,omitempty"`
+	Violation bool   `json:"violation,omitempty"`
+	Grant     string `json:"grant"` // what the agent's grant says of the path: readable, visible, hidden, unknown
+}
+
+// State is the cell's label: the accesses seen, or "never touched".
+func (c MatrixCell) State() string {
+	var parts []string
+	if c.Read {
+		parts = append(parts, "read")
+	}
+	if c.Listed {
+		parts = append(parts, "listed")
+	}
+	if c.Written {
+		parts = append(parts, "written")
+	}
+	if c.Refused {
+		parts = append(parts, "refused")
+	}
+	if len(parts) == 0 {
+		return "never touched"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Audit judges every read and listing in the ledger at path against the
+// grant it was made under. Grants revoked in the ledger (a grant_revoked
+// record) or with a revoked_at time deny everything after that point; a
+// grant revoked with no known time is judged by its rules.
+func Audit(path string, gs []AuditGrant, opts AuditOptions) (*AuditReport, error) {
+	chain, err := Verify(path)
+	if err != nil {
+		return nil, err
+	}
+	f, src, err := openSnapshot(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	a := newAuditor(gs)
+	rd := NewReader(src)
+	for {
+		rec, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		var le *LineError
+		if errors.As(err, &le) {
+			break // reported by the chain check; judge what precedes it
+		}
+		if err != nil {
+			return nil, fmt.Errorf("audit ledger %s: %w", path, err)
+		}
+		a.add(rec)
+	}
+	var folderFiles []string
+	if opts.Folder != "" {
+		if folderFiles, err = listFolder(opts.Folder); err != nil {
+			return nil, err
+		}
+	}
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	rep := a.report(folderFiles)
+	rep.Ledger = path
+	rep.Chain = chain
+	rep.GeneratedAt = now().UTC().Format(time.RFC3339)
+	if !chain.OK() && rep.Verdict == VerdictIsolated {
+		rep.Verdict = VerdictUnverified
+	}
+	return rep, nil
+}
+
+// AuditRecords judges records already in memory (no chain check); Audit
+// is the usual entry point.
+func AuditRecords(records []Record, gs []AuditGrant, folderFiles []string) *AuditReport {
+	a := newAuditor(gs)
+	for _, r := range records {
+		a.add(r)
+	}
+	return a.report(folderFiles)
+}
+
+type auditor struct {
+	grants    map[string]*AuditGrant
+	byAgent   map[string][]*AuditGrant
+	revokedAt map[string]int64 // grant -> seq of its grant_revoked record
+	agents    map[string]*AgentAudit
+	cells     map[string]map[string]*MatrixCell // path -> agent -> cell
+	records   int64
+}
+
+func newAuditor(gs []AuditGrant) *auditor {
+	a := &auditor{
+		grants:    map[string]*AuditGrant{},
+		byAgent:   map[string][]*AuditGrant{},
+		revokedAt: map[string]int64{},
+		agents:    map[string]*AgentAudit{},
+		cells:     map[string]map[string]*MatrixCell{},
+	}
+	for i := range gs {
+		g := &gs[i]
+		a.grants[g.GrantID] = g
+		a.byAgent[g.AgentID] = append(a.byAgent[g.AgentID], g)
+		a.agent(g.AgentID).addGrant(g.GrantID)
+	}
+	return a
+}
+
+func (a *auditor) agent(id string) *AgentAudit {
+	ag := a.agents[id]
+	if ag == nil {
+		ag = &AgentAudit{Agent: id, reads: map[string]*Access{}, lists: map[string]*Access{}}
+		a.agents[id] = ag
+	}
+	return ag
+}
+
+func (ag *AgentAudit) addGrant(id string) {
+	if id != "" && !slices.Contains(ag.Grants, id) {
+		ag.Grants = append(ag.Grants, id)
+	}
+	if id != "" {
+		ag.lastGrant = id
+	}
+}
+
+func (a *auditor) cell(path, agent string) *MatrixCell {
+	row := a.cells[path]
+	if row == nil {
+		row = map[string]*MatrixCell{}
+		a.cells[path] = row
+	}
+	c := row[agent]
+	if c == nil {
+		c = &MatrixCell{}
+		row[agent] = c
+	}
+	return c
+}
+
+// grantFor finds the grant a record was made under.
+func (a *auditor) grantFor(r Record) (*AuditGrant, string) {
+	if r.Grant != "" {
+		if g := a.grants[r.Grant]; g != nil {
+			return g, ""
+		}
+		return nil, fmt.Sprintf("grant %s not found", r.Grant)
+	}
+	switch cands := a.byAgent[r.Agent]; len(cands) {
+	case 1:
+		return cands[0], ""
+	case 0:
+		return nil, fmt.Sprintf("no grant for agent %s", r.Agent)
+	default:
+		return nil, fmt.Sprintf("record names no grant and agent %s has %d", r.Agent, len(cands))
+	}
+}
+
+// judge decides whether r's access was allowed by the grant in force.
+func (a *auditor) judge(r Record, g *AuditGrant, wantRead bool) (allowed bool, rule string) {
+	if seq, ok := a.revokedAt[g.GrantID]; ok {
+		return false, fmt.Sprintf("%s at seq %d", grants.RuleRevoked, seq)
+	}
+	if g.Revoked && !g.RevokedAt.IsZero() {
+		if at, err := time.Parse(time.RFC3339Nano, r.At); err == nil && !at.Before(g.RevokedAt) {
+			return false, fmt.Sprintf("%s at %s", grants.RuleRevoked, g.RevokedAt.UTC().Format(time.RFC3339))
+		}
+	}
+	d := g.Rules.Explain(r.Path)
+	if wantRead {
+		return d.Readable, d.Rule
+	}
+	return d.Visible, d.Rule
+}
+
+func (a *auditor) add(r Record) {
+	a.records++
+	if r.Kind == KindGrantRevoked && r.Grant != "" {
+		if _, seen := a.revokedAt[r.Grant]; !seen {
+			a.revokedAt[r.Grant] = r.Seq
+		}
+	}
+	if r.Agent == "" && r.Grant == "" {
+		return // system records: mounts of no agent, repairs
+	}
+	g, why := a.grantFor(r)
+	agentID := r.Agent
+	if agentID == "" && g != nil {
+		agentID = g.AgentID
+	}
+	if agentID == "" {
+		agentID = "(grant " + r.Grant + ")"
+	}
+	ag := a.agent(agentID)
+	ag.addGrant(r.Grant)
+	if g != nil {
+		ag.addGrant(g.GrantID)
+	}
+	switch r.Kind {
+	case KindRead, KindReadRequest, KindList:
+		isRead := r.Kind != KindList
+		m := ag.lists
+		if isRead {
+			m = ag.reads
+		}
+		acc := m[r.Path]
+		if acc == nil {
+			acc = &Access{Path: r.Path, FirstSeq: r.Seq, Allowed: true, Judged: true}
+			m[r.Path] = acc
+		}
+		acc.Count++
+		acc.LastSeq = r.Seq
+		c := a.cell(r.Path, agentID)
+		if isRead {
+			c.Read = true
+		} else {
+			c.Listed = true
+		}
+		if g == nil {
+			if acc.Judged {
+				ag.unknown++
+			}
+			acc.Judged, acc.Rule, acc.Grant = false, why, r.Grant
+			return
+		}
+		allowed, rule := a.judge(r, g, isRead)
+		if acc.Rule == "" || !allowed {
+			acc.Rule, acc.Grant = rule, g.GrantID
+		}
+		if !allowed {
+			acc.Allowed = false
+			c.Violation = true
+			what := "read a path its grant does not make readable"
+			if !isRead {
+				what = "listed a directory its grant does not make visible"
+			}
+			ag.Violations = append(ag.Violations, eventOf(r, g.GrantID, rule, what))
+		}
+	case KindDenied, KindFrozenRefused, KindAppendRejected:
+		ag.Refused = append(ag.Refused, eventOf(r, r.Grant, "", r.Detail))
+		if r.Path != "" {
+			a.cell(r.Path, agentID).Refused = true
+		}
+	case KindWrite, KindAppendAccepted:
+		ag.Writes++
+		if r.Path != "" {
+			a.cell(r.Path, agentID).Written = true
+		}
+	}
+}
+
+func eventOf(r Record, grant, rule, detail string) Event {
+	return Event{Seq: r.Seq, At: r.At, Kind: r.Kind, Grant: grant, Path: r.Path, Op: r.Op, Detail: detail, Rule: rule}
+}
+
+func (a *auditor) report(folderFiles []string) *AuditReport {
+	rep := &AuditReport{Records: a.records, Verdict: VerdictIsolated}
+	ids := make([]string, 0, len(a.agents))
+	for id := range a.agents {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		ag := a.agents[id]
+		ag.Reads = sortedAccesses(ag.reads)
+		ag.Lists = sortedAccesses(ag.lists)
+		switch {
+		case len(ag.Violations) > 0:
+			ag.Verdict = VerdictViolated
+			ag.Reason = fmt.Sprintf("%d access(es) its grant does not allow, first at seq %d", len(ag.Violations), ag.Violations[0].Seq)
+		case ag.unknown > 0:
+			ag.Verdict = VerdictUnverified
+			ag.Reason = fmt.Sprintf("%d path(s) accessed under a grant that was not given to the audit", ag.unknown)
+		default:
+			ag.Verdict = VerdictIsolated
+			ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) allowed by its grant", len(ag.Reads), len(ag.Lists))
+		}
+		switch {
+		case ag.Verdict == VerdictViolated:
+			rep.Verdict = VerdictViolated
+		case ag.Verdict == VerdictUnverified && rep.Verdict == VerdictIsolated:
+			rep.Verdict = VerdictUnverified
+		}
+		rep.Agents = append(rep.Agents, ag)
+	}
+	paths := make([]string, 0, len(a.cells)+len(folderFiles))
+	for p := range a.cells {
+		paths = append(paths, p)
+	}
+	for _, p := range folderFiles {
+		if _, ok := a.cells[p]; !ok {
+			paths = append(paths, p)
+		}
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		row := MatrixRow{Path: p, Cells: make([]MatrixCell, len(rep.Agents))}
+		for i, ag := range rep.Agents {
+			var c MatrixCell
+			if got := a.cells[p][ag.Agent]; got != nil {
+				c = *got
+			}
+			c.Grant = "unknown"
+			if g := a.grants[ag.lastGrant]; g != nil {
+				d := g.Rules.Explain(p)
+				switch {
+				case d.Readable:
+					c.Grant = "readable"
+				case d.Visible:
+					c.Grant = "visible"
+				default:
+					c.Grant = "hidden"
+				}
+			}
+			row.Cells[i] = c
+		}
+		rep.Matrix = append(rep.Matrix, row)
+	}
+	return rep
+}
+
+func sortedAccesses(m map[string]*Access) []Access {
+	out := make([]Access, 0, len(m))
+	for _, acc := range m {
+		out = append(out, *acc)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// listFolder returns the folder's regular files, folder-relative and
+// slash-separated, skipping hidden control directories (".acpfs").
+func listFolder(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".acpfs" {
+			return filepath.SkipDir
+		}
+		if d.Type().IsRegular() {
+			rel, err := filepath.Rel(dir, p)
+			if err != nil {
+				return err
+			}
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list folder %s: %w", dir, err)
+	}
+	return out, nil
+}
+
+func statDir(dir string) (fs.FileInfo, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("grants directory: %w", err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("grants directory %s is not a directory", dir)
+	}
+	return st, nil
+}

@@ -1,0 +1,195 @@
+package ledger
+
+import (
+	"bufio"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"strings"
+)
+
+// Render writes the report in format "md" (or "markdown"), "json" or
+// "html".
+func (r *AuditReport) Render(w io.Writer, format string) error {
+	switch strings.ToLower(format) {
+	case "md", "markdown", "":
+		return r.WriteMarkdown(w)
+	case "json":
+		return r.WriteJSON(w)
+	case "html":
+		return r.WriteHTML(w)
+	}
+	return fmt.Errorf("unknown report format %q (want md, json or html)", format)
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *AuditReport) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("write audit JSON: %w", err)
+	}
+	return nil
+}
+
+// ChainSummary is one sentence on the ledger's integrity.
+func (r *AuditReport) ChainSummary() string {
+	c := r.Chain
+	if c == nil {
+		return "not checked"
+	}
+	if c.Problem != nil {
+		return fmt.Sprintf("BROKEN at seq %d (line %d): %s: %s — %d sound records before it",
+			c.Problem.Seq, c.Problem.Line, c.Problem.Kind, c.Problem.Reason, c.Records)
+	}
+	s := fmt.Sprintf("valid — %d records, last seq %d, last hash %s", c.Records, c.LastSeq, c.LastHash)
+	if n := len(c.Repairs); n > 0 {
+		seqs := make([]string, n)
+		for i, rp := range c.Repairs {
+			seqs[i] = fmt.Sprint(rp.Seq)
+		}
+		s += fmt.Sprintf("; %d torn-tail repair(s) recorded at seq %s", n, strings.Join(seqs, ", "))
+	}
+	return s
+}
+
+// displayPath shows the folder root as ".".
+func displayPath(p string) string {
+	if p == "" {
+		return "."
+	}
+	return p
+}
+
+// md escapes text for a Markdown table cell or paragraph: Markdown
+// punctuation is backslash-escaped, HTML-significant characters become
+// entities, and line breaks become spaces.
+func md(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		switch c {
+		case '\\', '`', '*', '_', '[', ']', '|', '~':
+			b.WriteByte('\\')
+			b.WriteRune(c)
+		case '<':
+			b.WriteString("&lt;")
+		case '>':
+			b.WriteString("&gt;")
+		case '&':
+			b.WriteString("&amp;")
+		case '\n', '\r', '\t':
+			b.WriteByte(' ')
+		default:
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
+// WriteMarkdown writes the report as Markdown.
+func (r *AuditReport) WriteMarkdown(out io.Writer) error {
+	w := bufio.NewWriter(out)
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("# Ledger audit\n\n")
+	p("- Ledger: %s\n", md(r.Ledger))
+	p("- Generated: %s\n", md(r.GeneratedAt))
+	p("- Chain: %s\n", md(r.ChainSummary()))
+	p("- Records judged: %d\n", r.Records)
+	p("- Verdict: **%s**\n\n", md(r.Verdict))
+
+	p("## Summary\n\n")
+	p("| Agent | Grants | Verdict | Paths read | Listings | Refused | Violations |\n")
+	p("|---|---|---|---:|---:|---:|---:|\n")
+	for _, ag := range r.Agents {
+		p("| %s | %s | **%s** | %d | %d | %d | %d |\n", md(ag.Agent), md(strings.Join(ag.Grants, ", ")),
+			md(ag.Verdict), len(ag.Reads), len(ag.Lists), len(ag.Refused), len(ag.Violations))
+	}
+	for _, ag := range r.Agents {
+		p("\n## Agent %s: %s\n\n%s\n", md(ag.Agent), md(ag.Verdict), md(ag.Reason))
+		if len(ag.Violations) > 0 {
+			p("\n### Violations\n\n| Seq | At | Kind | Path | Grant | Rule |\n|---:|---|---|---|---|---|\n")
+			for _, e := range ag.Violations {
+				p("| %d | %s | %s | %s | %s | %s |\n", e.Seq, md(e.At), md(e.Kind), md(displayPath(e.Path)), md(e.Grant), md(e.Rule))
+			}
+		}
+		writeAccessTable(p, "Paths read", ag.Reads)
+		writeAccessTable(p, "Directories listed", ag.Lists)
+		if len(ag.Refused) > 0 {
+			p("\n### Refused attempts\n\n| Seq | At | Kind | Op | Path | Detail |\n|---:|---|---|---|---|---|\n")
+			for _, e := range ag.Refused {
+				p("| %d | %s | %s | %s | %s | %s |\n", e.Seq, md(e.At), md(e.Kind), md(e.Op), md(displayPath(e.Path)), md(e.Detail))
+			}
+		}
+	}
+	if len(r.Matrix) > 0 {
+		p("\n## Agent × file matrix\n\nEach cell: what the agent did, then what its grant says of the path.\n\n| Path |")
+		for _, ag := range r.Agents {
+			p(" %s |", md(ag.Agent))
+		}
+		p("\n|---|%s\n", strings.Repeat("---|", len(r.Agents)))
+		for _, row := range r.Matrix {
+			p("| %s |", md(displayPath(row.Path)))
+			for _, c := range row.Cells {
+				state := md(c.State()) + " (" + md(c.Grant) + ")"
+				if c.Violation {
+					state = "**VIOLATION: " + state + "**"
+				}
+				p(" %s |", state)
+			}
+			p("\n")
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("write audit Markdown: %w", err)
+	}
+	return nil
+}
+
+func writeAccessTable(p func(string, ...any), title string, accs []Access) {
+	if len(accs) == 0 {
+		return
+	}
+	p("\n### %s\n\n| Path | Count | First seq | Grant | Allowed | Rule |\n|---|---:|---:|---|---|---|\n", title)
+	for _, a := range accs {
+		allowed := "yes"
+		switch {
+		case !a.Judged:
+			allowed = "unknown"
+		case !a.Allowed:
+			allowed = "**NO**"
+		}
+		p("| %s | %d | %d | %s | %s | %s |\n", md(displayPath(a.Path)), a.Count, a.FirstSeq, md(a.Grant), allowed, md(a.Rule))
+	}
+}
+
+//go:embed audit.html.tmpl
+var auditHTML string
+
+var auditTemplate = template.Must(template.New("audit").Funcs(template.FuncMap{
+	"path": displayPath,
+	"cellClass": func(c MatrixCell) string {
+		switch {
+		case c.Violation:
+			return "violation"
+		case c.Read:
+			return "read"
+		case c.Listed || c.Written:
+			return "listed"
+		case c.Refused:
+			return "refused"
+		}
+		return "never"
+	},
+}).Parse(auditHTML))
+
+// WriteHTML writes the report as one self-contained HTML page (inline CSS,
+// no scripts, everything escaped by html/template).
+func (r *AuditReport) WriteHTML(w io.Writer) error {
+	if err := auditTemplate.Execute(w, r); err != nil {
+		return fmt.Errorf("write audit HTML: %w", err)
+	}
+	return nil
+}

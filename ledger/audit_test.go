@@ -1,0 +1,288 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/grants"
+)
+
+// fakeRules grants by path prefix: read prefixes are readable, their
+// ancestors visible.
+type fakeRules struct{ read []string }
+
+func (f fakeRules) Explain(rel string) grants.Decision {
+	if rel == "" {
+		return grants.Decision{Visible: true, Rule: "root"}
+	}
+	for _, p := range f.read {
+		if rel == p || strings.HasPrefix(rel, p+"/") {
+			return grants.Decision{Visible: true, Readable: true, Rule: "read " + p}
+		}
+		if strings.HasPrefix(p, rel+"/") {
+			return grants.Decision{Visible: true, Rule: "ancestor of " + p}
+		}
+	}
+	return grants.Decision{Rule: "no rule matches"}
+}
+
+func fakeGrants() []AuditGrant {
+	return []AuditGrant{
+		{GrantID: "G-alice", AgentID: "alice", Rules: fakeRules{read: []string{"docs", "events.jsonl"}}},
+		{GrantID: "G-bob", AgentID: "bob", Rules: fakeRules{read: []string{"docs/public"}}},
+		{GrantID: "G-carol", AgentID: "carol", Rules: fakeRules{read: []string{"docs"}}},
+	}
+}
+
+func rec(seq int64, kind, agent, grant, path string) Record {
+	return Record{Seq: seq, At: "2026-03-01T12:00:00.000000000Z", Kind: kind, Agent: agent, Grant: grant, Path: path}
+}
+
+func TestAuditVerdicts(t *testing.T) {
+	records := []Record{
+		rec(1, KindGrantCreated, "alice", "G-alice", ""),
+		rec(2, KindList, "alice", "G-alice", ""),
+		rec(3, KindList, "alice", "G-alice", "docs"),
+		rec(4, KindRead, "alice", "G-alice", "docs/spec.md"),
+		rec(5, KindRead, "alice", "G-alice", "docs/spec.md"),
+		rec(6, KindDenied, "alice", "G-alice", "oracle/answers.md"),
+		rec(7, KindRead, "bob", "G-bob", "docs/public/a.md"),
+		rec(8, KindRead, "bob", "G-bob", "oracle/answers.md"), // the grant never allowed it
+		rec(9, KindList, "bob", "G-bob", "oracle"),
+		rec(10, KindReadRequest, "carol", "G-carol", "docs/a.md"),
+		rec(11, KindGrantRevoked, "carol", "G-carol", ""),
+		rec(12, KindRead, "carol", "G-carol", "docs/a.md"), // after revocation
+		rec(13, KindRead, "dave", "G-dave", "docs/a.md"),   // grant not given
+		rec(14, KindRepair, "", "", ""),
+		rec(15, KindAppendAccepted, "alice", "G-alice", "events.jsonl"),
+		rec(16, KindFrozenRefused, "alice", "G-alice", "docs/spec.md"),
+	}
+	rep := AuditRecords(records, fakeGrants(), []string{"oracle/answers.md", "oracle/other.md"})
+	assert.Equal(t, VerdictViolated, rep.Verdict)
+	assert.Equal(t, int64(16), rep.Records)
+	byAgent := map[string]*AgentAudit{}
+	var order []string
+	for _, ag := range rep.Agents {
+		byAgent[ag.Agent] = ag
+		order = append(order, ag.Agent)
+	}
+	assert.Equal(t, []string{"alice", "bob", "carol", "dave"}, order)
+
+	alice := byAgent["alice"]
+	assert.Equal(t, VerdictIsolated, alice.Verdict, alice.Reason)
+	require.Len(t, alice.Reads, 1)
+	assert.Equal(t, Access{Path: "docs/spec.md", Grant: "G-alice", Count: 2, FirstSeq: 4, LastSeq: 5, Allowed: true, Judged: true, Rule: "read docs"}, alice.Reads[0])
+	assert.Len(t, alice.Lists, 2)
+	require.Len(t, alice.Refused, 2)
+	assert.Equal(t, int64(6), alice.Refused[0].Seq)
+	assert.Equal(t, 1, alice.Writes)
+
+	bob := byAgent["bob"]
+	assert.Equal(t, VerdictViolated, bob.Verdict)
+	require.Len(t, bob.Violations, 2)
+	assert.Equal(t, int64(8), bob.Violations[0].Seq)
+	assert.Equal(t, "no rule matches", bob.Violations[0].Rule)
+	assert.Equal(t, KindList, bob.Violations[1].Kind)
+
+	carol := byAgent["carol"]
+	assert.Equal(t, VerdictViolated, carol.Verdict)
+	require.Len(t, carol.Violations, 1)
+	assert.Equal(t, int64(12), carol.Violations[0].Seq)
+	assert.Contains(t, carol.Violations[0].Rule, "revoked at seq 11")
+
+	dave := byAgent["dave"]
+	assert.Equal(t, VerdictUnverified, dave.Verdict)
+	assert.False(t, dave.Reads[0].Judged)
+
+	// Matrix: every touched path plus the folder's files, one cell per agent.
+	paths := map[string]MatrixRow{}
+	for _, row := range rep.Matrix {
+		paths[row.Path] = row
+		require.Len(t, row.Cells, 4)
+	}
+	assert.Contains(t, paths, "oracle/other.md")
+	other := paths["oracle/other.md"].Cells
+	assert.Equal(t, "never touched", other[0].State())
+	assert.Equal(t, "hidden", other[0].Grant)
+	ans := paths["oracle/answers.md"].Cells
+	assert.True(t, ans[0].Refused)
+	assert.False(t, ans[0].Read)
+	assert.True(t, ans[1].Read)
+	assert.True(t, ans[1].Violation)
+	assert.Equal(t, "read", ans[1].State())
+	assert.Equal(t, "unknown", ans[3].Grant, "dave's grant was not given")
+	spec := paths["docs/spec.md"].Cells
+	assert.Equal(t, "read, refused", spec[0].State())
+}
+
+func TestAuditIsolatedWhenAllAllowed(t *testing.T) {
+	rep := AuditRecords([]Record{
+		rec(1, KindRead, "alice", "G-alice", "docs/x.md"),
+		rec(2, KindRead, "", "G-bob", "docs/public/y.md"), // agent from the grant
+		rec(3, KindRead, "carol", "", "docs/z.md"),        // grant from the agent
+	}, fakeGrants(), nil)
+	assert.Equal(t, VerdictIsolated, rep.Verdict)
+	for _, ag := range rep.Agents {
+		assert.Equal(t, VerdictIsolated, ag.Verdict, ag.Agent)
+	}
+}
+
+func TestAuditRevokedAtTime(t *testing.T) {
+	gs := fakeGrants()
+	gs[0].Revoked = true
+	gs[0].RevokedAt = time.Date(2026, 3, 1, 12, 0, 1, 0, time.UTC)
+	before := rec(1, KindRead, "alice", "G-alice", "docs/a.md")
+	after := rec(2, KindRead, "alice", "G-alice", "docs/a.md")
+	after.At = "2026-03-01T12:00:02.000000000Z"
+	rep := AuditRecords([]Record{before}, gs, nil)
+	assert.Equal(t, VerdictIsolated, rep.Verdict)
+	rep = AuditRecords([]Record{before, after}, gs, nil)
+	assert.Equal(t, VerdictViolated, rep.Verdict)
+}
+
+// writeRunLedger writes the ledger of a small run: alice stays within her
+// grant, bob (when cheat is set) reads the oracle.
+func writeRunLedger(t *testing.T, path string, cheat bool) {
+	t.Helper()
+	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock()})
+	require.NoError(t, err)
+	rs := []Record{
+		{Kind: KindMountStarted, Agent: "alice", Grant: "G-alice"},
+		{Kind: KindList, Agent: "alice", Grant: "G-alice", Path: ""},
+		{Kind: KindRead, Agent: "alice", Grant: "G-alice", Path: "docs/brief.md", SHA256: strings.Repeat("a", 64)},
+		{Kind: KindWrite, Agent: "alice", Grant: "G-alice", Path: "deliverables/design-spec.md"},
+		{Kind: KindDenied, Agent: "alice", Grant: "G-alice", Path: "oracle/answers.md", Op: "create", Detail: `not in may_write <"oracle/**">`},
+		{Kind: KindMountStarted, Agent: "bob", Grant: "G-bob"},
+		{Kind: KindRead, Agent: "bob", Grant: "G-bob", Path: "deliverables/design-spec.md"},
+		{Kind: KindAppendRejected, Agent: "bob", Grant: "G-bob", Path: "events.jsonl", Detail: "not your turn"},
+	}
+	if cheat {
+		rs = append(rs, Record{Kind: KindRead, Agent: "bob", Grant: "G-bob", Path: "oracle/answers.md"})
+	}
+	for _, r := range rs {
+		_, err := w.Append(r)
+		require.NoError(t, err)
+	}
+	require.NoError(t, w.Close())
+}
+
+func TestAuditWithRealGrants(t *testing.T) {
+	gs, err := LoadAuditGrants(filepath.Join("..", "testdata", "ledger", "run", "context_grants"))
+	require.NoError(t, err)
+	require.Len(t, gs, 2)
+	dir := t.TempDir()
+	for _, cheat := range []bool{false, true} {
+		path := filepath.Join(dir, "ledger-"+map[bool]string{false: "clean", true: "cheat"}[cheat]+".jsonl")
+		writeRunLedger(t, path, cheat)
+		rep, err := Audit(path, gs, AuditOptions{})
+		require.NoError(t, err)
+		require.True(t, rep.Chain.OK())
+		require.Len(t, rep.Agents, 2)
+		assert.Equal(t, VerdictIsolated, rep.Agents[0].Verdict, rep.Agents[0].Reason)
+		if !cheat {
+			assert.Equal(t, VerdictIsolated, rep.Verdict)
+			assert.Equal(t, VerdictIsolated, rep.Agents[1].Verdict, rep.Agents[1].Reason)
+			continue
+		}
+		assert.Equal(t, VerdictViolated, rep.Verdict)
+		bob := rep.Agents[1]
+		assert.Equal(t, VerdictViolated, bob.Verdict)
+		require.Len(t, bob.Violations, 1)
+		assert.Equal(t, "oracle/answers.md", bob.Violations[0].Path)
+		assert.Contains(t, bob.Violations[0].Rule, "forbidden_read")
+	}
+
+	// A broken chain makes an otherwise clean audit unverified.
+	path := filepath.Join(dir, "ledger-clean.jsonl")
+	appendRaw(t, path, "garbage\n")
+	rep, err := Audit(path, gs, AuditOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, VerdictUnverified, rep.Verdict)
+	assert.Contains(t, rep.ChainSummary(), "BROKEN at seq 9")
+
+	_, err = LoadAuditGrants(filepath.Join(dir, "nope"))
+	require.Error(t, err)
+}
+
+func TestAuditFolderListing(t *testing.T) {
+	folder := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(folder, "oracle"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(folder, ".acpfs"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(folder, "oracle", "answers.md"), nil, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(folder, ".acpfs", "status"), nil, 0o644))
+	path := filepath.Join(t.TempDir(), "l.jsonl")
+	writeRunLedger(t, path, false)
+	rep, err := Audit(path, fakeGrants(), AuditOptions{Folder: folder, Now: func() time.Time { return time.Unix(0, 0) }})
+	require.NoError(t, err)
+	assert.Equal(t, "1970-01-01T00:00:00Z", rep.GeneratedAt)
+	var rows []string
+	for _, r := range rep.Matrix {
+		rows = append(rows, r.Path)
+	}
+	assert.Contains(t, rows, "oracle/answers.md")
+	assert.NotContains(t, rows, ".acpfs/status")
+}
+
+// hostileReport has agent ids, paths and details that try to break out of
+// every output format.
+func hostileReport() *AuditReport {
+	evil := `<script>alert(1)</script>"'&|*_[x](javascript:alert(2))` + "\n# heading"
+	records := []Record{
+		rec(1, KindRead, evil, "G-evil", evil),
+		{Seq: 2, At: "t", Kind: KindDenied, Agent: evil, Grant: "G-evil", Path: "p", Detail: evil},
+	}
+	gs := []AuditGrant{{GrantID: "G-evil", AgentID: evil, Rules: fakeRules{read: []string{"docs"}}}}
+	rep := AuditRecords(records, gs, nil)
+	rep.Ledger = evil
+	rep.Chain = &VerifyReport{Records: 2, LastSeq: 2, LastHash: strings.Repeat("f", 64)}
+	return rep
+}
+
+func TestRenderHTMLEscapes(t *testing.T) {
+	var buf bytes.Buffer
+	require.NoError(t, hostileReport().Render(&buf, "html"))
+	out := buf.String()
+	assert.NotContains(t, out, "<script>")
+	assert.Contains(t, out, "&lt;script&gt;alert(1)&lt;/script&gt;")
+	assert.NotContains(t, out, "<script src")
+	assert.Contains(t, out, "Content-Security-Policy")
+	assert.Contains(t, out, "<style>")
+	assert.NotContains(t, out, "http://")
+	assert.NotContains(t, out, "https://")
+	assert.Contains(t, out, "VIOLATION")
+	// Only our own tags: the page parses back as our template's structure.
+	assert.Equal(t, 1, strings.Count(out, "<body>"))
+}
+
+func TestRenderMarkdownEscapes(t *testing.T) {
+	var buf bytes.Buffer
+	require.NoError(t, hostileReport().Render(&buf, "md"))
+	out := buf.String()
+	assert.NotContains(t, out, "<script>")
+	assert.Contains(t, out, `&lt;script&gt;`)
+	assert.Contains(t, out, `\|\*\_\[x\]`)
+	for _, line := range strings.Split(out, "\n") {
+		assert.False(t, strings.HasPrefix(line, "# heading"), "a newline in data must not start a heading")
+	}
+	assert.Contains(t, out, "# Ledger audit")
+	assert.Contains(t, out, "## Agent × file matrix")
+}
+
+func TestRenderJSON(t *testing.T) {
+	var buf bytes.Buffer
+	rep := hostileReport()
+	require.NoError(t, rep.Render(&buf, "json"))
+	var back AuditReport
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &back))
+	assert.Equal(t, rep.Verdict, back.Verdict)
+	assert.Equal(t, rep.Agents[0].Agent, back.Agents[0].Agent)
+	require.Error(t, rep.Render(&buf, "pdf"))
+}
