@@ -1,0 +1,175 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/mount"
+	"github.com/acpfs/acpfs/protocol"
+)
+
+func init() {
+	commands = append(commands, newUpCmd, newStatusCmd)
+}
+
+func newUpCmd() *cobra.Command {
+	var (
+		runs, folder, root, sync, audit string
+		allowOther                      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "up --runs DIR --folder F --root R",
+		Short: "Coordinator: mount every grant of a run directory at R/<agent_id> and follow grant changes",
+		Long: `up mounts one view per active grant in DIR/context_grants at R/<agent_id>.
+The views share one protocol state and one ledger writer. A new grant is
+mounted, a changed grant applies to its live view, a revoked or removed
+grant is unmounted. SIGINT or SIGTERM unmounts everything and flushes the
+ledger.`,
+		Example: "  acpfs up --runs agent_runs --folder collab --root /mnt/agents",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := mount.Check().Usable(); err != nil {
+				return withCode(exitNoFUSE, err)
+			}
+			if audit != "" && audit != "reads" {
+				return fmt.Errorf(`--audit: unknown mode %q (only "reads")`, audit)
+			}
+			folderAbs, err := filepath.Abs(folder)
+			if err != nil {
+				return err
+			}
+			rd := grants.NewRunDir(runs)
+			if err := rd.Init(); err != nil {
+				return err
+			}
+			participants, err := readParticipants(folderAbs)
+			if err != nil {
+				return err
+			}
+			log, err := protocol.OpenLog(folderAbs)
+			if err != nil {
+				return err
+			}
+			defer log.Close()
+			lw, err := openLedger(rd.LedgerPath(), sync)
+			if err != nil {
+				return err
+			}
+			defer lw.Close()
+			rootAbs, err := filepath.Abs(root)
+			if err != nil {
+				return err
+			}
+			c, err := mount.StartCoordinator(mount.CoordinatorConfig{
+				Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
+				AuditReads: audit == "reads", AllowOther: allowOther, Participants: participants,
+			})
+			if err != nil {
+				return withCode(exitMount, err)
+			}
+			st := c.Status()
+			fmt.Fprintf(cmd.OutOrStdout(), "acpfs up: %d view(s) of %s under %s\n", len(st.Views), folderAbs, rootAbs)
+			for _, v := range st.Views {
+				fmt.Fprintf(cmd.OutOrStdout(), "  %s (%s) at %s\n", v.Agent, v.Grant, v.Mountpoint)
+			}
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+			<-sig
+			if err := c.Stop(); err != nil {
+				return withCode(exitMount, err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&runs, "runs", "agent_runs", "run directory (context_grants/, handoffs/, ledger)")
+	cmd.Flags().StringVar(&folder, "folder", "", "collaboration folder (required)")
+	cmd.Flags().StringVar(&root, "root", "", "directory under which each agent's view is mounted (required, empty)")
+	cmd.Flags().StringVar(&sync, "ledger-sync", "batch", "when the ledger is fsynced: always, batch or off")
+	cmd.Flags().StringVar(&audit, "audit", "", `"reads" also records every read request`)
+	cmd.Flags().BoolVar(&allowOther, "allow-other", false, "let other uids use the mounts (with default_permissions)")
+	_ = cmd.MarkFlagRequired("folder")
+	_ = cmd.MarkFlagRequired("root")
+	return cmd
+}
+
+// readParticipants lists the participant ids of folder/protocol.json.
+func readParticipants(folder string) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(folder, "protocol.json"))
+	if err != nil {
+		return nil, fmt.Errorf("read protocol.json: %w", err)
+	}
+	var p struct {
+		Participants []json.RawMessage `json:"participants"`
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("protocol.json: %w", err)
+	}
+	var out []string
+	for _, raw := range p.Participants {
+		var id string
+		if json.Unmarshal(raw, &id) == nil {
+			out = append(out, id)
+			continue
+		}
+		var obj struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(raw, &obj) == nil && obj.ID != "" {
+			out = append(out, obj.ID)
+		}
+	}
+	return out, nil
+}
+
+func newStatusCmd() *cobra.Command {
+	var runs string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "status --runs DIR",
+		Short:   "List the coordinator's mounts, agents, phase and waiting participants",
+		Example: "  acpfs status --runs agent_runs --json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := mount.ReadStatus(grants.NewRunDir(runs))
+			if err != nil {
+				return err
+			}
+			type out struct {
+				mount.CoordinatorStatus
+				Phase      string   `json:"phase"`
+				Owner      string   `json:"proposalOwner"`
+				WaitingFor []string `json:"waitingFor"`
+				LastSeq    int      `json:"lastSeq"`
+			}
+			o := out{CoordinatorStatus: st}
+			if log, err := protocol.OpenLog(st.Folder); err == nil {
+				s := log.Snapshot()
+				o.Phase, o.Owner, o.WaitingFor, o.LastSeq = s.Phase, s.Owner, s.WaitingFor, s.LastSeq
+				log.Close()
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(o)
+			}
+			fmt.Fprintf(w, "coordinator pid %d since %s\nfolder: %s\nphase: %s\nproposal owner: %s\nwaiting for: %s\nlast seq: %d\n",
+				o.PID, o.Started, o.Folder, o.Phase, o.Owner, strings.Join(o.WaitingFor, ", "), o.LastSeq)
+			for _, v := range o.Views {
+				fmt.Fprintf(w, "  %-16s %-16s %s\n", v.Agent, v.Grant, v.Mountpoint)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&runs, "runs", "agent_runs", "run directory of the coordinator")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
