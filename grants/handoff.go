@@ -156,8 +156,11 @@ func regularFileIn(folder, rel string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("artifact %s: %w", rel, err)
 	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("artifact %s is not a regular file (%s)", rel, fi.Mode().Type())
+	switch {
+	case fi.IsDir():
+		return "", fmt.Errorf("artifact %s is a directory; hand over files one by one", rel)
+	case !fi.Mode().IsRegular():
+		return "", fmt.Errorf("artifact %s is not a regular file", rel)
 	}
 	return full, nil
 }

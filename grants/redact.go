@@ -11,9 +11,12 @@ import (
 // already a leak. Redaction works on "forbidden names", the literal runs
 // of the forbidden_read patterns ("oracle/**" gives "oracle",
 // "**/private-trace-*.log" gives "private-trace-" and ".log"), compared
-// without regard to case. A run counts when it has at least two runes and
-// a letter or digit: single characters and punctuation would blank out the
-// whole prompt. Over-redaction is the accepted price.
+// without regard to case. Leading directories that the grant shows anyway
+// are not secret and are kept ("deliverables/drafts/**" with may_read
+// "deliverables/**" withholds "drafts", not "deliverables"). A run counts
+// when it has at least two runes and a letter or digit: single characters
+// and punctuation would blank out the whole prompt. Over-redaction is the
+// accepted price.
 
 // withheldMark replaces a forbidden name inside free text. It holds no
 // letter or digit, so it can never contain a forbidden name itself.
@@ -26,7 +29,7 @@ type redactor struct {
 	tokens []string // longest first, so that a longer name is removed whole
 }
 
-func newRedactor(forbidden []string) *redactor {
+func newRedactor(g *Grant) *redactor {
 	seen := map[string]bool{}
 	var toks []string
 	add := func(t string) {
@@ -37,10 +40,14 @@ func newRedactor(forbidden []string) *redactor {
 		seen[k] = true
 		toks = append(toks, t)
 	}
-	for _, p := range forbidden {
+	var m *Matcher
+	if st, problems := buildState(g); len(problems) == 0 {
+		m = &Matcher{st: st}
+	}
+	for _, p := range g.ForbiddenRead {
 		add(p)
 		add(strings.TrimSuffix(p, "/"))
-		for _, run := range literalRuns(p) {
+		for _, run := range secretRuns(p, m) {
 			add(run)
 		}
 	}
@@ -51,6 +58,41 @@ func newRedactor(forbidden []string) *redactor {
 		return toks[i] < toks[j]
 	})
 	return &redactor{tokens: toks}
+}
+
+// secretRuns returns the literal runs of a forbidden pattern, leaving out
+// its leading literal directories that m shows anyway. Without a matcher
+// (a grant that does not compile) every run is secret.
+func secretRuns(p string, m *Matcher) []string {
+	alts, err := expandBraces(p, 0)
+	if err != nil || m == nil {
+		return literalRuns(p)
+	}
+	var runs []string
+	for _, alt := range alts {
+		segs := strings.Split(alt, "/")
+		prefix := ""
+		i := 0
+		for ; i < len(segs); i++ {
+			s := segs[i]
+			if s == "" || s == "." {
+				continue
+			}
+			if !isLiteral(s) {
+				break
+			}
+			next := s
+			if prefix != "" {
+				next = prefix + "/" + s
+			}
+			if !m.visible(next) {
+				break
+			}
+			prefix = next
+		}
+		runs = append(runs, literalRuns(strings.Join(segs[i:], "/"))...)
+	}
+	return runs
 }
 
 func isAlnumRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }

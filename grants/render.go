@@ -14,7 +14,7 @@ func renderPrompt(g *Grant) string {
 	if g == nil {
 		return ""
 	}
-	r := newRedactor(g.ForbiddenRead)
+	r := newRedactor(g)
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 

@@ -1,0 +1,155 @@
+package grants
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func grantFor(id, agent string) *Grant {
+	return &Grant{GrantID: id, AgentID: agent, Role: "reviewer", Objective: "review", MayRead: []string{"**"},
+		ForbiddenRead: []string{"oracle/**"}}
+}
+
+func TestRunDirLayout(t *testing.T) {
+	r := NewRunDir("")
+	assert.Equal(t, "agent_runs", r.Root)
+	r = NewRunDir("/x/runs")
+	assert.Equal(t, "/x/runs/context_grants/G-a.json", r.GrantPath("G-a"))
+	assert.Equal(t, "/x/runs/context_grants/G-a.prompt.md", r.PromptPath("G-a"))
+	assert.Equal(t, "/x/runs/handoffs/H-1.json", r.HandoffPath("H-1"))
+	assert.Equal(t, "/x/runs/communication_ledger.jsonl", r.LedgerPath())
+	assert.Equal(t, "/x/runs/artifacts/abc", r.ArtifactPath("abc"))
+}
+
+func TestSaveAndLoadGrants(t *testing.T) {
+	r := NewRunDir(filepath.Join(t.TempDir(), "agent_runs"))
+	gs, err := r.LoadGrants()
+	require.NoError(t, err, "a missing run directory is an empty set")
+	assert.Empty(t, gs)
+
+	require.NoError(t, r.SaveGrant(grantFor("G-b", "beta")))
+	require.NoError(t, r.SaveGrant(grantFor("G-a", "alpha")))
+	gs, err = r.LoadGrants()
+	require.NoError(t, err)
+	require.Len(t, gs, 2)
+	assert.Equal(t, "G-a", gs[0].Grant.GrantID)
+	assert.Equal(t, r.GrantPath("G-a"), gs[0].Path)
+
+	prompt, err := os.ReadFile(r.PromptPath("G-a"))
+	require.NoError(t, err)
+	assert.Contains(t, string(prompt), "# Context grant G-a")
+	assert.NotContains(t, string(prompt), "oracle")
+
+	// No temporary files are left behind.
+	entries, err := os.ReadDir(r.GrantsDir())
+	require.NoError(t, err)
+	for _, e := range entries {
+		assert.False(t, strings.HasPrefix(e.Name(), "."), e.Name())
+	}
+
+	g, p, err := r.FindGrant("G-b")
+	require.NoError(t, err)
+	assert.Equal(t, "beta", g.AgentID)
+	assert.Equal(t, r.GrantPath("G-b"), p)
+	_, _, err = r.FindGrant(r.GrantPath("G-a"))
+	require.NoError(t, err)
+	_, _, err = r.FindGrant("nonsense")
+	assert.Error(t, err)
+
+	got, ok := ActiveGrantFor(gs, "beta")
+	assert.True(t, ok)
+	assert.Equal(t, "G-b", got.Grant.GrantID)
+}
+
+func TestSaveGrantRefusesInvalid(t *testing.T) {
+	r := NewRunDir(t.TempDir())
+	g := grantFor("G-a", "alpha")
+	g.MayRead = nil
+	assert.ErrorContains(t, r.SaveGrant(g), "may_read")
+	_, err := os.Stat(r.GrantPath("G-a"))
+	assert.True(t, os.IsNotExist(err))
+}
+
+func writeJSON(t *testing.T, path, body string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o644))
+}
+
+func TestLoadGrantsSetChecks(t *testing.T) {
+	grant := func(id, agent string, revoked bool) string {
+		rev := ""
+		if revoked {
+			rev = `, "revoked": true`
+		}
+		return `{"grant_id": "` + id + `", "agent_id": "` + agent + `", "role": "r", "objective": "o", "may_read": ["**"]` + rev + `}`
+	}
+	t.Run("two active grants for one agent", func(t *testing.T) {
+		r := NewRunDir(t.TempDir())
+		writeJSON(t, r.GrantPath("G-1"), grant("G-1", "alpha", false))
+		writeJSON(t, r.GrantPath("G-2"), grant("G-2", "alpha", false))
+		gs, err := r.LoadGrants()
+		require.Error(t, err)
+		assert.Len(t, gs, 2)
+		assert.Contains(t, err.Error(), r.GrantPath("G-1"))
+		assert.Contains(t, err.Error(), r.GrantPath("G-2"))
+		assert.Contains(t, err.Error(), "two active grants")
+	})
+	t.Run("a revoked grant does not count", func(t *testing.T) {
+		r := NewRunDir(t.TempDir())
+		writeJSON(t, r.GrantPath("G-1"), grant("G-1", "alpha", true))
+		writeJSON(t, r.GrantPath("G-2"), grant("G-2", "alpha", false))
+		_, err := r.LoadGrants()
+		assert.NoError(t, err)
+	})
+	t.Run("duplicate grant id", func(t *testing.T) {
+		r := NewRunDir(t.TempDir())
+		writeJSON(t, r.GrantPath("G-1"), grant("G-1", "alpha", false))
+		writeJSON(t, r.GrantPath("G-1-copy"), grant("G-1", "beta", false))
+		_, err := r.LoadGrants()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "duplicate grant id G-1")
+		assert.Contains(t, err.Error(), "must be named G-1.json")
+	})
+	t.Run("an invalid grant names its file, the others still load", func(t *testing.T) {
+		r := NewRunDir(t.TempDir())
+		writeJSON(t, r.GrantPath("G-1"), grant("G-1", "alpha", false))
+		writeJSON(t, r.GrantPath("G-2"), `{"grant_id": "G-2"}`)
+		writeJSON(t, filepath.Join(r.GrantsDir(), ".G-3.json.tmp-1"), `garbage`)
+		writeJSON(t, r.PromptPath("G-1"), `# not json`)
+		gs, err := r.LoadGrants()
+		require.Error(t, err)
+		assert.Len(t, gs, 1)
+		assert.Contains(t, err.Error(), r.GrantPath("G-2"))
+		assert.NotContains(t, err.Error(), ".G-3")
+	})
+}
+
+func TestHiddenIn(t *testing.T) {
+	base := t.TempDir()
+	folder := filepath.Join(base, "collab")
+	require.NoError(t, os.MkdirAll(folder, 0o755))
+
+	h, err := NewRunDir(filepath.Join(folder, "agent_runs")).HiddenIn(folder)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"agent_runs"}, h, "works before the run directory exists")
+
+	h, err = NewRunDir(filepath.Join(base, "runs")).HiddenIn(folder)
+	require.NoError(t, err)
+	assert.Empty(t, h)
+
+	// An alias through a symbolic link is still inside.
+	require.NoError(t, os.MkdirAll(filepath.Join(folder, "meta", "runs"), 0o755))
+	require.NoError(t, os.Symlink(filepath.Join(folder, "meta"), filepath.Join(base, "alias")))
+	h, err = NewRunDir(filepath.Join(base, "alias", "runs")).HiddenIn(folder)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"meta/runs"}, h)
+
+	_, err = NewRunDir(folder).HiddenIn(folder)
+	assert.Error(t, err)
+}
