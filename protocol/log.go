@@ -7,6 +7,10 @@ package protocol
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
 )
 
 // ErrorKind separates lines that are not events at all from events that
@@ -82,44 +86,139 @@ type Snapshot struct {
 // the file; protocol.json is then replaced atomically (temp file + rename).
 // A refused append changes no byte of either file.
 type Log struct {
-	// filled in by the implementation
+	mu     sync.Mutex
+	folder string
+	now    func() time.Time
+
+	proto      *Protocol
+	protoID    fileID
+	rules      *rules
+	needReplay bool
+
+	state  core
+	seen   seqSet
+	offset int64 // bytes of events.jsonl consumed (complete lines only)
+	lines  int   // lines consumed
+	evID   fileID
+
+	historyBad      *Violation // first problem of the history, nil when clean
+	historyProblems int
+
+	resolvedFolder string
+	closed         bool
 }
 
 // OpenLog loads protocol.json and replays events.jsonl. Invalid history is
 // not fatal: state is derived as far as possible and Validate reports it.
-func OpenLog(folder string) (*Log, error) { panic("unimplemented") }
+func OpenLog(folder string) (*Log, error) {
+	abs, err := filepath.Abs(folder)
+	if err != nil {
+		return nil, unavailable("folder", "resolve folder %s: %v", folder, err)
+	}
+	l := &Log{folder: abs, now: time.Now}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.refreshLocked(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
 
 // Folder returns the collaboration folder.
-func (l *Log) Folder() string { panic("unimplemented") }
+func (l *Log) Folder() string { return l.folder }
 
 // AppendLine validates one complete event line (without its trailing
 // newline) written by participant and, if it is accepted, appends it and
 // updates protocol.json. If participant is non-empty the event's "from"
 // must equal it. The returned error is an *Error.
-func (l *Log) AppendLine(line []byte, participant string) (Event, error) { panic("unimplemented") }
+func (l *Log) AppendLine(line []byte, participant string) (Event, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lk, err := l.lockLocked()
+	if err != nil {
+		return Event{}, err
+	}
+	defer lk.Unlock()
+	return l.commitLocked(lk.File(), line, participant)
+}
+
+// lockLocked takes the cross-process lock and catches up under it.
+func (l *Log) lockLocked() (*Lock, error) {
+	if l.closed {
+		return nil, unavailable("closed", "the log of %s is closed", l.folder)
+	}
+	if _, err := os.Stat(filepath.Join(l.folder, protocolFile)); err != nil {
+		// Checked first so that a folder without protocol.json does not
+		// get an events.jsonl created by the lock.
+		return nil, l.loadProtocolLocked()
+	}
+	lk, err := LockEvents(l.folder)
+	if err != nil {
+		return nil, unavailable("events-lock", "%v", err)
+	}
+	if err := l.catchUpLocked(lk.File()); err != nil {
+		lk.Unlock()
+		return nil, err
+	}
+	return lk, nil
+}
 
 // Append builds an event as the reference append script does (next seq,
 // current UTC time, optional fields omitted when empty) and appends it
 // through the same path as AppendLine.
 func (l *Log) Append(participant, event, summary, doc string, replyTo *int, role, sha256 string) (Event, error) {
-	panic("unimplemented")
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lk, err := l.lockLocked()
+	if err != nil {
+		return Event{}, err
+	}
+	defer lk.Unlock()
+	ev := l.newEventLocked(participant, event, summary, doc, replyTo, role, sha256)
+	return l.commitLocked(lk.File(), encodeLine(ev), participant)
 }
 
 // Refresh catches up with lines appended by other processes. It is cheap
 // when nothing changed (one fstat).
-func (l *Log) Refresh() error { panic("unimplemented") }
+func (l *Log) Refresh() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return unavailable("closed", "the log of %s is closed", l.folder)
+	}
+	return l.refreshLocked()
+}
 
 // Snapshot returns the current derived state (after a Refresh).
-func (l *Log) Snapshot() Snapshot { panic("unimplemented") }
+func (l *Log) Snapshot() Snapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.snapshotLocked()
+}
 
 // CheckProtocolWrite decides whether content may replace protocol.json:
 // it must be a JSON object whose currentPhase, proposalOwner and
 // waitingFor equal the derived state and whose other fields, except
 // updatedAt, equal the current file's.
-func (l *Log) CheckProtocolWrite(content []byte) error { panic("unimplemented") }
+func (l *Log) CheckProtocolWrite(content []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return unavailable("closed", "the log of %s is closed", l.folder)
+	}
+	if err := l.refreshLocked(); err != nil {
+		return err
+	}
+	return l.checkProtocolWriteLocked(content)
+}
 
 // Close releases the log's resources.
-func (l *Log) Close() error { panic("unimplemented") }
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	return nil
+}
 
 // Event is one line of events.jsonl. Field order is the order in which the
 // reference scripts write them, so lines written by either are identical.
@@ -140,11 +239,24 @@ func Terminal(phase string) bool { return phase == "completed" || phase == "bloc
 
 // Ready reports whether participant has the turn: it is waited for, or the
 // collaboration has ended. reason is a short human explanation.
-func Ready(s Snapshot, participant string) (ready bool, reason string) { panic("unimplemented") }
+func Ready(s Snapshot, participant string) (ready bool, reason string) {
+	return turnReady(s, participant)
+}
 
 // NextAction returns what next_action prints for participant: phase,
 // proposal owner, waiting list, last event and the next action line.
-func NextAction(folder, participant string) (string, error) { panic("unimplemented") }
+func NextAction(folder, participant string) (string, error) {
+	l, err := OpenLog(folder)
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	st, err := l.Status(participant)
+	if err != nil {
+		return "", err
+	}
+	return st.String(), nil
+}
 
 // Result is the outcome of validating a whole folder.
 type Result struct {
@@ -165,4 +277,4 @@ func (r Result) ExitCode() int {
 
 // Validate checks a whole collaboration folder as the reference validator
 // does.
-func Validate(folder string) Result { panic("unimplemented") }
+func Validate(folder string) Result { return validateFolder(folder) }

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/acpfs/acpfs/protocol"
+	"github.com/spf13/cobra"
+)
+
+func init() { commands = append(commands, newAppendCmd) }
+
+func newAppendCmd() *cobra.Command {
+	var folder, participant, event, summary, doc, role, sha string
+	var replyTo int
+	cmd := &cobra.Command{
+		Use:   "append",
+		Short: "Append a validated ACP event to events.jsonl",
+		Long: `Append one event to events.jsonl after checking it against the ACP state
+machine and the folder's documents, then update protocol.json. A refused
+event changes nothing; the reason (file, line, rule) goes to stderr and
+the exit code is 2.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := protoChoice("event", event, protocol.EventNames); err != nil {
+				return err
+			}
+			if role != "" {
+				if err := protoChoice("role", role, []string{protocol.RolePrimary, protocol.RoleSupporting}); err != nil {
+					return err
+				}
+			}
+			dir, err := protoFolder(folder)
+			if err != nil {
+				return withCode(exitFailed, err)
+			}
+			l, err := protocol.OpenLog(dir)
+			if err != nil {
+				return withCode(exitFailed, err)
+			}
+			defer l.Close()
+			var rt *int
+			if cmd.Flags().Changed("reply-to") {
+				rt = &replyTo
+			}
+			ev, err := l.Append(participant, event, summary, doc, rt, role, sha)
+			if err != nil {
+				return withCode(exitFailed, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "appended seq %d: %s\n", ev.Seq, ev.Event)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&folder, "folder", "", "collaboration folder")
+	f.StringVar(&participant, "participant", "", "participant id writing the event")
+	f.StringVar(&event, "event", "", "event name: "+joinComma(protocol.EventNames))
+	f.StringVar(&summary, "summary", "", "short event summary")
+	f.StringVar(&doc, "doc", "", "document path relative to the folder (external:<file> for external deliverables)")
+	f.IntVar(&replyTo, "reply-to", 0, "seq of the earlier event this one responds to")
+	f.StringVar(&role, "role", "", "deliverable role for deliverable_* events: primary or supporting")
+	f.StringVar(&sha, "sha256", "", "64 lowercase hex digits: SHA-256 of the deliverable, for deliverable_frozen")
+	for _, name := range []string{"folder", "participant", "event", "summary"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}

@@ -1,0 +1,404 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Event names of ACP schema v2.
+const (
+	EvInitialized        = "initialized"
+	EvDeliverableDrafted = "deliverable_drafted"
+	EvDeliverableRevised = "deliverable_revised"
+	EvDeliverableFrozen  = "deliverable_frozen"
+	EvProposalSubmitted  = "proposal_submitted"
+	EvReviewSubmitted    = "review_submitted"
+	EvProposalRevised    = "proposal_revised"
+	EvQuestionClassified = "question_classified"
+	EvDecisionProposed   = "decision_proposed"
+	EvDecisionAccepted   = "decision_accepted"
+	EvReadinessPassed    = "readiness_passed"
+	EvCompleted          = "completed"
+	EvBlocked            = "blocked"
+)
+
+// EventNames lists every event name, sorted.
+var EventNames = []string{
+	EvBlocked, EvCompleted, EvDecisionAccepted, EvDecisionProposed,
+	EvDeliverableDrafted, EvDeliverableFrozen, EvDeliverableRevised,
+	EvInitialized, EvProposalRevised, EvProposalSubmitted,
+	EvQuestionClassified, EvReadinessPassed, EvReviewSubmitted,
+}
+
+var eventNameSet = func() map[string]bool {
+	m := make(map[string]bool, len(EventNames))
+	for _, n := range EventNames {
+		m[n] = true
+	}
+	return m
+}()
+
+// KnownEvent reports whether name is an ACP event name.
+func KnownEvent(name string) bool { return eventNameSet[name] }
+
+func isDeliverableEvent(name string) bool {
+	return name == EvDeliverableDrafted || name == EvDeliverableRevised || name == EvDeliverableFrozen
+}
+
+// Roles of deliverable events.
+const (
+	RolePrimary    = "primary"
+	RoleSupporting = "supporting"
+)
+
+// fieldMask records which event fields were present with the right JSON type.
+type fieldMask uint16
+
+const (
+	fSeq fieldMask = 1 << iota
+	fFrom
+	fEvent
+	fAt
+	fSummary
+	fDoc
+	fReplyTo
+	fRole
+	fSHA
+)
+
+func (m fieldMask) has(f fieldMask) bool { return m&f != 0 }
+
+// record is one parsed line of events.jsonl: the typed event, which fields
+// were usable, the parsed time and the parse problems found.
+type record struct {
+	Event
+	has    fieldMask
+	at     time.Time
+	atOK   bool
+	line   int
+	object bool        // the line is a JSON object (it counts as an event)
+	bad    []Violation // malformed-line findings, in field order
+}
+
+// Violation is one broken rule, as found by a replay, an append check or
+// the validator.
+type Violation struct {
+	File string // folder-relative file name, "" for the folder itself
+	Line int    // 1-based line in File, 0 if not applicable
+	Seq  int    // event seq, 0 if unknown
+	Rule string // stable rule identifier
+	Msg  string // one human sentence, no trailing period
+	Kind ErrorKind
+}
+
+func (v Violation) String() string {
+	var b bytes.Buffer
+	if v.File != "" {
+		b.WriteString(v.File)
+		if v.Line > 0 {
+			fmt.Fprintf(&b, " line %d", v.Line)
+		}
+		b.WriteString(": ")
+	}
+	if v.Seq > 0 {
+		fmt.Fprintf(&b, "seq %d: ", v.Seq)
+	}
+	fmt.Fprintf(&b, "%s [%s]", v.Msg, v.Rule)
+	return b.String()
+}
+
+// asError converts a violation on events.jsonl into the contract's error.
+func (v Violation) asError() *Error {
+	kind := v.Kind
+	if kind == 0 {
+		kind = Rejected
+	}
+	return &Error{Kind: kind, Line: v.Line, Seq: v.Seq, Rule: v.Rule, Msg: v.Msg}
+}
+
+func malformed(line int, rule, format string, args ...any) Violation {
+	return Violation{File: eventsFile, Line: line, Rule: rule, Msg: fmt.Sprintf(format, args...), Kind: Malformed}
+}
+
+// splitsLine reports runes that Python's str.splitlines treats as line
+// boundaries; a line holding one raw would be read back as two lines by
+// tools that split that way, so such lines are refused.
+func splitsLine(r rune) bool {
+	switch r {
+	case '\n', '\r', '\v', '\f', 0x1c, 0x1d, 0x1e, 0x85, 0x2028, 0x2029:
+		return true
+	}
+	return false
+}
+
+// parseLine parses one line of events.jsonl (without its newline). It never
+// fails outright: problems are reported in rec.bad, and rec.object tells
+// whether the line still counts as an event for the history.
+func parseLine(line []byte, lineNo int) *record {
+	rec := &record{line: lineNo}
+	if !utf8.Valid(line) {
+		rec.bad = append(rec.bad, malformed(lineNo, "utf8", "line is not valid UTF-8"))
+		return rec
+	}
+	if len(bytes.TrimSpace(line)) == 0 {
+		rec.bad = append(rec.bad, malformed(lineNo, "empty-line", "line is empty"))
+		return rec
+	}
+	if !json.Valid(line) {
+		rec.bad = append(rec.bad, malformed(lineNo, "json", "line is not one JSON value"))
+		return rec
+	}
+	s := &scanner{b: line}
+	s.skipWS()
+	if s.peek() != '{' {
+		rec.bad = append(rec.bad, malformed(lineNo, "json-object", "line is a JSON value but not an object"))
+		return rec
+	}
+	rec.object = true
+	for _, r := range string(line) {
+		if splitsLine(r) {
+			rec.bad = append(rec.bad, malformed(lineNo, "line-break", "line contains a raw line-separator character (U+%04X)", r))
+			break
+		}
+	}
+	seen := map[string]bool{}
+	s.i++ // '{'
+	for {
+		s.skipWS()
+		if s.peek() == '}' {
+			break
+		}
+		if s.peek() == ',' {
+			s.i++
+			s.skipWS()
+		}
+		key := s.str()
+		s.skipWS()
+		s.i++ // ':'
+		s.skipWS()
+		kind, raw := s.value()
+		if seen[key] {
+			rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", key))
+			continue
+		}
+		seen[key] = true
+		rec.setField(key, kind, raw, lineNo)
+	}
+	for _, f := range requiredFields {
+		if !seen[f.name] {
+			rec.bad = append(rec.bad, malformed(lineNo, "field-missing", "missing required field %q", f.name))
+		}
+	}
+	if rec.has.has(fEvent) && !KnownEvent(rec.Event.Event) {
+		rec.bad = append(rec.bad, malformed(lineNo, "event-unknown", "unknown event %q", rec.Event.Event))
+	}
+	if rec.has.has(fSeq) {
+		for i := range rec.bad {
+			rec.bad[i].Seq = rec.Seq
+		}
+	}
+	return rec
+}
+
+var requiredFields = []struct {
+	name string
+	bit  fieldMask
+}{{"seq", fSeq}, {"from", fFrom}, {"event", fEvent}, {"at", fAt}, {"summary", fSummary}}
+
+func (rec *record) setField(key string, kind byte, raw []byte, lineNo int) {
+	wantString := func(dst *string, bit fieldMask) {
+		if kind != '"' {
+			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be a string", key))
+			return
+		}
+		*dst = decodeString(raw)
+		rec.has |= bit
+	}
+	wantInt := func(dst *int, bit fieldMask) bool {
+		if kind != '0' || bytes.ContainsAny(raw, ".eE") {
+			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be an integer", key))
+			return false
+		}
+		n, err := strconv.Atoi(string(raw))
+		if err != nil {
+			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q is out of range", key))
+			return false
+		}
+		*dst = n
+		rec.has |= bit
+		return true
+	}
+	switch key {
+	case "seq":
+		wantInt(&rec.Seq, fSeq)
+	case "from":
+		wantString(&rec.From, fFrom)
+	case "event":
+		wantString(&rec.Event.Event, fEvent)
+	case "at":
+		wantString(&rec.At, fAt)
+		if rec.has.has(fAt) {
+			t, ok := parseTime(rec.At)
+			if !ok {
+				rec.bad = append(rec.bad, malformed(lineNo, "at-format", "at %q is not an ISO-8601 UTC timestamp such as 2026-01-02T03:04:05Z", rec.At))
+			}
+			rec.at, rec.atOK = t, ok
+		}
+	case "summary":
+		wantString(&rec.Summary, fSummary)
+	case "doc":
+		wantString(&rec.Doc, fDoc)
+	case "reply_to":
+		var n int
+		if wantInt(&n, fReplyTo) {
+			rec.ReplyTo = &n
+		}
+	case "role":
+		wantString(&rec.Role, fRole)
+	case "sha256":
+		wantString(&rec.SHA256, fSHA)
+	default:
+		rec.bad = append(rec.bad, malformed(lineNo, "field-unknown", "unknown field %q", key))
+	}
+}
+
+func decodeString(raw []byte) string {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1])
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return string(raw[1 : len(raw)-1])
+	}
+	return s
+}
+
+// scanner walks a byte slice that json.Valid has already accepted, so it
+// only needs to find token boundaries.
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *scanner) skipWS() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// strEnd returns the index just past the string starting at s.i.
+func (s *scanner) strEnd() int {
+	j := s.i + 1
+	for j < len(s.b) {
+		switch s.b[j] {
+		case '\\':
+			j += 2
+		case '"':
+			return j + 1
+		default:
+			j++
+		}
+	}
+	return j
+}
+
+func (s *scanner) str() string {
+	end := s.strEnd()
+	v := decodeString(s.b[s.i:end])
+	s.i = end
+	return v
+}
+
+// value skips one JSON value and returns its kind ('"', '0' for numbers,
+// 't', 'f', 'n', '{', '[') and raw bytes.
+func (s *scanner) value() (byte, []byte) {
+	start := s.i
+	switch c := s.peek(); c {
+	case '"':
+		s.i = s.strEnd()
+		return '"', s.b[start:s.i]
+	case '{', '[':
+		depth := 0
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case '"':
+				s.i = s.strEnd()
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+			s.i++
+			if depth == 0 {
+				break
+			}
+		}
+		return c, s.b[start:s.i]
+	case 't', 'f', 'n':
+		for s.i < len(s.b) && s.b[s.i] >= 'a' && s.b[s.i] <= 'z' {
+			s.i++
+		}
+		return c, s.b[start:s.i]
+	default:
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case '-', '+', '.', 'e', 'E', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+				s.i++
+				continue
+			}
+			break
+		}
+		return '0', s.b[start:s.i]
+	}
+}
+
+// encodeLine renders an event as one compact JSON line, fields in the
+// order the reference scripts write them and non-ASCII kept as is.
+func encodeLine(e Event) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"seq":`)
+	b.WriteString(strconv.Itoa(e.Seq))
+	b.WriteString(`,"from":`)
+	writeLineString(&b, e.From)
+	b.WriteString(`,"event":`)
+	writeLineString(&b, e.Event)
+	b.WriteString(`,"at":`)
+	writeLineString(&b, e.At)
+	b.WriteString(`,"summary":`)
+	writeLineString(&b, e.Summary)
+	if e.Doc != "" {
+		b.WriteString(`,"doc":`)
+		writeLineString(&b, e.Doc)
+	}
+	if e.ReplyTo != nil {
+		b.WriteString(`,"reply_to":`)
+		b.WriteString(strconv.Itoa(*e.ReplyTo))
+	}
+	if e.Role != "" {
+		b.WriteString(`,"role":`)
+		writeLineString(&b, e.Role)
+	}
+	if e.SHA256 != "" {
+		b.WriteString(`,"sha256":`)
+		writeLineString(&b, e.SHA256)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}

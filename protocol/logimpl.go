@@ -1,0 +1,454 @@
+package protocol
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+)
+
+// fileID identifies a version of a file cheaply: same inode, size and
+// modification time means nothing to re-read.
+type fileID struct {
+	dev, ino uint64
+	size     int64
+	mtime    int64
+}
+
+func idOf(fi os.FileInfo) fileID {
+	id := fileID{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.dev, id.ino = uint64(st.Dev), st.Ino
+	}
+	return id
+}
+
+func unavailable(rule, format string, args ...any) *Error {
+	return &Error{Kind: Unavailable, Rule: rule, Msg: fmt.Sprintf(format, args...)}
+}
+
+// loadProtocolLocked (re)reads protocol.json when it changed on disk. A
+// change of anything but the fields appends rewrite invalidates the
+// replayed state, which is then rebuilt.
+func (l *Log) loadProtocolLocked() error {
+	path := filepath.Join(l.folder, protocolFile)
+	fi, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return unavailable("protocol-json", "missing protocol.json in %s", l.folder)
+		}
+		return unavailable("protocol-json", "cannot stat protocol.json: %v", err)
+	}
+	id := idOf(fi)
+	if l.proto != nil && id == l.protoID {
+		return nil
+	}
+	p, err := LoadProtocol(l.folder)
+	if err != nil {
+		return err
+	}
+	l.protoID = id
+	if l.proto != nil && sameStatic(l.proto.Raw, p.Raw) {
+		l.proto = p
+		l.rules.proto = p
+		return nil
+	}
+	l.proto = p
+	l.rules = newRules(p)
+	l.needReplay = true
+	return nil
+}
+
+// resetLocked forgets the replayed history.
+func (l *Log) resetLocked() {
+	l.state = core{}
+	l.seen = seqSet{}
+	l.offset = 0
+	l.lines = 0
+	l.historyBad = nil
+	l.historyProblems = 0
+	l.evID = fileID{}
+}
+
+// catchUpLocked brings the in-memory state up to date with events.jsonl
+// through f (an open descriptor of it). Only bytes after the consumed
+// offset are parsed, unless the file was replaced, shrank, or no longer
+// has a line end where the consumed part ended: then it is replayed.
+func (l *Log) catchUpLocked(f *os.File) error {
+	if err := l.loadProtocolLocked(); err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return unavailable("events-read", "cannot stat %s: %v", eventsFile, err)
+	}
+	id := idOf(fi)
+	replay := l.needReplay || id.dev != l.evID.dev || id.ino != l.evID.ino || id.size < l.offset
+	if !replay && l.offset > 0 {
+		var last [1]byte
+		if _, err := f.ReadAt(last[:], l.offset-1); err != nil || last[0] != '\n' {
+			replay = true
+		}
+	}
+	if replay {
+		l.resetLocked()
+		l.needReplay = false
+	}
+	l.evID = id
+	if id.size == l.offset {
+		return nil
+	}
+	buf := make([]byte, id.size-l.offset)
+	n, err := f.ReadAt(buf, l.offset)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return unavailable("events-read", "cannot read %s: %v", eventsFile, err)
+	}
+	l.consumeLocked(buf[:n])
+	return nil
+}
+
+// consumeLocked applies every complete line of data, which starts at the
+// consumed offset. A trailing line without its newline is left for later.
+func (l *Log) consumeLocked(data []byte) {
+	for {
+		nl := bytes.IndexByte(data, '\n')
+		if nl < 0 {
+			return
+		}
+		line := data[:nl]
+		data = data[nl+1:]
+		l.offset += int64(nl + 1)
+		l.lines++
+		l.applyHistoryLocked(line, l.lines)
+	}
+}
+
+// applyHistoryLocked applies one line that is already in the file. The
+// state follows it even when it breaks rules (as the validator does), and
+// the first problem is remembered: new appends are refused until the
+// history is repaired.
+func (l *Log) applyHistoryLocked(line []byte, lineNo int) {
+	if pyStrip(string(line)) == "" && utf8.Valid(line) {
+		return
+	}
+	rec := parseLine(line, lineNo)
+	problems := rec.bad
+	if rec.object {
+		viol, next := step(l.rules, &l.state, &l.seen, rec)
+		problems = append(problems, viol...)
+		l.state = next
+		if rec.has.has(fSeq) {
+			l.seen.add(rec.Seq)
+		}
+	}
+	if len(problems) > 0 {
+		l.historyProblems += len(problems)
+		if l.historyBad == nil {
+			p := problems[0]
+			l.historyBad = &p
+		}
+	}
+}
+
+// refuse turns a violation into the error returned to the caller.
+func refuse(v Violation) error { return v.asError() }
+
+// commitLocked checks line as the next event and, if it is accepted,
+// writes it and protocol.json. f is the locked events.jsonl and the state
+// is caught up with it.
+func (l *Log) commitLocked(f *os.File, line []byte, participant string) (Event, error) {
+	lineNo := l.lines + 1
+	if l.evID.size != l.offset {
+		return Event{}, &Error{Kind: Unavailable, Line: l.lines + 1, Rule: "partial-line",
+			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before appending", eventsFile, l.offset)}
+	}
+	rec := parseLine(line, lineNo)
+	if len(rec.bad) > 0 {
+		return Event{}, refuse(rec.bad[0])
+	}
+	seq := rec.Seq
+	if participant != "" && rec.From != participant {
+		return Event{}, &Error{Kind: Rejected, Line: lineNo, Seq: seq, Rule: "from-mismatch",
+			Msg: fmt.Sprintf("from is %q but this writer is %q", rec.From, participant)}
+	}
+	if l.historyBad != nil {
+		h := l.historyBad
+		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "history",
+			Msg: fmt.Sprintf("%s has %d problem(s), first at line %d: %s [%s]; repair it before appending", eventsFile, l.historyProblems, h.Line, h.Msg, h.Rule)}
+	}
+	if !l.rules.listed[rec.From] {
+		return Event{}, &Error{Kind: Rejected, Line: lineNo, Seq: seq, Rule: "participant",
+			Msg: fmt.Sprintf("%q is not a participant listed in protocol.json", rec.From)}
+	}
+	viol, next := step(l.rules, &l.state, &l.seen, rec)
+	if len(viol) > 0 {
+		return Event{}, refuse(viol[0])
+	}
+	if viol := docChecks(l.folder, l.proto, rec); len(viol) > 0 {
+		return Event{}, refuse(viol[0])
+	}
+
+	buf := make([]byte, 0, len(line)+1)
+	buf = append(append(buf, line...), '\n')
+	n, err := f.Write(buf)
+	if err != nil || n != len(buf) {
+		l.undoLocked(f)
+		if err == nil {
+			err = io.ErrShortWrite
+		}
+		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", eventsFile, err)}
+	}
+	if next.phase != "" {
+		if err := l.writeProtocolLocked(&next); err != nil {
+			l.undoLocked(f)
+			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", protocolFile, err)}
+		}
+	}
+	l.state = next
+	l.seen.add(seq)
+	l.offset += int64(len(buf))
+	l.lines++
+	if fi, err := f.Stat(); err == nil {
+		l.evID = idOf(fi)
+	} else {
+		l.evID.size = l.offset
+	}
+	return rec.Event, nil
+}
+
+// undoLocked removes a partially written line so that a failed append
+// leaves events.jsonl as it was.
+func (l *Log) undoLocked(f *os.File) {
+	if err := f.Truncate(l.offset); err != nil {
+		l.needReplay = true
+	}
+}
+
+// writeProtocolLocked replaces protocol.json atomically with the derived
+// fields of next.
+func (l *Log) writeProtocolLocked(next *core) error {
+	raw := make(map[string]any, len(l.proto.Raw)+4)
+	for k, v := range l.proto.Raw {
+		raw[k] = v
+	}
+	raw["currentPhase"] = next.phase
+	if next.ownerSet {
+		raw["proposalOwner"] = next.owner
+	} else {
+		raw["proposalOwner"] = nil
+	}
+	waiting := make([]any, len(next.waiting))
+	for i, w := range next.waiting {
+		waiting[i] = w
+	}
+	raw["waitingFor"] = waiting
+	raw["updatedAt"] = formatTime(l.now())
+	data, err := marshalPyIndent(raw)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(l.folder, protocolFile)
+	if err := writeFileAtomic(path, data); err != nil {
+		return err
+	}
+	l.proto.Raw = raw
+	if fi, err := os.Stat(path); err == nil {
+		l.protoID = idOf(fi)
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path with data: a temporary file in the same
+// directory is written, synced and renamed over path, keeping its mode.
+func writeFileAtomic(path string, data []byte) error {
+	mode := os.FileMode(0o644)
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+	}
+	dir, base := filepath.Split(path)
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(name)
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(name, path); err != nil {
+		return err
+	}
+	ok = true
+	return nil
+}
+
+// newEventLocked builds the event Append writes: the next seq and the
+// current time, never earlier than the previous event.
+func (l *Log) newEventLocked(participant, event, summary, doc string, replyTo *int, role, sha string) Event {
+	return Event{
+		Seq:     l.state.count + 1,
+		From:    participant,
+		Event:   event,
+		At:      eventTime(l.now(), l.state.lastAt, l.state.lastAtOK),
+		Summary: summary,
+		Doc:     doc,
+		ReplyTo: replyTo,
+		Role:    role,
+		SHA256:  sha,
+	}
+}
+
+// snapshotLocked renders the derived state.
+func (l *Log) snapshotLocked() Snapshot {
+	s := Snapshot{
+		Phase:      l.state.phase,
+		Owner:      l.state.owner,
+		WaitingFor: append([]string{}, l.state.waiting...),
+		LastSeq:    l.state.lastSeq,
+		LastAt:     l.state.lastAtStr,
+		Frozen:     map[string]string{},
+	}
+	for doc, sum := range l.state.frozen {
+		s.Frozen[l.frozenKey(doc)] = sum
+	}
+	return s
+}
+
+// frozenKey maps a deliverable doc reference to the path the filesystem
+// protects: folder-relative and slash-separated, or absolute when an
+// external deliverable lies outside the folder.
+func (l *Log) frozenKey(doc string) string {
+	if !l.proto.external || !strings.HasPrefix(doc, "external:") {
+		return doc
+	}
+	path, err := l.proto.DeliverablePath(l.folder, strings.TrimPrefix(doc, "external:"))
+	if err != nil {
+		return doc
+	}
+	if l.resolvedFolder == "" {
+		l.resolvedFolder = resolvePath(l.folder)
+	}
+	if rel, err := filepath.Rel(l.resolvedFolder, path); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		return filepath.ToSlash(rel)
+	}
+	return path
+}
+
+// refreshLocked catches up with other writers when the files changed.
+func (l *Log) refreshLocked() error {
+	path := filepath.Join(l.folder, eventsFile)
+	fi, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			if l.offset > 0 || l.lines > 0 {
+				l.resetLocked()
+			}
+			return l.loadProtocolLocked()
+		}
+		return unavailable("events-read", "cannot stat %s: %v", eventsFile, err)
+	}
+	if pfi, err := os.Stat(filepath.Join(l.folder, protocolFile)); err == nil && idOf(pfi) == l.protoID && idOf(fi) == l.evID && !l.needReplay {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return unavailable("events-read", "open %s: %v", eventsFile, err)
+	}
+	defer f.Close()
+	if err := flock(f, unix.LOCK_SH); err != nil {
+		return unavailable("events-read", "lock %s: %v", eventsFile, err)
+	}
+	defer flock(f, unix.LOCK_UN)
+	return l.catchUpLocked(f)
+}
+
+// checkProtocolWriteLocked accepts content for protocol.json only if it
+// states the derived phase, owner and waiting list and changes nothing
+// else but updatedAt.
+func (l *Log) checkProtocolWriteLocked(content []byte) error {
+	bad := func(format string, args ...any) error {
+		return &Error{Kind: Rejected, Rule: "protocol-json", Msg: fmt.Sprintf(format, args...)}
+	}
+	v, err := decodeJSON(content)
+	if err != nil {
+		return bad("the new protocol.json is not valid JSON: %v", err)
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return bad("the new protocol.json is not a JSON object")
+	}
+	want := map[string]any{}
+	if l.state.phase != "" {
+		want["currentPhase"] = l.state.phase
+		if l.state.ownerSet {
+			want["proposalOwner"] = l.state.owner
+		} else {
+			want["proposalOwner"] = nil
+		}
+		waiting := make([]any, len(l.state.waiting))
+		for i, w := range l.state.waiting {
+			waiting[i] = w
+		}
+		want["waitingFor"] = waiting
+	} else {
+		for _, k := range []string{"currentPhase", "proposalOwner", "waitingFor"} {
+			if val, ok := l.proto.Raw[k]; ok {
+				want[k] = val
+			}
+		}
+	}
+	for _, k := range []string{"currentPhase", "proposalOwner", "waitingFor"} {
+		w, wok := want[k]
+		got, gok := m[k]
+		if wok != gok || (wok && !jsonEqual(w, got)) {
+			return bad("%s would be %s but the events give %s; protocol.json is derived from events.jsonl", k, pyRepr(got), pyRepr(w))
+		}
+	}
+	if !sameStatic(l.proto.Raw, m) {
+		for k := range mergeKeys(l.proto.Raw, m) {
+			if dynamicFields[k] {
+				continue
+			}
+			a, aok := l.proto.Raw[k]
+			b, bok := m[k]
+			if aok != bok || !jsonEqual(a, b) {
+				return bad("the write changes %s; only currentPhase, proposalOwner, waitingFor and updatedAt may change", k)
+			}
+		}
+	}
+	return nil
+}
+
+func mergeKeys(a, b map[string]any) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}

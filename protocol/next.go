@@ -1,0 +1,153 @@
+package protocol
+
+import (
+	"fmt"
+	"strings"
+)
+
+func turnReady(s Snapshot, participant string) (bool, string) {
+	if Terminal(s.Phase) {
+		return true, "phase is " + s.Phase
+	}
+	if contains(s.WaitingFor, participant) {
+		return true, participant + " is listed in waitingFor"
+	}
+	waiting := strings.Join(s.WaitingFor, ", ")
+	if waiting == "" {
+		waiting = "none"
+	}
+	if s.LastSeq > 0 {
+		return false, fmt.Sprintf("waiting for %s after seq %d", waiting, s.LastSeq)
+	}
+	return false, "waiting for " + waiting
+}
+
+// StatusEvent names the latest event of the log.
+type StatusEvent struct {
+	Seq   int    `json:"seq"`
+	Event string `json:"event"`
+	From  string `json:"from"`
+}
+
+// Status is what `acpfs next` reports for one participant.
+type Status struct {
+	Participant string       `json:"participant"`
+	Phase       string       `json:"phase"`
+	Owner       string       `json:"proposalOwner"`
+	WaitingFor  []string     `json:"waitingFor"`
+	LastEvent   *StatusEvent `json:"lastEvent"`
+	Action      string       `json:"nextAction"`
+	// Invalid is set when the phase is unknown (no events): the reference
+	// next-action script exits 1 then.
+	Invalid bool `json:"invalid,omitempty"`
+}
+
+// String renders the status in the line structure of the reference
+// next-action script.
+func (s Status) String() string {
+	var b strings.Builder
+	owner := s.Owner
+	if owner == "" {
+		owner = "none"
+	}
+	waiting := strings.Join(s.WaitingFor, ", ")
+	if waiting == "" {
+		waiting = "none"
+	}
+	fmt.Fprintf(&b, "phase: %s\nproposal owner: %s\nwaiting for: %s\n", phaseName(s.Phase), owner, waiting)
+	if s.LastEvent != nil {
+		fmt.Fprintf(&b, "last event: seq %d %s from %s\n", s.LastEvent.Seq, s.LastEvent.Event, s.LastEvent.From)
+	}
+	fmt.Fprintf(&b, "next action: %s\n", s.Action)
+	return b.String()
+}
+
+// Status computes the next action of participant from the derived state
+// and the documents, after catching up with other writers. The
+// participant must be listed in protocol.json.
+func (l *Log) Status(participant string) (Status, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.refreshLocked(); err != nil {
+		return Status{}, err
+	}
+	if !l.rules.listed[participant] {
+		return Status{}, &Error{Kind: Rejected, Rule: "participant", Msg: fmt.Sprintf("%q is not a participant listed in protocol.json", participant)}
+	}
+	st := &l.state
+	s := Status{
+		Participant: participant,
+		Phase:       st.phase,
+		Owner:       st.owner,
+		WaitingFor:  append([]string{}, st.waiting...),
+	}
+	if st.count > 0 {
+		s.LastEvent = &StatusEvent{Seq: st.last.seq, Event: st.last.name, From: st.last.from}
+	}
+	waited := contains(st.waiting, participant)
+	switch st.phase {
+	case PhaseDrafting:
+		if waited {
+			s.Action = "draft the primary deliverable, append deliverable_drafted (role primary), update proposal.md, then append proposal_submitted"
+		} else {
+			s.Action = "wait until the proposal owner submits the proposal"
+		}
+	case PhaseReviewing:
+		proposal := st.proposalSubmitted
+		if proposal == nil {
+			proposal = st.proposalRevised
+		}
+		switch {
+		case waited && proposal != nil && proposal.from != participant:
+			s.Action = "review proposal.md and the primary deliverable, add your review to review.md (heading '## <UTC time> - " + participant + " - seq <n>', with Review Scope), then append review_submitted"
+		case participant == st.owner:
+			s.Action = "wait for the reviewers; leave proposal.md and the deliverables alone while they review (append blocked if you must stop)"
+		default:
+			s.Action = "wait for the remaining reviewers to append review_submitted (or blocked)"
+		}
+	case PhaseRevising:
+		review := st.lastReviewSubmitted
+		if waited && review != nil && review.from != participant {
+			s.Action = "revise proposal.md and the deliverables, append deliverable_revised if a deliverable changed, then append proposal_revised"
+		} else {
+			s.Action = "wait until the proposal owner has revised the proposal"
+		}
+	case PhaseDecisionReview:
+		if waited && !contains(st.acceptedRound, participant) {
+			s.Action = "review decisions.md and append decision_accepted only if every decision is explicit"
+		} else {
+			s.Action = "wait for the remaining participants to accept the decisions"
+		}
+	case PhaseReadinessCheck:
+		rd, err := ScanReadiness(l.folder)
+		if err != nil {
+			return Status{}, err
+		}
+		problems, err := ConclusionProblems(l.folder, l.proto)
+		if err != nil {
+			return Status{}, err
+		}
+		switch {
+		case !rd.Clear():
+			s.Action = "classify every question in readiness.md and clear the blockers before readiness_passed"
+		case !rd.ReadyToImplement:
+			s.Action = "work through the final checklist of readiness.md and check '- [x] Ready to implement'"
+		case !st.hasPrimaryFrozenEvent:
+			s.Action = "set the primary deliverable to Status: Frozen, append deliverable_frozen with its sha256, run acpfs validate, then append readiness_passed"
+		case !st.hasReadinessPassed:
+			s.Action = "run acpfs validate, then append readiness_passed"
+		case len(problems) > 0:
+			s.Action = "write conclusion.md: the final outcome, the deliverable receipt, the readiness result and the next action"
+		default:
+			s.Action = "run acpfs validate, then append completed with doc conclusion.md"
+		}
+	case PhaseCompleted:
+		s.Action = "stop; the collaboration is complete"
+	case PhaseBlocked:
+		s.Action = "resolve the blocker or start a new collaboration round"
+	default:
+		s.Action = "run acpfs validate; the current phase is unknown"
+		s.Invalid = true
+	}
+	return s, nil
+}

@@ -1,0 +1,106 @@
+package protocol
+
+import (
+	"time"
+)
+
+// parseTime accepts the RFC 3339 profile of ISO-8601 that ACP writes:
+// YYYY-MM-DD, 'T' or ' ', HH:MM:SS, an optional fraction ('.' or ','),
+// and a zone that is 'Z' or ±HH:MM (±HHMM). A zone is mandatory because
+// events are compared across machines.
+func parseTime(s string) (time.Time, bool) {
+	b := []byte(s)
+	num := func(i, n int) (int, bool) {
+		if i+n > len(b) {
+			return 0, false
+		}
+		v := 0
+		for _, c := range b[i : i+n] {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			v = v*10 + int(c-'0')
+		}
+		return v, true
+	}
+	at := func(i int, c byte) bool { return i < len(b) && b[i] == c }
+	year, ok1 := num(0, 4)
+	month, ok2 := num(5, 2)
+	day, ok3 := num(8, 2)
+	if !ok1 || !ok2 || !ok3 || !at(4, '-') || !at(7, '-') || !(at(10, 'T') || at(10, ' ')) {
+		return time.Time{}, false
+	}
+	hour, ok1 := num(11, 2)
+	minute, ok2 := num(14, 2)
+	sec, ok3 := num(17, 2)
+	if !ok1 || !ok2 || !ok3 || !at(13, ':') || !at(16, ':') {
+		return time.Time{}, false
+	}
+	i := 19
+	nsec := 0
+	if at(i, '.') || at(i, ',') {
+		i++
+		digits := 0
+		scale := 100000000
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			if digits < 9 {
+				nsec += int(b[i]-'0') * scale
+				scale /= 10
+			}
+			digits++
+			i++
+		}
+		if digits == 0 {
+			return time.Time{}, false
+		}
+		nsec -= nsec % 1000 // microsecond precision, like Python datetimes
+	}
+	offset := 0
+	switch {
+	case at(i, 'Z') && i+1 == len(b):
+	case at(i, '+') || at(i, '-'):
+		oh, ok1 := num(i+1, 2)
+		j := i + 3
+		if at(j, ':') {
+			j++
+		}
+		om, ok2 := num(j, 2)
+		if !ok1 || !ok2 || j+2 != len(b) || oh > 23 || om > 59 {
+			return time.Time{}, false
+		}
+		offset = oh*3600 + om*60
+		if b[i] == '-' {
+			offset = -offset
+		}
+	default:
+		return time.Time{}, false
+	}
+	if month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	t := time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.FixedZone("", offset))
+	if t.Day() != day { // e.g. February 30th
+		return time.Time{}, false
+	}
+	return t.UTC(), true
+}
+
+// formatTime renders t in UTC with second precision and a "Z" suffix.
+func formatTime(t time.Time) string {
+	return t.UTC().Truncate(time.Second).Format("2006-01-02T15:04:05Z")
+}
+
+// eventTime returns the time to stamp on a new event: now, but never
+// earlier than the previous event (rounded up to the next whole second if
+// the previous event carried a fraction).
+func eventTime(now, prev time.Time, havePrev bool) string {
+	now = now.UTC().Truncate(time.Second)
+	if havePrev && now.Before(prev) {
+		p := prev.UTC()
+		if p.Truncate(time.Second).Equal(p) {
+			return formatTime(p)
+		}
+		return formatTime(p.Truncate(time.Second).Add(time.Second))
+	}
+	return formatTime(now)
+}

@@ -1,0 +1,546 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// requiredFiles must exist in every collaboration folder.
+var requiredFiles = []string{protocolFile, eventsFile, proposalFile, reviewFile, decisionsFile, readinessFile, conclusionFile}
+
+// forbiddenFiles belong to older protocol versions and must not exist.
+var forbiddenFiles = []string{"state.log", "discussion.md", "opinions.md"}
+
+// validator collects the findings of one Validate run.
+type validator struct {
+	folder string
+	res    Result
+}
+
+func (v *validator) err(file, rule, format string, args ...any) {
+	v.res.Errors = append(v.res.Errors, Violation{File: file, Rule: rule, Msg: fmt.Sprintf(format, args...)}.String())
+}
+
+func (v *validator) warn(file, rule, format string, args ...any) {
+	v.res.Warnings = append(v.res.Warnings, Violation{File: file, Rule: rule, Msg: fmt.Sprintf(format, args...)}.String())
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// readText reads a document for a rule; a file that is not UTF-8 is an
+// error of its own (the rules are defined on text).
+func (v *validator) readText(path, name string) (string, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	if !utf8.Valid(b) {
+		v.err(name, "utf8", "%s is not valid UTF-8", name)
+	}
+	return pyText(b), true
+}
+
+// historyFacts are what the folder-level rules need from the replay.
+type historyFacts struct {
+	state         core
+	reviewSeqs    []string          // seqs of review_submitted events
+	headingEvents map[string]evInfo // events whose seq has a review.md heading
+	frozenEvents  []frozenEvent
+}
+
+type evInfo struct {
+	name, from string
+	fromOK     bool
+}
+
+type frozenEvent struct {
+	line, seq       int
+	doc, role, hash string
+}
+
+func validateFolder(folder string) Result {
+	abs := resolvePath(expandHome(folder))
+	v := &validator{folder: abs}
+	for _, name := range requiredFiles {
+		if !exists(filepath.Join(abs, name)) {
+			v.err(name, "required-file", "%s is missing", name)
+		}
+	}
+	for _, name := range forbiddenFiles {
+		if exists(filepath.Join(abs, name)) {
+			v.err(name, "forbidden-file", "%s is not part of ACP schema v2; remove it and use events.jsonl and readiness.md", name)
+		}
+	}
+	p, err := LoadProtocol(abs)
+	if err != nil {
+		var pe *Error
+		msg := err.Error()
+		if errors.As(err, &pe) {
+			msg = fmt.Sprintf("%s [%s]", pe.Msg, pe.Rule)
+		}
+		v.res.Errors = append([]string{protocolFile + ": " + msg}, v.res.Errors...)
+		return v.res
+	}
+	v.protocolFields(p)
+	schemaOK := v.deliverablesSchema(p)
+
+	reviewText, _ := v.readText(filepath.Join(abs, reviewFile), reviewFile)
+	headings := reviewHeadings(reviewText)
+	facts := v.replay(p, headings)
+	v.reviewLinks(p, reviewText, headings, facts)
+	frozenDocs := v.frozenEvents(p, facts.frozenEvents)
+	st := &facts.state
+
+	raw := p.Raw
+	if st.phase != "" && raw["currentPhase"] != st.phase {
+		v.err(protocolFile, "derived-state", "currentPhase is %s but the events give %s", pyRepr(raw["currentPhase"]), st.phase)
+	}
+	if val, ok := raw["proposalOwner"]; ok && st.ownerSet && val != st.owner {
+		v.err(protocolFile, "derived-state", "proposalOwner is %s but the events give %q", pyRepr(val), st.owner)
+	}
+	if val, ok := raw["waitingFor"]; ok {
+		want := make([]any, len(st.waiting))
+		for i, w := range st.waiting {
+			want[i] = w
+		}
+		if !jsonEqual(val, want) {
+			v.err(protocolFile, "derived-state", "waitingFor is %s but the events give %s", pyRepr(val), pyRepr(want))
+		}
+	}
+
+	readinessText, _ := v.readText(filepath.Join(abs, readinessFile), readinessFile)
+	rd := scanReadinessText(readinessText)
+	requireFrozen := st.hasPrimaryFrozenEvent || st.hasReadinessPassed || st.hasCompleted
+	if schemaOK {
+		v.primaryContent(p, requireFrozen)
+		v.supportingContent(p, frozenDocs)
+		if text, ok := v.readText(filepath.Join(abs, decisionsFile), decisionsFile); !ok {
+			v.err(decisionsFile, "required-file", "decisions.md is missing")
+		} else {
+			for _, pr := range decisionProblems(text, p) {
+				v.err(decisionsFile, "decisions", "%s", strings.TrimPrefix(pr, "decisions.md "))
+			}
+		}
+		v.attachments(p)
+	}
+	if st.hasDecisionAccepted {
+		if len(rd.Blocking) > 0 {
+			v.err(readinessFile, "readiness-blocking", "%d [blocking] item(s) remain after decision_accepted", len(rd.Blocking))
+		}
+		if len(rd.Unresolved) > 0 {
+			v.err(readinessFile, "readiness-unresolved", "%d unresolved item(s) ([unresolved] or TBD) remain after decision_accepted", len(rd.Unresolved))
+		}
+		if len(rd.DeferredMissingReason) > 0 {
+			v.err(readinessFile, "readiness-reason", "%d [deferred_nonblocking] item(s) lack \"Reason:\" after decision_accepted", len(rd.DeferredMissingReason))
+		}
+	}
+	if st.hasReadinessPassed || st.hasCompleted {
+		if len(rd.Blocking) > 0 {
+			v.err(readinessFile, "readiness-blocking", "%d [blocking] item(s) remain after readiness_passed or completed", len(rd.Blocking))
+		}
+		if len(rd.Unresolved) > 0 {
+			v.err(readinessFile, "readiness-unresolved", "%d unresolved item(s) remain after readiness_passed or completed", len(rd.Unresolved))
+		}
+		if len(rd.DeferredMissingReason) > 0 {
+			v.err(readinessFile, "readiness-reason", "%d [deferred_nonblocking] item(s) lack \"Reason:\"", len(rd.DeferredMissingReason))
+		}
+		if !rd.ReadyToImplement {
+			v.err(readinessFile, "ready-to-implement", "\"- [x] Ready to implement\" must be checked once readiness_passed or completed is logged")
+		}
+		if !st.hasPrimaryFrozenEvent {
+			v.err(eventsFile, "freeze-required", "readiness_passed or completed is logged but the primary deliverable was never frozen")
+		}
+	}
+	if st.hasCompleted {
+		if missing := MissingGates(p, rd.Text); len(missing) > 0 {
+			v.err(readinessFile, "completion-gates", "completed is logged but these completion gates are not checked: %s", strings.Join(missing, "; "))
+		}
+		text, _ := v.readText(filepath.Join(abs, conclusionFile), conclusionFile)
+		for _, pr := range conclusionProblemsText(text, p) {
+			v.err(conclusionFile, "conclusion", "%s", strings.TrimPrefix(pr, "conclusion.md "))
+		}
+	} else if len(rd.DeferredMissingReason) > 0 {
+		v.warn(readinessFile, "readiness-reason", "%d [deferred_nonblocking] item(s) should give a \"Reason:\"", len(rd.DeferredMissingReason))
+	}
+	return v.res
+}
+
+func (v *validator) protocolFields(p *Protocol) {
+	raw := p.Raw
+	if raw["protocol"] != ProtocolName {
+		v.err(protocolFile, "protocol-name", "protocol must be %q", ProtocolName)
+	}
+	if !jsonEqual(raw["schemaVersion"], json.Number(strconv.Itoa(SchemaVersion))) {
+		v.err(protocolFile, "schema-version", "schemaVersion must be %d", SchemaVersion)
+	}
+	if ph, ok := raw["currentPhase"].(string); !ok || !knownPhase(ph) {
+		v.err(protocolFile, "phase-name", "currentPhase must be one of %s", strings.Join(Phases, ", "))
+	}
+	if !truthy(raw["objective"]) {
+		v.err(protocolFile, "objective", "objective must not be blank")
+	}
+	if len(p.Participants) == 0 {
+		v.err(protocolFile, "participants", "participants must not be empty")
+	}
+	gates, ok := raw["completionGates"].([]any)
+	if !ok || len(gates) == 0 {
+		v.err(protocolFile, "completion-gates", "completionGates must not be empty")
+	} else {
+		for i, g := range gates {
+			m, ok := g.(map[string]any)
+			src, _ := m["source"].(string)
+			text, textOK := m["text"].(string)
+			if !ok || (src != "objective" && src != "generated") || !textOK || pyStrip(text) == "" {
+				v.err(protocolFile, "completion-gates", "completionGates[%d] needs source (objective or generated) and a text", i+1)
+				continue
+			}
+			for _, f := range forbiddenFiles {
+				if strings.Contains(text, f) {
+					v.err(protocolFile, "completion-gates", "completionGates[%d] refers to the obsolete file %s", i+1, f)
+				}
+			}
+		}
+	}
+	if _, ok := raw["waitingFor"]; !ok {
+		v.err(protocolFile, "derived-state", "waitingFor must be present")
+	}
+	if _, ok := raw["proposalOwner"]; !ok {
+		v.err(protocolFile, "derived-state", "proposalOwner must be present")
+	}
+}
+
+// deliverablesSchema checks the deliverables declaration and reports
+// whether it is sound enough to check the deliverables' content.
+func (v *validator) deliverablesSchema(p *Protocol) bool {
+	before := len(v.res.Errors)
+	e := func(format string, args ...any) { v.err(protocolFile, "deliverables", format, args...) }
+	d, _ := p.Raw["deliverables"].(map[string]any)
+	if len(d) == 0 {
+		e("deliverables.primary is required")
+		return false
+	}
+	mode := d["mode"]
+	if mode != "internal" && mode != "external" {
+		e("deliverables.mode must be internal or external")
+	}
+	if _, has := p.Raw["repoRoot"]; mode == "internal" && has {
+		e("repoRoot is only allowed with external deliverables")
+	}
+	if mode == "external" {
+		rr, ok := p.Raw["repoRoot"].(string)
+		switch {
+		case !ok || pyStrip(rr) == "":
+			e("repoRoot is required for external deliverables")
+		case strings.HasPrefix(rr, "/"):
+			e("repoRoot must be relative to the folder")
+		default:
+			resolved := resolvePath(pyJoin(v.folder, rr))
+			fi, err := os.Stat(resolved)
+			switch {
+			case err != nil || !fi.IsDir():
+				e("repoRoot %q does not resolve to an existing directory", rr)
+			case resolved == "/":
+				e("repoRoot %q resolves to the filesystem root", rr)
+			case !isAncestorOrSelf(resolved, v.folder):
+				e("the collaboration folder must be inside repoRoot %q", rr)
+			}
+		}
+	}
+	if dir, ok := d["dir"].(string); !ok || pyStrip(dir) == "" {
+		e("deliverables.dir is required")
+	} else if pathEscapes(dir) {
+		e("deliverables.dir must be relative and must not contain ..")
+	}
+	prim, ok := d["primary"].(map[string]any)
+	if !ok {
+		e("deliverables.primary is required")
+		return false
+	}
+	if t, ok := prim["type"].(string); !ok || !knownType(t) {
+		e("deliverables.primary.type must be one of %s", strings.Join(DeliverableTypes(), ", "))
+	}
+	if f, ok := prim["file"].(string); !ok || !strings.HasSuffix(f, ".md") {
+		e("deliverables.primary.file must be a Markdown (.md) file")
+	} else if pathEscapes(f) {
+		e("deliverables.primary.file must be relative and must not contain ..")
+	}
+	if p.Primary.Type == CustomType && len(p.Primary.Sections()) == 0 {
+		e("a custom primary deliverable needs a checklist")
+	}
+	seen := map[string]bool{}
+	primFile, primFileOK := prim["file"].(string)
+	if sup, ok := d["supporting"].([]any); ok {
+		for i, item := range sup {
+			m, ok := item.(map[string]any)
+			if !ok {
+				continue
+			}
+			if t, ok := m["type"].(string); !ok || !knownType(t) {
+				e("deliverables.supporting[%d].type is not a deliverable type", i+1)
+			}
+			f, ok := m["file"].(string)
+			switch {
+			case !ok || !strings.HasSuffix(f, ".md"):
+				e("deliverables.supporting[%d].file must be a Markdown (.md) file", i+1)
+			case pathEscapes(f):
+				e("deliverables.supporting[%d].file must be relative and must not contain ..", i+1)
+			case seen[f]:
+				e("deliverables.supporting[%d].file %q is declared twice", i+1, f)
+			case primFileOK && f == primFile:
+				e("deliverables.supporting[%d].file reuses the primary deliverable file", i+1)
+			default:
+				seen[f] = true
+			}
+		}
+	}
+	if att, ok := d["attachments"].([]any); ok {
+		for i, item := range att {
+			m, ok := item.(map[string]any)
+			if !ok {
+				e("deliverables.attachments[%d] must be an object", i+1)
+				continue
+			}
+			if f, ok := m["file"].(string); !ok || f == "" {
+				e("deliverables.attachments[%d].file is required", i+1)
+			} else if pathEscapes(f) {
+				e("deliverables.attachments[%d].file must be relative and must not contain ..", i+1)
+			}
+		}
+	}
+	return len(v.res.Errors) == before
+}
+
+func isAncestorOrSelf(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// replay runs the state machine over the whole events.jsonl, collecting
+// every problem (it does not stop at the first) and the facts the
+// folder-level rules need.
+func (v *validator) replay(p *Protocol, headings map[string]string) historyFacts {
+	facts := historyFacts{headingEvents: map[string]evInfo{}}
+	data, err := os.ReadFile(filepath.Join(v.folder, eventsFile))
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			v.err(eventsFile, "events-read", "cannot read events.jsonl: %v", err)
+		}
+		return facts
+	}
+	rs := newRules(p)
+	var seen seqSet
+	lineNo := 0
+	for len(data) > 0 {
+		var line []byte
+		if nl := bytes.IndexByte(data, '\n'); nl >= 0 {
+			line, data = data[:nl], data[nl+1:]
+		} else {
+			line, data = data, nil
+		}
+		lineNo++
+		if utf8.Valid(line) && pyStrip(string(line)) == "" {
+			continue
+		}
+		rec := parseLine(line, lineNo)
+		for _, b := range rec.bad {
+			v.res.Errors = append(v.res.Errors, b.String())
+		}
+		if !rec.object {
+			continue
+		}
+		viol, next := step(rs, &facts.state, &seen, rec)
+		for _, x := range viol {
+			v.res.Errors = append(v.res.Errors, x.String())
+		}
+		facts.state = next
+		if !rec.has.has(fSeq) {
+			continue
+		}
+		seen.add(rec.Seq)
+		key := strconv.Itoa(rec.Seq)
+		if rec.Event.Event == EvReviewSubmitted {
+			facts.reviewSeqs = append(facts.reviewSeqs, key)
+		}
+		if _, ok := headings[key]; ok {
+			facts.headingEvents[key] = evInfo{name: rec.Event.Event, from: rec.From, fromOK: rec.has.has(fFrom)}
+		}
+		if rec.Event.Event == EvDeliverableFrozen && (rec.Role == RolePrimary || rec.Role == RoleSupporting) &&
+			rec.has.has(fDoc) && IsSHA256(rec.SHA256) {
+			facts.frozenEvents = append(facts.frozenEvents, frozenEvent{line: lineNo, seq: rec.Seq, doc: rec.Doc, role: rec.Role, hash: rec.SHA256})
+		}
+	}
+	return facts
+}
+
+// reviewLinks ties review_submitted events and review.md headings.
+func (v *validator) reviewLinks(p *Protocol, text string, headings map[string]string, facts historyFacts) {
+	reviewed := map[string]bool{}
+	for _, seq := range facts.reviewSeqs {
+		if reviewed[seq] {
+			continue
+		}
+		reviewed[seq] = true
+		if _, ok := headings[seq]; !ok {
+			v.err(reviewFile, "review-heading", "no heading '## <time> - <participant> - seq %s' for review_submitted seq %s", seq, seq)
+		}
+	}
+	for seq, who := range headings {
+		ev, ok := facts.headingEvents[seq]
+		switch {
+		case !ok:
+			v.err(reviewFile, "review-heading", "heading for seq %s matches no event", seq)
+		case ev.name != EvReviewSubmitted:
+			v.err(reviewFile, "review-heading", "heading for seq %s, but event %s is %s, not review_submitted", seq, seq, ev.name)
+		case !ev.fromOK || ev.from != who:
+			v.err(reviewFile, "review-heading", "heading for seq %s names %q but the event is from %q", seq, who, ev.from)
+		}
+	}
+	if len(facts.reviewSeqs) == 0 {
+		return
+	}
+	for _, need := range []string{"Reviewed primary deliverable:", "Review Scope:", "Primary deliverable completeness"} {
+		if !strings.Contains(text, need) {
+			v.err(reviewFile, "review-content", "review.md must contain %q", need)
+		}
+	}
+	if ref := p.PrimaryRef(); ref != "" && !strings.Contains(text, ref) {
+		v.err(reviewFile, "review-content", "review.md must mention the primary deliverable %s", ref)
+	}
+}
+
+// frozenEvents checks each freeze against the file as it is now and
+// returns the frozen doc references.
+func (v *validator) frozenEvents(p *Protocol, events []frozenEvent) map[string]bool {
+	frozen := map[string]bool{}
+	hashes := map[string]string{}
+	for _, fe := range events {
+		file, why := p.deliverableFile(fe.doc, fe.role)
+		if why != "" {
+			continue // reported by the replay
+		}
+		path, err := p.DeliverablePath(v.folder, file)
+		if err != nil {
+			v.err(eventsFile, "deliverable-doc", "line %d: seq %d: %v", fe.line, fe.seq, err)
+			continue
+		}
+		if !exists(path) {
+			v.res.Errors = append(v.res.Errors, Violation{File: eventsFile, Line: fe.line, Seq: fe.seq, Rule: "deliverable-missing", Msg: fmt.Sprintf("frozen deliverable %s does not exist", fe.doc)}.String())
+			continue
+		}
+		sum, ok := hashes[path]
+		if !ok {
+			sum, err = FileSHA256(path)
+			if err != nil {
+				sum = "unreadable: " + err.Error()
+			}
+			hashes[path] = sum
+		}
+		if sum != fe.hash {
+			v.res.Errors = append(v.res.Errors, Violation{File: eventsFile, Line: fe.line, Seq: fe.seq, Rule: "sha256-mismatch", Msg: fmt.Sprintf("%s changed after it was frozen: sha256 is now %s, the event recorded %s", fe.doc, sum, fe.hash)}.String())
+		}
+		frozen[fe.doc] = true
+	}
+	for _, s := range p.Supporting {
+		ref := p.Ref(s.File)
+		if s.Frozen && !frozen[ref] {
+			v.err(protocolFile, "supporting-frozen", "supporting deliverable %s is marked frozen but has no deliverable_frozen event", ref)
+		}
+		if !s.Frozen && frozen[ref] {
+			v.err(protocolFile, "supporting-frozen", "supporting deliverable %s has a deliverable_frozen event but is not marked frozen", ref)
+		}
+	}
+	return frozen
+}
+
+func (v *validator) primaryContent(p *Protocol, requireFrozen bool) {
+	ref := p.PrimaryRef()
+	path, err := p.DeliverablePath(v.folder, p.Primary.File)
+	if err != nil {
+		v.err(ref, "deliverable", "%v", err)
+		return
+	}
+	text, ok := v.readText(path, ref)
+	if !ok {
+		v.err(ref, "deliverable-missing", "the primary deliverable is missing")
+		return
+	}
+	v.deliverableContent(ref, "the primary deliverable", text, p.Primary.Sections(), requireFrozen)
+}
+
+func (v *validator) supportingContent(p *Protocol, frozen map[string]bool) {
+	for _, s := range p.Supporting {
+		ref := p.Ref(s.File)
+		path, err := p.DeliverablePath(v.folder, s.File)
+		if err != nil {
+			v.err(ref, "deliverable", "%v", err)
+			continue
+		}
+		text, ok := v.readText(path, ref)
+		if !ok {
+			v.err(ref, "deliverable-missing", "the supporting deliverable is missing")
+			continue
+		}
+		v.deliverableContent(ref, "the supporting deliverable", text, s.Sections(), s.Frozen || frozen[ref])
+	}
+}
+
+func (v *validator) deliverableContent(ref, what, text string, sections []string, requireFrozen bool) {
+	status := DeliverableStatus(text)
+	if status == "" {
+		v.err(ref, "deliverable-status", "%s needs a line \"Status: Draft\", \"Status: In Review\" or \"Status: Frozen\"", what)
+	}
+	if requireFrozen && status != "Frozen" {
+		v.err(ref, "deliverable-status", "%s must be \"Status: Frozen\" once it is frozen", what)
+	}
+	for _, s := range sections {
+		if !headingPresent(text, s) {
+			v.err(ref, "deliverable-section", "%s lacks the section \"## %s\"", what, s)
+		} else if requireFrozen && !sectionHasContent(text, s) {
+			v.err(ref, "deliverable-section", "%s is frozen but its section \"## %s\" is empty", what, s)
+		}
+	}
+}
+
+func (v *validator) attachments(p *Protocol) {
+	d, _ := p.Raw["deliverables"].(map[string]any)
+	att, ok := d["attachments"].([]any)
+	if !ok {
+		return
+	}
+	for _, item := range att {
+		m, ok := item.(map[string]any)
+		if !ok {
+			continue
+		}
+		f, ok := m["file"].(string)
+		if !ok {
+			continue
+		}
+		path, err := p.DeliverablePath(v.folder, f)
+		if err != nil || !exists(path) {
+			v.err(protocolFile, "attachment-missing", "attachment %s does not exist", f)
+		}
+	}
+}
+
+// pyRepr renders a decoded JSON value for messages.
+func pyRepr(v any) string {
+	if v == nil {
+		return "null"
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
