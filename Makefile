@@ -29,3 +29,7 @@ test: lint build test-pure test-fuse
 
 clean:
 	rm -rf bin
+
+# The main job: an end-to-end collaboration through per-agent mounts.
+demo: build
+	ACPFS=$(CURDIR)/$(BIN) bash examples/demo.sh
