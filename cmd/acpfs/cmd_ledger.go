@@ -1,0 +1,327 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acpfs/acpfs/ledger"
+)
+
+func init() { commands = append(commands, newLedgerCmd, newLedgerRunAuditCmd) }
+
+func newLedgerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ledger",
+		Short: "Show, verify and audit the hash-chained communication ledger",
+	}
+	cmd.AddCommand(newLedgerShowCmd(), newLedgerVerifyCmd(), newLedgerAuditCmd())
+	return cmd
+}
+
+func newLedgerShowCmd() *cobra.Command {
+	var (
+		path, since, until string
+		flt                ledger.Filter
+		asJSON             bool
+	)
+	cmd := &cobra.Command{
+		Use:   "show --ledger L [--agent A] [--grant G] [--kind K] [--path P] [--since T] [--until T] [--json]",
+		Short: "List ledger records, filtered (a table, or JSON lines as stored)",
+		Example: `  acpfs ledger show --ledger agent_runs/communication_ledger.jsonl --agent reviewer --kind read,list
+  acpfs ledger show --ledger L --path 'oracle/**' --since 2h --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			now := time.Now()
+			var err error
+			if flt.Since, err = ledgerParseTime(since, now); err != nil {
+				return withCode(exitFailed, fmt.Errorf("--since: %w", err))
+			}
+			if flt.Until, err = ledgerParseTime(until, now); err != nil {
+				return withCode(exitFailed, fmt.Errorf("--until: %w", err))
+			}
+			if err := flt.Validate(); err != nil {
+				return withCode(exitFailed, fmt.Errorf("--path: %w", err))
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetEscapeHTML(false)
+				return ledger.Scan(path, flt, func(r ledger.Record) error { return enc.Encode(r) })
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SEQ\tAT\tKIND\tAGENT\tGRANT\tOP\tPATH\tDETAIL")
+			n := 0
+			err = ledger.Scan(path, flt, func(r ledger.Record) error {
+				n++
+				p := r.Path
+				if p == "" && (r.Kind == ledger.KindList || r.Kind == ledger.KindRead) {
+					p = "."
+				}
+				_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.At, r.Kind,
+					ledgerCell(r.Agent), ledgerCell(r.Grant), ledgerCell(r.Op), ledgerCell(p), ledgerCell(r.Detail))
+				return err
+			})
+			if ferr := tw.Flush(); err == nil {
+				err = ferr
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%d record(s)\n", n)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&path, "ledger", "", "ledger file (required)")
+	f.StringVar(&flt.Agent, "agent", "", "only this agent")
+	f.StringVar(&flt.Grant, "grant", "", "only this grant id")
+	f.StringSliceVar(&flt.Kinds, "kind", nil, "only these kinds (repeat or comma-separate): read, list, denied, ...")
+	f.StringVar(&flt.Path, "path", "", "only paths matching this glob (with * ? [ {) or under this prefix")
+	f.StringVar(&since, "since", "", "only records at or after: RFC 3339 time, a date, or a duration ago (90m)")
+	f.StringVar(&until, "until", "", "only records before: same forms as --since")
+	f.BoolVar(&asJSON, "json", false, "print JSON lines exactly as stored")
+	_ = cmd.MarkFlagRequired("ledger")
+	return cmd
+}
+
+func newLedgerVerifyCmd() *cobra.Command {
+	var (
+		path   string
+		repair bool
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "verify --ledger L [--repair] [--json]",
+		Short: "Check the hash chain: exit 0 when valid, 2 with the first bad seq otherwise",
+		Long: `Verify recomputes every record's hash and checks every seq and prev link. It
+reports the first record that was edited, removed, inserted, moved, or is not a
+record at all, and a torn last line left by a crash.
+
+--repair cuts a torn last line (only that: complete records are never rewritten)
+and appends a "repair" record giving the number of bytes cut and their SHA-256.
+
+Keep the last hash it prints: it is what proves later that the tail was not
+rewritten.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			if repair {
+				info, err := ledger.Repair(path)
+				switch {
+				case err != nil:
+					// Report the damage below; the repair error says why it
+					// could not be cut.
+					fmt.Fprintf(cmd.ErrOrStderr(), "repair refused: %v\n", err)
+				case info != nil:
+					fmt.Fprintf(out, "repaired: cut %d torn byte(s) at offset %d (sha256 %s), recorded as seq %d\n",
+						info.Bytes, info.Offset, info.SHA256, info.Record.Seq)
+				}
+			}
+			rep, err := ledger.Verify(path)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := protoPrintJSON(out, rep); err != nil {
+					return err
+				}
+			} else {
+				ledgerPrintVerify(out, rep)
+			}
+			if p := rep.Problem; p != nil {
+				return withCode(exitFailed, fmt.Errorf("ledger %s is broken: first bad seq %d (line %d, offset %d): %s: %s",
+					path, p.Seq, p.Line, p.Offset, p.Kind, p.Reason))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&path, "ledger", "", "ledger file (required)")
+	cmd.Flags().BoolVar(&repair, "repair", false, "cut a torn last line and record the repair first")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	_ = cmd.MarkFlagRequired("ledger")
+	return cmd
+}
+
+func ledgerPrintVerify(w io.Writer, rep *ledger.VerifyReport) {
+	if rep.Problem != nil {
+		fmt.Fprintf(w, "ledger %s: BROKEN after %d sound record(s)\n", rep.Path, rep.Records)
+		return
+	}
+	fmt.Fprintf(w, "ledger %s: valid chain, %d record(s)\n", rep.Path, rep.Records)
+	if rep.Records > 0 {
+		fmt.Fprintf(w, "last seq %d at %s\nlast hash %s\n", rep.LastSeq, rep.LastAt, rep.LastHash)
+	}
+	for _, r := range rep.Repairs {
+		fmt.Fprintf(w, "repair recorded at seq %d (%s): %s\n", r.Seq, r.At, ledgerCell(r.Detail))
+	}
+}
+
+// ledgerAuditFlags are shared by `ledger audit` and `audit`.
+type ledgerAuditFlags struct {
+	format string
+	out    string
+	folder string
+}
+
+func (af *ledgerAuditFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&af.format, "format", "md", "report format: md, json or html")
+	cmd.Flags().StringVar(&af.out, "out", "", "write the report to this file instead of stdout")
+	cmd.Flags().StringVar(&af.folder, "folder", "", "collaboration folder: list its files in the matrix even if untouched")
+}
+
+// run audits, writes the report and turns the verdict into the exit code.
+func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string) error {
+	if err := protoChoice("format", af.format, []string{"md", "json", "html"}); err != nil {
+		return err
+	}
+	gs, err := ledger.LoadAuditGrants(grantsDir)
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	rep, err := ledger.Audit(ledgerPath, gs, ledger.AuditOptions{Folder: af.folder})
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	if af.out == "" {
+		if err := rep.Render(cmd.OutOrStdout(), af.format); err != nil {
+			return err
+		}
+	} else if err := ledgerWriteReport(af.out, rep, af.format); err != nil {
+		return err
+	}
+	if rep.Verdict == ledger.VerdictIsolated {
+		return nil
+	}
+	var bad []string
+	for _, ag := range rep.Agents {
+		if ag.Verdict != ledger.VerdictIsolated {
+			bad = append(bad, fmt.Sprintf("%s %s (%s)", ag.Agent, ag.Verdict, ag.Reason))
+		}
+	}
+	if rep.Chain != nil && rep.Chain.Problem != nil {
+		bad = append(bad, "ledger chain broken at seq "+fmt.Sprint(rep.Chain.Problem.Seq))
+	}
+	return withCode(exitFailed, fmt.Errorf("audit %s: %s", rep.Verdict, strings.Join(bad, "; ")))
+}
+
+// ledgerWriteReport writes the report next to its destination and renames
+// it into place, so that a reviewer never picks up half a report.
+func ledgerWriteReport(dst string, rep *ledger.AuditReport, format string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*")
+	if err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := rep.Render(tmp, format); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("write report: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+func newLedgerAuditCmd() *cobra.Command {
+	var (
+		af                 ledgerAuditFlags
+		ledgerPath, grants string
+	)
+	cmd := &cobra.Command{
+		Use:   "audit --ledger L --grants DIR [--format md|json|html] [--out FILE] [--folder F]",
+		Short: "Judge each agent's reads and listings against its grant (exit 0 isolated, 2 otherwise)",
+		Long: `Audit reads the ledger and, for each agent, every path it read or listed and
+every refused attempt, and checks each read against its grant as the grant
+files in DIR (G-*.json) say now. An agent is "isolated" when its grant allowed
+every read and listing, "violated" when it read or listed something its grant
+does not allow, "unverified" when a record names a grant that is not in DIR.
+The HTML report is one self-contained page with an agent × file matrix.`,
+		Example: `  acpfs ledger audit --ledger agent_runs/communication_ledger.jsonl --grants agent_runs/context_grants --format html --out audit.html`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return af.run(cmd, ledgerPath, grants)
+		},
+	}
+	cmd.Flags().StringVar(&ledgerPath, "ledger", "", "ledger file (required)")
+	cmd.Flags().StringVar(&grants, "grants", "", "directory of G-*.json grant files (required)")
+	af.register(cmd)
+	_ = cmd.MarkFlagRequired("ledger")
+	_ = cmd.MarkFlagRequired("grants")
+	return cmd
+}
+
+// newLedgerRunAuditCmd is `acpfs audit`, the run-directory shorthand.
+func newLedgerRunAuditCmd() *cobra.Command {
+	var (
+		af   ledgerAuditFlags
+		runs string
+	)
+	cmd := &cobra.Command{
+		Use:     "audit --runs RUNDIR [--format md|json|html] [--out FILE] [--folder F]",
+		Short:   "Audit a run directory: its ledger against its context grants",
+		Example: `  acpfs audit --runs agent_runs --format html --out audit.html`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return af.run(cmd, filepath.Join(runs, "communication_ledger.jsonl"), filepath.Join(runs, "context_grants"))
+		},
+	}
+	cmd.Flags().StringVar(&runs, "runs", "", "run directory (required)")
+	af.register(cmd)
+	_ = cmd.MarkFlagRequired("runs")
+	return cmd
+}
+
+// ledgerParseTime accepts RFC 3339 (with or without zone), a date, or a
+// duration meaning that long before now.
+func ledgerParseTime(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(-d.Abs()), nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, errors.New("want an RFC 3339 time, a date (2006-01-02) or a duration (90m)")
+}
+
+// ledgerCell makes agent-controlled text safe for one terminal table cell:
+// control characters (escape sequences, tabs, newlines) are shown escaped.
+func ledgerCell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsPrint(r) || r == ' ' {
+			b.WriteRune(r)
+			continue
+		}
+		q := fmt.Sprintf("%q", string(r))
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
+}
