@@ -141,10 +141,13 @@ func Open(path string, opts Options) (*Writer, error) { return open(path, opts) 
 // it. The record is in the file before Append returns.
 func (w *Writer) Append(r Record) (Record, error) { return w.append(r) }
 
-// Sync flushes pending batched fsyncs.
+// Sync flushes pending batched fsyncs: every record whose Append has
+// returned is durable when Sync returns (in every mode, SyncOff included,
+// since the caller asked).
 func (w *Writer) Sync() error { return w.sync() }
 
-// Close syncs and closes the ledger.
+// Close waits for queued Appends, syncs (unless SyncOff) and closes the
+// ledger. Append after Close returns ErrClosed.
 func (w *Writer) Close() error { return w.close() }
 
 // Path returns the ledger file's path as given to Open.
