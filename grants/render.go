@@ -2,6 +2,7 @@ package grants
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -57,7 +58,9 @@ func renderPrompt(g *Grant) string {
 		w("- %s\n", codeEntry(r, p))
 	}
 	for _, p := range g.MayWrite {
-		w("- %s (writable, so readable)\n", codeEntry(r, p))
+		if !slices.Contains(g.MayRead, p) {
+			w("- %s (writable, so readable)\n", codeEntry(r, p))
+		}
 	}
 	w("\nPaths are relative to the collaboration folder. Anything not covered here does not exist in your view of it.\n\n")
 

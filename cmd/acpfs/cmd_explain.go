@@ -1,0 +1,129 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acpfs/acpfs/grants"
+)
+
+func init() {
+	commands = append(commands, newExplainCmd)
+}
+
+// explainResult is one line of acpfs explain --json.
+type explainResult struct {
+	Path     string `json:"path"`
+	Visible  bool   `json:"visible"`
+	Readable bool   `json:"readable"`
+	Writable bool   `json:"writable"`
+	Rule     string `json:"rule"`
+}
+
+func newExplainCmd() *cobra.Command {
+	var runs, ref, folder string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "explain --grant G [--folder F] PATH...",
+		Short: "Say whether a grant shows, lets read and lets write each path, and which rule decided",
+		Long: `explain answers, for each PATH, the questions the filesystem asks: is it
+visible (in lookups and listings), readable, writable, and which grant rule
+decided. PATH is relative to the collaboration folder; with --folder an
+absolute path inside the folder is accepted too, and the run directory is
+hidden when it lies inside the folder. "acpfs explain G PATH..." works as
+well as --grant G.`,
+		Example: `  acpfs explain --runs agent_runs --grant G-reviewer deliverables/design-spec.md oracle/answers.md
+  acpfs explain --grant G-reviewer --folder collab --json events.jsonl`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if ref == "" {
+				if len(args) < 2 {
+					return fmt.Errorf("name a grant (--grant G) and at least one path")
+				}
+				ref, args = args[0], args[1:]
+			}
+			rd := grants.NewRunDir(runs)
+			g, _, err := rd.FindGrant(ref)
+			if err != nil {
+				return err
+			}
+			var opts grants.MatcherOptions
+			if folder != "" {
+				if opts.Hidden, err = rd.HiddenIn(folder); err != nil {
+					return err
+				}
+			}
+			m, err := grants.Compile(g, opts)
+			if err != nil {
+				return err
+			}
+			results := make([]explainResult, 0, len(args))
+			for _, a := range args {
+				rel, err := explainRel(folder, a)
+				if err != nil {
+					return err
+				}
+				d := m.Explain(rel)
+				results = append(results, explainResult{Path: rel, Visible: d.Visible, Readable: d.Readable, Writable: d.Writable, Rule: d.Rule})
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(results)
+			}
+			for _, r := range results {
+				shown := r.Path
+				if shown == "" {
+					shown = "."
+				}
+				fmt.Fprintf(out, "%s: visible %s, readable %s, writable %s (%s)\n",
+					shown, explainYes(r.Visible), explainYes(r.Readable), explainYes(r.Writable), r.Rule)
+			}
+			return nil
+		},
+	}
+	grantRunsFlag(cmd, &runs)
+	cmd.Flags().StringVar(&ref, "grant", "", "grant id or grant file")
+	cmd.Flags().StringVar(&folder, "folder", "", "collaboration folder (hides the run directory if inside it; accepts absolute paths)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// explainRel turns a command-line path into the folder-relative form the
+// matcher takes.
+func explainRel(folder, p string) (string, error) {
+	if filepath.IsAbs(p) {
+		if folder == "" {
+			return "", fmt.Errorf("%s: absolute paths need --folder", p)
+		}
+		rel, err := handoffRelPath(folder, p)
+		if err != nil {
+			return "", err
+		}
+		p = rel
+	}
+	p = filepath.ToSlash(p)
+	for _, s := range strings.Split(p, "/") {
+		if s == ".." {
+			return "", fmt.Errorf("%s: escapes the collaboration folder", p)
+		}
+	}
+	c := path.Clean("./" + p)
+	if c == "." {
+		return "", nil
+	}
+	return c, nil
+}
+
+func explainYes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,489 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
+)
+
+func init() {
+	commands = append(commands, newGrantCmd)
+}
+
+func newGrantCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "grant",
+		Short: "Create, check, render, list and revoke context grants in a run directory",
+		Long: `A context grant says what one agent may read and write in the collaboration
+folder. Grants live in DIR/context_grants/G-<id>.json next to the rendered
+prompt G-<id>.prompt.md; the ledger DIR/communication_ledger.jsonl records
+their creation and revocation.`,
+	}
+	cmd.AddCommand(newGrantCreateCmd(), newGrantCheckCmd(), newGrantRenderCmd(), newGrantListCmd(), newGrantRevokeCmd())
+	return cmd
+}
+
+// grantRunsFlag adds the --runs flag shared by the grant, handoff and
+// explain commands.
+func grantRunsFlag(cmd *cobra.Command, runs *string) {
+	cmd.Flags().StringVar(runs, "runs", grants.DefaultRunDirName, "run directory (context_grants/, handoffs/, ledger)")
+}
+
+// grantProtocolInfo is the little of protocol.json that grant commands
+// need.
+type grantProtocolInfo struct {
+	Objective    string
+	Participants []string
+	DelivMode    string
+	DelivDir     string
+}
+
+func grantReadProtocol(folder string) (grantProtocolInfo, error) {
+	p := filepath.Join(folder, "protocol.json")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return grantProtocolInfo{}, fmt.Errorf("read collaboration protocol: %w", err)
+	}
+	var raw struct {
+		Objective    string            `json:"objective"`
+		Participants []json.RawMessage `json:"participants"`
+		Deliverables struct {
+			Mode string `json:"mode"`
+			Dir  string `json:"dir"`
+		} `json:"deliverables"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return grantProtocolInfo{}, fmt.Errorf("decode %s: %w", p, err)
+	}
+	info := grantProtocolInfo{Objective: raw.Objective, DelivMode: raw.Deliverables.Mode, DelivDir: raw.Deliverables.Dir}
+	for _, r := range raw.Participants {
+		var obj struct {
+			ID string `json:"id"`
+		}
+		var id string
+		if json.Unmarshal(r, &id) == nil && id != "" {
+			info.Participants = append(info.Participants, id)
+		} else if json.Unmarshal(r, &obj) == nil && obj.ID != "" {
+			info.Participants = append(info.Participants, obj.ID)
+		}
+	}
+	return info, nil
+}
+
+// grantCheckParticipant refuses a participant the protocol does not list:
+// its appends to events.jsonl could never be accepted.
+func grantCheckParticipant(info grantProtocolInfo, folder, participant string) error {
+	if slices.Contains(info.Participants, participant) {
+		return nil
+	}
+	return fmt.Errorf("participant %q is not listed in %s (participants: %s)",
+		participant, filepath.Join(folder, "protocol.json"), strings.Join(info.Participants, ", "))
+}
+
+// grantRecord appends one record to the run directory's ledger.
+func grantRecord(rd grants.RunDir, rec ledger.Record) error {
+	if err := rd.Init(); err != nil {
+		return err
+	}
+	w, err := ledger.Open(rd.LedgerPath(), ledger.Options{})
+	if err != nil {
+		return fmt.Errorf("open ledger: %w", err)
+	}
+	if _, err := w.Append(rec); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("record %s: %w", rec.Kind, err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("close ledger: %w", err)
+	}
+	return nil
+}
+
+func grantNow() string { return time.Now().UTC().Format(time.RFC3339) }
+
+// grantCreateFlags holds the flags of grant create.
+type grantCreateFlags struct {
+	runs, folder, agent, id, participant, role, objective, preset string
+	outputContract, decisionAuthority                             string
+	mayRead, forbid, mayWrite, guidance, inputs, stops            []string
+}
+
+func newGrantCreateCmd() *cobra.Command {
+	var f grantCreateFlags
+	cmd := &cobra.Command{
+		Use:   "create --folder F --agent A [--preset owner|reviewer] [flags]",
+		Short: "Write a grant and its prompt, and record grant_created in the ledger",
+		Long: `create writes DIR/context_grants/G-<id>.json and G-<id>.prompt.md.
+
+--preset fills may_read and may_write for an ACP role (owner: the proposal
+owner; reviewer); --may-read, --may-write and --forbid add to them. The
+role defaults to the preset's name and the objective to the protocol's.
+The participant (default: the agent id) must be listed in F/protocol.json.
+An agent may hold only one active grant: revoke the old one first.`,
+		Example: `  acpfs grant create --folder collab --agent claude --participant server --preset owner
+  acpfs grant create --folder collab --agent codex --participant reader --preset reviewer --forbid 'oracle/**'
+  acpfs grant create --folder collab --agent grader --role grader --objective "Grade the spec" \
+      --may-read 'deliverables/**' --input spec=deliverables/design-spec.md --guidance "Be terse."`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return grantCreate(cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	grantRunsFlag(cmd, &f.runs)
+	fl.StringVar(&f.folder, "folder", "", "collaboration folder (its protocol.json lists the participants)")
+	fl.StringVar(&f.agent, "agent", "", "agent id")
+	fl.StringVar(&f.id, "id", "", "grant id G-<id> (default: generated from the agent id)")
+	fl.StringVar(&f.participant, "participant", "", "ACP participant the agent writes as (default: the agent id)")
+	fl.StringVar(&f.role, "role", "", "role (default: the preset's name)")
+	fl.StringVar(&f.objective, "objective", "", "objective (default: the protocol's objective)")
+	fl.StringVar(&f.preset, "preset", "", "role preset: "+strings.Join(grants.Presets(), " or "))
+	fl.StringArrayVar(&f.mayRead, "may-read", nil, "glob the agent may read (repeatable)")
+	fl.StringArrayVar(&f.forbid, "forbid", nil, "glob the agent must never see, even if granted elsewhere (repeatable)")
+	fl.StringArrayVar(&f.mayWrite, "may-write", nil, "glob the agent may write (repeatable)")
+	fl.StringArrayVar(&f.guidance, "guidance", nil, "guidance line injected into the prompt (repeatable)")
+	fl.StringArrayVar(&f.inputs, "input", nil, "named input slot=path (repeatable)")
+	fl.StringArrayVar(&f.stops, "stop", nil, "stop condition (repeatable)")
+	fl.StringVar(&f.outputContract, "output-contract", "", "what the agent must produce")
+	fl.StringVar(&f.decisionAuthority, "decision-authority", "", "what the agent may decide")
+	_ = cmd.MarkFlagRequired("folder")
+	_ = cmd.MarkFlagRequired("agent")
+	return cmd
+}
+
+func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
+	info, err := grantReadProtocol(f.folder)
+	if err != nil {
+		return err
+	}
+	g := &grants.Grant{
+		GrantID:           f.id,
+		AgentID:           f.agent,
+		Participant:       f.participant,
+		Role:              f.role,
+		Objective:         f.objective,
+		ForbiddenRead:     f.forbid,
+		InjectedGuidance:  f.guidance,
+		OutputContract:    f.outputContract,
+		DecisionAuthority: f.decisionAuthority,
+		StopConditions:    f.stops,
+		CreatedAt:         grantNow(),
+	}
+	if g.Participant == g.AgentID {
+		g.Participant = ""
+	}
+	if err := grantCheckParticipant(info, f.folder, g.ParticipantID()); err != nil {
+		return err
+	}
+	if f.preset != "" {
+		deliv := info.DelivDir
+		if info.DelivMode == "external" {
+			deliv = "-"
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are external to the folder; the preset covers only the protocol files\n")
+		}
+		p, err := grants.Preset(f.preset, deliv)
+		if err != nil {
+			return err
+		}
+		g.MayRead, g.MayWrite = p.MayRead, p.MayWrite
+		if g.Role == "" {
+			g.Role = p.Name
+		}
+	}
+	g.MayRead = grantAppendNew(g.MayRead, f.mayRead)
+	g.MayWrite = grantAppendNew(g.MayWrite, f.mayWrite)
+	if g.Objective == "" {
+		g.Objective = info.Objective
+	}
+	if g.Role == "" {
+		return errors.New("--role is required without --preset")
+	}
+	if len(f.inputs) > 0 {
+		g.NamedInputs = map[string]grants.NamedInput{}
+		for _, in := range f.inputs {
+			slot, p, ok := strings.Cut(in, "=")
+			if !ok || slot == "" {
+				return fmt.Errorf("--input %q: want slot=path", in)
+			}
+			g.NamedInputs[slot] = grants.NamedInput{Path: p, Required: true}
+		}
+	}
+	if g.GrantID == "" {
+		g.GrantID = grants.NewID("G", f.agent)
+	}
+	if err := grants.Validate(g); err != nil {
+		return err
+	}
+	rd := grants.NewRunDir(f.runs)
+	existing, _ := rd.LoadGrants() // problems of other grants do not block this one
+	for _, gf := range existing {
+		if gf.Grant.GrantID == g.GrantID {
+			return fmt.Errorf("grant %s already exists (%s)", g.GrantID, gf.Path)
+		}
+	}
+	if gf, ok := grants.ActiveGrantFor(existing, g.AgentID); ok {
+		return fmt.Errorf("agent %q already has an active grant %s (%s); revoke it first", g.AgentID, gf.Grant.GrantID, gf.Path)
+	}
+	if err := rd.Init(); err != nil {
+		return err
+	}
+	if err := rd.SaveGrant(g); err != nil {
+		return err
+	}
+	detail := fmt.Sprintf("role %q, participant %s, %d may_read, %d may_write, %d forbidden_read",
+		g.Role, g.ParticipantID(), len(g.MayRead), len(g.MayWrite), len(g.ForbiddenRead))
+	if err := grantRecord(rd, ledger.Record{Kind: ledger.KindGrantCreated, Agent: g.AgentID, Grant: g.GrantID, Detail: detail}); err != nil {
+		return fmt.Errorf("grant %s was written but not recorded: %w", g.GrantID, err)
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "created %s for agent %s (participant %s)\n", g.GrantID, g.AgentID, g.ParticipantID())
+	fmt.Fprintf(out, "  grant:  %s\n  prompt: %s\n", rd.GrantPath(g.GrantID), rd.PromptPath(g.GrantID))
+	return nil
+}
+
+// grantAppendNew appends the entries of more that base lacks.
+func grantAppendNew(base, more []string) []string {
+	for _, m := range more {
+		if !slices.Contains(base, m) {
+			base = append(base, m)
+		}
+	}
+	return base
+}
+
+func newGrantCheckCmd() *cobra.Command {
+	var runs, folder string
+	cmd := &cobra.Command{
+		Use:   "check [--folder F]",
+		Short: "Validate every grant of a run directory (and, with --folder, against the collaboration)",
+		Long: `check loads every grant and applies the single-grant rules and the set
+rules (unique ids, one active grant per agent). With --folder it also
+checks that each active grant's participant is listed in protocol.json
+(an error) and that named inputs exist (a warning).
+Exit status: 0 all valid, 1 valid with warnings, 2 problems found.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return grantCheck(cmd.OutOrStdout(), grants.NewRunDir(runs), folder)
+		},
+	}
+	grantRunsFlag(cmd, &runs)
+	cmd.Flags().StringVar(&folder, "folder", "", "collaboration folder to check the grants against")
+	return cmd
+}
+
+func grantCheck(out io.Writer, rd grants.RunDir, folder string) error {
+	gs, loadErr := rd.LoadGrants()
+	var problems, warnings []string
+	if loadErr != nil {
+		problems = append(problems, strings.Split(loadErr.Error(), "\n")...)
+	}
+	if folder != "" {
+		info, err := grantReadProtocol(folder)
+		if err != nil {
+			return withCode(exitFailed, err)
+		}
+		hidden, err := rd.HiddenIn(folder)
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		for _, gf := range gs {
+			g := gf.Grant
+			if g.Revoked {
+				continue
+			}
+			if err := grantCheckParticipant(info, folder, g.ParticipantID()); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", gf.Path, err))
+			}
+			if _, err := grants.Compile(g, grants.MatcherOptions{Hidden: hidden}); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", gf.Path, err))
+			}
+			for _, slot := range grantSortedSlots(g) {
+				p := g.NamedInputs[slot].Path
+				if _, err := os.Stat(filepath.Join(folder, filepath.FromSlash(p))); err != nil {
+					warnings = append(warnings, fmt.Sprintf("%s: named_inputs.%s: %s does not exist in the folder", gf.Path, slot, p))
+				}
+			}
+		}
+	}
+	for _, gf := range gs {
+		state := "active"
+		if gf.Grant.Revoked {
+			state = "revoked"
+		}
+		fmt.Fprintf(out, "ok %s  agent %s  participant %s  %s\n", gf.Grant.GrantID, gf.Grant.AgentID, gf.Grant.ParticipantID(), state)
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(out, "warning: %s\n", w)
+	}
+	for _, p := range problems {
+		fmt.Fprintf(out, "problem: %s\n", p)
+	}
+	switch {
+	case len(problems) > 0:
+		return withCode(exitFailed, fmt.Errorf("%d grant problem(s) in %s", len(problems), rd.Root))
+	case len(warnings) > 0:
+		return silentExit(exitWarnings)
+	case len(gs) == 0:
+		fmt.Fprintf(out, "no grants in %s\n", rd.GrantsDir())
+	}
+	return nil
+}
+
+func grantSortedSlots(g *grants.Grant) []string {
+	var slots []string
+	for s, in := range g.NamedInputs {
+		if in.Path != "" {
+			slots = append(slots, s)
+		}
+	}
+	slices.Sort(slots)
+	return slots
+}
+
+// grantRef takes the grant from --grant or, failing that, the only
+// positional argument.
+func grantRef(flag string, args []string) (string, error) {
+	switch {
+	case flag != "" && len(args) == 0:
+		return flag, nil
+	case flag == "" && len(args) == 1:
+		return args[0], nil
+	}
+	return "", errors.New("name one grant, with --grant G-<id> (or a path)")
+}
+
+func newGrantRenderCmd() *cobra.Command {
+	var runs, ref string
+	cmd := &cobra.Command{
+		Use:   "render --grant G",
+		Short: "Print a grant's prompt (G is a grant id or the path of a grant file)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := grantRef(ref, args)
+			if err != nil {
+				return err
+			}
+			g, _, err := grants.NewRunDir(runs).FindGrant(r)
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(cmd.OutOrStdout(), grants.Render(g))
+			return nil
+		},
+	}
+	grantRunsFlag(cmd, &runs)
+	cmd.Flags().StringVar(&ref, "grant", "", "grant id or grant file")
+	return cmd
+}
+
+// grantListEntry is one element of grant list --json.
+type grantListEntry struct {
+	Path  string        `json:"path"`
+	Grant *grants.Grant `json:"grant"`
+}
+
+func newGrantListCmd() *cobra.Command {
+	var runs string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "List the grants of a run directory",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rd := grants.NewRunDir(runs)
+			gs, loadErr := rd.LoadGrants()
+			out := cmd.OutOrStdout()
+			if asJSON {
+				entries := make([]grantListEntry, 0, len(gs))
+				for _, gf := range gs {
+					entries = append(entries, grantListEntry{Path: gf.Path, Grant: gf.Grant})
+				}
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(entries); err != nil {
+					return err
+				}
+			} else {
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "GRANT\tAGENT\tPARTICIPANT\tROLE\tSTATE\tCREATED")
+				for _, gf := range gs {
+					g := gf.Grant
+					state := "active"
+					if g.Revoked {
+						state = "revoked " + g.RevokedAt
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", g.GrantID, g.AgentID, g.ParticipantID(), oneLineRole(g.Role), state, g.CreatedAt)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
+			if loadErr != nil {
+				return withCode(exitFailed, loadErr)
+			}
+			return nil
+		},
+	}
+	grantRunsFlag(cmd, &runs)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func oneLineRole(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func newGrantRevokeCmd() *cobra.Command {
+	var runs, ref, reason string
+	cmd := &cobra.Command{
+		Use:   "revoke --grant G [--reason TEXT]",
+		Short: "Revoke a grant (live views stop showing anything) and record grant_revoked",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := grantRef(ref, args)
+			if err != nil {
+				return err
+			}
+			rd := grants.NewRunDir(runs)
+			g, p, err := rd.FindGrant(r)
+			if err != nil {
+				return err
+			}
+			if want := rd.GrantPath(g.GrantID); filepath.Clean(p) != filepath.Clean(want) {
+				return fmt.Errorf("%s is not the run directory's copy of %s (%s)", p, g.GrantID, want)
+			}
+			out := cmd.OutOrStdout()
+			if g.Revoked {
+				fmt.Fprintf(out, "%s was already revoked at %s\n", g.GrantID, g.RevokedAt)
+				return nil
+			}
+			g.Revoked, g.RevokedAt = true, grantNow()
+			if err := rd.SaveGrant(g); err != nil {
+				return err
+			}
+			detail := "revoked"
+			if reason != "" {
+				detail = "revoked: " + reason
+			}
+			if err := grantRecord(rd, ledger.Record{Kind: ledger.KindGrantRevoked, Agent: g.AgentID, Grant: g.GrantID, Detail: detail}); err != nil {
+				return fmt.Errorf("grant %s was revoked but not recorded: %w", g.GrantID, err)
+			}
+			fmt.Fprintf(out, "revoked %s (agent %s) at %s\n", g.GrantID, g.AgentID, g.RevokedAt)
+			return nil
+		},
+	}
+	grantRunsFlag(cmd, &runs)
+	cmd.Flags().StringVar(&ref, "grant", "", "grant id or grant file")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the ledger")
+	return cmd
+}

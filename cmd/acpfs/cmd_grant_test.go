@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
+)
+
+// grantCLIResult is what one in-process run of the CLI produced.
+type grantCLIResult struct {
+	out, errOut string
+	code        int
+	err         error
+}
+
+// grantRunCLI runs the CLI in-process with the exit-code mapping of
+// execute.
+func grantRunCLI(t *testing.T, args ...string) grantCLIResult {
+	t.Helper()
+	root := newRootCmd()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err := root.Execute()
+	code := exitOK
+	var ee *exitError
+	var silent silentExit
+	switch {
+	case err == nil:
+	case errors.As(err, &silent):
+		code = int(silent)
+	case errors.As(err, &ee):
+		code = ee.code
+	default:
+		code = exitFailed
+	}
+	return grantCLIResult{out: out.String(), errOut: errOut.String(), code: code, err: err}
+}
+
+// grantTestFolder makes a collaboration folder with two participants, a
+// deliverable and an oracle, and returns it with a run directory path
+// beside it.
+func grantTestFolder(t *testing.T) (folder, runs string) {
+	t.Helper()
+	base := t.TempDir()
+	folder = filepath.Join(base, "collab")
+	files := map[string]string{
+		"protocol.json": `{"protocol":"acp","schemaVersion":2,"objective":"Design the cache layer",` +
+			`"participants":[{"id":"server"},{"id":"reader"}],"deliverables":{"mode":"internal","dir":"deliverables"}}`,
+		"deliverables/design-spec.md": "# Design spec\n\nStatus: Draft\n",
+		"oracle/answers.md":           "42\n",
+		"events.jsonl":                "",
+	}
+	for name, body := range files {
+		p := filepath.Join(folder, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+	}
+	return folder, filepath.Join(base, "agent_runs")
+}
+
+// grantLedgerKinds reads the kinds recorded in a run directory's ledger.
+func grantLedgerKinds(t *testing.T, runs string) []ledger.Record {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(runs, grants.LedgerFileName))
+	require.NoError(t, err)
+	var recs []ledger.Record
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r ledger.Record
+		require.NoError(t, json.Unmarshal([]byte(line), &r))
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+func TestGrantCreateWithPreset(t *testing.T) {
+	folder, runs := grantTestFolder(t)
+	res := grantRunCLI(t, "grant", "create", "--runs", runs, "--folder", folder,
+		"--agent", "codex", "--participant", "reader", "--preset", "reviewer", "--id", "G-rev",
+		"--forbid", "oracle/**", "--input", "spec=deliverables/design-spec.md", "--guidance", "Be precise.",
+		"--stop", "completed", "--output-contract", "a review", "--decision-authority", "none")
+	require.NoError(t, res.err)
+	assert.Contains(t, res.out, "created G-rev for agent codex (participant reader)")
+
+	rd := grants.NewRunDir(runs)
+	g, err := grants.Load(rd.GrantPath("G-rev"))
+	require.NoError(t, err)
+	assert.Equal(t, "reviewer", g.Role)
+	assert.Equal(t, "Design the cache layer", g.Objective, "objective defaults to the protocol's")
+	assert.Equal(t, "reader", g.ParticipantID())
+	assert.Contains(t, g.MayRead, "deliverables/")
+	assert.Equal(t, []string{"events.jsonl", "protocol.json", "review.md"}, g.MayWrite)
+	assert.Equal(t, []string{"oracle/**"}, g.ForbiddenRead)
+	assert.Equal(t, grants.NamedInput{Path: "deliverables/design-spec.md", Required: true}, g.NamedInputs["spec"])
+	assert.NotEmpty(t, g.CreatedAt)
+
+	prompt, err := os.ReadFile(rd.PromptPath("G-rev"))
+	require.NoError(t, err)
+	assert.Contains(t, string(prompt), "Be precise.")
+	assert.NotContains(t, string(prompt), "oracle")
+
+	recs := grantLedgerKinds(t, runs)
+	require.Len(t, recs, 1)
+	assert.Equal(t, ledger.KindGrantCreated, recs[0].Kind)
+	assert.Equal(t, "codex", recs[0].Agent)
+	assert.Equal(t, "G-rev", recs[0].Grant)
+}
+
+func TestGrantCreateRefusals(t *testing.T) {
+	folder, runs := grantTestFolder(t)
+	ok := grantRunCLI(t, "grant", "create", "--runs", runs, "--folder", folder, "--agent", "claude",
+		"--participant", "server", "--preset", "owner", "--id", "G-owner")
+	require.NoError(t, ok.err)
+
+	tests := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"participant not in the protocol", []string{"--agent", "x", "--participant", "nobody", "--preset", "reviewer"}, `participant "nobody" is not listed`},
+		{"agent id as participant", []string{"--agent", "codex", "--preset", "reviewer"}, `participant "codex" is not listed`},
+		{"second active grant", []string{"--agent", "claude", "--participant", "server", "--preset", "owner"}, "already has an active grant G-owner"},
+		{"duplicate id", []string{"--agent", "other", "--participant", "reader", "--preset", "reviewer", "--id", "G-owner"}, "G-owner already exists"},
+		{"no role", []string{"--agent", "y", "--participant", "reader", "--may-read", "**"}, "--role is required"},
+		{"no may_read", []string{"--agent", "y", "--participant", "reader", "--role", "r"}, "may_read"},
+		{"named input forbidden", []string{"--agent", "y", "--participant", "reader", "--preset", "reviewer", "--may-read", "oracle/**", "--forbid", "oracle/", "--input", "a=oracle/answers.md"}, "named_inputs.a"},
+		{"bad input flag", []string{"--agent", "y", "--participant", "reader", "--preset", "reviewer", "--input", "nopath"}, "slot=path"},
+		{"unknown preset", []string{"--agent", "y", "--participant", "reader", "--preset", "admin"}, "unknown preset"},
+		{"bad glob", []string{"--agent", "y", "--participant", "reader", "--preset", "reviewer", "--may-read", "../up"}, "escapes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"grant", "create", "--runs", runs, "--folder", folder}, tt.args...)
+			res := grantRunCLI(t, args...)
+			require.Error(t, res.err)
+			assert.Equal(t, exitFailed, res.code)
+			assert.Contains(t, res.err.Error(), tt.msg)
+		})
+	}
+	// Nothing but the first grant was written or recorded.
+	gs, err := grants.NewRunDir(runs).LoadGrants()
+	require.NoError(t, err)
+	assert.Len(t, gs, 1)
+	assert.Len(t, grantLedgerKinds(t, runs), 1)
+}
+
+func TestGrantCreateExternalDeliverables(t *testing.T) {
+	folder, runs := grantTestFolder(t)
+	require.NoError(t, os.WriteFile(filepath.Join(folder, "protocol.json"), []byte(
+		`{"objective":"o","participants":["server"],"deliverables":{"mode":"external","dir":"docs"}}`), 0o644))
+	res := grantRunCLI(t, "grant", "create", "--runs", runs, "--folder", folder, "--agent", "server", "--preset", "owner")
+	require.NoError(t, res.err)
+	assert.Contains(t, res.errOut, "external")
+	gs, err := grants.NewRunDir(runs).LoadGrants()
+	require.NoError(t, err)
+	require.Len(t, gs, 1)
+	assert.NotContains(t, gs[0].Grant.MayRead, "docs/")
+	assert.True(t, strings.HasPrefix(gs[0].Grant.GrantID, "G-server-"), gs[0].Grant.GrantID)
+}
+
+func TestGrantCheckListRenderRevoke(t *testing.T) {
+	folder, runs := grantTestFolder(t)
+	for _, args := range [][]string{
+		{"--agent", "claude", "--participant", "server", "--preset", "owner", "--id", "G-owner"},
+		{"--agent", "codex", "--participant", "reader", "--preset", "reviewer", "--id", "G-rev", "--forbid", "oracle/**",
+			"--input", "spec=deliverables/design-spec.md"},
+	} {
+		res := grantRunCLI(t, append([]string{"grant", "create", "--runs", runs, "--folder", folder}, args...)...)
+		require.NoError(t, res.err)
+	}
+
+	res := grantRunCLI(t, "grant", "check", "--runs", runs, "--folder", folder)
+	require.NoError(t, res.err, res.out)
+	assert.Contains(t, res.out, "ok G-owner")
+	assert.Contains(t, res.out, "ok G-rev")
+
+	// A missing named input is a warning (exit 1).
+	require.NoError(t, os.Remove(filepath.Join(folder, "deliverables/design-spec.md")))
+	res = grantRunCLI(t, "grant", "check", "--runs", runs, "--folder", folder)
+	assert.Equal(t, exitWarnings, res.code, res.out)
+	assert.Contains(t, res.out, "warning:")
+
+	res = grantRunCLI(t, "grant", "list", "--runs", runs)
+	require.NoError(t, res.err)
+	assert.Contains(t, res.out, "G-owner")
+	assert.Contains(t, res.out, "G-rev")
+	res = grantRunCLI(t, "grant", "list", "--runs", runs, "--json")
+	require.NoError(t, res.err)
+	var entries []grantListEntry
+	require.NoError(t, json.Unmarshal([]byte(res.out), &entries))
+	require.Len(t, entries, 2)
+	assert.Equal(t, "G-owner", entries[0].Grant.GrantID)
+
+	res = grantRunCLI(t, "grant", "render", "--runs", runs, "--grant", "G-rev")
+	require.NoError(t, res.err)
+	assert.Contains(t, res.out, "# Context grant G-rev")
+	assert.NotContains(t, res.out, "oracle")
+	byPath := grantRunCLI(t, "grant", "render", "--runs", runs, filepath.Join(runs, "context_grants", "G-rev.json"))
+	require.NoError(t, byPath.err)
+	assert.Equal(t, res.out, byPath.out)
+
+	res = grantRunCLI(t, "grant", "revoke", "--runs", runs, "--grant", "G-rev", "--reason", "review done")
+	require.NoError(t, res.err)
+	assert.Contains(t, res.out, "revoked G-rev")
+	g, err := grants.Load(filepath.Join(runs, "context_grants", "G-rev.json"))
+	require.NoError(t, err)
+	assert.True(t, g.Revoked)
+	assert.NotEmpty(t, g.RevokedAt)
+	res = grantRunCLI(t, "grant", "revoke", "--runs", runs, "--grant", "G-rev")
+	require.NoError(t, res.err)
+	assert.Contains(t, res.out, "already revoked")
+
+	recs := grantLedgerKinds(t, runs)
+	require.Len(t, recs, 3)
+	assert.Equal(t, ledger.KindGrantRevoked, recs[2].Kind)
+	assert.Equal(t, "revoked: review done", recs[2].Detail)
+
+	// After revocation a new grant for the same agent is allowed.
+	res = grantRunCLI(t, "grant", "create", "--runs", runs, "--folder", folder, "--agent", "codex",
+		"--participant", "reader", "--preset", "reviewer", "--id", "G-rev2")
+	require.NoError(t, res.err)
+}
+
+func TestGrantCheckFindsSetProblems(t *testing.T) {
+	folder, runs := grantTestFolder(t)
+	dir := filepath.Join(runs, "context_grants")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	body := func(id, participant string) string {
+		return `{"grant_id":"` + id + `","agent_id":"a","participant":"` + participant + `","role":"r","objective":"o","may_read":["**"]}`
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "G-1.json"), []byte(body("G-1", "server")), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "G-2.json"), []byte(body("G-2", "ghost")), 0o644))
+	res := grantRunCLI(t, "grant", "check", "--runs", runs, "--folder", folder)
+	assert.Equal(t, exitFailed, res.code)
+	assert.Contains(t, res.out, "two active grants")
+	assert.Contains(t, res.out, `participant "ghost" is not listed`)
+
+	res = grantRunCLI(t, "grant", "list", "--runs", runs)
+	assert.Equal(t, exitFailed, res.code, "list shows the grants but fails on set problems")
+	assert.Contains(t, res.out, "G-2")
+}
+
+func TestGrantCheckEmpty(t *testing.T) {
+	_, runs := grantTestFolder(t)
+	res := grantRunCLI(t, "grant", "check", "--runs", runs)
+	require.NoError(t, res.err)
+	assert.Contains(t, res.out, "no grants")
+}
