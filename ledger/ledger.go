@@ -25,6 +25,15 @@
 // hash a reviewer has kept; it cannot stop someone who rewrites the whole
 // tail consistently, so keep the last hash (printed by verify) with each
 // deliverable.
+//
+// # Concurrency and crash safety
+//
+// Writers hold an exclusive flock on the ledger while they read its tail
+// and append, so several processes (mounts, the CLI) may share one file.
+// Each batch of records is one write(2) of whole lines, so a crash can only
+// leave a torn last line without its newline. The next writer to open or
+// append cuts that line and records a KindRepair record (bytes cut, their
+// SHA-256); complete records are never rewritten.
 package ledger
 
 import (
