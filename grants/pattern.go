@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/bmatcuk/doublestar/v4"
 )
@@ -203,6 +204,9 @@ func compilePattern(pat string, closeBelow bool, rule int) ([]compiled, error) {
 	if pat == "" {
 		return nil, errPatternEmpty
 	}
+	if !utf8.ValidString(pat) {
+		return nil, errors.New("not valid UTF-8")
+	}
 	if !doublestar.ValidatePattern(pat) {
 		return nil, fmt.Errorf("invalid glob syntax")
 	}
@@ -244,6 +248,8 @@ func normalizePattern(p string) (string, error) {
 			return "", errEscapes
 		case s == "**" && len(kept) > 0 && kept[len(kept)-1] == "**":
 			continue // "**/**" is "**"
+		case s != "**":
+			s = collapseStars(s)
 		}
 		kept = append(kept, s)
 	}
@@ -254,6 +260,38 @@ func normalizePattern(p string) (string, error) {
 		kept = append(kept, "**")
 	}
 	return strings.Join(kept, "/"), nil
+}
+
+// collapseStars turns runs of "*" inside a name into one "*": they mean
+// the same, and doublestar fails to let "a**" match "a".
+func collapseStars(seg string) string {
+	if !strings.Contains(seg, "**") {
+		return seg
+	}
+	var b strings.Builder
+	prevStar := false
+	for i := 0; i < len(seg); i++ {
+		c := seg[i]
+		switch {
+		case c == '*':
+			if !prevStar {
+				b.WriteByte(c)
+			}
+			prevStar = true
+			continue
+		case c == '\\' && i+1 < len(seg):
+			b.WriteString(seg[i : i+2])
+			i++
+		case c == '[':
+			j := min(skipClass(seg, i), len(seg)-1)
+			b.WriteString(seg[i : j+1])
+			i = j
+		default:
+			b.WriteByte(c)
+		}
+		prevStar = false
+	}
+	return b.String()
 }
 
 // checkSlashes refuses a "/" inside a character class or after a

@@ -204,6 +204,10 @@ func TestNormalizeTrailingSlash(t *testing.T) {
 		"./a//b/":  "a/b/**",
 		"a/./b.md": "a/b.md",
 		"**/":      "**",
+		"a***/**":  "a*/**",
+		"x/**b**":  "x/*b*",
+		`a\**`:     `a\**`,
+		"[*]**":    "[*]*",
 	} {
 		got, err := normalizePattern(in)
 		require.NoError(t, err, in)
