@@ -58,8 +58,13 @@ type Decision struct {
 }
 
 // Matcher answers grant questions for paths relative to the folder root
-// ("" is the root itself, always visible). Its methods do not allocate and
-// are safe for concurrent use.
+// ("" is the root itself, always visible). Paths must be clean: slash-
+// separated, no leading or trailing slash, no "." or ".." segments. Its
+// methods other than Explain do not allocate and are safe for concurrent
+// use. The glob semantics are documented in pattern.go: doublestar/v4
+// syntax, "*" matches dotfiles, a trailing "/" means the directory and
+// everything below it, forbidden_read also hides everything below what it
+// matches, matching is case-sensitive.
 type Matcher struct {
 	st *matcherState // immutable after Compile
 }
@@ -76,7 +81,13 @@ type MatcherOptions struct {
 // that shows nothing.
 func Compile(g *Grant, opts MatcherOptions) (*Matcher, error) { return compileMatcher(g, opts) }
 
-// Visible reports whether rel appears in lookups and listings.
+// Visible reports whether rel appears in lookups and listings: it is
+// readable or writable, or it is a directory on the way to something that
+// could be ("deliverables" for may_read "deliverables/a.md"; every
+// directory for "**/*.md"), and neither forbidden nor in a hidden
+// directory. Because it cannot know whether rel is a directory, it answers
+// true for any name that could lead further down; use VisibleEntry when
+// the type is known.
 func (m *Matcher) Visible(rel string) bool { return m.visible(rel) }
 
 // Readable reports whether rel may be opened for reading.

@@ -145,6 +145,17 @@ func (m *Matcher) visible(rel string) bool {
 		firstLeading(st.write, rel) >= 0 || firstLeading(st.read, rel) >= 0
 }
 
+// VisibleEntry is Visible for an entry whose type is known: a directory is
+// visible as Visible says, anything else only when it is readable (nothing
+// can lie below a file, so the way-to-a-match rule does not apply). It
+// does not allocate.
+func (m *Matcher) VisibleEntry(rel string, isDir bool) bool {
+	if isDir {
+		return m.visible(rel)
+	}
+	return rel == "" || m.readable(rel)
+}
+
 func (m *Matcher) readable(rel string) bool {
 	st := m.st
 	if st == nil || st.blocked(rel) {

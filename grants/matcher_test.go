@@ -225,6 +225,17 @@ func TestMatcherSemantics(t *testing.T) {
 			},
 		},
 		{
+			name: "runs of stars inside a name are one star",
+			read: []string{"a***/", "b**"},
+			cases: []vrw{
+				{"a", true, true, false},
+				{"abc/d", true, true, false},
+				{"b", true, true, false},
+				{"bx", true, true, false},
+				{"bx/y", false, false, false},
+			},
+		},
+		{
 			name: "literal directory without slash is the entry only",
 			read: []string{"notes"},
 			cases: []vrw{
@@ -305,6 +316,29 @@ func TestMatcherSemantics(t *testing.T) {
 			checkPaths(t, m, tt.cases)
 		})
 	}
+}
+
+func TestVisibleEntry(t *testing.T) {
+	m := mustCompile(t, testGrant([]string{"**/*.md", "a/b.txt"}, []string{"secret"}, nil))
+	tests := []struct {
+		path  string
+		isDir bool
+		want  bool
+	}{
+		{"x.md", false, true},
+		{"x.txt", false, false}, // Visible says yes: it could be a directory
+		{"x.txt", true, true},
+		{"a", true, true},
+		{"a", false, false},
+		{"a/b.txt", false, true},
+		{"secret", true, false},
+		{"", true, true},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, m.VisibleEntry(tt.path, tt.isDir), "%q dir=%v", tt.path, tt.isDir)
+	}
+	assert.True(t, m.Visible("x.txt"))
+	assert.Zero(t, testing.AllocsPerRun(50, func() { m.VisibleEntry("a/b/c.md", false) }))
 }
 
 func TestRevokedShowsNothing(t *testing.T) {

@@ -84,6 +84,9 @@ func newHandoffCreateCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "recorded %s: %s from %s to %s\n", h.HandoffID, h.ArtifactPath, h.ProducerAgentID, h.ConsumerAgentID)
+			if m, err := grants.Compile(dst, grants.MatcherOptions{}); err == nil && !m.Readable(h.ArtifactPath) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: grant %s does not cover %s; its view may not show the handed-over copy\n", dst.GrantID, h.ArtifactPath)
+			}
 			fmt.Fprintf(out, "  sha256:   %s\n  copy:     %s\n  handoff:  %s\n", h.ArtifactSHA256, rd.ArtifactPath(h.ArtifactSHA256), rd.HandoffPath(h.HandoffID))
 			return nil
 		},
