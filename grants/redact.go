@@ -154,15 +154,6 @@ func (r *redactor) text(s string) string {
 	}
 }
 
-// entry returns a path entry unchanged, or withheldEntry when it mentions a
-// forbidden name.
-func (r *redactor) entry(s string) string {
-	if r.mentions(s) {
-		return withheldEntry
-	}
-	return s
-}
-
 // foldIndex finds tok in s under simple Unicode case folding and returns
 // the byte range of the match, or -1, -1.
 func foldIndex(s, tok string) (int, int) {
