@@ -21,6 +21,9 @@ type kit struct {
 	log   *Log
 	parts []string
 	clock time.Time
+	// appender, when set, replaces Log.Append (the parity test appends
+	// with the reference implementation).
+	appender func(e ev, doc string, replyTo *int, role, sha string) (Event, error)
 }
 
 var kitEpoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -176,7 +179,11 @@ func (k *kit) defaults(e ev) (string, *int, string, string) {
 
 // add appends e through Log.Append.
 func (k *kit) add(e ev) (Event, error) {
+	require.NoError(k.t, k.log.Refresh())
 	doc, rt, role, sha := k.defaults(e)
+	if k.appender != nil {
+		return k.appender(e, doc, rt, role, sha)
+	}
 	return k.log.Append(e.from, e.event, "step "+e.event, doc, rt, role, sha)
 }
 
@@ -313,6 +320,7 @@ func (k *kit) happySteps() []func() {
 	}
 	for _, r := range k.reviewers() {
 		steps = append(steps, func() {
+			require.NoError(k.t, k.log.Refresh())
 			k.writeReview(k.log.Snapshot().LastSeq+1, r)
 			k.must(ev{from: r, event: EvReviewSubmitted})
 		})
@@ -345,13 +353,17 @@ func (k *kit) happySteps() []func() {
 // run executes the happy steps until the phase (and, optionally, the
 // number of events) is reached.
 func (k *kit) runUntil(stop func(Snapshot) bool) {
+	snap := func() Snapshot {
+		require.NoError(k.t, k.log.Refresh())
+		return k.log.Snapshot()
+	}
 	for _, s := range k.happySteps() {
-		if stop(k.log.Snapshot()) {
+		if stop(snap()) {
 			return
 		}
 		s()
 	}
-	require.True(k.t, stop(k.log.Snapshot()), "stop condition never reached")
+	require.True(k.t, stop(snap()), "stop condition never reached")
 }
 
 func (k *kit) happy() { k.runUntil(func(s Snapshot) bool { return s.Phase == PhaseCompleted }) }
