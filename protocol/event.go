@@ -139,33 +139,58 @@ func splitsLine(r rune) bool {
 // fails outright: problems are reported in rec.bad, and rec.object tells
 // whether the line still counts as an event for the history.
 func parseLine(line []byte, lineNo int) *record {
-	rec := &record{line: lineNo}
+	rec := &record{}
+	parseLineInto(rec, line, lineNo, nil)
+	return rec
+}
+
+// interner returns canonical copies of the strings that repeat on every
+// line (participant ids), so that a replay does not allocate them again.
+type interner map[string]string
+
+func (in interner) get(raw []byte) string {
+	if in == nil {
+		return decodeString(raw)
+	}
+	if s, ok := in[string(raw)]; ok {
+		return s
+	}
+	s := decodeString(raw)
+	if len(in) < 1024 {
+		in[string(raw)] = s
+	}
+	return s
+}
+
+// parseLineInto is parseLine into a reused record. With a non-nil
+// interner (history replays) the summary is checked but not kept.
+func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
+	bad := rec.bad[:0]
+	*rec = record{line: lineNo, bad: bad}
 	if !utf8.Valid(line) {
 		rec.bad = append(rec.bad, malformed(lineNo, "utf8", "line is not valid UTF-8"))
-		return rec
+		return
 	}
-	if len(bytes.TrimSpace(line)) == 0 {
+	if isBlank(line) {
 		rec.bad = append(rec.bad, malformed(lineNo, "empty-line", "line is empty"))
-		return rec
+		return
 	}
 	if !json.Valid(line) {
 		rec.bad = append(rec.bad, malformed(lineNo, "json", "line is not one JSON value"))
-		return rec
+		return
 	}
 	s := &scanner{b: line}
 	s.skipWS()
 	if s.peek() != '{' {
 		rec.bad = append(rec.bad, malformed(lineNo, "json-object", "line is a JSON value but not an object"))
-		return rec
+		return
 	}
 	rec.object = true
-	for _, r := range string(line) {
-		if splitsLine(r) {
-			rec.bad = append(rec.bad, malformed(lineNo, "line-break", "line contains a raw line-separator character (U+%04X)", r))
-			break
-		}
+	if r := lineBreakRune(line); r != 0 {
+		rec.bad = append(rec.bad, malformed(lineNo, "line-break", "line contains a raw line-separator character (U+%04X)", r))
 	}
-	seen := map[string]bool{}
+	var seen fieldMask
+	var unknown []string
 	s.i++ // '{'
 	for {
 		s.skipWS()
@@ -176,20 +201,35 @@ func parseLine(line []byte, lineNo int) *record {
 			s.i++
 			s.skipWS()
 		}
-		key := s.str()
+		keyEnd := s.strEnd()
+		keyRaw := s.b[s.i:keyEnd]
+		s.i = keyEnd
 		s.skipWS()
 		s.i++ // ':'
 		s.skipWS()
 		kind, raw := s.value()
-		if seen[key] {
-			rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", key))
+		bit := fieldBit(keyRaw)
+		if bit == 0 {
+			key := decodeString(keyRaw)
+			if bit = fieldBit([]byte(`"` + key + `"`)); bit == 0 {
+				if contains(unknown, key) {
+					rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", key))
+					continue
+				}
+				unknown = append(unknown, key)
+				rec.bad = append(rec.bad, malformed(lineNo, "field-unknown", "unknown field %q", key))
+				continue
+			}
+		}
+		if seen&bit != 0 {
+			rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", fieldNames[bit]))
 			continue
 		}
-		seen[key] = true
-		rec.setField(key, kind, raw, lineNo)
+		seen |= bit
+		rec.setField(bit, kind, raw, lineNo, in)
 	}
 	for _, f := range requiredFields {
-		if !seen[f.name] {
+		if seen&f.bit == 0 {
 			rec.bad = append(rec.bad, malformed(lineNo, "field-missing", "missing required field %q", f.name))
 		}
 	}
@@ -201,7 +241,71 @@ func parseLine(line []byte, lineNo int) *record {
 			rec.bad[i].Seq = rec.Seq
 		}
 	}
-	return rec
+}
+
+// isBlank reports a line of whitespace only (Python's str.isspace set).
+func isBlank(line []byte) bool {
+	for i := 0; i < len(line); {
+		c := line[i]
+		if c < utf8.RuneSelf {
+			if !pyIsSpace(rune(c)) {
+				return false
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(line[i:])
+		if !pyIsSpace(r) {
+			return false
+		}
+		i += n
+	}
+	return true
+}
+
+// lineBreakRune returns the first raw character of line that line
+// splitters treat as a line break, or 0.
+func lineBreakRune(line []byte) rune {
+	for i := 0; i < len(line); i++ {
+		switch c := line[i]; {
+		case c == '\r', c == '\v', c == '\f', c >= 0x1c && c <= 0x1e:
+			return rune(c)
+		case c == 0xC2 || c == 0xE2:
+			if r, _ := utf8.DecodeRune(line[i:]); splitsLine(r) {
+				return r
+			}
+		}
+	}
+	return 0
+}
+
+var fieldNames = map[fieldMask]string{fSeq: "seq", fFrom: "from", fEvent: "event", fAt: "at", fSummary: "summary",
+	fDoc: "doc", fReplyTo: "reply_to", fRole: "role", fSHA: "sha256"}
+
+// fieldBit maps a raw JSON key (with its quotes, without escapes) to its
+// field, or 0.
+func fieldBit(raw []byte) fieldMask {
+	switch string(raw) {
+	case `"seq"`:
+		return fSeq
+	case `"from"`:
+		return fFrom
+	case `"event"`:
+		return fEvent
+	case `"at"`:
+		return fAt
+	case `"summary"`:
+		return fSummary
+	case `"doc"`:
+		return fDoc
+	case `"reply_to"`:
+		return fReplyTo
+	case `"role"`:
+		return fRole
+	case `"sha256"`:
+		return fSHA
+	}
+	return 0
 }
 
 var requiredFields = []struct {
@@ -209,61 +313,91 @@ var requiredFields = []struct {
 	bit  fieldMask
 }{{"seq", fSeq}, {"from", fFrom}, {"event", fEvent}, {"at", fAt}, {"summary", fSummary}}
 
-func (rec *record) setField(key string, kind byte, raw []byte, lineNo int) {
-	wantString := func(dst *string, bit fieldMask) {
+func (rec *record) setField(bit fieldMask, kind byte, raw []byte, lineNo int, in interner) {
+	key := fieldNames[bit]
+	isString := func() bool {
 		if kind != '"' {
 			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be a string", key))
-			return
+			return false
 		}
-		*dst = decodeString(raw)
 		rec.has |= bit
+		return true
 	}
-	wantInt := func(dst *int, bit fieldMask) bool {
+	wantInt := func() (int, bool) {
 		if kind != '0' || bytes.ContainsAny(raw, ".eE") {
 			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be an integer", key))
-			return false
+			return 0, false
 		}
 		n, err := strconv.Atoi(string(raw))
 		if err != nil {
 			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q is out of range", key))
-			return false
+			return 0, false
 		}
-		*dst = n
 		rec.has |= bit
-		return true
+		return n, true
 	}
-	switch key {
-	case "seq":
-		wantInt(&rec.Seq, fSeq)
-	case "from":
-		wantString(&rec.From, fFrom)
-	case "event":
-		wantString(&rec.Event.Event, fEvent)
-	case "at":
-		wantString(&rec.At, fAt)
-		if rec.has.has(fAt) {
+	switch bit {
+	case fSeq:
+		rec.Seq, _ = wantInt()
+	case fFrom:
+		if isString() {
+			rec.From = in.get(raw)
+		}
+	case fEvent:
+		if isString() {
+			rec.Event.Event = canonicalEvent(raw)
+		}
+	case fAt:
+		if isString() {
+			rec.At = decodeString(raw)
 			t, ok := parseTime(rec.At)
 			if !ok {
 				rec.bad = append(rec.bad, malformed(lineNo, "at-format", "at %q is not an ISO-8601 UTC timestamp such as 2026-01-02T03:04:05Z", rec.At))
 			}
 			rec.at, rec.atOK = t, ok
 		}
-	case "summary":
-		wantString(&rec.Summary, fSummary)
-	case "doc":
-		wantString(&rec.Doc, fDoc)
-	case "reply_to":
-		var n int
-		if wantInt(&n, fReplyTo) {
+	case fSummary:
+		if isString() && in == nil {
+			rec.Summary = decodeString(raw)
+		}
+	case fDoc:
+		if isString() {
+			rec.Doc = decodeString(raw)
+		}
+	case fReplyTo:
+		if n, ok := wantInt(); ok {
 			rec.ReplyTo = &n
 		}
-	case "role":
-		wantString(&rec.Role, fRole)
-	case "sha256":
-		wantString(&rec.SHA256, fSHA)
-	default:
-		rec.bad = append(rec.bad, malformed(lineNo, "field-unknown", "unknown field %q", key))
+	case fRole:
+		if isString() {
+			switch string(raw) {
+			case `"primary"`:
+				rec.Role = RolePrimary
+			case `"supporting"`:
+				rec.Role = RoleSupporting
+			default:
+				rec.Role = decodeString(raw)
+			}
+		}
+	case fSHA:
+		if isString() {
+			rec.SHA256 = decodeString(raw)
+		}
 	}
+}
+
+// canonicalEvent returns the constant for a known event name, avoiding an
+// allocation per line.
+func canonicalEvent(raw []byte) string {
+	if len(raw) >= 2 && bytes.IndexByte(raw, '\\') < 0 {
+		name := raw[1 : len(raw)-1]
+		for _, n := range EventNames {
+			if string(name) == n {
+				return n
+			}
+		}
+	}
+	return decodeString(raw)
 }
 
 func decodeString(raw []byte) string {
@@ -316,13 +450,6 @@ func (s *scanner) strEnd() int {
 		}
 	}
 	return j
-}
-
-func (s *scanner) str() string {
-	end := s.strEnd()
-	v := decodeString(s.b[s.i:end])
-	s.i = end
-	return v
 }
 
 // value skips one JSON value and returns its kind ('"', '0' for numbers,

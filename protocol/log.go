@@ -103,6 +103,8 @@ type Log struct {
 
 	historyBad      *Violation // first problem of the history, nil when clean
 	historyProblems int
+	scratch         record   // reused by replays
+	intern          interner // participant ids seen in the history
 
 	resolvedFolder string
 	closed         bool

@@ -217,7 +217,7 @@ func TestSnapshotFrozenExternalInsideFolder(t *testing.T) {
 func TestClosedLog(t *testing.T) {
 	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
 	require.NoError(t, k.log.Close())
-	_, err := k.add(ev{from: "server", event: EvBlocked})
+	_, err := k.log.Append("server", EvBlocked, "stop", "", intp(1), "", "")
 	require.Error(t, err)
 	assert.Equal(t, Unavailable, KindOf(err))
 	assert.Error(t, k.log.Refresh())

@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -76,6 +75,7 @@ func (l *Log) resetLocked() {
 	l.historyBad = nil
 	l.historyProblems = 0
 	l.evID = fileID{}
+	l.intern = interner{}
 }
 
 // catchUpLocked brings the in-memory state up to date with events.jsonl
@@ -106,29 +106,18 @@ func (l *Log) catchUpLocked(f *os.File) error {
 	if id.size == l.offset {
 		return nil
 	}
-	buf := make([]byte, id.size-l.offset)
-	n, err := f.ReadAt(buf, l.offset)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return unavailable("events-read", "cannot read %s: %v", eventsFile, err)
-	}
-	l.consumeLocked(buf[:n])
-	return nil
-}
-
-// consumeLocked applies every complete line of data, which starts at the
-// consumed offset. A trailing line without its newline is left for later.
-func (l *Log) consumeLocked(data []byte) {
-	for {
-		nl := bytes.IndexByte(data, '\n')
-		if nl < 0 {
-			return
+	err = forEachLine(io.NewSectionReader(f, l.offset, id.size-l.offset), func(line []byte, complete bool) {
+		if !complete {
+			return // a line still being written, or a torn one: not consumed
 		}
-		line := data[:nl]
-		data = data[nl+1:]
-		l.offset += int64(nl + 1)
+		l.offset += int64(len(line) + 1)
 		l.lines++
 		l.applyHistoryLocked(line, l.lines)
+	})
+	if err != nil {
+		return unavailable("events-read", "cannot read %s: %v", eventsFile, err)
 	}
+	return nil
 }
 
 // applyHistoryLocked applies one line that is already in the file. The
@@ -136,10 +125,11 @@ func (l *Log) consumeLocked(data []byte) {
 // the first problem is remembered: new appends are refused until the
 // history is repaired.
 func (l *Log) applyHistoryLocked(line []byte, lineNo int) {
-	if pyStrip(string(line)) == "" && utf8.Valid(line) {
+	if utf8.Valid(line) && isBlank(line) {
 		return
 	}
-	rec := parseLine(line, lineNo)
+	rec := &l.scratch
+	parseLineInto(rec, line, lineNo, l.intern)
 	problems := rec.bad
 	if rec.object {
 		viol, next := step(l.rules, &l.state, &l.seen, rec)

@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -330,33 +329,31 @@ func isAncestorOrSelf(dir, path string) bool {
 // folder-level rules need.
 func (v *validator) replay(p *Protocol, headings map[string]string) historyFacts {
 	facts := historyFacts{headingEvents: map[string]evInfo{}}
-	data, err := os.ReadFile(filepath.Join(v.folder, eventsFile))
+	f, err := os.Open(filepath.Join(v.folder, eventsFile))
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			v.err(eventsFile, "events-read", "cannot read events.jsonl: %v", err)
 		}
 		return facts
 	}
+	defer f.Close()
 	rs := newRules(p)
 	var seen seqSet
+	var scratch record
+	intern := interner{}
 	lineNo := 0
-	for len(data) > 0 {
-		var line []byte
-		if nl := bytes.IndexByte(data, '\n'); nl >= 0 {
-			line, data = data[:nl], data[nl+1:]
-		} else {
-			line, data = data, nil
-		}
+	err = forEachLine(f, func(line []byte, _ bool) {
 		lineNo++
-		if utf8.Valid(line) && pyStrip(string(line)) == "" {
-			continue
+		if utf8.Valid(line) && isBlank(line) {
+			return
 		}
-		rec := parseLine(line, lineNo)
+		rec := &scratch
+		parseLineInto(rec, line, lineNo, intern)
 		for _, b := range rec.bad {
 			v.res.Errors = append(v.res.Errors, b.String())
 		}
 		if !rec.object {
-			continue
+			return
 		}
 		viol, next := step(rs, &facts.state, &seen, rec)
 		for _, x := range viol {
@@ -364,7 +361,7 @@ func (v *validator) replay(p *Protocol, headings map[string]string) historyFacts
 		}
 		facts.state = next
 		if !rec.has.has(fSeq) {
-			continue
+			return
 		}
 		seen.add(rec.Seq)
 		key := strconv.Itoa(rec.Seq)
@@ -378,6 +375,9 @@ func (v *validator) replay(p *Protocol, headings map[string]string) historyFacts
 			rec.has.has(fDoc) && IsSHA256(rec.SHA256) {
 			facts.frozenEvents = append(facts.frozenEvents, frozenEvent{line: lineNo, seq: rec.Seq, doc: rec.Doc, role: rec.Role, hash: rec.SHA256})
 		}
+	})
+	if err != nil {
+		v.err(eventsFile, "events-read", "cannot read events.jsonl: %v", err)
 	}
 	return facts
 }
