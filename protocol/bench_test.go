@@ -39,7 +39,7 @@ func benchFolder(b *testing.B, n int) string {
 	require.NoError(b, err)
 	w := bufio.NewWriterSize(f, 1<<20)
 	for seq := 7; seq <= n; seq++ {
-		w.Write(benchLine(seq, kitEpoch.Add(time.Hour + time.Duration(seq)*time.Second)))
+		w.Write(benchLine(seq, kitEpoch.Add(time.Hour+time.Duration(seq)*time.Second)))
 		w.WriteByte('\n')
 	}
 	require.NoError(b, w.Flush())
@@ -63,7 +63,7 @@ func BenchmarkLogAppend(b *testing.B) {
 			lines := make([][]byte, b.N)
 			for i := range lines {
 				seq := n + 1 + i
-				lines[i] = benchLine(seq, kitEpoch.Add(time.Hour + time.Duration(seq)*time.Second))
+				lines[i] = benchLine(seq, kitEpoch.Add(time.Hour+time.Duration(seq)*time.Second))
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
