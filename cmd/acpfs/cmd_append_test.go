@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acpfs/acpfs/protocol"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func protoFiles(t testing.TB, dir string) (string, string) {
+	ev, err := os.ReadFile(filepath.Join(dir, "events.jsonl"))
+	require.NoError(t, err)
+	pj, err := os.ReadFile(filepath.Join(dir, "protocol.json"))
+	require.NoError(t, err)
+	return string(ev), string(pj)
+}
+
+func TestAppendCommand(t *testing.T) {
+	dir := protoInitFolder(t)
+	r := protoRunCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "deliverable_drafted",
+		"--summary", "draft", "--doc", "deliverables/design-spec.md", "--reply-to", "1", "--role", "primary")
+	require.Equal(t, exitOK, r.code, "%v", r.err)
+	assert.Equal(t, "appended seq 2: deliverable_drafted\n", r.out)
+	r = protoRunCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "proposal_submitted",
+		"--summary", "proposal", "--doc", "proposal.md", "--reply-to", "2")
+	require.Equal(t, exitOK, r.code, "%v", r.err)
+	_, pj := protoFiles(t, dir)
+	assert.Contains(t, pj, `"currentPhase": "reviewing"`)
+
+	refusals := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"wrong turn", []string{"--participant", "server", "--event", "review_submitted", "--reply-to", "3"}, "events.jsonl line 4: seq 4:"},
+		{"missing reply_to", []string{"--participant", "reader", "--event", "review_submitted"}, "[reply-to-required]"},
+		{"bogus reply_to", []string{"--participant", "reader", "--event", "review_submitted", "--reply-to", "9"}, "[reply-to-range]"},
+		{"unlisted", []string{"--participant", "mallory", "--event", "blocked", "--reply-to", "1"}, "[participant]"},
+		{"unknown event", []string{"--participant", "reader", "--event", "paused", "--reply-to", "1"}, "--event"},
+		{"bad role", []string{"--participant", "server", "--event", "deliverable_revised", "--reply-to", "1", "--role", "main"}, "--role"},
+		{"uppercase sha", []string{"--participant", "server", "--event", "deliverable_frozen", "--reply-to", "1", "--role", "primary",
+			"--doc", "deliverables/design-spec.md", "--sha256", strings.Repeat("A", 64)}, "[sha256-format]"},
+		{"escaping doc", []string{"--participant", "server", "--event", "deliverable_revised", "--reply-to", "1", "--role", "primary",
+			"--doc", "../deliverables/design-spec.md"}, "[deliverable-doc]"},
+	}
+	for _, c := range refusals {
+		t.Run(c.name, func(t *testing.T) {
+			evBefore, pjBefore := protoFiles(t, dir)
+			r := protoRunCLI(t, append([]string{"append", "--folder", dir, "--summary", "s"}, c.args...)...)
+			assert.Equal(t, exitFailed, r.code)
+			require.Error(t, r.err)
+			assert.Contains(t, r.err.Error(), c.msg)
+			evAfter, pjAfter := protoFiles(t, dir)
+			assert.Equal(t, evBefore, evAfter)
+			assert.Equal(t, pjBefore, pjAfter)
+		})
+	}
+	r = protoRunCLI(t, "append", "--folder", t.TempDir(), "--participant", "a", "--event", "blocked", "--summary", "s", "--reply-to", "1")
+	assert.Equal(t, exitFailed, r.code)
+	assert.ErrorContains(t, r.err, "protocol.json")
+}
+
+// TestAppendBinaryRefusal checks the refusal as an agent sees it: exit
+// code 2 and exactly one line on stderr naming file, line and rule.
+func TestAppendBinaryRefusal(t *testing.T) {
+	bin := protoBuildCLI(t)
+	dir := protoInitFolder(t)
+	cmd := exec.Command(bin, "append", "--folder", dir, "--participant", "reader", "--event", "deliverable_drafted",
+		"--summary", "s", "--doc", "deliverables/design-spec.md", "--reply-to", "1", "--role", "primary")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	require.True(t, errors.As(err, &ee), "%v", err)
+	assert.Equal(t, exitFailed, ee.ExitCode())
+	assert.Empty(t, stdout.String())
+	assert.Equal(t, 1, strings.Count(stderr.String(), "\n"), stderr.String())
+	assert.Regexp(t, `^error: events.jsonl line 2: seq 2: .* \[turn\]\n$`, stderr.String())
+}
+
+// BenchmarkCLIAppend execs the built acpfs binary to append one event to a
+// 5,000-event folder; it includes process start, replay of the history
+// (OpenLog) and the locked append.
+func BenchmarkCLIAppend(b *testing.B) {
+	bin := protoBuildCLI(b)
+	dir := protoInitFolder(b)
+	l, err := protocol.OpenLog(dir)
+	require.NoError(b, err)
+	steps := []struct{ who, event, doc, role string }{
+		{"server", "deliverable_drafted", "deliverables/design-spec.md", "primary"},
+		{"server", "proposal_submitted", "proposal.md", ""},
+		{"reader", "review_submitted", "review.md", ""},
+		{"server", "proposal_revised", "proposal.md", ""},
+	}
+	for _, s := range steps {
+		_, err := l.Append(s.who, s.event, "setup", s.doc, protoIntp(1), s.role, "")
+		require.NoError(b, err)
+	}
+	// Then a loop that is valid forever: the owner proposes decisions and
+	// classifies questions in turn (phase decision_review).
+	cycle := []string{"question_classified", "decision_proposed"}
+	f, err := os.OpenFile(filepath.Join(dir, "events.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(b, err)
+	at := time.Now().UTC()
+	var buf bytes.Buffer
+	seq := 6
+	for ; seq <= 5000; seq++ {
+		fmt.Fprintf(&buf, `{"seq":%d,"from":"server","event":"%s","at":"%s","summary":"loop","reply_to":%d}`+"\n",
+			seq, cycle[seq%2], at.Add(time.Duration(seq)*time.Millisecond).Format("2006-01-02T15:04:05Z"), seq-1)
+	}
+	_, err = f.Write(buf.Bytes())
+	require.NoError(b, err)
+	require.NoError(b, f.Close())
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		out, err := exec.Command(bin, "append", "--folder", dir, "--participant", "server", "--event", cycle[seq%2],
+			"--summary", "bench", "--reply-to", "1").CombinedOutput()
+		if err != nil {
+			b.Fatalf("%v: %s", err, out)
+		}
+		seq++
+	}
+}
+
+func protoIntp(n int) *int { return &n }

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// protoCLIResult is what one in-process run of the CLI produced.
+type protoCLIResult struct {
+	out, errOut string
+	code        int
+	err         error
+}
+
+// protoRunCLI runs the CLI in-process with execute's exit-code mapping.
+func protoRunCLI(t testing.TB, args ...string) protoCLIResult {
+	t.Helper()
+	root := newRootCmd()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err := root.Execute()
+	code := exitOK
+	var ee *exitError
+	var silent silentExit
+	switch {
+	case err == nil:
+	case errors.As(err, &silent):
+		code = int(silent)
+	case errors.As(err, &ee):
+		code = ee.code
+	default:
+		code = exitFailed
+	}
+	return protoCLIResult{out: out.String(), errOut: errOut.String(), code: code, err: err}
+}
+
+var protoInitArgs = []string{"--participant", "server", "--participant", "reader", "--objective", "Decide the storage",
+	"--completion", "Accepted decisions are explicit", "--primary-deliverable-type", "design-spec"}
+
+// protoInitFolder creates a collaboration folder with acpfs init.
+func protoInitFolder(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "collab")
+	r := protoRunCLI(t, append([]string{"init", "--folder", dir}, protoInitArgs...)...)
+	require.Equal(t, exitOK, r.code, "%v", r.err)
+	return dir
+}
+
+var (
+	protoCLIOnce sync.Once
+	protoCLIPath string
+	protoCLIErr  error
+)
+
+// protoBuildCLI builds the acpfs binary once per test process.
+func protoBuildCLI(t testing.TB) string {
+	t.Helper()
+	protoCLIOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "acpfs-cli-")
+		if err != nil {
+			protoCLIErr = err
+			return
+		}
+		protoCLIPath = filepath.Join(dir, "acpfs")
+		out, err := exec.Command("go", "build", "-o", protoCLIPath, ".").CombinedOutput()
+		if err != nil {
+			protoCLIErr = errors.New(string(out))
+		}
+	})
+	if protoCLIErr != nil {
+		t.Skipf("cannot build acpfs: %v", protoCLIErr)
+	}
+	return protoCLIPath
+}
+
+func TestInitCommand(t *testing.T) {
+	dir := protoInitFolder(t)
+	for _, name := range []string{"protocol.json", "events.jsonl", "proposal.md", "review.md", "decisions.md", "readiness.md", "conclusion.md", "README.md", "deliverables/design-spec.md"} {
+		assert.FileExists(t, filepath.Join(dir, name))
+	}
+	r := protoRunCLI(t, "validate", "--folder", dir)
+	assert.Equal(t, exitOK, r.code, r.out)
+
+	again := protoRunCLI(t, append([]string{"init", "--folder", dir}, protoInitArgs...)...)
+	assert.Equal(t, exitFailed, again.code)
+	assert.ErrorContains(t, again.err, "--resume")
+
+	resume := protoRunCLI(t, append([]string{"init", "--folder", dir, "--resume"}, protoInitArgs...)...)
+	assert.Equal(t, exitOK, resume.code)
+	assert.Contains(t, resume.out, "already exists")
+}
+
+func TestInitCommandExternal(t *testing.T) {
+	repo := t.TempDir()
+	dir := filepath.Join(repo, ".acp", "run")
+	r := protoRunCLI(t, "init", "--folder", dir, "--participant", "a", "--participant", "b", "--objective", "o",
+		"--completion", "c", "--primary-deliverable-type", "decision-memo", "--deliverables-mode", "external",
+		"--repo-root", "../..", "--deliverables-dir", "docs/out")
+	require.Equal(t, exitOK, r.code, "%v", r.err)
+	assert.FileExists(t, filepath.Join(repo, "docs", "out", "decision-memo.md"))
+	assert.Equal(t, exitOK, protoRunCLI(t, "validate", "--folder", dir).code)
+}
+
+func TestInitCommandRefusals(t *testing.T) {
+	base := []string{"--participant", "a", "--participant", "b", "--objective", "o", "--completion", "c"}
+	cases := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"custom without file", []string{"--primary-deliverable-type", "custom"}, "--primary-deliverable-file"},
+		{"custom without checklist", []string{"--primary-deliverable-type", "custom", "--primary-deliverable-file", "x.md"}, "--primary-deliverable-check"},
+		{"unknown type", []string{"--primary-deliverable-type", "novel"}, "primary-deliverable-type"},
+		{"not markdown", []string{"--primary-deliverable-type", "adr", "--primary-deliverable-file", "adr.txt"}, ".md"},
+		{"escaping file", []string{"--primary-deliverable-type", "adr", "--primary-deliverable-file", "../adr.md"}, ".."},
+		{"escaping dir", []string{"--primary-deliverable-type", "adr", "--deliverables-dir", "/abs"}, "--deliverables-dir"},
+		{"external without repo root", []string{"--primary-deliverable-type", "adr", "--deliverables-mode", "external"}, "--repo-root"},
+		{"absolute repo root", []string{"--primary-deliverable-type", "adr", "--deliverables-mode", "external", "--repo-root", "/"}, "--repo-root"},
+		{"repo root in internal mode", []string{"--primary-deliverable-type", "adr", "--repo-root", ".."}, "--repo-root"},
+		{"bad mode", []string{"--primary-deliverable-type", "adr", "--deliverables-mode", "shared"}, "deliverables-mode"},
+		{"one participant", []string{"--primary-deliverable-type", "adr", "--participant", "a"}, "participant"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "collab")
+			args := append([]string{"init", "--folder", dir}, base...)
+			if c.name == "one participant" {
+				args = []string{"init", "--folder", dir, "--participant", "a", "--objective", "o", "--completion", "c"}
+			}
+			r := protoRunCLI(t, append(args, c.args...)...)
+			assert.Equal(t, exitFailed, r.code)
+			assert.ErrorContains(t, r.err, c.msg)
+			assert.NoFileExists(t, filepath.Join(dir, "protocol.json"))
+		})
+	}
+	r := protoRunCLI(t, "init", "--folder", t.TempDir())
+	assert.Equal(t, exitFailed, r.code, "required flags")
+}
