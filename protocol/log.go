@@ -107,6 +107,7 @@ type Log struct {
 	intern          interner // participant ids seen in the history
 
 	resolvedFolder string
+	frozenKeys     map[string]string // doc reference -> Snapshot.Frozen key
 	closed         bool
 }
 

@@ -63,6 +63,7 @@ func (l *Log) loadProtocolLocked() error {
 	l.proto = p
 	l.rules = newRules(p)
 	l.needReplay = true
+	l.frozenKeys = nil
 	return nil
 }
 
@@ -334,6 +335,18 @@ func (l *Log) frozenKey(doc string) string {
 	if !l.proto.external || !strings.HasPrefix(doc, "external:") {
 		return doc
 	}
+	if key, ok := l.frozenKeys[doc]; ok {
+		return key
+	}
+	key := l.resolveFrozenKey(doc)
+	if l.frozenKeys == nil {
+		l.frozenKeys = map[string]string{}
+	}
+	l.frozenKeys[doc] = key
+	return key
+}
+
+func (l *Log) resolveFrozenKey(doc string) string {
 	path, err := l.proto.DeliverablePath(l.folder, strings.TrimPrefix(doc, "external:"))
 	if err != nil {
 		return doc
