@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,20 +63,25 @@ var (
 	protoCLIErr  error
 )
 
-// protoBuildCLI builds the acpfs binary once per test process.
+// protoBuildCLI builds the acpfs binary once per test process, into a
+// fixed place under the temporary directory so that runs do not pile up
+// copies (built beside it and renamed, so parallel runs do not collide).
 func protoBuildCLI(t testing.TB) string {
 	t.Helper()
 	protoCLIOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "acpfs-cli-")
-		if err != nil {
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("acpfs-cli-test-%d", os.Getuid()))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			protoCLIErr = err
 			return
 		}
 		protoCLIPath = filepath.Join(dir, "acpfs")
-		out, err := exec.Command("go", "build", "-o", protoCLIPath, ".").CombinedOutput()
+		tmp := fmt.Sprintf("%s.%d", protoCLIPath, os.Getpid())
+		out, err := exec.Command("go", "build", "-o", tmp, ".").CombinedOutput()
 		if err != nil {
 			protoCLIErr = errors.New(string(out))
+			return
 		}
+		protoCLIErr = os.Rename(tmp, protoCLIPath)
 	})
 	if protoCLIErr != nil {
 		t.Skipf("cannot build acpfs: %v", protoCLIErr)
