@@ -245,7 +245,10 @@ func (s *snapshotFile) Open(ctx context.Context, flags uint32) (fh gofs.FileHand
 		file.Close()
 		return nil, 0, gofs.ToErrno(err)
 	}
-	s.fsys.record(ctx, ledger.KindRead, "open", s.rel, sha, "handoff snapshot")
+	if errno := s.fsys.recordRead(ctx, s.rel, sha, "handoff snapshot"); errno != 0 {
+		file.Close()
+		return nil, 0, errno
+	}
 	lf := gofs.NewLoopbackFileFromOS(file)
 	return &handle{LoopbackFile: lf, fsys: s.fsys, node: s.EmbeddedInode(), rel: s.rel, audit: s.fsys.auditReads, passthrough: !s.fsys.auditReads}, 0, 0
 }

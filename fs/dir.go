@@ -40,7 +40,10 @@ func (d *filteredDir) Readdirent(ctx context.Context) (e *fuse.DirEntry, errno s
 		if d.dir == "" && e.Name == ControlDir {
 			continue // a backing .acpfs is shadowed by the control directory
 		}
-		if !m.Visible(rel) {
+		if _, handed := d.fsys.view.Load().handoffs[rel]; handed {
+			return e, 0
+		}
+		if !m.VisibleEntry(rel, e.Mode&syscall.S_IFMT == syscall.S_IFDIR) {
 			continue
 		}
 		if e.Mode&syscall.S_IFMT == syscall.S_IFLNK && !d.fsys.symlinkVisible(rel) {

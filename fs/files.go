@@ -66,7 +66,10 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 			lf.Release(ctx)
 			return nil, 0, gofs.ToErrno(err)
 		}
-		f.record(ctx, ledger.KindRead, "open", rel, sha, "")
+		if errno := f.recordRead(ctx, rel, sha, ""); errno != 0 {
+			lf.Release(ctx)
+			return nil, 0, errno
+		}
 	}
 
 	h := &handle{LoopbackFile: lf, fsys: f, node: n.EmbeddedInode(), rel: rel, audit: f.auditReads}

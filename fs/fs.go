@@ -189,11 +189,10 @@ func (f *FS) turnChan() <-chan struct{} {
 	return f.turn
 }
 
-// record writes one ledger record for this view's agent. A ledger failure
-// is logged, not returned: refusing every operation because the ledger
-// disk is full would turn an audit problem into an outage, and the gap is
-// visible to `acpfs ledger verify` as a missing time range.
-func (f *FS) record(ctx context.Context, kind, op, rel, sha, detail string) {
+// record writes one ledger record for this view's agent. The error only
+// matters to reads, which fail closed (see recordRead); a refusal is
+// refused whether or not its record could be written.
+func (f *FS) record(ctx context.Context, kind, op, rel, sha, detail string) error {
 	g := f.view.Load().grant
 	r := ledger.Record{Kind: kind, Agent: g.AgentID, Grant: g.GrantID, Path: rel, Op: op, SHA256: sha, Detail: detail}
 	if c, ok := fuse.FromContext(ctx); ok {
@@ -201,7 +200,20 @@ func (f *FS) record(ctx context.Context, kind, op, rel, sha, detail string) {
 	}
 	if _, err := f.ledger.Append(r); err != nil {
 		slog.Error("ledger append failed", "kind", kind, "path", rel, "err", err)
+		return err
 	}
+	return nil
+}
+
+// recordRead records a read before the open returns. Without its record
+// the read does not happen: an agent must never see content the ledger
+// cannot prove it saw.
+func (f *FS) recordRead(ctx context.Context, rel, sha, detail string) syscall.Errno {
+	if err := f.record(ctx, ledger.KindRead, "open", rel, sha, detail); err != nil {
+		f.setLastError(fmt.Sprintf("open %s: the ledger is unavailable, reads are refused (EIO)", displayPath(rel)))
+		return syscall.EIO
+	}
+	return 0
 }
 
 // deny records a refusal, remembers it for .acpfs/last-error and returns

@@ -67,6 +67,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch 
 	if rel == ControlDir {
 		return n.fsys.controlDir(ctx, n.EmbeddedInode(), out), 0
 	}
+	// An artifact handed to this agent is shown as handed over, even
+	// where its grant would not show the live file.
+	if snap, ok := n.fsys.view.Load().handoffs[rel]; ok {
+		return n.fsys.snapshotNode(ctx, n.EmbeddedInode(), rel, snap, out)
+	}
 	m := n.fsys.matcher()
 	if !m.Visible(rel) {
 		var st unix.Stat_t
@@ -75,15 +80,17 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch 
 		}
 		return nil, syscall.ENOENT
 	}
-	if snap, ok := n.fsys.view.Load().handoffs[rel]; ok {
-		return n.fsys.snapshotNode(ctx, n.EmbeddedInode(), rel, snap, out)
-	}
 	ch, errno = n.LoopbackNode.Lookup(ctx, name, out)
 	if errno != 0 {
 		return nil, errno
 	}
-	if out.Attr.Mode&syscall.S_IFMT == syscall.S_IFLNK && !n.fsys.symlinkVisible(rel) {
+	switch mode := out.Attr.Mode & syscall.S_IFMT; {
+	case mode == syscall.S_IFLNK && !n.fsys.symlinkVisible(rel):
 		return nil, n.fsys.hide(ctx, "lookup", rel, "symlink target hidden or outside the folder")
+	case !m.VisibleEntry(rel, mode == syscall.S_IFDIR):
+		// Visible only as the way to something readable, but it is not
+		// a directory, so nothing can lie below it.
+		return nil, n.fsys.hide(ctx, "lookup", rel, "hidden by grant")
 	}
 	return ch, 0
 }

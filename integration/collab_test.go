@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -118,7 +119,9 @@ func (r *collabRun) toDecisionReview() {
 
 func (r *collabRun) toReadinessCheck() {
 	r.toDecisionReview()
-	replaceInFile(r.t, r.alice.path("readiness.md"), "- [unresolved] Initial deliverable review has not completed.", "- [resolved] Initial deliverable review completed.")
+	p := r.alice.path("readiness.md")
+	s := regexp.MustCompile(`(?m)^- \[unresolved\] .*$`).ReplaceAllString(readFile(r.t, p), "- [resolved] The first review is complete.")
+	require.NoError(r.t, os.WriteFile(p, []byte(s), 0o644))
 	r.must(r.alice, owner, "question_classified", nil)
 	r.must(r.alice, owner, "decision_accepted", nil)
 	r.must(r.bob, reviewer, "decision_accepted", nil)

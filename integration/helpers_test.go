@@ -11,8 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -189,8 +187,12 @@ func (v *view) path(rel string) string { return filepath.Join(v.dir, rel) }
 // and exit code.
 func (v *view) sh(script string) (string, int) {
 	v.t.Helper()
-	cmd := exec.Command("bash", "-c", script)
-	cmd.Dir = v.dir
+	// The shell enters the view itself. Starting it with cmd.Dir inside
+	// the view would make the child chdir between vfork and exec, while
+	// it shares memory with this process, which serves the view: a
+	// garbage collection at that moment would wait for the suspended
+	// thread and nobody would answer the child's FUSE request.
+	cmd := exec.Command("bash", "-c", "cd \"$0\" && "+script, v.dir)
 	out, err := cmd.CombinedOutput()
 	code := 0
 	var ee *exec.ExitError
@@ -326,18 +328,6 @@ func eventually(t testing.TB, cond func() bool, msg string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatal(msg)
-}
-
-var lineMu sync.Mutex
-
-// replaceInFile edits a document through a view, as an agent would.
-func replaceInFile(t testing.TB, p, old, new string) {
-	t.Helper()
-	lineMu.Lock()
-	defer lineMu.Unlock()
-	s := readFile(t, p)
-	require.Contains(t, s, old, "in %s", p)
-	require.NoError(t, os.WriteFile(p, []byte(strings.Replace(s, old, new, 1)), 0o644))
 }
 
 func timeAfter(sec int) <-chan time.Time { return time.After(time.Duration(sec) * time.Second) }
