@@ -55,6 +55,9 @@ now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 last_seq() { wc -l < events.jsonl | tr -d ' '; }
 has_event() { grep -q "\"event\":\"$1\"" events.jsonl; }
 phase() { sed -n 's/^phase: //p' .acpfs/status; }
+# edit FILE SED-SCRIPT: edit in place. `sed -i` would create its temporary
+# file next to FILE, in a directory the grant does not let agents write.
+edit() { sed "$2" "$1" > "$work/edit.$$" && cat "$work/edit.$$" > "$1" && rm -f "$work/edit.$$"; }
 # emit FROM EVENT SUMMARY [EXTRA_JSON]: append one event with echo >>,
 # retrying when another agent took the seq first.
 emit() {
@@ -92,7 +95,7 @@ alice() {
         ;;
       decision_review)
         if tail -n 1 events.jsonl | grep -q '"event":"proposal_revised"'; then
-          sed -i 's/^- \[unresolved\] .*/- [resolved] Initial deliverable review completed./' readiness.md
+          edit readiness.md 's/^- \[unresolved\] .*/- [resolved] Initial deliverable review completed./'
           emit alice question_classified "All questions resolved"
         else
           emit alice decision_accepted "Accepting D1"
@@ -100,13 +103,13 @@ alice() {
         ;;
       readiness_check)
         if ! has_event deliverable_frozen; then
-          sed -i 's/^Status: In Review$/Status: Frozen/' "$doc"
+          edit "$doc" 's/^Status: In Review$/Status: Frozen/'
           emit alice deliverable_frozen "Freezing the design" ",\"doc\":\"$doc\",\"role\":\"primary\",\"sha256\":\"$(sha256sum "$doc" | cut -d' ' -f1)\""
           echo "  alice: tries to edit the frozen deliverable..."
-          if echo "late change" >> "$doc" 2>/tmp/acpfs-demo-err.$$; then echo "  UNEXPECTED: frozen write succeeded"; exit 1; fi
-          echo "  refused: $(sed 's/^.*: //' /tmp/acpfs-demo-err.$$)"; rm -f /tmp/acpfs-demo-err.$$
+          if err=$({ echo "late change" >> "$doc"; } 2>&1); then echo "  UNEXPECTED: frozen write succeeded"; exit 1; fi
+          echo "  refused: ${err##*: }"
         elif ! has_event readiness_passed; then
-          sed -i 's/^- \[ \] /- [x] /' readiness.md
+          edit readiness.md 's/^- \[ \] /- [x] /'
           emit alice readiness_passed "All gates checked"
         else
           cat > conclusion.md <<CONCLUSION
@@ -210,7 +213,8 @@ say "5. acpfs validate"
 say "6. acpfs ledger verify"
 "$ACPFS" ledger verify --ledger "$runs/communication_ledger.jsonl"
 say "7. Isolation report"
-"$ACPFS" audit --runs "$runs" --format md
+# The summary and the agent x file matrix; the full report has every read.
+"$ACPFS" audit --runs "$runs" --format md | awk '/^## Agent [^×]/{skip=1} /^## Agent ×/{skip=0} !skip'
 "$ACPFS" audit --runs "$runs" --format html --out "$work/isolation-report.html"
 echo
 echo "HTML report: $work/isolation-report.html"

@@ -289,8 +289,13 @@ func (f *FS) appendLine(ctx context.Context, line []byte) syscall.Errno {
 	ev, err := f.log.AppendLine(line, f.participant())
 	if err != nil {
 		errno := syscall.EPERM
-		if protocol.KindOf(err) == protocol.Malformed {
+		switch protocol.KindOf(err) {
+		case protocol.Malformed:
 			errno = syscall.EINVAL
+		case protocol.Unavailable:
+			// The folder itself is broken (unreadable files, a history
+			// that already violates the protocol): not this line's fault.
+			errno = syscall.EIO
 		}
 		return f.rejectLine(ctx, errno, err.Error())
 	}

@@ -196,7 +196,12 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHan
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	n.fsys.record(ctx, ledger.KindList, "readdir", rel, "", "")
+	if err := n.fsys.record(ctx, ledger.KindList, "readdir", rel, "", ""); err != nil {
+		if r, ok := inner.(gofs.FileReleasedirer); ok {
+			r.Releasedir(ctx, 0)
+		}
+		return nil, 0, syscall.EIO
+	}
 	return &filteredDir{inner: inner, dir: rel, fsys: n.fsys}, flags2, 0
 }
 
