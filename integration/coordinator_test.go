@@ -1,0 +1,255 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/grants"
+)
+
+// coordEnv is a collaboration set up with the CLI only, as a coordinator
+// would, plus helpers to run `acpfs up` and `acpfs run` as processes.
+type coordEnv struct {
+	t      *testing.T
+	folder string
+	runs   string
+	root   string
+}
+
+func newCoordEnv(t *testing.T) *coordEnv {
+	requireFUSE(t)
+	d := newDir(t, "coord")
+	e := &coordEnv{t: t, folder: filepath.Join(d, "collab"), runs: filepath.Join(d, "agent_runs"), root: filepath.Join(d, "mnt")}
+	_, stderr, code := acpfs(t, "init", "--folder", e.folder, "--participant", owner, "--participant", reviewer,
+		"--objective", "Design the cache layer", "--completion", "Cache design reviewed", "--primary-deliverable-type", "design-spec")
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, os.MkdirAll(filepath.Join(e.folder, "oracle"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(e.folder, "oracle/answer.md"), []byte("the secret answer\n"), 0o644))
+	return e
+}
+
+func (e *coordEnv) grant(args ...string) {
+	e.t.Helper()
+	_, stderr, code := acpfs(e.t, append([]string{"grant", "create", "--runs", e.runs, "--folder", e.folder}, args...)...)
+	require.Equal(e.t, 0, code, stderr)
+}
+
+func (e *coordEnv) standardGrants() {
+	e.grant("--agent", owner, "--id", "G-alice", "--preset", "owner")
+	e.grant("--agent", reviewer, "--id", "G-bob", "--preset", "reviewer", "--forbid", "oracle/**")
+}
+
+// up starts `acpfs up` and stops it with SIGTERM at cleanup, checking
+// that it unmounted everything.
+func (e *coordEnv) up(views ...string) *exec.Cmd {
+	e.t.Helper()
+	cmd := exec.Command(acpfsBin, "up", "--runs", e.runs, "--folder", e.folder, "--root", e.root)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(e.t, cmd.Start())
+	e.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			assert.NoError(e.t, err, "acpfs up: %s", out.String())
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			e.t.Errorf("acpfs up did not stop on SIGTERM: %s", out.String())
+		}
+		for _, v := range views {
+			assert.NotContains(e.t, leftoverMounts(), filepath.Join(e.root, v))
+		}
+	})
+	for _, v := range views {
+		eventually(e.t, func() bool { return e.mounted(v) }, "view "+v+" not mounted: "+out.String())
+	}
+	return cmd
+}
+
+func (e *coordEnv) mounted(agent string) bool {
+	for _, m := range leftoverMounts() {
+		if m == filepath.Join(e.root, agent) {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *coordEnv) view(agent, rel string) string { return filepath.Join(e.root, agent, rel) }
+
+func (e *coordEnv) loadGrant(id string) *grants.Grant {
+	e.t.Helper()
+	g, err := grants.Load(filepath.Join(e.runs, "context_grants", id+".json"))
+	require.NoError(e.t, err)
+	return g
+}
+
+func (e *coordEnv) saveGrant(g *grants.Grant) {
+	e.t.Helper()
+	require.NoError(e.t, grants.NewRunDir(e.runs).SaveGrant(g))
+}
+
+func TestCoordinatorFollowsGrants(t *testing.T) {
+	e := newCoordEnv(t)
+	e.grant("--agent", owner, "--id", "G-alice", "--preset", "owner")
+	e.up(owner)
+	assert.Contains(t, readFile(t, e.view(owner, ".acpfs/status")), "agent: alice")
+
+	// A new grant mounts a new view.
+	e.grant("--agent", reviewer, "--id", "G-bob", "--preset", "reviewer", "--forbid", "oracle/**")
+	eventually(t, func() bool { return e.mounted(reviewer) }, "new grant was not mounted")
+	_, err := os.Stat(e.view(reviewer, "oracle"))
+	assert.ErrorIs(t, err, syscall.ENOENT)
+
+	// A changed grant applies to the live view.
+	require.NoError(t, os.WriteFile(filepath.Join(e.folder, "notes.md"), []byte("n\n"), 0o644))
+	_, err = os.Stat(e.view(reviewer, "notes.md"))
+	assert.ErrorIs(t, err, syscall.ENOENT)
+	g := e.loadGrant("G-bob")
+	g.MayRead = append(g.MayRead, "notes.md")
+	e.saveGrant(g)
+	eventually(t, func() bool { _, err := os.Stat(e.view(reviewer, "notes.md")); return err == nil }, "changed grant not applied")
+
+	out, stderr, code := acpfs(t, "status", "--runs", e.runs, "--json")
+	require.Equal(t, 0, code, stderr)
+	var st struct {
+		Phase string `json:"phase"`
+		Views []struct {
+			Agent string `json:"agent"`
+		} `json:"views"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	assert.Equal(t, "drafting", st.Phase)
+	assert.Len(t, st.Views, 2)
+
+	// A revoked grant is unmounted.
+	_, stderr, code = acpfs(t, "grant", "revoke", "--runs", e.runs, "--grant", "G-bob", "--reason", "test")
+	require.Equal(t, 0, code, stderr)
+	eventually(t, func() bool { return !e.mounted(reviewer) }, "revoked grant still mounted")
+	assert.True(t, e.mounted(owner))
+}
+
+func TestCoordinatorRefusesBadSetups(t *testing.T) {
+	e := newCoordEnv(t)
+	e.standardGrants()
+	// A grant for someone who is not a participant.
+	g := e.loadGrant("G-bob")
+	g.GrantID, g.AgentID = "G-mallory", "mallory"
+	e.saveGrant(g)
+	_, stderr, code := acpfs(t, "up", "--runs", e.runs, "--folder", e.folder, "--root", e.root)
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "mallory")
+	assert.Empty(t, leftoverMounts())
+	require.NoError(t, os.Remove(filepath.Join(e.runs, "context_grants", "G-mallory.json")))
+
+	// Two active grants for one agent.
+	g.GrantID, g.AgentID = "G-bob2", reviewer
+	e.saveGrant(g)
+	_, stderr, code = acpfs(t, "up", "--runs", e.runs, "--folder", e.folder, "--root", e.root)
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "two active grants")
+	assert.Empty(t, leftoverMounts())
+	require.NoError(t, os.Remove(filepath.Join(e.runs, "context_grants", "G-bob2.json")))
+
+	// A mount root that is not empty.
+	require.NoError(t, os.MkdirAll(filepath.Join(e.root, "junk"), 0o755))
+	_, stderr, code = acpfs(t, "up", "--runs", e.runs, "--folder", e.folder, "--root", e.root)
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "not empty")
+	assert.Empty(t, leftoverMounts())
+}
+
+func TestRunIsolatesCommand(t *testing.T) {
+	e := newCoordEnv(t)
+	e.standardGrants()
+	run := func(args ...string) (string, string, int) {
+		return acpfs(t, append([]string{"run", "--folder", e.folder, "--runs", e.runs, "--grant", "G-bob", "--"}, args...)...)
+	}
+	// The real path of a forbidden file is unreachable inside run.
+	out, stderr, code := run("cat", filepath.Join(e.folder, "oracle/answer.md"))
+	assert.NotEqual(t, 0, code)
+	assert.NotContains(t, out, "secret")
+	assert.Contains(t, stderr, "No such file")
+	// So is the run directory, ledger included.
+	_, _, code = run("ls", filepath.Join(e.runs, "context_grants"))
+	assert.NotEqual(t, 0, code)
+	// Readable files read normally, by their usual path.
+	out, stderr, code = run("cat", filepath.Join(e.folder, "proposal.md"))
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, readFile(t, filepath.Join(e.folder, "proposal.md")), out)
+	// As an unprivileged user too, and the command's status comes back.
+	out, stderr, code = acpfs(t, "run", "--folder", e.folder, "--runs", e.runs, "--grant", "G-bob", "--uid", "65534",
+		"--", "sh", "-c", "id -u; cat "+filepath.Join(e.folder, "oracle/answer.md")+" 2>/dev/null; exit 7")
+	assert.Equal(t, 7, code, stderr)
+	assert.Equal(t, "65534\n", out)
+	// Writes follow the grant: the reviewer may not touch proposal.md.
+	_, _, code = run("sh", "-c", "echo x >> "+filepath.Join(e.folder, "proposal.md"))
+	assert.NotEqual(t, 0, code)
+	assert.Empty(t, leftoverMounts())
+	// Every read inside run was recorded.
+	out, _, _ = acpfs(t, "ledger", "show", "--ledger", filepath.Join(e.runs, "communication_ledger.jsonl"), "--agent", reviewer, "--kind", "read")
+	assert.Contains(t, out, "proposal.md")
+}
+
+func TestHandoffSnapshotIsWhatWasHanded(t *testing.T) {
+	e := newCoordEnv(t)
+	e.standardGrants()
+	handed := "handed-over design\n"
+	require.NoError(t, os.WriteFile(filepath.Join(e.folder, primary), []byte(handed), 0o644))
+	_, stderr, code := acpfs(t, "handoff", "create", "--runs", e.runs, "--folder", e.folder, "--from", "G-alice", "--to", "G-bob",
+		"--path", primary, "--type", "design-spec", "--action", "review it")
+	require.Equal(t, 0, code, stderr)
+	e.up(owner, reviewer)
+	assert.Equal(t, handed, readFile(t, e.view(reviewer, primary)))
+
+	// The producer keeps editing; the consumer still reads what was handed.
+	require.NoError(t, os.WriteFile(e.view(owner, primary), []byte("edited afterwards\n"), 0o644))
+	assert.Equal(t, "edited afterwards\n", readFile(t, e.view(owner, primary)))
+	assert.Equal(t, handed, readFile(t, e.view(reviewer, primary)))
+	assert.ErrorIs(t, os.WriteFile(e.view(reviewer, primary), []byte("x"), 0o644), syscall.EACCES)
+
+	_, _, code = acpfs(t, "handoff", "verify", "--runs", e.runs, "--folder", e.folder)
+	assert.NotEqual(t, 0, code, "drift after the handoff must be reported")
+}
+
+func TestAuditVerdicts(t *testing.T) {
+	e := newCoordEnv(t)
+	e.standardGrants()
+	// A deliberately wrong grant lets the reviewer read the oracle.
+	wrong := e.loadGrant("G-bob")
+	wrong.ForbiddenRead = nil
+	wrong.MayRead = append(wrong.MayRead, "oracle/**")
+	e.saveGrant(wrong)
+	e.up(owner, reviewer)
+	assert.Contains(t, readFile(t, e.view(reviewer, "oracle/answer.md")), "secret")
+	_ = readFile(t, e.view(owner, "proposal.md"))
+
+	// Judged against the grant as it should have been, the read is a violation.
+	right := e.loadGrant("G-bob")
+	right.ForbiddenRead = []string{"oracle/**"}
+	right.MayRead = right.MayRead[:len(right.MayRead)-1]
+	e.saveGrant(right)
+	out, _, code := acpfs(t, "audit", "--runs", e.runs, "--format", "json")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, out, "violated")
+	assert.Contains(t, out, "oracle/answer.md")
+
+	html := filepath.Join(e.runs, "report.html")
+	_, _, _ = acpfs(t, "audit", "--runs", e.runs, "--format", "html", "--out", html)
+	page := readFile(t, html)
+	assert.True(t, strings.HasPrefix(strings.TrimSpace(page), "<!DOCTYPE html>") || strings.HasPrefix(strings.TrimSpace(page), "<!doctype html>"))
+	assert.Contains(t, page, "violated")
+	assert.NotContains(t, page, "<script src=")
+}
