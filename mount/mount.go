@@ -266,7 +266,10 @@ func CheckMountpoint(p string) error {
 	return nil
 }
 
-// Unmount unmounts p, including a stale mount whose daemon died.
+// Unmount unmounts p, including a stale mount whose daemon died and a
+// mount whose daemon hangs: when a plain unmount fails, the FUSE
+// connection is aborted first (so processes blocked in it get an error
+// instead of hanging forever), then the mount is detached.
 func Unmount(p string) error {
 	err := syscall.Unmount(p, 0)
 	if err == nil {
@@ -274,6 +277,9 @@ func Unmount(p string) error {
 	}
 	if errors.Is(err, syscall.EINVAL) {
 		return fmt.Errorf("%s is not mounted", p)
+	}
+	if aerr := abortConnection(p); aerr != nil {
+		slog.Debug("abort FUSE connection", "mountpoint", p, "err", aerr)
 	}
 	if derr := syscall.Unmount(p, syscall.MNT_DETACH); derr == nil {
 		return nil

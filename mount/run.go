@@ -122,7 +122,13 @@ func Sandbox(cfg RunConfig) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("no_new_privs: %w", err)
 	}
-	cmd := exec.Command(cfg.Args[0], cfg.Args[1:]...)
+	// The command is started through a fresh exec of this binary (see
+	// ExecShimEnv), never directly: Go starts children with vfork, and a
+	// child resolving a path inside the view (a relative command, a
+	// script in the folder) while sharing memory with the daemon that
+	// serves the view can deadlock with the garbage collector.
+	cmd := exec.Command("/proc/self/exe", cfg.Args...)
+	cmd.Env = append(os.Environ(), ExecShimEnv+"=1")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if cfg.UID >= 0 {
@@ -141,6 +147,24 @@ func Sandbox(cfg RunConfig) (int, error) {
 	default:
 		return 127, fmt.Errorf("start %s: %w", cfg.Args[0], err)
 	}
+}
+
+// ExecShimEnv, set to "1", tells the acpfs binary to exec its arguments
+// at once: `acpfs run` starts the sandboxed command through it.
+const ExecShimEnv = "ACPFS_EXEC_SHIM"
+
+// ExecShim replaces the process with args[0] (looked up in PATH). It only
+// returns on failure.
+func ExecShim(args []string) error {
+	os.Unsetenv(ExecShimEnv)
+	if len(args) == 0 {
+		return errors.New("exec shim: no command")
+	}
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(path, args, os.Environ())
 }
 
 // mask hides a directory from the command behind an empty read-only

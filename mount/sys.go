@@ -1,11 +1,14 @@
 package mount
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 func lookPath(name string) (string, error) { return exec.LookPath(name) }
@@ -51,4 +54,54 @@ func (d Doctor) Usable() error {
 		return errors.New("not root and fusermount3 is not installed (apt-get install fuse3)")
 	}
 	return nil
+}
+
+const fusectl = "/sys/fs/fuse/connections"
+
+// abortConnection aborts the FUSE connection serving mountpoint through
+// the fusectl filesystem, mounting it for the occasion if needed.
+func abortConnection(mountpoint string) error {
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return err
+	}
+	minor, err := fuseMinor(abs)
+	if err != nil {
+		return err
+	}
+	ctl := filepath.Join(fusectl, minor, "abort")
+	if _, err := os.Stat(ctl); err != nil {
+		if merr := syscall.Mount("none", fusectl, "fusectl", 0, ""); merr != nil {
+			return fmt.Errorf("mount fusectl: %w", merr)
+		}
+		defer syscall.Unmount(fusectl, 0)
+	}
+	return os.WriteFile(ctl, []byte("1"), 0o200)
+}
+
+// fuseMinor returns the device minor (the fusectl connection number) of
+// the FUSE mount at abs.
+func fuseMinor(abs string) (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		// id parent major:minor root mountpoint options ... - fstype source
+		fields := strings.Fields(s.Text())
+		if len(fields) < 5 || fields[4] != abs {
+			continue
+		}
+		for i, fl := range fields {
+			if fl == "-" && i+1 < len(fields) && strings.HasPrefix(fields[i+1], "fuse") {
+				_, minor, ok := strings.Cut(fields[2], ":")
+				if ok {
+					return minor, nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("%s is not a FUSE mount", abs)
 }

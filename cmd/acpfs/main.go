@@ -2,8 +2,18 @@
 // context grants at the filesystem.
 package main
 
-import "os"
+import (
+	"fmt"
+	"os"
+
+	"github.com/acpfs/acpfs/mount"
+)
 
 func main() {
+	if os.Getenv(mount.ExecShimEnv) == "1" {
+		err := mount.ExecShim(os.Args[1:])
+		fmt.Fprintf(os.Stderr, "acpfs run: %v\n", err)
+		os.Exit(127)
+	}
 	os.Exit(execute(os.Args[1:]))
 }
