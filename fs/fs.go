@@ -315,14 +315,27 @@ func errnoName(e syscall.Errno) string {
 
 // cleanSymlinkTarget resolves a symlink target found at rel against the
 // folder root. It returns the folder-relative target and false when the
-// target is absolute or climbs out of the folder.
+// target is absolute or climbs out of the folder: the kernel follows
+// symlinks itself, so either would lead out of the view.
 func cleanSymlinkTarget(rel, target string) (string, bool) {
 	if strings.HasPrefix(target, "/") {
 		return "", false
 	}
-	p := path.Clean(path.Join(path.Dir("/"+rel), target))
-	if p == "/" {
-		return "", true
+	var out []string
+	if d := path.Dir(rel); d != "." {
+		out = strings.Split(d, "/")
 	}
-	return strings.TrimPrefix(p, "/"), true
+	for _, seg := range strings.Split(target, "/") {
+		switch seg {
+		case "", ".":
+		case "..":
+			if len(out) == 0 {
+				return "", false
+			}
+			out = out[:len(out)-1]
+		default:
+			out = append(out, seg)
+		}
+	}
+	return strings.Join(out, "/"), true
 }

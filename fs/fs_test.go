@@ -1,0 +1,88 @@
+package fs
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCleanSymlinkTarget(t *testing.T) {
+	tests := []struct {
+		rel, target, want string
+		ok                bool
+	}{
+		{"a.md", "b.md", "b.md", true},
+		{"dir/a.md", "b.md", "dir/b.md", true},
+		{"dir/a.md", "../b.md", "b.md", true},
+		{"dir/a.md", "..", "", true},
+		{"dir/sub/a.md", "../../x/y", "x/y", true},
+		{"a.md", "../outside", "", false},
+		{"dir/a.md", "../../folder/oracle", "", false},
+		{"a.md", "/etc/passwd", "", false},
+		{"dir/a.md", "./././c", "dir/c", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.rel+"->"+tc.target, func(t *testing.T) {
+			got, ok := cleanSymlinkTarget(tc.rel, tc.target)
+			assert.Equal(t, tc.ok, ok)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func sum(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func TestAppendHasherFollowsGrowthAndRestartsOnShrink(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "events.jsonl")
+	a := appendHasher{path: p}
+	content := []byte("line 1\n")
+	require.NoError(t, os.WriteFile(p, content, 0o644))
+	got, err := a.sum()
+	require.NoError(t, err)
+	assert.Equal(t, sum(content), got)
+
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("line 2\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	content = append(content, "line 2\n"...)
+	got, err = a.sum()
+	require.NoError(t, err)
+	assert.Equal(t, sum(content), got)
+	assert.Equal(t, int64(len(content)), a.off, "only new bytes are hashed")
+
+	require.NoError(t, os.WriteFile(p, []byte("x\n"), 0o644))
+	got, err = a.sum()
+	require.NoError(t, err)
+	assert.Equal(t, sum([]byte("x\n")), got)
+}
+
+func TestHashCacheSeesNewVersions(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "doc.md")
+	var c hashCache
+	for _, content := range []string{"one", "two, longer", "three"} {
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+		f, err := os.Open(p)
+		require.NoError(t, err)
+		got, err := c.sum(int(f.Fd()))
+		f.Close()
+		require.NoError(t, err)
+		assert.Equal(t, sum([]byte(content)), got)
+	}
+}
+
+func TestManaged(t *testing.T) {
+	assert.True(t, managed("events.jsonl"))
+	assert.True(t, managed("protocol.json"))
+	assert.False(t, managed("sub/events.jsonl"))
+	assert.Equal(t, "/", displayPath(""))
+}
