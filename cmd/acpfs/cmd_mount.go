@@ -82,6 +82,34 @@ func (mf *mountFlags) hiddenDirs(ledgerPath string) []string {
 	return h
 }
 
+// viewSetup is what mount and run need before mounting anything.
+type viewSetup struct {
+	folder, ledgerPath, grantPath string
+	grant                         *grants.Grant
+}
+
+// prepare checks the machine and the flags, and loads the active grant.
+func (mf *mountFlags) prepare() (viewSetup, error) {
+	var v viewSetup
+	if err := mount.Check().Usable(); err != nil {
+		return v, withCode(exitNoFUSE, err)
+	}
+	var err error
+	if v.folder, v.ledgerPath, err = mf.resolve(); err != nil {
+		return v, err
+	}
+	if v.grantPath, err = mf.grantPath(); err != nil {
+		return v, err
+	}
+	if v.grant, err = grants.Load(v.grantPath); err != nil {
+		return v, err
+	}
+	if v.grant.Revoked {
+		return v, fmt.Errorf("grant %s is revoked", v.grant.GrantID)
+	}
+	return v, nil
+}
+
 // grantPath turns --grant into a file path.
 func (mf *mountFlags) grantPath() (string, error) {
 	if mf.grant == "" {
@@ -119,24 +147,11 @@ func newMountCmd() *cobra.Command {
   acpfs mount --folder collab --grant grants/G-owner.json --ledger ledger.jsonl --audit reads /mnt/owner`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := mount.Check().Usable(); err != nil {
-				return withCode(exitNoFUSE, err)
-			}
-			folder, ledgerPath, err := mf.resolve()
+			v, err := mf.prepare()
 			if err != nil {
 				return err
 			}
-			gp, err := mf.grantPath()
-			if err != nil {
-				return err
-			}
-			g, err := grants.Load(gp)
-			if err != nil {
-				return err
-			}
-			if g.Revoked {
-				return fmt.Errorf("grant %s is revoked", g.GrantID)
-			}
+			folder, ledgerPath, gp, g := v.folder, v.ledgerPath, v.grantPath, v.grant
 			log, err := protocol.OpenLog(folder)
 			if err != nil {
 				return err

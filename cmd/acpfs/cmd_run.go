@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
 )
@@ -40,26 +39,12 @@ away with it.`,
 		Example: `  acpfs run --folder collab --runs agent_runs --grant G-reviewer --uid 65534 -- bash -c 'cat collab/proposal.md'`,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := mount.Check().Usable(); err != nil {
-				return withCode(exitNoFUSE, err)
+			v, err := mf.prepare()
+			if err != nil {
+				return err
 			}
 			if os.Geteuid() != 0 {
 				return withCode(exitMount, fmt.Errorf("acpfs run needs root to create a mount namespace"))
-			}
-			folder, ledgerPath, err := mf.resolve()
-			if err != nil {
-				return err
-			}
-			gp, err := mf.grantPath()
-			if err != nil {
-				return err
-			}
-			g, err := grants.Load(gp)
-			if err != nil {
-				return err
-			}
-			if g.Revoked {
-				return fmt.Errorf("grant %s is revoked", g.GrantID)
 			}
 			u, gid := -1, -1
 			if uid != "" {
@@ -74,13 +59,13 @@ away with it.`,
 			if err != nil {
 				return err
 			}
-			masked := []string{filepath.Dir(ledgerPath)}
+			masked := []string{filepath.Dir(v.ledgerPath)}
 			if mf.runs != "" {
 				r, _ := filepath.Abs(mf.runs)
 				masked = append(masked, r)
 			}
 			code, err := mount.Sandbox(mount.RunConfig{
-				Folder: folder, Grant: g, GrantPath: gp, LedgerPath: ledgerPath, LedgerSync: sync,
+				Folder: v.folder, Grant: v.grant, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
 				Masked: masked, UID: u, GID: gid, AuditReads: mf.audit == "reads", Args: args,
 			})
 			if err != nil {
