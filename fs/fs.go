@@ -26,6 +26,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
@@ -268,12 +269,41 @@ func (f *FS) matcher() *grants.Matcher { return f.view.Load().matcher }
 func (f *FS) participant() string { return f.view.Load().grant.ParticipantID() }
 
 // frozen reports whether rel is a frozen deliverable.
+//
+// A frozen file is recognised by its path, by its inode (a hard link made
+// before the freeze is another way to write the same bytes) and as the
+// content of a directory being renamed or removed (moving the directory
+// would move the deliverable out from under its path).
 func (f *FS) frozen(rel string) bool {
 	if err := f.log.Refresh(); err != nil {
 		slog.Warn("protocol refresh failed", "err", err)
 	}
-	_, ok := f.log.Snapshot().Frozen[rel]
-	return ok
+	frozen := f.log.Snapshot().Frozen
+	if len(frozen) == 0 {
+		return false
+	}
+	if _, ok := frozen[rel]; ok {
+		return true
+	}
+	var st unix.Stat_t
+	haveStat := unix.Lstat(f.abs(rel), &st) == nil
+	for p := range frozen {
+		if rel == "" || strings.HasPrefix(p, rel+"/") {
+			return true
+		}
+		if !haveStat || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink < 2 {
+			continue
+		}
+		fp := p
+		if !filepath.IsAbs(fp) {
+			fp = f.abs(p)
+		}
+		var fst unix.Stat_t
+		if unix.Stat(fp, &fst) == nil && fst.Dev == st.Dev && fst.Ino == st.Ino {
+			return true
+		}
+	}
+	return false
 }
 
 // managed reports whether rel is a protocol file that only acpfs writes.

@@ -129,6 +129,11 @@ func (r *collabRun) toReadinessCheck() {
 
 func (r *collabRun) toFrozen() {
 	r.toReadinessCheck()
+	r.freeze()
+}
+
+// freeze marks the primary deliverable Frozen and appends its freeze.
+func (r *collabRun) freeze() {
 	require.NoError(r.t, os.WriteFile(r.alice.path(primary), []byte(designSpec("Frozen")), 0o644))
 	r.must(r.alice, owner, "deliverable_frozen", map[string]any{"doc": primary, "role": "primary", "sha256": fileSHA(r.t, r.alice.path(primary))})
 }

@@ -283,6 +283,23 @@ func TestFrozenDeliverableIsReadOnly(t *testing.T) {
 	assert.Equal(t, frozen, readFile(t, p))
 }
 
+// Neither a hard link made before the freeze nor moving the directory
+// around the deliverable is a way to change it afterwards.
+func TestFrozenDeliverableHasNoSideDoors(t *testing.T) {
+	r := newRun(t)
+	r.toReadinessCheck()
+	alias := r.alice.path("deliverables/alias.md")
+	require.NoError(t, os.Link(r.alice.path(primary), alias))
+	r.freeze()
+	frozen := readFile(t, filepath.Join(r.c.folder, primary))
+	assert.ErrorIs(t, os.WriteFile(alias, []byte("changed"), 0o644), syscall.EROFS)
+	assert.ErrorIs(t, os.Rename(r.alice.path("deliverables"), r.alice.path("deliverables-moved")), syscall.EROFS)
+	require.NoError(t, os.MkdirAll(filepath.Join(r.c.folder, "scratch"), 0o755))
+	err := os.Rename(r.alice.path("deliverables"), r.alice.path("scratch/moved"))
+	assert.ErrorIs(t, err, syscall.EROFS)
+	assert.Equal(t, frozen, readFile(t, filepath.Join(r.c.folder, primary)))
+}
+
 func TestControlDirectory(t *testing.T) {
 	c := newCollab(t)
 	v := c.mountView(reviewerGrant())

@@ -1,0 +1,316 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
+)
+
+// The escape suite plays an agent that tries every trick it can think of
+// to read what its grant hides, to write where it may not, to change a
+// frozen deliverable or to forge protocol state. Each attempt is one
+// escAttempt, run by escRun, which checks the refusal, the ledger record
+// it left, .acpfs/last-error, and that the backing folder did not change.
+
+// escSecret is the oracle's content; no output of an attempt may hold it.
+const escSecret = "the secret answer"
+
+// escHiddenWords are fragments of hidden paths that an agent which never
+// named them must not find in .acpfs/last-error.
+var escHiddenWords = []string{"oracle", "answer.md", "agent_runs", "communication_ledger", "réponse", "private"}
+
+// escRefusalKinds are the ledger kinds a refusal writes.
+var escRefusalKinds = map[string]bool{
+	ledger.KindDenied: true, ledger.KindFrozenRefused: true, ledger.KindAppendRejected: true,
+}
+
+// escRecord is the ledger record an attempt must leave. An empty path or
+// op matches any.
+type escRecord struct{ kind, path, op, detail string }
+
+// escAttempt is one escape attempt.
+type escAttempt struct {
+	name string
+	// do makes the attempt and returns its error (a syscall error, or an
+	// escShellError for a shell command).
+	do func(t *testing.T) error
+	// errno is the refusal expected. For shell attempts it is matched by
+	// its message in the command's output.
+	errno syscall.Errno
+	// record is the ledger record expected among those the attempt
+	// wrote; nil means the attempt must leave no refusal record (the
+	// kernel refused it before acpfs was asked, or the name does not
+	// exist at all).
+	record *escRecord
+	// explain is a fragment .acpfs/last-error must hold afterwards; ""
+	// means last-error must not change (hidden names are refused
+	// silently, so that the agent learns nothing about them).
+	explain string
+}
+
+// escShellError is a shell command that failed.
+type escShellError struct {
+	script string
+	out    string
+	code   int
+}
+
+func (e *escShellError) Error() string {
+	return fmt.Sprintf("%q exited %d: %s", e.script, e.code, e.out)
+}
+
+// escSh runs script in v (see view.sh) and turns a failure into an
+// escShellError. Output holding the oracle's content fails the test at
+// once, whatever the exit code.
+func escSh(t *testing.T, v *view, script string) error {
+	t.Helper()
+	out, code := v.sh(script)
+	require.NotContains(t, out, escSecret, "%s leaked the oracle", script)
+	if code != 0 {
+		return &escShellError{script: script, out: out, code: code}
+	}
+	return nil
+}
+
+// escEnv is the collaboration and the view a group of attempts shares.
+type escEnv struct {
+	c *collab
+	v *view
+}
+
+// escRun runs each attempt as a subtest.
+func escRun(t *testing.T, e escEnv, attempts []escAttempt) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, a := range attempts {
+		require.False(t, seen[a.name], "duplicate attempt %q", a.name)
+		seen[a.name] = true
+		t.Run(a.name, func(t *testing.T) { escCheck(t, e, a) })
+	}
+}
+
+func escCheck(t *testing.T, e escEnv, a escAttempt) {
+	before := escTree(t, e.c.folder)
+	nrec := len(e.c.records())
+	lastBefore := escLastError(t, e.v)
+
+	err := a.do(t)
+
+	// The refusal.
+	require.Error(t, err, "the attempt succeeded")
+	var se *escShellError
+	if errors.As(err, &se) {
+		assert.Contains(t, strings.ToLower(se.out), strings.ToLower(a.errno.Error()), "shell refusal: %v", err)
+	} else {
+		assert.ErrorIs(t, err, a.errno, "got %v", err)
+	}
+
+	// Nothing changed on the backing folder: every file's bytes, mode,
+	// mtime and xattrs, every symlink's target, every directory's
+	// entries (events.jsonl and protocol.json included).
+	escRequireSameTree(t, before, escTree(t, e.c.folder))
+
+	// The ledger record.
+	var refusals []ledger.Record
+	for _, r := range e.c.records()[nrec:] {
+		if escRefusalKinds[r.Kind] {
+			refusals = append(refusals, r)
+		}
+	}
+	if a.record == nil {
+		assert.Empty(t, refusals, "a refusal record for an attempt acpfs never saw")
+	} else {
+		assert.True(t, escHasRecord(refusals, *a.record), "no ledger record %+v among %s", *a.record, escFmtRecords(refusals))
+		for _, r := range refusals {
+			assert.Equal(t, e.v.m.FS.Grant().AgentID, r.Agent)
+			assert.Equal(t, e.v.m.FS.Grant().GrantID, r.Grant)
+		}
+	}
+
+	// The explanation.
+	lastAfter := escLastError(t, e.v)
+	if a.explain == "" {
+		assert.Equal(t, lastBefore, lastAfter, ".acpfs/last-error changed for a silent refusal")
+	} else {
+		assert.Contains(t, lastAfter, a.explain)
+	}
+	escNoHiddenWords(t, lastAfter)
+}
+
+// escNoHiddenWords fails if text names a hidden path.
+func escNoHiddenWords(t *testing.T, text string) {
+	t.Helper()
+	for _, w := range escHiddenWords {
+		assert.NotContains(t, text, w, "names a hidden path")
+	}
+}
+
+func escHasRecord(recs []ledger.Record, w escRecord) bool {
+	for _, r := range recs {
+		if r.Kind == w.kind && (w.path == "" || r.Path == w.path) && (w.op == "" || r.Op == w.op) &&
+			strings.Contains(r.Detail, w.detail) {
+			return true
+		}
+	}
+	return false
+}
+
+func escFmtRecords(recs []ledger.Record) string {
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintf(&b, "\n  %s op=%s path=%q detail=%q", r.Kind, r.Op, r.Path, r.Detail)
+	}
+	if b.Len() == 0 {
+		return "(none)"
+	}
+	return b.String()
+}
+
+func escLastError(t *testing.T, v *view) string {
+	t.Helper()
+	b, err := os.ReadFile(v.path(".acpfs/last-error"))
+	require.NoError(t, err)
+	return string(b)
+}
+
+// escTree describes every entry below dir, for before/after comparisons.
+func escTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		desc := fmt.Sprintf("mode=%o", st.Mode)
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(b)
+			desc += fmt.Sprintf(" size=%d mtime=%d sha=%s xattrs=%s", st.Size, st.Mtim.Nano(), hex.EncodeToString(sum[:8]), escXattrs(p))
+		case unix.S_IFLNK:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		case unix.S_IFDIR:
+			desc += " xattrs=" + escXattrs(p)
+		}
+		out[rel] = desc
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+func escXattrs(p string) string {
+	buf := make([]byte, 4096)
+	n, err := unix.Llistxattr(p, buf)
+	if err != nil || n == 0 {
+		return ""
+	}
+	names := strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00")
+	sort.Strings(names)
+	return strings.Join(names, ",")
+}
+
+func escRequireSameTree(t *testing.T, before, after map[string]string) {
+	t.Helper()
+	var diff []string
+	for k, v := range before {
+		if after[k] != v {
+			diff = append(diff, fmt.Sprintf("%s: %q -> %q", k, v, after[k]))
+		}
+	}
+	for k, v := range after {
+		if _, ok := before[k]; !ok {
+			diff = append(diff, fmt.Sprintf("%s: new %q", k, v))
+		}
+	}
+	sort.Strings(diff)
+	assert.Empty(t, diff, "the backing folder changed")
+}
+
+// escMountView mounts g and returns it with the collaboration as an escEnv.
+func escMount(c *collab, g *grants.Grant) escEnv { return escEnv{c: c, v: c.mountView(g)} }
+
+// escOpen is os.OpenFile returning only the error, closing on success.
+func escOpen(p string, flag int) error {
+	f, err := os.OpenFile(p, flag, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// escWriteClose writes data to p opened with flag and returns the first
+// error of open, write and close (a refusal at close is how protocol.json
+// rewrites are judged).
+func escWriteClose(p string, flag int, data []byte) error {
+	f, err := os.OpenFile(p, flag, 0o644)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	cerr := f.Close()
+	if werr != nil {
+		return werr
+	}
+	return cerr
+}
+
+// escReadDirNames lists dir with raw getdents64, as ls does.
+func escGetdents(t *testing.T, dir string) []string {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	var names []string
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		require.NoError(t, err)
+		if n == 0 {
+			return names
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+}
+
+// escPython runs a Python program with args outside any view (the
+// program opens view paths itself) and returns its combined output.
+func escPython(t *testing.T, prog string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command("python3", append([]string{"-c", prog}, args...)...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	require.NoError(t, err)
+	return string(out), 0
+}
