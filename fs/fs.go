@@ -149,9 +149,19 @@ func (f *FS) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("compile grant %s: %w", g.GrantID, err)
 	}
-	f.view.Store(&view{grant: g, matcher: m, handoffs: handoffs})
+	old := f.view.Swap(&view{grant: g, matcher: m, handoffs: handoffs})
 	if f.root != nil && f.root.EmbeddedInode().StableAttr().Ino != 0 { // mounted
 		f.invalidateHidden(f.root.EmbeddedInode(), "")
+		// A path handed over (or no longer) changes from the live file to
+		// the snapshot (or back): drop the cached entry either way.
+		for rel := range handoffs {
+			f.invalidate(rel, true)
+		}
+		if old != nil {
+			for rel := range old.handoffs {
+				f.invalidate(rel, true)
+			}
+		}
 	}
 	f.wake()
 	return nil
