@@ -88,6 +88,19 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	case writing:
 		f.record(ctx, ledger.KindWrite, "open", rel, "", "")
 		h.writable = true
+		if flags&syscall.O_APPEND != 0 {
+			// The kernel turns O_APPEND into writes at the size it has
+			// cached, which is stale when another view or process has
+			// appended since. Appending on the backing descriptor puts
+			// each write at the true end of the file, and direct I/O
+			// keeps those bytes out of a page cache indexed by the stale
+			// offset.
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, unix.O_APPEND); err != nil {
+				lf.Release(ctx)
+				return nil, 0, gofs.ToErrno(err)
+			}
+			return h, fuse.FOPEN_DIRECT_IO, 0
+		}
 	case !f.auditReads && !m.Writable(rel):
 		// Read-only for this grant for the life of the inode: the kernel
 		// may read the backing file directly. Mixing passthrough and
