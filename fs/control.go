@@ -146,12 +146,8 @@ func (f *FS) statusText(ctx context.Context) ([]byte, syscall.Errno) {
 		turn = "yes"
 	}
 	fmt.Fprintf(&b, "your turn: %s (%s)\n", turn, reason)
-	if next, err := protocol.NextAction(f.folder, me); err == nil {
-		for _, line := range strings.Split(strings.TrimSpace(next), "\n") {
-			if strings.HasPrefix(line, "next action:") {
-				fmt.Fprintln(&b, line)
-			}
-		}
+	if st, err := f.log.Status(me); err == nil {
+		fmt.Fprintf(&b, "next action: %s\n", st.Action)
 	}
 	return []byte(b.String()), 0
 }
@@ -175,8 +171,12 @@ func (f *FS) waitTurn(ctx context.Context) ([]byte, syscall.Errno) {
 			return nil, syscall.EIO
 		}
 		if ready, reason := protocol.Ready(f.log.Snapshot(), me); ready {
-			next, err := protocol.NextAction(f.folder, me)
-			if err != nil {
+			// The live log, not a fresh replay: its cost must not grow
+			// with the history.
+			next := ""
+			if st, err := f.log.Status(me); err == nil {
+				next = st.String()
+			} else {
 				next = fmt.Sprintf("error: %v\n", err)
 			}
 			return []byte("ready: " + reason + "\n" + next), 0
