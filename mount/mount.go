@@ -72,6 +72,13 @@ func Start(cfg Config) (*Mount, error) {
 	if err := CheckMountpoint(cfg.Mountpoint); err != nil {
 		return nil, err
 	}
+	// A daemon killed between an event line and its protocol.json
+	// rewrite leaves the two out of step; put them back before serving.
+	if changed, err := cfg.Log.Reconcile(); err != nil {
+		slog.Warn("cannot reconcile protocol.json with events.jsonl", "folder", folder, "err", err)
+	} else if changed {
+		slog.Warn("protocol.json was behind events.jsonl (interrupted append); rewritten", "folder", folder)
+	}
 	hidden := relHidden(folder, cfg.Hidden)
 	f, err := acpfs.New(acpfs.Options{
 		Folder: folder, Grant: cfg.Grant, Hidden: hidden, Log: cfg.Log, Ledger: cfg.Ledger,
