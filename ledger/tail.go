@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strconv"
 	"unicode/utf8"
 )
@@ -81,6 +82,10 @@ func parseTail(buf []byte, lo int64) (t tailInfo, ok bool, err error) {
 	}
 	if r.Seq < 1 || !isHexHash(r.Hash) {
 		return tailInfo{}, true, fmt.Errorf("the last complete record (ending at byte %d) has no valid seq and hash", t.end)
+	}
+	if r.Seq == math.MaxInt64 {
+		// No honest ledger gets there; appending would wrap the seq.
+		return tailInfo{}, true, fmt.Errorf("the last complete record (ending at byte %d) has the largest possible seq; the ledger cannot continue", t.end)
 	}
 	if want, herr := HashRecord(r); herr == nil && want != r.Hash {
 		// The chain continues from the stored hash; verify will report
