@@ -26,11 +26,11 @@ func protoFiles(t testing.TB, dir string) (string, string) {
 
 func TestAppendCommand(t *testing.T) {
 	dir := protoInitFolder(t)
-	r := protoRunCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "deliverable_drafted",
+	r := runCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "deliverable_drafted",
 		"--summary", "draft", "--doc", "deliverables/design-spec.md", "--reply-to", "1", "--role", "primary")
 	require.Equal(t, exitOK, r.code, "%v", r.err)
 	assert.Equal(t, "appended seq 2: deliverable_drafted\n", r.out)
-	r = protoRunCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "proposal_submitted",
+	r = runCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "proposal_submitted",
 		"--summary", "proposal", "--doc", "proposal.md", "--reply-to", "2")
 	require.Equal(t, exitOK, r.code, "%v", r.err)
 	_, pj := protoFiles(t, dir)
@@ -55,7 +55,7 @@ func TestAppendCommand(t *testing.T) {
 	for _, c := range refusals {
 		t.Run(c.name, func(t *testing.T) {
 			evBefore, pjBefore := protoFiles(t, dir)
-			r := protoRunCLI(t, append([]string{"append", "--folder", dir, "--summary", "s"}, c.args...)...)
+			r := runCLI(t, append([]string{"append", "--folder", dir, "--summary", "s"}, c.args...)...)
 			assert.Equal(t, exitFailed, r.code)
 			require.Error(t, r.err)
 			assert.Contains(t, r.err.Error(), c.msg)
@@ -64,7 +64,7 @@ func TestAppendCommand(t *testing.T) {
 			assert.Equal(t, pjBefore, pjAfter)
 		})
 	}
-	r = protoRunCLI(t, "append", "--folder", t.TempDir(), "--participant", "a", "--event", "blocked", "--summary", "s", "--reply-to", "1")
+	r = runCLI(t, "append", "--folder", t.TempDir(), "--participant", "a", "--event", "blocked", "--summary", "s", "--reply-to", "1")
 	assert.Equal(t, exitFailed, r.code)
 	assert.ErrorContains(t, r.err, "protocol.json")
 }

@@ -14,7 +14,7 @@ func TestExplain(t *testing.T) {
 	runs := filepath.Join(folder, "agent_runs") // inside the folder: hidden
 	handoffTestGrants(t, folder, runs)
 
-	res := grantRunCLI(t, "explain", "--runs", runs, "--grant", "G-rev", "--folder", folder,
+	res := runCLI(t, "explain", "--runs", runs, "--grant", "G-rev", "--folder", folder,
 		"deliverables/design-spec.md", "oracle/answers.md", "review.md", "agent_runs/context_grants", ".",
 		filepath.Join(folder, "events.jsonl"))
 	require.NoError(t, res.err)
@@ -30,7 +30,7 @@ func TestExplain(t *testing.T) {
 	}
 
 	// Positional grant, JSON output.
-	res = grantRunCLI(t, "explain", "--runs", runs, "--json", "G-owner", "proposal.md", "notes.txt")
+	res = runCLI(t, "explain", "--runs", runs, "--json", "G-owner", "proposal.md", "notes.txt")
 	require.NoError(t, res.err)
 	var got []explainResult
 	require.NoError(t, json.Unmarshal([]byte(res.out), &got))
@@ -50,7 +50,7 @@ func TestExplainErrors(t *testing.T) {
 		"unknown grant":        {"--grant", "G-none", "x"},
 		"absolute outside dir": {"--grant", "G-rev", "--folder", folder, filepath.Dir(folder)},
 	} {
-		res := grantRunCLI(t, append([]string{"explain", "--runs", runs}, args...)...)
+		res := runCLI(t, append([]string{"explain", "--runs", runs}, args...)...)
 		assert.Error(t, res.err, name)
 		assert.Equal(t, exitFailed, res.code, name)
 	}

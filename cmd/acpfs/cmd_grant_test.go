@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,38 +13,6 @@ import (
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
 )
-
-// grantCLIResult is what one in-process run of the CLI produced.
-type grantCLIResult struct {
-	out, errOut string
-	code        int
-	err         error
-}
-
-// grantRunCLI runs the CLI in-process with the exit-code mapping of
-// execute.
-func grantRunCLI(t *testing.T, args ...string) grantCLIResult {
-	t.Helper()
-	root := newRootCmd()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(args)
-	err := root.Execute()
-	code := exitOK
-	var ee *exitError
-	var silent silentExit
-	switch {
-	case err == nil:
-	case errors.As(err, &silent):
-		code = int(silent)
-	case errors.As(err, &ee):
-		code = ee.code
-	default:
-		code = exitFailed
-	}
-	return grantCLIResult{out: out.String(), errOut: errOut.String(), code: code, err: err}
-}
 
 // grantTestFolder makes a collaboration folder with two participants, a
 // deliverable and an oracle, and returns it with a run directory path
@@ -86,7 +52,7 @@ func grantLedgerKinds(t *testing.T, runs string) []ledger.Record {
 
 func TestGrantCreateWithPreset(t *testing.T) {
 	folder, runs := grantTestFolder(t)
-	res := grantRunCLI(t, "grant", "create", "--runs", runs, "--folder", folder,
+	res := runCLI(t, "grant", "create", "--runs", runs, "--folder", folder,
 		"--agent", "codex", "--participant", "reader", "--preset", "reviewer", "--id", "G-rev",
 		"--forbid", "oracle/**", "--input", "spec=deliverables/design-spec.md", "--guidance", "Be precise.",
 		"--stop", "completed", "--output-contract", "a review", "--decision-authority", "none")
@@ -119,7 +85,7 @@ func TestGrantCreateWithPreset(t *testing.T) {
 
 func TestGrantCreateRefusals(t *testing.T) {
 	folder, runs := grantTestFolder(t)
-	ok := grantRunCLI(t, "grant", "create", "--runs", runs, "--folder", folder, "--agent", "claude",
+	ok := runCLI(t, "grant", "create", "--runs", runs, "--folder", folder, "--agent", "claude",
 		"--participant", "server", "--preset", "owner", "--id", "G-owner")
 	require.NoError(t, ok.err)
 
@@ -142,7 +108,7 @@ func TestGrantCreateRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"grant", "create", "--runs", runs, "--folder", folder}, tt.args...)
-			res := grantRunCLI(t, args...)
+			res := runCLI(t, args...)
 			require.Error(t, res.err)
 			assert.Equal(t, exitFailed, res.code)
 			assert.Contains(t, res.err.Error(), tt.msg)
@@ -159,7 +125,7 @@ func TestGrantCreateExternalDeliverables(t *testing.T) {
 	folder, runs := grantTestFolder(t)
 	require.NoError(t, os.WriteFile(filepath.Join(folder, "protocol.json"), []byte(
 		`{"objective":"o","participants":["server"],"deliverables":{"mode":"external","dir":"docs"}}`), 0o644))
-	res := grantRunCLI(t, "grant", "create", "--runs", runs, "--folder", folder, "--agent", "server", "--preset", "owner")
+	res := runCLI(t, "grant", "create", "--runs", runs, "--folder", folder, "--agent", "server", "--preset", "owner")
 	require.NoError(t, res.err)
 	assert.Contains(t, res.errOut, "external")
 	gs, err := grants.NewRunDir(runs).LoadGrants()
@@ -176,48 +142,48 @@ func TestGrantCheckListRenderRevoke(t *testing.T) {
 		{"--agent", "codex", "--participant", "reader", "--preset", "reviewer", "--id", "G-rev", "--forbid", "oracle/**",
 			"--input", "spec=deliverables/design-spec.md"},
 	} {
-		res := grantRunCLI(t, append([]string{"grant", "create", "--runs", runs, "--folder", folder}, args...)...)
+		res := runCLI(t, append([]string{"grant", "create", "--runs", runs, "--folder", folder}, args...)...)
 		require.NoError(t, res.err)
 	}
 
-	res := grantRunCLI(t, "grant", "check", "--runs", runs, "--folder", folder)
+	res := runCLI(t, "grant", "check", "--runs", runs, "--folder", folder)
 	require.NoError(t, res.err, res.out)
 	assert.Contains(t, res.out, "ok G-owner")
 	assert.Contains(t, res.out, "ok G-rev")
 
 	// A missing named input is a warning (exit 1).
 	require.NoError(t, os.Remove(filepath.Join(folder, "deliverables/design-spec.md")))
-	res = grantRunCLI(t, "grant", "check", "--runs", runs, "--folder", folder)
+	res = runCLI(t, "grant", "check", "--runs", runs, "--folder", folder)
 	assert.Equal(t, exitWarnings, res.code, res.out)
 	assert.Contains(t, res.out, "warning:")
 
-	res = grantRunCLI(t, "grant", "list", "--runs", runs)
+	res = runCLI(t, "grant", "list", "--runs", runs)
 	require.NoError(t, res.err)
 	assert.Contains(t, res.out, "G-owner")
 	assert.Contains(t, res.out, "G-rev")
-	res = grantRunCLI(t, "grant", "list", "--runs", runs, "--json")
+	res = runCLI(t, "grant", "list", "--runs", runs, "--json")
 	require.NoError(t, res.err)
 	var entries []grantListEntry
 	require.NoError(t, json.Unmarshal([]byte(res.out), &entries))
 	require.Len(t, entries, 2)
 	assert.Equal(t, "G-owner", entries[0].Grant.GrantID)
 
-	res = grantRunCLI(t, "grant", "render", "--runs", runs, "--grant", "G-rev")
+	res = runCLI(t, "grant", "render", "--runs", runs, "--grant", "G-rev")
 	require.NoError(t, res.err)
 	assert.Contains(t, res.out, "# Context grant G-rev")
 	assert.NotContains(t, res.out, "oracle")
-	byPath := grantRunCLI(t, "grant", "render", "--runs", runs, filepath.Join(runs, "context_grants", "G-rev.json"))
+	byPath := runCLI(t, "grant", "render", "--runs", runs, filepath.Join(runs, "context_grants", "G-rev.json"))
 	require.NoError(t, byPath.err)
 	assert.Equal(t, res.out, byPath.out)
 
-	res = grantRunCLI(t, "grant", "revoke", "--runs", runs, "--grant", "G-rev", "--reason", "review done")
+	res = runCLI(t, "grant", "revoke", "--runs", runs, "--grant", "G-rev", "--reason", "review done")
 	require.NoError(t, res.err)
 	assert.Contains(t, res.out, "revoked G-rev")
 	g, err := grants.Load(filepath.Join(runs, "context_grants", "G-rev.json"))
 	require.NoError(t, err)
 	assert.True(t, g.Revoked)
 	assert.NotEmpty(t, g.RevokedAt)
-	res = grantRunCLI(t, "grant", "revoke", "--runs", runs, "--grant", "G-rev")
+	res = runCLI(t, "grant", "revoke", "--runs", runs, "--grant", "G-rev")
 	require.NoError(t, res.err)
 	assert.Contains(t, res.out, "already revoked")
 
@@ -227,7 +193,7 @@ func TestGrantCheckListRenderRevoke(t *testing.T) {
 	assert.Equal(t, "revoked: review done", recs[2].Detail)
 
 	// After revocation a new grant for the same agent is allowed.
-	res = grantRunCLI(t, "grant", "create", "--runs", runs, "--folder", folder, "--agent", "codex",
+	res = runCLI(t, "grant", "create", "--runs", runs, "--folder", folder, "--agent", "codex",
 		"--participant", "reader", "--preset", "reviewer", "--id", "G-rev2")
 	require.NoError(t, res.err)
 }
@@ -241,19 +207,19 @@ func TestGrantCheckFindsSetProblems(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "G-1.json"), []byte(body("G-1", "server")), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "G-2.json"), []byte(body("G-2", "ghost")), 0o644))
-	res := grantRunCLI(t, "grant", "check", "--runs", runs, "--folder", folder)
+	res := runCLI(t, "grant", "check", "--runs", runs, "--folder", folder)
 	assert.Equal(t, exitFailed, res.code)
 	assert.Contains(t, res.out, "two active grants")
 	assert.Contains(t, res.out, `participant "ghost" is not listed`)
 
-	res = grantRunCLI(t, "grant", "list", "--runs", runs)
+	res = runCLI(t, "grant", "list", "--runs", runs)
 	assert.Equal(t, exitFailed, res.code, "list shows the grants but fails on set problems")
 	assert.Contains(t, res.out, "G-2")
 }
 
 func TestGrantCheckEmpty(t *testing.T) {
 	_, runs := grantTestFolder(t)
-	res := grantRunCLI(t, "grant", "check", "--runs", runs)
+	res := runCLI(t, "grant", "check", "--runs", runs)
 	require.NoError(t, res.err)
 	assert.Contains(t, res.out, "no grants")
 }

@@ -19,7 +19,7 @@ func handoffTestGrants(t *testing.T, folder, runs string) {
 		{"--agent", "claude", "--participant", "server", "--preset", "owner", "--id", "G-owner", "--forbid", "oracle/**"},
 		{"--agent", "codex", "--participant", "reader", "--preset", "reviewer", "--id", "G-rev", "--forbid", "oracle/**"},
 	} {
-		res := grantRunCLI(t, append([]string{"grant", "create", "--runs", runs, "--folder", folder}, args...)...)
+		res := runCLI(t, append([]string{"grant", "create", "--runs", runs, "--folder", folder}, args...)...)
 		require.NoError(t, res.err)
 	}
 }
@@ -28,7 +28,7 @@ func TestHandoffCreateAndVerify(t *testing.T) {
 	folder, runs := grantTestFolder(t)
 	handoffTestGrants(t, folder, runs)
 
-	res := grantRunCLI(t, "handoff", "create", "--runs", runs, "--folder", folder, "--from", "G-owner", "--to", "G-rev",
+	res := runCLI(t, "handoff", "create", "--runs", runs, "--folder", folder, "--from", "G-owner", "--to", "G-rev",
 		"--path", "deliverables/design-spec.md", "--id", "H-spec", "--type", "design-spec",
 		"--summary", "first draft", "--action", "review it")
 	require.NoError(t, res.err)
@@ -48,18 +48,18 @@ func TestHandoffCreateAndVerify(t *testing.T) {
 	assert.Equal(t, sum, last.SHA256)
 	assert.Equal(t, "deliverables/design-spec.md", last.Path)
 
-	res = grantRunCLI(t, "handoff", "verify", "--runs", runs, "--folder", folder)
+	res = runCLI(t, "handoff", "verify", "--runs", runs, "--folder", folder)
 	require.NoError(t, res.err)
 	assert.Contains(t, res.out, "ok H-spec")
 
 	// The original changes: drift, exit 2.
 	require.NoError(t, os.WriteFile(filepath.Join(folder, "deliverables/design-spec.md"), []byte("# changed\n"), 0o644))
-	res = grantRunCLI(t, "handoff", "verify", "--runs", runs, "--folder", folder, "--handoff", "H-spec")
+	res = runCLI(t, "handoff", "verify", "--runs", runs, "--folder", folder, "--handoff", "H-spec")
 	assert.Equal(t, exitFailed, res.code)
 	assert.Contains(t, res.out, "changed since the handoff")
 
 	// Without --folder only the stored copy is checked, and it is intact.
-	res = grantRunCLI(t, "handoff", "verify", "--runs", runs)
+	res = runCLI(t, "handoff", "verify", "--runs", runs)
 	require.NoError(t, res.err)
 	assert.Contains(t, res.out, "originals not checked")
 }
@@ -78,14 +78,14 @@ func TestHandoffCreateRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := grantRunCLI(t, append([]string{"handoff", "create", "--runs", runs, "--folder", folder}, tt.args...)...)
+			res := runCLI(t, append([]string{"handoff", "create", "--runs", runs, "--folder", folder}, tt.args...)...)
 			require.Error(t, res.err)
 			assert.Equal(t, exitFailed, res.code)
 			assert.Contains(t, res.err.Error(), tt.msg)
 		})
 	}
 	// An absolute path inside the folder is accepted.
-	res := grantRunCLI(t, "handoff", "create", "--runs", runs, "--folder", folder, "--from", "G-owner", "--to", "G-rev",
+	res := runCLI(t, "handoff", "create", "--runs", runs, "--folder", folder, "--from", "G-owner", "--to", "G-rev",
 		"--path", filepath.Join(folder, "events.jsonl"))
 	require.NoError(t, res.err)
 }

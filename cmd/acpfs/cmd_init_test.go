@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -14,37 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// protoCLIResult is what one in-process run of the CLI produced.
-type protoCLIResult struct {
-	out, errOut string
-	code        int
-	err         error
-}
-
-// protoRunCLI runs the CLI in-process with execute's exit-code mapping.
-func protoRunCLI(t testing.TB, args ...string) protoCLIResult {
-	t.Helper()
-	root := newRootCmd()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(args)
-	err := root.Execute()
-	code := exitOK
-	var ee *exitError
-	var silent silentExit
-	switch {
-	case err == nil:
-	case errors.As(err, &silent):
-		code = int(silent)
-	case errors.As(err, &ee):
-		code = ee.code
-	default:
-		code = exitFailed
-	}
-	return protoCLIResult{out: out.String(), errOut: errOut.String(), code: code, err: err}
-}
-
 var protoInitArgs = []string{"--participant", "server", "--participant", "reader", "--objective", "Decide the storage",
 	"--completion", "Accepted decisions are explicit", "--primary-deliverable-type", "design-spec"}
 
@@ -52,7 +20,7 @@ var protoInitArgs = []string{"--participant", "server", "--participant", "reader
 func protoInitFolder(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "collab")
-	r := protoRunCLI(t, append([]string{"init", "--folder", dir}, protoInitArgs...)...)
+	r := runCLI(t, append([]string{"init", "--folder", dir}, protoInitArgs...)...)
 	require.Equal(t, exitOK, r.code, "%v", r.err)
 	return dir
 }
@@ -94,14 +62,14 @@ func TestInitCommand(t *testing.T) {
 	for _, name := range []string{"protocol.json", "events.jsonl", "proposal.md", "review.md", "decisions.md", "readiness.md", "conclusion.md", "README.md", "deliverables/design-spec.md"} {
 		assert.FileExists(t, filepath.Join(dir, name))
 	}
-	r := protoRunCLI(t, "validate", "--folder", dir)
+	r := runCLI(t, "validate", "--folder", dir)
 	assert.Equal(t, exitOK, r.code, r.out)
 
-	again := protoRunCLI(t, append([]string{"init", "--folder", dir}, protoInitArgs...)...)
+	again := runCLI(t, append([]string{"init", "--folder", dir}, protoInitArgs...)...)
 	assert.Equal(t, exitFailed, again.code)
 	assert.ErrorContains(t, again.err, "--resume")
 
-	resume := protoRunCLI(t, append([]string{"init", "--folder", dir, "--resume"}, protoInitArgs...)...)
+	resume := runCLI(t, append([]string{"init", "--folder", dir, "--resume"}, protoInitArgs...)...)
 	assert.Equal(t, exitOK, resume.code)
 	assert.Contains(t, resume.out, "already exists")
 }
@@ -109,12 +77,12 @@ func TestInitCommand(t *testing.T) {
 func TestInitCommandExternal(t *testing.T) {
 	repo := t.TempDir()
 	dir := filepath.Join(repo, ".acp", "run")
-	r := protoRunCLI(t, "init", "--folder", dir, "--participant", "a", "--participant", "b", "--objective", "o",
+	r := runCLI(t, "init", "--folder", dir, "--participant", "a", "--participant", "b", "--objective", "o",
 		"--completion", "c", "--primary-deliverable-type", "decision-memo", "--deliverables-mode", "external",
 		"--repo-root", "../..", "--deliverables-dir", "docs/out")
 	require.Equal(t, exitOK, r.code, "%v", r.err)
 	assert.FileExists(t, filepath.Join(repo, "docs", "out", "decision-memo.md"))
-	assert.Equal(t, exitOK, protoRunCLI(t, "validate", "--folder", dir).code)
+	assert.Equal(t, exitOK, runCLI(t, "validate", "--folder", dir).code)
 }
 
 func TestInitCommandRefusals(t *testing.T) {
@@ -143,12 +111,12 @@ func TestInitCommandRefusals(t *testing.T) {
 			if c.name == "one participant" {
 				args = []string{"init", "--folder", dir, "--participant", "a", "--objective", "o", "--completion", "c"}
 			}
-			r := protoRunCLI(t, append(args, c.args...)...)
+			r := runCLI(t, append(args, c.args...)...)
 			assert.Equal(t, exitFailed, r.code)
 			assert.ErrorContains(t, r.err, c.msg)
 			assert.NoFileExists(t, filepath.Join(dir, "protocol.json"))
 		})
 	}
-	r := protoRunCLI(t, "init", "--folder", t.TempDir())
+	r := runCLI(t, "init", "--folder", t.TempDir())
 	assert.Equal(t, exitFailed, r.code, "required flags")
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,25 +19,8 @@ import (
 // execute would return, and the error it would print.
 func ledgerRunCLI(t *testing.T, args ...string) (string, int, error) {
 	t.Helper()
-	root := newRootCmd()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(args)
-	err := root.Execute()
-	code := exitOK
-	var ee *exitError
-	var silent silentExit
-	switch {
-	case err == nil:
-	case errors.As(err, &silent):
-		code = int(silent)
-	case errors.As(err, &ee):
-		code = ee.code
-	default:
-		code = exitFailed
-	}
-	return out.String(), code, err
+	r := runCLI(t, args...)
+	return r.out, r.code, r.err
 }
 
 // ledgerTestRun makes a run directory with the test grants and a ledger

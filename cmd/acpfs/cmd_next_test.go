@@ -13,12 +13,12 @@ import (
 
 func TestNextCommand(t *testing.T) {
 	dir := protoInitFolder(t)
-	r := protoRunCLI(t, "next", "--folder", dir, "--participant", "server")
+	r := runCLI(t, "next", "--folder", dir, "--participant", "server")
 	require.Equal(t, exitOK, r.code, "%v", r.err)
 	assert.Equal(t, "phase: drafting\nproposal owner: server\nwaiting for: server\nlast event: seq 1 initialized from server\n"+
 		"next action: draft the primary deliverable, append deliverable_drafted (role primary), update proposal.md, then append proposal_submitted\n", r.out)
 
-	r = protoRunCLI(t, "next", "--folder", dir, "--participant", "reader", "--json")
+	r = runCLI(t, "next", "--folder", dir, "--participant", "reader", "--json")
 	require.Equal(t, exitOK, r.code)
 	var st protocol.Status
 	require.NoError(t, json.Unmarshal([]byte(r.out), &st))
@@ -27,13 +27,13 @@ func TestNextCommand(t *testing.T) {
 	assert.Equal(t, 1, st.LastEvent.Seq)
 	assert.Contains(t, st.Action, "wait")
 
-	r = protoRunCLI(t, "next", "--folder", dir, "--participant", "mallory")
+	r = runCLI(t, "next", "--folder", dir, "--participant", "mallory")
 	assert.Equal(t, exitFailed, r.code)
 	assert.ErrorContains(t, r.err, "[participant]")
 
 	// No events: the phase is unknown, like the reference (exit 1).
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "events.jsonl"), nil, 0o644))
-	r = protoRunCLI(t, "next", "--folder", dir, "--participant", "server")
+	r = runCLI(t, "next", "--folder", dir, "--participant", "server")
 	assert.Equal(t, exitWarnings, r.code)
 	assert.Contains(t, r.out, "phase: none\n")
 }
@@ -46,8 +46,8 @@ func TestNextCommandOwnerWaitsDuringReview(t *testing.T) {
 	require.NoError(t, err)
 	_, err = l.Append("server", "proposal_submitted", "p", "proposal.md", protoIntp(2), "", "")
 	require.NoError(t, err)
-	r := protoRunCLI(t, "next", "--folder", dir, "--participant", "server")
+	r := runCLI(t, "next", "--folder", dir, "--participant", "server")
 	assert.Contains(t, r.out, "next action: wait for the reviewers; leave proposal.md and the deliverables alone")
-	r = protoRunCLI(t, "next", "--folder", dir, "--participant", "reader")
+	r = runCLI(t, "next", "--folder", dir, "--participant", "reader")
 	assert.Contains(t, r.out, "next action: review proposal.md")
 }

@@ -13,7 +13,7 @@ import (
 
 func TestValidateCommand(t *testing.T) {
 	dir := protoInitFolder(t)
-	r := protoRunCLI(t, "validate", "--folder", dir)
+	r := runCLI(t, "validate", "--folder", dir)
 	assert.Equal(t, exitOK, r.code)
 	assert.Equal(t, "ACP validation passed\n", r.out)
 
@@ -22,12 +22,12 @@ func TestValidateCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(readiness, []byte(strings.Replace(string(text), "## Blocking Issues",
 		"- [deferred_nonblocking] Later.\n\n## Blocking Issues", 1)), 0o644))
-	r = protoRunCLI(t, "validate", "--folder", dir)
+	r = runCLI(t, "validate", "--folder", dir)
 	assert.Equal(t, exitWarnings, r.code)
 	assert.Contains(t, r.out, "passed with warnings\nWARNING: readiness.md: ")
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "opinions.md"), []byte("x"), 0o644))
-	r = protoRunCLI(t, "validate", "--folder", dir, "--json")
+	r = runCLI(t, "validate", "--folder", dir, "--json")
 	assert.Equal(t, exitFailed, r.code)
 	var rep protoValidateReport
 	require.NoError(t, json.Unmarshal([]byte(r.out), &rep))
@@ -37,7 +37,7 @@ func TestValidateCommand(t *testing.T) {
 	assert.Contains(t, rep.Errors[0], "[forbidden-file]")
 	assert.Len(t, rep.Warnings, 1)
 
-	r = protoRunCLI(t, "validate", "--folder", filepath.Join(t.TempDir(), "none"))
+	r = runCLI(t, "validate", "--folder", filepath.Join(t.TempDir(), "none"))
 	assert.Equal(t, exitFailed, r.code)
 	assert.Contains(t, r.out, "ERROR: protocol.json: missing protocol.json")
 }

@@ -12,12 +12,12 @@ import (
 
 func TestWaitCommandReadyAtOnce(t *testing.T) {
 	dir := protoInitFolder(t)
-	r := protoRunCLI(t, "wait", "--folder", dir, "--participant", "server", "--timeout", "5")
+	r := runCLI(t, "wait", "--folder", dir, "--participant", "server", "--timeout", "5")
 	require.Equal(t, exitOK, r.code, "%v", r.err)
 	assert.Contains(t, r.out, "ready: server is listed in waitingFor\nphase: drafting\n")
 	assert.Contains(t, r.out, "next action: draft the primary deliverable")
 
-	r = protoRunCLI(t, "wait", "--folder", dir, "--participant", "server", "--json")
+	r = runCLI(t, "wait", "--folder", dir, "--participant", "server", "--json")
 	require.Equal(t, exitOK, r.code)
 	var rep protoWaitReport
 	require.NoError(t, json.Unmarshal([]byte(r.out), &rep))
@@ -28,13 +28,13 @@ func TestWaitCommandReadyAtOnce(t *testing.T) {
 func TestWaitCommandTimeout(t *testing.T) {
 	dir := protoInitFolder(t)
 	start := time.Now()
-	r := protoRunCLI(t, "wait", "--folder", dir, "--participant", "reader", "--timeout", "0.3", "--interval", "0.1")
+	r := runCLI(t, "wait", "--folder", dir, "--participant", "reader", "--timeout", "0.3", "--interval", "0.1")
 	assert.Equal(t, exitWarnings, r.code)
 	assert.Contains(t, r.out, "waiting: waiting for server after seq 1\n")
 	assert.Contains(t, r.errOut, "timeout: waiting for server after seq 1\n")
 	assert.Less(t, time.Since(start), 5*time.Second)
 
-	r = protoRunCLI(t, "wait", "--folder", dir, "--participant", "mallory", "--timeout", "1")
+	r = runCLI(t, "wait", "--folder", dir, "--participant", "mallory", "--timeout", "1")
 	assert.Equal(t, exitFailed, r.code)
 }
 
@@ -42,8 +42,8 @@ func TestWaitCommandTimeout(t *testing.T) {
 // another writer hands the turn over, without polling.
 func TestWaitCommandWakesOnAppend(t *testing.T) {
 	dir := protoInitFolder(t)
-	done := make(chan protoCLIResult, 1)
-	go func() { done <- protoRunCLI(t, "wait", "--folder", dir, "--participant", "reader", "--timeout", "20") }()
+	done := make(chan cliResult, 1)
+	go func() { done <- runCLI(t, "wait", "--folder", dir, "--participant", "reader", "--timeout", "20") }()
 
 	time.Sleep(200 * time.Millisecond)
 	l, err := protocol.OpenLog(dir)

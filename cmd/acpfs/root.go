@@ -72,16 +72,23 @@ func execute(args []string) int {
 	root := newRootCmd()
 	root.SetArgs(args)
 	err := root.Execute()
-	if err == nil {
-		return exitOK
-	}
 	var silent silentExit
-	if errors.As(err, &silent) {
-		return int(silent)
+	if err != nil && !errors.As(err, &silent) {
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
 	}
-	fmt.Fprintf(os.Stderr, "error: %v\n", err)
+	return exitCodeOf(err)
+}
+
+// exitCodeOf maps a command's error to the process exit code.
+func exitCodeOf(err error) int {
+	var silent silentExit
 	var ee *exitError
-	if errors.As(err, &ee) {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &silent):
+		return int(silent)
+	case errors.As(err, &ee):
 		return ee.code
 	}
 	return exitFailed
