@@ -1,109 +1,882 @@
 package integration
 
 import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
 )
 
-func escReadGrant() *grantsGrant { return nil }
+// The escape suite: an agent with ordinary tools and raw system calls
+// tries to read what its grant hides, write outside may_write, change a
+// frozen deliverable and forge protocol state. Attempts are grouped by
+// family, one collaboration per family; escRun checks each one (refusal,
+// ledger record, last-error, untouched backing folder).
 
-type grantsGrant = struct{}
+const (
+	escNFC      = "r\u00e9ponse" // a hidden directory with a non-ASCII name
+	escNFD      = "re\u0301ponse"
+	escCyrillic = "or\u0430cle" // "oracle" with a Cyrillic a
+)
 
-func TestEscapeExplore(t *testing.T) {
+// escReaderGrant may read everything except the oracle, a private
+// scratch directory and escNFC, and write in scratch/.
+func escReaderGrant() *grants.Grant {
+	return &grants.Grant{
+		GrantID: "G-esc-read", AgentID: reviewer, Role: "reviewer", Objective: "Review the design",
+		MayRead:       []string{"**"},
+		ForbiddenRead: []string{"oracle/**", "scratch/private/**", "scratch/ghost/**", escNFC + "/**"},
+		MayWrite:      []string{"events.jsonl", "protocol.json", "review.md", "scratch/**"},
+	}
+}
+
+// escWriterGrant reads the protocol documents and writes only review.md,
+// the protocol files and scratch/.
+func escWriterGrant() *grants.Grant {
+	return &grants.Grant{
+		GrantID: "G-esc-write", AgentID: reviewer, Role: "reviewer", Objective: "Review the design",
+		MayRead:       append([]string{"scratch/**"}, protocolDocs...),
+		ForbiddenRead: []string{"oracle/**", "scratch/private/**", "scratch/ghost/**"},
+		MayWrite:      []string{"events.jsonl", "protocol.json", "review.md", "scratch/**"},
+	}
+}
+
+func TestEscapeHiddenReads(t *testing.T) {
 	c := newCollab(t)
-	f := c.folder
-	must := func(err error) { require.NoError(t, err) }
-	must(os.Symlink("oracle/answer.md", filepath.Join(f, "to-oracle.md")))
-	must(os.Symlink("/etc/passwd", filepath.Join(f, "to-passwd")))
-	must(os.MkdirAll(filepath.Join(f, "scratch/private"), 0o755))
-	must(os.WriteFile(filepath.Join(f, "scratch/private/notes.md"), []byte("p"), 0o644))
-	must(os.Link(filepath.Join(f, "oracle/answer.md"), filepath.Join(f, "hard.md")))
-	must(os.Link(filepath.Join(f, "oracle/answer.md"), filepath.Join(f, "scratch/hard-w.md")))
-	g := reviewerGrant()
-	g.MayRead = []string{"**"}
-	g.MayWrite = append(g.MayWrite, "scratch/**")
+	escPlant(t, c.folder,
+		map[string]string{
+			"to-oracle.md":               "oracle/answer.md",
+			"to-oracle-dir":              "oracle",
+			"Oracle":                     "oracle", // a case variant pointing at the hidden directory
+			"deliverables/up-oracle.md":  "../oracle/answer.md",
+			"to-oracle-abs":              filepath.Join(c.folder, "oracle/answer.md"),
+			"to-passwd":                  "/etc/passwd",
+			"to-ledger":                  "../agent_runs/communication_ledger.jsonl",
+			"scratch/to-private-notes":   "private/notes.md",
+			"scratch/via-parent-oracle":  "../../folder/oracle/answer.md",
+			"deliverables/to-deliverabl": "design-spec.md", // a harmless link stays usable
+		},
+		map[string]string{
+			"scratch/mine.md":          "mine\n",
+			"scratch/private/notes.md": escSecret + " (private notes)\n",
+			escNFC + "/secret.md":      escSecret + " (accented)\n",
+		},
+		map[string]string{
+			"hard.md":           "oracle/answer.md", // a readable name for the oracle's inode
+			"scratch/hard-w.md": "oracle/answer.md", // a writable one
+		})
+	e := escMount(c, escReaderGrant())
+	v := e.v
+	p := v.path
+	mnt := filepath.Base(v.dir)
+	long := strings.Repeat("a", 255)
+	var oracleIno uint64
+	{
+		var st unix.Stat_t
+		require.NoError(t, unix.Stat(filepath.Join(c.folder, "oracle/answer.md"), &st))
+		oracleIno = st.Ino
+	}
+	deniedLookup := func(path string) *escRecord { return escRec(ledger.KindDenied, path, "lookup") }
+	runIn := func(script string) func(t *testing.T) error {
+		// acpfs run binds the view over the folder's own path, so `..`
+		// and absolute paths lead back into the view, never to the files.
+		return func(t *testing.T) error {
+			out, stderr, code := acpfs(t, "run", "--folder", c.folder, "--runs", c.runs, "--grant", "G-esc-read", "--",
+				"bash", "-c", script, c.folder)
+			require.NotContains(t, out+stderr, escSecret)
+			if code != 0 {
+				return &escShellError{script: script, out: out + stderr, code: code}
+			}
+			return nil
+		}
+	}
+
+	escRun(t, e, []escAttempt{
+		// Plain names, relative and absolute paths.
+		{name: "cat oracle/answer.md", do: escSh(v, "cat oracle/answer.md"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "stat of the hidden directory is ENOENT, not EACCES", do: escSh(v, "stat oracle"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "ls of the hidden directory", do: escSh(v, "ls oracle"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "cd into the hidden directory", do: escSh(v, "cd oracle"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "access(F_OK) of the hidden file", do: func(*testing.T) error { return unix.Access(p("oracle/answer.md"), unix.F_OK) }, errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "statx of the hidden file", do: func(*testing.T) error {
+			var sx unix.Statx_t
+			return unix.Statx(unix.AT_FDCWD, p("oracle/answer.md"), 0, unix.STATX_ALL, &sx)
+		}, errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "dot-dot from a subdirectory of the view", do: escSh(v, "cd deliverables && cat ../oracle/answer.md"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "dot-dot through the control directory", do: escSh(v, "cat .acpfs/../oracle/answer.md"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "the view's own absolute path", do: func(*testing.T) error { return escReadErr(filepath.Join(v.dir, "oracle/answer.md")) }, errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "absolute path leaving and re-entering the view", do: escSh(v, "cat ../"+mnt+"/./oracle//answer.md"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "acpfs run: cat ../folder/oracle/answer.md from inside the folder", do: runIn(`cd "$0" && cat ../folder/oracle/answer.md`), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "acpfs run: ../../folder from a subdirectory", do: runIn(`cd "$0/deliverables" && cat ../../folder/oracle/answer.md`), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "acpfs run: the ledger beside the folder is masked", do: runIn(`cd "$0" && cat ../agent_runs/communication_ledger.jsonl`), errno: syscall.ENOENT},
+
+		// Symlinks planted on the backing folder.
+		{name: "planted symlink to the hidden file", do: escSh(v, "cat to-oracle.md"), errno: syscall.ENOENT, record: deniedLookup("to-oracle.md")},
+		{name: "planted symlink to the hidden directory", do: escSh(v, "cat to-oracle-dir/answer.md"), errno: syscall.ENOENT, record: deniedLookup("to-oracle-dir")},
+		{name: "planted dot-dot symlink in a subdirectory", do: escSh(v, "cat deliverables/up-oracle.md"), errno: syscall.ENOENT, record: deniedLookup("deliverables/up-oracle.md")},
+		{name: "planted absolute symlink into the folder", do: escSh(v, "cat to-oracle-abs"), errno: syscall.ENOENT, record: deniedLookup("to-oracle-abs")},
+		{name: "planted symlink to /etc/passwd", do: escSh(v, "cat to-passwd"), errno: syscall.ENOENT, record: deniedLookup("to-passwd")},
+		{name: "planted symlink climbing to the run directory", do: escSh(v, "cat to-ledger"), errno: syscall.ENOENT, record: deniedLookup("to-ledger")},
+		{name: "planted symlink to a hidden sibling directory", do: escSh(v, "cat scratch/to-private-notes"), errno: syscall.ENOENT, record: deniedLookup("scratch/to-private-notes")},
+		{name: "planted symlink out of the folder and back in by its real path", do: escSh(v, "cat scratch/via-parent-oracle"), errno: syscall.ENOENT, record: deniedLookup("scratch/via-parent-oracle")},
+		{name: "readlink of a hidden symlink", do: func(*testing.T) error { _, err := os.Readlink(p("to-oracle.md")); return err }, errno: syscall.ENOENT, record: deniedLookup("to-oracle.md")},
+
+		// Symlinks created through the view.
+		{name: "ln -s ../oracle/answer.md", do: escSh(v, "ln -s ../oracle/answer.md scratch/l1"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/l1", "symlink"), explain: "symlink target is outside the visible folder"},
+		{name: "ln -s /etc/passwd", do: escSh(v, "ln -s /etc/passwd scratch/l2"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/l2", "symlink"), explain: "symlink target is outside the visible folder"},
+		{name: "ln -s to the backing folder's absolute path", do: func(*testing.T) error { return os.Symlink(filepath.Join(c.folder, "proposal.md"), p("scratch/l3")) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/l3", "symlink"), explain: "symlink target is outside the visible folder"},
+		{name: "ln -s climbing out and back in", do: escSh(v, "ln -s ../../folder/proposal.md scratch/l4"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/l4", "symlink"), explain: "symlink target is outside the visible folder"},
+		{name: "ln -s to a hidden sibling", do: escSh(v, "ln -s private/notes.md scratch/l5"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/l5", "symlink"), explain: "symlink target is outside the visible folder"},
+
+		// Hard links.
+		{name: "planted hard link of the oracle under a readable name", do: escSh(v, "cat hard.md"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "hard.md", "open"), explain: "hard-linked file"},
+		{name: "ln of the readable hard link into scratch", do: escSh(v, "ln hard.md scratch/h1"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "hard.md", "link"), explain: "not writable under the grant"},
+		{name: "ln of the readable hard link once its writable alias is known", do: escSh(v, "stat scratch/hard-w.md >/dev/null && ln hard.md scratch/h1"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "hard.md", "link"), explain: "not writable under the grant",
+			bug: "checks use the go-fuse node's Path(), and go-fuse keeps one node per inode: after scratch/hard-w.md was looked up, `ln hard.md scratch/h1` is judged as a link of scratch/hard-w.md and succeeds, making a new name for the oracle"},
+		{name: "planted hard link of the oracle under a writable name", do: escSh(v, "cat scratch/hard-w.md"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/hard-w.md", "open"), explain: "hard-linked",
+			bug: "a writable name hard-linked to the oracle reads (and writes) the oracle: open only refuses nlink>1 for names the grant cannot write (fs/files.go open)"},
+		{name: "ln of the hidden file into scratch", do: escSh(v, "ln oracle/answer.md scratch/h2"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "ln of a hidden symlink into scratch", do: escSh(v, "ln to-oracle.md scratch/h3"), errno: syscall.ENOENT, record: deniedLookup("to-oracle.md")},
+
+		// Renames.
+		{name: "mv of the hidden file into view", do: escSh(v, "mv oracle/answer.md scratch/a.md"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "mv of a hidden sibling into view", do: escSh(v, "mv scratch/private/notes.md scratch/n.md"), errno: syscall.ENOENT, record: deniedLookup("scratch/private")},
+		{name: "mv of a visible file onto a hidden directory name", do: escSh(v, "mv -T scratch/mine.md scratch/private"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/private", "rename"), explain: "not writable under the grant", echoes: "scratch/private"},
+		{name: "mv of a visible file onto the hidden file", do: escSh(v, "mv scratch/mine.md oracle/answer.md"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "RENAME_EXCHANGE with a hidden directory", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("scratch/private"), unix.RENAME_EXCHANGE)
+		}, errno: syscall.ENOENT, record: deniedLookup("scratch/private")},
+		{name: "mkdir over a hidden directory is EACCES, not EEXIST", do: func(*testing.T) error { return os.Mkdir(p("scratch/private"), 0o755) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/private", "mkdir"), explain: "mkdir scratch/private: not writable under the grant", echoes: "scratch/private"},
+		{name: "mkdir over a hidden name that does not exist answers the same", do: func(*testing.T) error { return os.Mkdir(p("scratch/ghost"), 0o755) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/ghost", "mkdir"), explain: "mkdir scratch/ghost: not writable under the grant"},
+		{name: "O_CREAT|O_EXCL over a hidden directory is EACCES, not EEXIST", do: func(*testing.T) error { return escOpen(p("scratch/private"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/private", "create"), explain: "not writable under the grant", echoes: "scratch/private"},
+
+		// File handles and xattrs.
+		{name: "name_to_handle_at on the hidden file", do: func(*testing.T) error {
+			_, _, err := unix.NameToHandleAt(unix.AT_FDCWD, p("oracle/answer.md"), 0)
+			return err
+		}, errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "open_by_handle_at with the backing file's own handle", do: func(*testing.T) error {
+			h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, filepath.Join(c.folder, "oracle/answer.md"), 0)
+			if err != nil {
+				return fmt.Errorf("backing handle: %v", err)
+			}
+			return escOpenByHandle(v.dir, h)
+		}, errno: syscall.ESTALE},
+		{name: "open_by_handle_at with a forged node id", do: func(t *testing.T) error {
+			h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, p("proposal.md"), 0)
+			require.NoError(t, err)
+			return escOpenByHandle(v.dir, escHandle(oracleIno, binary.LittleEndian.Uint32(h.Bytes()[8:])))
+		}, errno: syscall.ESTALE},
+		{name: "getxattr on the hidden file", do: func(*testing.T) error {
+			_, err := unix.Getxattr(p("oracle/answer.md"), "user.x", make([]byte, 64))
+			return err
+		}, errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "listxattr on the hidden directory", do: func(*testing.T) error { _, err := unix.Listxattr(p("oracle"), make([]byte, 256)); return err }, errno: syscall.ENOENT, record: deniedLookup("oracle")},
+
+		// Long names.
+		{name: "255-byte name below the hidden directory", do: func(*testing.T) error { return escReadErr(p("oracle/" + long)) }, errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "256-byte name", do: func(*testing.T) error { return escReadErr(p("oracle" + long[6:] + "x")) }, errno: syscall.ENAMETOOLONG},
+		{name: "path longer than PATH_MAX", do: func(*testing.T) error {
+			return escReadErr(v.dir + "/" + strings.Repeat("./", 2100) + "oracle/answer.md")
+		}, errno: syscall.ENAMETOOLONG},
+
+		// Look-alike and case-variant names.
+		{name: "Cyrillic look-alike of the hidden directory", do: escSh(v, "cat "+escCyrillic+"/answer.md"), errno: syscall.ENOENT},
+		{name: "zero-width joiner in the hidden name", do: escSh(v, "cat or\u200dacle/answer.md"), errno: syscall.ENOENT},
+		{name: "NFD spelling of an NFC hidden name", do: escSh(v, "cat "+escNFD+"/secret.md"), errno: syscall.ENOENT},
+		{name: "NFC hidden name itself", do: escSh(v, "cat "+escNFC+"/secret.md"), errno: syscall.ENOENT, record: deniedLookup(escNFC)},
+		{name: "case variant Oracle/answer.md (a planted alias)", do: escSh(v, "cat Oracle/answer.md"), errno: syscall.ENOENT, record: deniedLookup("Oracle")},
+		{name: "case variant ORACLE/answer.md", do: escSh(v, "cat ORACLE/answer.md"), errno: syscall.ENOENT},
+		{name: "case variant oracle/ANSWER.md", do: escSh(v, "cat oracle/ANSWER.md"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
+		{name: "trailing dot", do: escSh(v, "cat oracle./answer.md"), errno: syscall.ENOENT},
+	})
+
+	t.Run("listings never show hidden names", func(t *testing.T) {
+		hidden := []string{"oracle", "Oracle", "to-oracle", "up-oracle", "to-passwd", "to-ledger", "private", "via-parent", "réponse", escNFC, escNFD, "secret"}
+		nrec := len(c.records())
+		var outs []string
+		for _, script := range []string{"ls -a", "ls -aR", "ls -la scratch deliverables", "find .", "du -a ."} {
+			out, code := escShell(t, v.dir, script)
+			require.Equal(t, 0, code, "%s: %s", script, out)
+			outs = append(outs, out)
+		}
+		for _, dir := range []string{"", "scratch", "deliverables"} {
+			outs = append(outs, strings.Join(escGetdents(t, p(dir)), "\n"))
+		}
+		// grep reads every readable file; the writable hard link is the
+		// bug above, so it is left out here.
+		out, _ := escShell(t, v.dir, "grep -rI --exclude=hard-w.md secret . 2>&1")
+		outs = append(outs, out)
+		all := strings.Join(outs, "\n")
+		for _, h := range hidden {
+			assert.NotContains(t, all, h)
+		}
+		assert.Contains(t, all, "to-deliverabl", "a harmless symlink is listed")
+		assert.Contains(t, all, "hard.md", "the hard link is a visible name")
+		for _, r := range c.records()[nrec:] {
+			assert.False(t, r.Kind == ledger.KindRead && strings.Contains(r.Path, "oracle"), "read of %s", r.Path)
+		}
+		c.requireRecord(ledger.KindList, "scratch", "readdir")
+	})
+
+	t.Run("directory link counts do not reveal hidden subdirectories", func(t *testing.T) {
+		escBug(t, "stat of a directory reports the backing nlink, which counts hidden subdirectories (the root says 6 with 2 visible subdirectories): report nlink from visible entries, or 1")
+		for dir, visibleSubdirs := range map[string]uint64{"": 2, "scratch": 0} {
+			var st unix.Stat_t
+			require.NoError(t, unix.Stat(p(dir), &st))
+			assert.Contains(t, []uint64{1, 2 + visibleSubdirs}, uint64(st.Nlink), "nlink of %q", dir)
+		}
+	})
+
+	t.Run("control files never name hidden paths", func(t *testing.T) {
+		for _, f := range []string{".acpfs/last-error", ".acpfs/grant.md", ".acpfs/status"} {
+			text := readFile(t, p(f))
+			for _, w := range []string{"oracle", "answer.md", escNFC} {
+				assert.NotContains(t, text, w, f)
+			}
+		}
+	})
+}
+
+func TestEscapeWritesOutsideGrant(t *testing.T) {
+	c := newCollab(t)
+	escPlant(t, c.folder,
+		map[string]string{"scratch/to-proposal": "../proposal.md"},
+		map[string]string{"scratch/mine.md": "mine\n", "scratch/private/notes.md": "private\n"},
+		map[string]string{"scratch/hard-readme.md": "README.md"})
+	e := escMount(c, escWriterGrant())
+	v := e.v
+	p := v.path
+	long := strings.Repeat("n", 255)
+	notWritable := "not writable under the grant"
+	denied := func(path, op string) *escRecord { return escRec(ledger.KindDenied, path, op) }
+	// withRO runs fn on a read-only descriptor of proposal.md.
+	withRO := func(fn func(fd int) error) func(*testing.T) error {
+		return func(t *testing.T) error {
+			fd, err := unix.Open(p("proposal.md"), unix.O_RDONLY, 0)
+			require.NoError(t, err)
+			defer unix.Close(fd)
+			return fn(fd)
+		}
+	}
+
+	escRun(t, e, []escAttempt{
+		{name: "echo > (O_TRUNC open)", do: escSh(v, "echo x > proposal.md"), errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: "open proposal.md: " + notWritable + " (EACCES)"},
+		{name: "echo >> (O_APPEND open)", do: escSh(v, "echo x >> proposal.md"), errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
+		{name: "O_WRONLY|O_TRUNC", do: func(*testing.T) error { return escOpen(p("proposal.md"), os.O_WRONLY|os.O_TRUNC) }, errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
+		{name: "O_RDONLY|O_TRUNC", do: func(*testing.T) error { return escOpen(p("proposal.md"), os.O_RDONLY|os.O_TRUNC) }, errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
+		{name: "O_RDWR", do: func(*testing.T) error { return escOpen(p("proposal.md"), os.O_RDWR) }, errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
+		{name: "reopen a read-only descriptor for writing via /proc/self/fd", do: escSh(v, "exec 3<proposal.md && echo x > /proc/self/fd/3"), errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
+		{name: "write through a planted symlink in a writable directory", do: escSh(v, "echo x > scratch/to-proposal"), errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
+		{name: "write through a planted hard link in a writable directory", do: escSh(v, "echo x > scratch/hard-readme.md"), errno: syscall.EACCES, record: denied("scratch/hard-readme.md", "open"), explain: "hard-linked",
+			bug: "a writable name hard-linked to a read-only file writes that file: open only refuses nlink>1 for names the grant cannot write (fs/files.go open)"},
+		{name: "truncate(2)", do: func(*testing.T) error { return os.Truncate(p("proposal.md"), 0) }, errno: syscall.EACCES, record: denied("proposal.md", "setattr"), explain: "setattr proposal.md: " + notWritable},
+		{name: "truncate -s 0", do: escSh(v, "truncate -s 0 proposal.md"), errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
+		{name: "ftruncate on a read-only descriptor", do: withRO(func(fd int) error { return unix.Ftruncate(fd, 0) }), errno: syscall.EINVAL},
+		{name: "fallocate on a read-only descriptor", do: withRO(func(fd int) error { return unix.Fallocate(fd, 0, 0, 1<<20) }), errno: syscall.EBADF},
+		{name: "copy_file_range into a read-only descriptor", do: withRO(func(fd int) error {
+			src, err := unix.Open(p("review.md"), unix.O_RDONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(src)
+			_, err = unix.CopyFileRange(src, nil, fd, nil, 64, 0)
+			return err
+		}), errno: syscall.EBADF},
+		{name: "shared writable mmap of a read-only descriptor", do: withRO(func(fd int) error {
+			m, err := unix.Mmap(fd, 0, 64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			if err == nil {
+				unix.Munmap(m)
+			}
+			return err
+		}), errno: syscall.EACCES},
+		{name: "ioctl FS_IOC_SETFLAGS (immutable) on a read-only handle", do: withRO(func(fd int) error { return unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, 0x10) }), errno: syscall.ENOTTY},
+		{name: "ioctl FS_IOC_GETFLAGS on a read-only handle", do: withRO(func(fd int) error { _, err := unix.IoctlGetInt(fd, unix.FS_IOC_GETFLAGS); return err }), errno: syscall.ENOTTY},
+		{name: "chmod", do: func(*testing.T) error { return os.Chmod(p("proposal.md"), 0o600) }, errno: syscall.EACCES, record: denied("proposal.md", "setattr"), explain: notWritable},
+		{name: "utimes", do: func(*testing.T) error { return os.Chtimes(p("proposal.md"), time.Unix(0, 0), time.Unix(0, 0)) }, errno: syscall.EACCES, record: denied("proposal.md", "setattr"), explain: notWritable},
+		{name: "chown", do: func(*testing.T) error { return os.Chown(p("proposal.md"), 65534, 65534) }, errno: syscall.EACCES, record: denied("proposal.md", "setattr"), explain: notWritable},
+		{name: "setxattr user.x", do: func(*testing.T) error { return unix.Setxattr(p("proposal.md"), "user.x", []byte("1"), 0) }, errno: syscall.EACCES, record: denied("proposal.md", "setxattr"), explain: notWritable},
+		{name: "removexattr", do: func(*testing.T) error { return unix.Removexattr(p("proposal.md"), "user.x") }, errno: syscall.EACCES, record: denied("proposal.md", "removexattr"), explain: notWritable},
+		{name: "rm", do: escSh(v, "rm -f proposal.md"), errno: syscall.EACCES, record: denied("proposal.md", "unlink"), explain: notWritable},
+		{name: "rmdir of a directory the grant cannot write", do: func(*testing.T) error { return unix.Rmdir(p("deliverables")) }, errno: syscall.EACCES, record: denied("deliverables", "rmdir"), explain: notWritable},
+		{name: "mv a read-only file into scratch", do: escSh(v, "mv proposal.md scratch/p.md"), errno: syscall.EACCES, record: denied("proposal.md", "rename"), explain: notWritable},
+		{name: "mv a writable file over a read-only one", do: func(*testing.T) error { return os.Rename(p("scratch/mine.md"), p("proposal.md")) }, errno: syscall.EACCES, record: denied("proposal.md", "rename"), explain: notWritable},
+		{name: "RENAME_EXCHANGE of writable and read-only files", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("review.md"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE)
+		}, errno: syscall.EACCES, record: denied("proposal.md", "rename"), explain: notWritable},
+		{name: "RENAME_NOREPLACE into a read-only directory", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("deliverables/new.md"), unix.RENAME_NOREPLACE)
+		}, errno: syscall.EACCES, record: denied("deliverables/new.md", "rename"), explain: notWritable},
+		{name: "ln a writable file into a read-only directory", do: escSh(v, "ln scratch/mine.md deliverables/l.md"), errno: syscall.EACCES, record: denied("deliverables/l.md", "link"), explain: notWritable},
+		{name: "ln a read-only file into scratch (a writable second name)", do: escSh(v, "ln proposal.md scratch/p-link.md"), errno: syscall.EACCES, record: denied("proposal.md", "link"), explain: notWritable},
+		{name: "ln -s in a read-only directory", do: escSh(v, "ln -s design-spec.md deliverables/s.md"), errno: syscall.EACCES, record: denied("deliverables/s.md", "symlink"), explain: notWritable},
+		{name: "create at the root", do: escSh(v, "touch new.md"), errno: syscall.EACCES, record: denied("new.md", "create"), explain: notWritable},
+		{name: "cp over a read-only file", do: escSh(v, "cp review.md proposal.md"), errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
+		{name: "sed -i on a read-only file", do: escSh(v, "sed -i s/Proposal/Hacked/ proposal.md"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "", "create"), explain: notWritable},
+		{name: "mkdir in a read-only directory", do: func(*testing.T) error { return os.Mkdir(p("deliverables/x"), 0o755) }, errno: syscall.EACCES, record: denied("deliverables/x", "mkdir"), explain: notWritable},
+		{name: "mkfifo where writing is allowed", do: func(*testing.T) error { return unix.Mkfifo(p("scratch/fifo"), 0o644) }, errno: syscall.EPERM, record: denied("scratch/fifo", "mknod"), explain: "only regular files"},
+		{name: "mknod at the root", do: func(*testing.T) error { return unix.Mknod(p("node"), unix.S_IFREG|0o644, 0) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "node", ""), explain: notWritable},
+		{name: "255-byte name at the root", do: func(*testing.T) error { return escOpen(p(long), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: denied(long, "create"), explain: notWritable},
+		{name: "256-byte name in scratch", do: func(*testing.T) error { return escOpen(p("scratch/"+long+"x"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.ENAMETOOLONG},
+		{name: "create below a hidden directory", do: func(*testing.T) error { return escOpen(p("scratch/private/new.md"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.ENOENT, record: escRec(ledger.KindDenied, "scratch/private", "lookup")},
+		{name: "create below the oracle", do: escSh(v, "echo x > oracle/new.md"), errno: syscall.ENOENT, record: escRec(ledger.KindDenied, "oracle", "lookup")},
+	})
+
+	t.Run("a private writable mapping never reaches the file", func(t *testing.T) {
+		before := escTree(t, c.folder)
+		fd, err := unix.Open(p("proposal.md"), unix.O_RDONLY, 0)
+		require.NoError(t, err)
+		defer unix.Close(fd)
+		m, err := unix.Mmap(fd, 0, 16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
+		require.NoError(t, err)
+		copy(m, "PRIVATE COPY")
+		require.NoError(t, unix.Munmap(m))
+		escRequireSameTree(t, before, escTree(t, c.folder))
+		assert.NotContains(t, readFile(t, p("proposal.md")), "PRIVATE COPY")
+	})
+}
+
+func TestEscapeFrozenDeliverable(t *testing.T) {
+	r := newRun(t)
+	a := r.alice
+	r.toReadinessCheck()
+	require.NoError(t, os.WriteFile(a.path(primary), []byte(designSpec("Frozen")), 0o644))
+	require.NoError(t, os.WriteFile(a.path("deliverables/other.md"), []byte("other\n"), 0o644))
+	// Descriptors opened for writing before the freeze, and a shared
+	// writable mapping: the freeze must still stop every write.
+	// A second name for the deliverable, made before the freeze. It is
+	// made on the backing folder so that the view learns of it only when
+	// the last attempts use it (see the hard-link BUG below).
+	require.NoError(t, os.MkdirAll(filepath.Join(r.c.folder, "scratch"), 0o755))
+	require.NoError(t, os.Link(filepath.Join(r.c.folder, primary), filepath.Join(r.c.folder, "scratch/design-spec-link.md")))
+	rw, err := unix.Open(a.path(primary), unix.O_RDWR, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { unix.Close(rw) })
+	mapping, err := unix.Mmap(rw, 0, 64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	require.NoError(t, err)
+	t.Cleanup(func() { unix.Munmap(mapping) })
+	r.must(a, owner, "deliverable_frozen", map[string]any{"doc": primary, "role": "primary", "sha256": fileSHA(t, a.path(primary))})
+
+	e := escEnv{c: r.c, v: a}
+	p := a.path
+	frozen := func(op string) *escRecord { return escRec(ledger.KindFrozenRefused, primary, op) }
+	why := "frozen deliverable (EROFS)"
+	fromRW := func(fn func(fd int) error) func(*testing.T) error { return func(*testing.T) error { return fn(rw) } }
+
+	escRun(t, e, []escAttempt{
+		{name: "echo > (O_TRUNC open)", do: escSh(a, "echo x > "+primary), errno: syscall.EROFS, record: frozen("open"), explain: "open " + primary + ": " + why},
+		{name: "echo >>", do: escSh(a, "echo x >> "+primary), errno: syscall.EROFS, record: frozen("open"), explain: why},
+		{name: "O_RDWR", do: func(*testing.T) error { return escOpen(p(primary), os.O_RDWR) }, errno: syscall.EROFS, record: frozen("open"), explain: why},
+		{name: "O_RDONLY|O_TRUNC", do: func(*testing.T) error { return escOpen(p(primary), os.O_RDONLY|os.O_TRUNC) }, errno: syscall.EROFS, record: frozen("open"), explain: why},
+		{name: "cp over it", do: escSh(a, "cp deliverables/other.md "+primary), errno: syscall.EROFS, record: frozen("open"), explain: why},
+		{name: "truncate(2)", do: func(*testing.T) error { return os.Truncate(p(primary), 0) }, errno: syscall.EROFS, record: frozen("setattr"), explain: why},
+		{name: "chmod", do: func(*testing.T) error { return os.Chmod(p(primary), 0o600) }, errno: syscall.EROFS, record: frozen("setattr"), explain: why},
+		{name: "utimes", do: func(*testing.T) error { return os.Chtimes(p(primary), time.Unix(0, 0), time.Unix(0, 0)) }, errno: syscall.EROFS, record: frozen("setattr"), explain: why},
+		{name: "chown", do: func(*testing.T) error { return os.Chown(p(primary), 65534, 65534) }, errno: syscall.EROFS, record: frozen("setattr"), explain: why},
+		{name: "setxattr user.x", do: func(*testing.T) error { return unix.Setxattr(p(primary), "user.x", []byte("1"), 0) }, errno: syscall.EROFS, record: frozen("setxattr"), explain: why},
+		{name: "removexattr", do: func(*testing.T) error { return unix.Removexattr(p(primary), "user.x") }, errno: syscall.EROFS, record: frozen("removexattr"), explain: why},
+		{name: "rm", do: func(*testing.T) error { return os.Remove(p(primary)) }, errno: syscall.EROFS, record: frozen("unlink"), explain: why},
+		{name: "mv it away", do: func(*testing.T) error { return os.Rename(p(primary), p("deliverables/moved.md")) }, errno: syscall.EROFS, record: frozen("rename"), explain: why},
+		{name: "mv another file over it", do: func(*testing.T) error { return os.Rename(p("deliverables/other.md"), p(primary)) }, errno: syscall.EROFS, record: frozen("rename"), explain: why},
+		{name: "RENAME_EXCHANGE with another file", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("deliverables/other.md"), unix.AT_FDCWD, p(primary), unix.RENAME_EXCHANGE)
+		}, errno: syscall.EROFS, record: frozen("rename"), explain: why},
+		{name: "mv the deliverables directory away", do: func(*testing.T) error { return os.Rename(p("deliverables"), p("scratch/moved")) }, errno: syscall.EROFS, record: escRec(ledger.KindFrozenRefused, "deliverables", "rename"), explain: why},
+		{name: "rmdir the deliverables directory", do: func(*testing.T) error { return unix.Rmdir(p("deliverables")) }, errno: syscall.EROFS, record: escRec(ledger.KindFrozenRefused, "deliverables", "rmdir"), explain: why},
+		{name: "ln to a second, writable name", do: func(*testing.T) error { return os.Link(p(primary), p("deliverables/copy.md")) }, errno: syscall.EROFS, record: frozen("link"), explain: why},
+		{name: "reopen a read-only descriptor for writing via /proc/self/fd", do: escSh(a, "exec 3<"+primary+" && echo x >> /proc/self/fd/3"), errno: syscall.EROFS, record: frozen("open"), explain: why},
+		{name: "pwrite on a descriptor opened before the freeze", do: fromRW(func(fd int) error { _, err := unix.Pwrite(fd, []byte("X"), 0); return err }), errno: syscall.EROFS, record: frozen("write"), explain: "write " + primary + ": " + why},
+		{name: "pwritev on a descriptor opened before the freeze", do: fromRW(func(fd int) error { _, err := unix.Pwritev(fd, [][]byte{[]byte("X"), []byte("Y")}, 0); return err }), errno: syscall.EROFS, record: frozen("write"), explain: why},
+		{name: "ftruncate on a descriptor opened before the freeze", do: fromRW(func(fd int) error { return unix.Ftruncate(fd, 0) }), errno: syscall.EROFS, record: frozen("setattr"), explain: why},
+		{name: "fallocate on a descriptor opened before the freeze", do: fromRW(func(fd int) error { return unix.Fallocate(fd, 0, 0, 1<<20) }), errno: syscall.EROFS, record: frozen("fallocate"), explain: why},
+		{name: "fallocate PUNCH_HOLE", do: fromRW(func(fd int) error {
+			return unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, 16)
+		}), errno: syscall.EROFS, record: frozen("fallocate"), explain: why},
+		{name: "copy_file_range into the frozen file", do: fromRW(func(fd int) error {
+			src, err := unix.Open(p("deliverables/other.md"), unix.O_RDONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(src)
+			off := int64(0)
+			_, err = unix.CopyFileRange(src, nil, fd, &off, 6, 0)
+			return err
+		}), errno: syscall.EROFS, record: frozen("write"), explain: why},
+		{name: "shared mmap write made before the freeze, synced after", do: func(*testing.T) error {
+			copy(mapping, "MAPPED WRITE")
+			return unix.Msync(mapping, unix.MS_SYNC)
+		}, errno: syscall.EROFS, record: frozen("write"), explain: why},
+		{name: "shared writable mmap of a fresh read-only descriptor", do: func(*testing.T) error {
+			fd, err := unix.Open(p(primary), unix.O_RDONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			_, err = unix.Mmap(fd, 0, 64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			return err
+		}, errno: syscall.EACCES},
+		{name: "ioctl FS_IOC_SETFLAGS on the writable descriptor", do: fromRW(func(fd int) error { return unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, 0) }), errno: syscall.ENOTTY},
+		{name: "deliverable_revised after the freeze", do: func(*testing.T) error {
+			return escAppend(a, r.c.event(owner, "deliverable_revised", map[string]any{"doc": primary, "role": "primary"}))
+		}, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "append"), explain: "append events.jsonl"},
+		{name: "a second deliverable_frozen with another hash", do: func(*testing.T) error {
+			return escAppend(a, r.c.event(owner, "deliverable_frozen", map[string]any{"doc": primary, "role": "primary", "sha256": strings.Repeat("0", 64)}))
+		}, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "append"), explain: "append events.jsonl"},
+		{name: "the reviewer, who may not write it anyway", as: r.bob, do: escSh(r.bob, "echo x > "+primary), errno: syscall.EACCES, record: escRec(ledger.KindDenied, primary, "open"), explain: "not writable under the grant"},
+		{name: "write through a hard link made before the freeze", do: escSh(a, "echo x >> scratch/design-spec-link.md"), errno: syscall.EROFS, record: escRec(ledger.KindFrozenRefused, "scratch/design-spec-link.md", "open"), explain: why},
+		{name: "a refusal on the deliverable once its alias is known names the deliverable", do: escSh(a, "echo x >> "+primary), errno: syscall.EROFS, record: frozen("open"), explain: "open " + primary,
+			bug: "checks and records use the go-fuse node's Path(), and go-fuse keeps one node per inode: once scratch/design-spec-link.md was looked up, refusals on " + primary + " are recorded (and explained) under the link's name"},
+	})
+
+	t.Run("reading the frozen deliverable still works", func(t *testing.T) {
+		assert.Equal(t, designSpec("Frozen"), readFile(t, p(primary)))
+		assert.Equal(t, designSpec("Frozen"), readFile(t, filepath.Join(r.c.folder, primary)))
+	})
+}
+
+func TestEscapeProtocolForgery(t *testing.T) {
+	r := newRun(t)
+	c, a, b := r.c, r.alice, r.bob
+	require.NoError(t, os.WriteFile(a.path(primary), []byte(designSpec("In Review")), 0o644))
+	r.must(a, owner, "deliverable_drafted", map[string]any{"doc": primary, "role": "primary"})
+	escPlant(t, c.folder, nil, map[string]string{
+		"scratch/fake.jsonl":   c.event(reviewer, "blocked", nil) + "\n",
+		"scratch/fake.json":    "{}\n",
+		".acpfs/status":        "phase: completed\n", // planted look-alikes of the control files
+		".acpfs/planted":       "planted\n",
+		"scratch/.acpfs/wait":  "ready\n",
+		"scratch/.acpfs/x.txt": "x\n",
+	}, nil)
+	e := escEnv{c: c, v: a}
+	p := a.path
+	drafted := func() string {
+		return c.event(owner, "deliverable_drafted", map[string]any{"doc": primary, "role": "primary"})
+	}
+	// edit changes one field of the next valid event.
+	edit := func(field string, value any) func() string {
+		return func() string {
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(drafted()), &m))
+			if value == nil {
+				delete(m, field)
+			} else {
+				m[field] = value
+			}
+			out, err := json.Marshal(m)
+			require.NoError(t, err)
+			return string(out)
+		}
+	}
+	appendAs := func(v *view, line func() string) func(*testing.T) error {
+		return func(*testing.T) error { return escAppend(v, line()) }
+	}
+	rejected := escRec(ledger.KindAppendRejected, "events.jsonl", "append")
+	protoDenied := func(op string) *escRecord { return escRec(ledger.KindDenied, "protocol.json", op) }
+	forgedProtocol := func(mutate func(m map[string]any)) []byte {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(readFile(t, filepath.Join(c.folder, "protocol.json"))), &m))
+		mutate(m)
+		out, err := json.MarshalIndent(m, "", "  ")
+		require.NoError(t, err)
+		return append(out, '\n')
+	}
+
+	escRun(t, e, []escAttempt{
+		// Forged events.
+		{name: "from another participant", do: appendAs(a, func() string { return c.event(reviewer, "blocked", nil) }), errno: syscall.EPERM, record: rejected, explain: `from is "bob" but this writer is "alice"`},
+		{name: "the reviewer writing as the owner", as: b, do: appendAs(b, drafted), errno: syscall.EPERM, record: rejected, explain: `from is "alice" but this writer is "bob"`},
+		{name: "from a participant that is not listed", do: appendAs(a, func() string { return c.event("mallory", "blocked", nil) }), errno: syscall.EPERM, record: rejected, explain: "from-mismatch"},
+		{name: "seq gap", do: appendAs(a, func() string { return edit("seq", c.snapshot().LastSeq+5)() }), errno: syscall.EPERM, record: rejected, explain: "seq-continuous"},
+		{name: "seq replay of initialized", do: appendAs(a, func() string { return strings.SplitN(readFile(t, filepath.Join(c.folder, "events.jsonl")), "\n", 2)[0] }), errno: syscall.EPERM, record: rejected, explain: "seq-continuous"},
+		{name: "at earlier than the previous event", do: appendAs(a, edit("at", "2001-01-01T00:00:00Z")), errno: syscall.EPERM, record: rejected, explain: "at-order"},
+		{name: "reply_to naming no earlier event", do: appendAs(a, edit("reply_to", 99)), errno: syscall.EPERM, record: rejected, explain: "reply-to-range"},
+		{name: "reply_to missing", do: appendAs(a, edit("reply_to", nil)), errno: syscall.EPERM, record: rejected, explain: "reply-to-required"},
+		{name: "an extra phase field", do: appendAs(a, edit("phase", "completed")), errno: syscall.EINVAL, record: rejected, explain: `unknown field "phase"`},
+		{name: "invalid UTF-8", do: appendAs(a, func() string { return strings.Replace(drafted(), "by alice", "by \xff\xfe", 1) }), errno: syscall.EINVAL, record: rejected, explain: "UTF-8"},
+		{name: "a raw U+2028 inside the line", do: appendAs(a, func() string { return strings.Replace(drafted(), "by alice", "by\u2028alice", 1) }), errno: syscall.EINVAL, record: rejected, explain: "U+2028"},
+		{name: "not JSON", do: appendAs(a, func() string { return "phase=completed" }), errno: syscall.EINVAL, record: rejected, explain: "not one JSON value"},
+		{name: "completed straight from drafting", do: appendAs(a, func() string { return c.event(owner, "completed", map[string]any{"doc": "conclusion.md"}) }), errno: syscall.EPERM, record: rejected, explain: "readiness-passed-required"},
+		{name: "deliverable_frozen in drafting", do: appendAs(a, func() string {
+			return c.event(owner, "deliverable_frozen", map[string]any{"doc": primary, "role": "primary", "sha256": fileSHA(t, filepath.Join(c.folder, primary))})
+		}), errno: syscall.EPERM, record: rejected, explain: "not allowed in phase drafting"},
+		{name: "review_submitted out of turn", as: b, do: appendAs(b, func() string { return c.event(reviewer, "review_submitted", nil) }), errno: syscall.EPERM, record: rejected, explain: "append events.jsonl"},
+		{name: "two events, the refused one first", do: func(*testing.T) error {
+			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(c.event(reviewer, "blocked", nil)+"\n"+drafted()+"\n"))
+		}, errno: syscall.EPERM, record: rejected, explain: "from-mismatch"},
+		{name: "an unterminated line at close", do: func(*testing.T) error {
+			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(drafted()))
+		}, errno: syscall.EINVAL, record: rejected, explain: "incomplete line"},
+		{name: "10 MiB line (the writer must see EINVAL)", do: func(*testing.T) error {
+			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(`{"summary":"`+strings.Repeat("x", 10<<20)+"\"}\n"))
+		}, errno: syscall.EINVAL, record: rejected, explain: "line longer than",
+			bug: "an over-long event line is reported as written: after EINVAL on one chunk the kernel returns a short write, and the retry of the rest is silently discarded (fs/files.go eventsFile.Write, discard mode), so write(2) and `echo >>` succeed"},
+
+		// Overwriting, truncating, replacing events.jsonl.
+		{name: "pwrite of the first line at offset 0", do: func(*testing.T) error {
+			first := strings.SplitN(readFile(t, filepath.Join(c.folder, "events.jsonl")), "\n", 2)[0]
+			f, err := os.OpenFile(p("events.jsonl"), os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.WriteAt([]byte(first+"\n"), 0)
+			return err
+		}, errno: syscall.EPERM, record: rejected, explain: "seq-continuous"},
+		{name: "> events.jsonl", do: escSh(a, ": > events.jsonl"), errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "open"), explain: "O_TRUNC refused"},
+		{name: "O_TRUNC open of events.jsonl", do: func(*testing.T) error { return escOpen(p("events.jsonl"), os.O_WRONLY|os.O_TRUNC) }, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "open"), explain: "O_TRUNC refused"},
+		{name: "truncate events.jsonl", do: func(*testing.T) error { return os.Truncate(p("events.jsonl"), 10) }, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "setattr"), explain: "append-only"},
+		{name: "chmod events.jsonl", do: func(*testing.T) error { return os.Chmod(p("events.jsonl"), 0o600) }, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "setattr"), explain: "append-only"},
+		{name: "utimes events.jsonl", do: func(*testing.T) error { return os.Chtimes(p("events.jsonl"), time.Unix(0, 0), time.Unix(0, 0)) }, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "setattr"), explain: "append-only",
+			bug: "utimes on events.jsonl and protocol.json reaches the backing files (Setattr only refuses size, mode and owner changes on them)"},
+		{name: "setxattr on events.jsonl", do: func(*testing.T) error { return unix.Setxattr(p("events.jsonl"), "user.x", []byte("1"), 0) }, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "setxattr"), explain: "append-only",
+			bug: "setxattr on events.jsonl and protocol.json reaches the backing files (Setxattr only asks checkWrite, which allows the protocol files)"},
+		{name: "rm events.jsonl", do: escSh(a, "rm -f events.jsonl"), errno: syscall.EPERM, record: escRec(ledger.KindDenied, "events.jsonl", "unlink"), explain: "cannot be removed"},
+		{name: "mv events.jsonl away", do: escSh(a, "mv events.jsonl scratch/e.jsonl"), errno: syscall.EPERM, record: escRec(ledger.KindDenied, "events.jsonl", "rename"), explain: "cannot be renamed"},
+		{name: "mv a forged log over events.jsonl", do: func(*testing.T) error { return os.Rename(p("scratch/fake.jsonl"), p("events.jsonl")) }, errno: syscall.EPERM, record: escRec(ledger.KindDenied, "scratch/fake.jsonl", "rename"), explain: "cannot be renamed or replaced"},
+		{name: "ln events.jsonl to a second name", do: func(*testing.T) error { return os.Link(p("events.jsonl"), p("scratch/ev.jsonl")) }, errno: syscall.EPERM, record: escRec(ledger.KindDenied, "scratch/ev.jsonl", "link"), explain: "cannot be linked"},
+		{name: "fallocate on an events.jsonl handle", do: func(*testing.T) error {
+			fd, err := unix.Open(p("events.jsonl"), unix.O_WRONLY|unix.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			return unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, 64)
+		}, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "fallocate"), explain: "append-only"},
+		{name: "copy_file_range of a forged log into events.jsonl", do: func(*testing.T) error {
+			src, err := unix.Open(p("scratch/fake.jsonl"), unix.O_RDONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(src)
+			dst, err := unix.Open(p("events.jsonl"), unix.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(dst)
+			_, err = unix.CopyFileRange(src, nil, dst, nil, 4096, 0)
+			return err
+		}, errno: syscall.EPERM, record: rejected, explain: "from-mismatch"},
+		{name: "shared writable mmap of events.jsonl", do: func(*testing.T) error {
+			fd, err := unix.Open(p("events.jsonl"), unix.O_RDWR, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			_, err = unix.Mmap(fd, 0, 64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			return err
+		}, errno: syscall.ENODEV},
+
+		// protocol.json.
+		{name: "protocol.json with a changed phase", do: func(*testing.T) error {
+			return escWriteClose(p("protocol.json"), os.O_WRONLY|os.O_TRUNC, forgedProtocol(func(m map[string]any) { m["currentPhase"] = "completed" }))
+		}, errno: syscall.EPERM, record: protoDenied("write"), explain: "write protocol.json"},
+		{name: "protocol.json with a changed waitingFor", do: func(*testing.T) error {
+			return escWriteClose(p("protocol.json"), os.O_WRONLY|os.O_TRUNC, forgedProtocol(func(m map[string]any) { m["waitingFor"] = []string{reviewer} }))
+		}, errno: syscall.EPERM, record: protoDenied("write"), explain: "write protocol.json"},
+		{name: "protocol.json patched in place at the phase's offset", do: func(t *testing.T) error {
+			cur := readFile(t, filepath.Join(c.folder, "protocol.json"))
+			i := strings.Index(cur, `"drafting"`)
+			require.Positive(t, i)
+			f, err := os.OpenFile(p("protocol.json"), os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			_, werr := f.WriteAt([]byte(`"blocked" `), int64(i))
+			if err := f.Close(); werr == nil {
+				werr = err
+			}
+			return werr
+		}, errno: syscall.EPERM, record: protoDenied("write"), explain: "write protocol.json"},
+		{name: "protocol.json emptied by O_TRUNC", do: func(*testing.T) error { return escWriteClose(p("protocol.json"), os.O_WRONLY|os.O_TRUNC, nil) }, errno: syscall.EPERM, record: protoDenied("write"), explain: "write protocol.json"},
+		{name: "truncate protocol.json", do: func(*testing.T) error { return os.Truncate(p("protocol.json"), 0) }, errno: syscall.EPERM, record: protoDenied("setattr"), explain: "maintained by acpfs"},
+		{name: "chmod protocol.json", do: func(*testing.T) error { return os.Chmod(p("protocol.json"), 0o600) }, errno: syscall.EPERM, record: protoDenied("setattr"), explain: "maintained by acpfs"},
+		{name: "rm protocol.json", do: func(*testing.T) error { return os.Remove(p("protocol.json")) }, errno: syscall.EPERM, record: protoDenied("unlink"), explain: "cannot be removed"},
+		{name: "mv a forged protocol.json over it", do: func(*testing.T) error { return os.Rename(p("scratch/fake.json"), p("protocol.json")) }, errno: syscall.EPERM, record: escRec(ledger.KindDenied, "scratch/fake.json", "rename"), explain: "cannot be renamed or replaced"},
+		{name: "shared writable mmap of protocol.json", do: func(*testing.T) error {
+			fd, err := unix.Open(p("protocol.json"), unix.O_RDWR, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			_, err = unix.Mmap(fd, 0, 64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			return err
+		}, errno: syscall.ENODEV},
+		{name: "create a look-alike events.jsonl (Cyrillic e)", do: func(*testing.T) error { return escOpen(p("ev\u0435nts.jsonl"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "ev\u0435nts.jsonl", "create"), explain: "not writable under the grant"},
+		{name: "create a case variant Events.jsonl", do: func(*testing.T) error { return escOpen(p("Events.jsonl"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "Events.jsonl", "create"), explain: "not writable under the grant"},
+		{name: "create a case variant PROTOCOL.json", do: func(*testing.T) error { return escOpen(p("PROTOCOL.json"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "PROTOCOL.json", "create"), explain: "not writable under the grant"},
+
+		// The control directory.
+		{name: "write .acpfs/status", do: func(*testing.T) error {
+			return escWriteClose(p(".acpfs/status"), os.O_WRONLY, []byte("phase: completed\n"))
+		}, errno: syscall.EACCES, untracked: true},
+		{name: "forge .acpfs/last-error from the shell", do: escSh(a, "echo all good > .acpfs/last-error"), errno: syscall.EACCES, untracked: true},
+		{name: "truncate .acpfs/last-error", do: func(*testing.T) error { return os.Truncate(p(".acpfs/last-error"), 0) }, errno: syscall.EACCES, untracked: true},
+		{name: "chmod .acpfs/wait", do: func(*testing.T) error { return os.Chmod(p(".acpfs/wait"), 0o666) }, errno: syscall.EACCES, untracked: true},
+		{name: "create a file in .acpfs", do: func(*testing.T) error { return escOpen(p(".acpfs/forged"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EROFS, untracked: true},
+		{name: "mkdir in .acpfs", do: func(*testing.T) error { return os.Mkdir(p(".acpfs/d"), 0o755) }, errno: syscall.EOPNOTSUPP, untracked: true},
+		{name: "mv a file over .acpfs/status", do: func(*testing.T) error { return os.Rename(p("scratch/fake.json"), p(".acpfs/status")) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, ".acpfs/status", "rename"), explain: "not writable under the grant"},
+		{name: "mv .acpfs/wait out", do: func(*testing.T) error { return os.Rename(p(".acpfs/wait"), p("scratch/wait")) }, errno: syscall.EOPNOTSUPP, untracked: true},
+		{name: "mv .acpfs away", do: func(*testing.T) error { return os.Rename(p(".acpfs"), p("scratch/ctl")) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, ".acpfs", "rename"), explain: ".acpfs is reserved"},
+		{name: "rmdir .acpfs", do: func(*testing.T) error { return unix.Rmdir(p(".acpfs")) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, ".acpfs", "rmdir"), explain: ".acpfs is reserved"},
+		{name: "mkdir .acpfs", do: func(*testing.T) error { return os.Mkdir(p(".acpfs"), 0o755) }, errno: syscall.EEXIST},
+		{name: "the planted .acpfs/planted stays shadowed", do: func(*testing.T) error { return escReadErr(p(".acpfs/planted")) }, errno: syscall.ENOENT},
+		{name: "create .ACPFS", do: func(*testing.T) error { return escOpen(p(".ACPFS"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, ".ACPFS", "create"), explain: "not writable under the grant"},
+		{name: "create '.acpfs ' with a trailing space", do: func(*testing.T) error { return escOpen(p(".acpfs "), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, ".acpfs ", "create"), explain: "not writable under the grant"},
+		{name: "mkdir a fullwidth-dot look-alike of .acpfs", do: func(*testing.T) error { return os.Mkdir(p("\uff0eacpfs"), 0o755) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "\uff0eacpfs", "mkdir"), explain: "not writable under the grant"},
+		{name: "rm .acpfs/grant.md", do: func(*testing.T) error { return os.Remove(p(".acpfs/grant.md")) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, ".acpfs/grant.md", "unlink"), explain: ".acpfs",
+			bug: "rm .acpfs/<file> succeeds and the control file is gone for the rest of the mount (go-fuse removes the child when the parent has no Unlinker; ctlDir needs Unlink/Rmdir returning EACCES)"},
+	})
+
+	t.Run("control-file refusals are recorded", func(t *testing.T) {
+		escBug(t, "refusals in .acpfs (write, truncate, chmod, create, mkdir, rename out) leave no ledger record and no last-error: ctlFile.Open/Setattr answer EACCES directly, the rest fall to go-fuse defaults")
+		nrec := len(c.records())
+		assert.ErrorIs(t, escOpen(p(".acpfs/status"), os.O_WRONLY), syscall.EACCES)
+		assert.True(t, escHasRecord(c.records()[nrec:], escRecord{kind: ledger.KindDenied, path: ".acpfs/status", op: "open"}))
+		assert.Contains(t, escLastError(t, a), ".acpfs/status")
+	})
+
+	t.Run("the control files are acpfs's own, not the planted ones", func(t *testing.T) {
+		st := readFile(t, p(".acpfs/status"))
+		assert.Contains(t, st, "phase: drafting")
+		assert.Contains(t, st, "agent: alice")
+		names, err := os.ReadDir(p(".acpfs"))
+		require.NoError(t, err)
+		var got []string
+		for _, n := range names {
+			got = append(got, n.Name())
+		}
+		assert.NotContains(t, got, "planted")
+		// A .acpfs below the root is an ordinary directory.
+		assert.Equal(t, "ready\n", readFile(t, p("scratch/.acpfs/wait")))
+	})
+
+	t.Run("a shell's echo > protocol.json exits 0 but changes nothing", func(t *testing.T) {
+		// bash ignores close(2) errors of redirections, where the
+		// protocol.json refusal is reported: the ledger and last-error
+		// are the agent's only evidence.
+		before := escTree(t, c.folder)
+		nrec := len(c.records())
+		out, code := escShell(t, a.dir, `echo '{"currentPhase":"completed"}' > protocol.json`)
+		assert.Equal(t, 0, code, out)
+		escRequireSameTree(t, before, escTree(t, c.folder))
+		assert.True(t, escHasRecord(c.records()[nrec:], escRecord{kind: ledger.KindDenied, path: "protocol.json", op: "write"}))
+		assert.Contains(t, escLastError(t, a), "write protocol.json")
+	})
+
+	// Appends that are (partly) accepted: what the writer sees, and that
+	// the accepted event is written exactly once.
+	eventsPath := filepath.Join(c.folder, "events.jsonl")
+	accepted := func(t *testing.T, withForged bool, fn func(valid, forged string)) {
+		t.Helper()
+		valid, forged := drafted(), c.event(reviewer, "blocked", nil)
+		before := readFile(t, eventsPath)
+		seq := c.snapshot().LastSeq
+		nrec := len(c.records())
+		fn(valid, forged)
+		assert.Equal(t, before+valid+"\n", readFile(t, eventsPath), "the valid event must be appended once, the forged one never")
+		assert.Equal(t, seq+1, c.snapshot().LastSeq)
+		var acc, rej int
+		for _, r := range c.records()[nrec:] {
+			switch r.Kind {
+			case ledger.KindAppendAccepted:
+				acc++
+				assert.Equal(t, fmt.Sprintf("seq %d deliverable_drafted", seq+1), r.Detail)
+			case ledger.KindAppendRejected:
+				rej++
+				assert.Contains(t, r.Detail, "from-mismatch")
+			}
+		}
+		assert.Equal(t, 1, acc, "append_accepted records")
+		if withForged {
+			assert.GreaterOrEqual(t, rej, 1, "append_rejected records")
+		} else {
+			assert.Zero(t, rej, "append_rejected records")
+		}
+	}
+	t.Run("an event split across many small writes is appended once", func(t *testing.T) {
+		accepted(t, false, func(valid, _ string) {
+			f, err := os.OpenFile(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+			require.NoError(t, err)
+			line := valid + "\n"
+			for i := 0; i < len(line); i += 3 {
+				_, err := f.Write([]byte(line[i:min(i+3, len(line))]))
+				require.NoError(t, err)
+			}
+			require.NoError(t, f.Close())
+		})
+	})
+	t.Run("two events in one write: Go sees a short write, then EPERM", func(t *testing.T) {
+		accepted(t, true, func(valid, forged string) {
+			f, err := os.OpenFile(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+			require.NoError(t, err)
+			n, err := f.Write([]byte(valid + "\n" + forged + "\n"))
+			assert.Equal(t, len(valid)+1, n)
+			assert.ErrorIs(t, err, syscall.EPERM)
+			require.NoError(t, f.Close())
+		})
+	})
+	t.Run("two events in one write: bash echo reports a write error", func(t *testing.T) {
+		accepted(t, true, func(valid, forged string) {
+			out, code := escShell(t, a.dir, fmt.Sprintf("echo '%s\n%s' >> events.jsonl", valid, forged))
+			assert.Equal(t, 1, code)
+			assert.Contains(t, out, "write error: Operation not permitted")
+		})
+	})
+	t.Run("two events in one write: Python raises PermissionError", func(t *testing.T) {
+		accepted(t, true, func(valid, forged string) {
+			out, code := escPython(t, "import sys\nwith open(sys.argv[1], 'a') as f:\n    f.write(sys.argv[2] + '\\n' + sys.argv[3] + '\\n')\n", p("events.jsonl"), valid, forged)
+			assert.Equal(t, 1, code, out)
+			assert.Contains(t, out, "PermissionError: [Errno 1] Operation not permitted")
+		})
+	})
+	t.Run("two events in one write: unbuffered Python gets a short count and no error", func(t *testing.T) {
+		// Documented: os.write semantics. A caller that ignores the count
+		// never learns that its second event was refused.
+		accepted(t, true, func(valid, forged string) {
+			out, code := escPython(t, "import sys\nf = open(sys.argv[1], 'ab', buffering=0)\nprint(f.write((sys.argv[2] + '\\n' + sys.argv[3] + '\\n').encode()))\nf.close()\n", p("events.jsonl"), valid, forged)
+			assert.Equal(t, 0, code, out)
+			assert.Equal(t, fmt.Sprintf("%d\n", len(valid)+1), out)
+		})
+	})
+	t.Run("a 10 MiB line appends nothing and the daemon keeps working", func(t *testing.T) {
+		before := escTree(t, c.folder)
+		nrec := len(c.records())
+		out, _ := escShell(t, a.dir, `head -c 10485760 /dev/zero | tr '\0' x | sed 's/^/{"summary":"/; s/$/"}/' >> events.jsonl`)
+		escRequireSameTree(t, before, escTree(t, c.folder))
+		assert.True(t, escHasRecord(c.records()[nrec:], escRecord{kind: ledger.KindAppendRejected, path: "events.jsonl", op: "append", detail: "line longer than"}), out)
+		assert.Contains(t, escLastError(t, a), "line longer than")
+		accepted(t, false, func(valid, _ string) { require.NoError(t, escAppend(a, valid)) })
+		assert.Contains(t, readFile(t, p(".acpfs/status")), "phase: drafting")
+	})
+}
+
+// TestEscapeRevokedGrant documents what a revocation does to an agent
+// that holds open files.
+func TestEscapeRevokedGrant(t *testing.T) {
+	c := newCollab(t)
+	escPlant(t, c.folder, nil, map[string]string{"scratch/mine.md": "mine\n"}, nil)
+	g := escWriterGrant()
 	v := c.mountView(g)
 	p := v.path
-	log := func(what string, err error) { t.Logf("%-40s -> %v", what, err) }
-	b, err := os.ReadFile(p("scratch/hard-w.md"))
-	log("read scratch/hard-w.md "+string(b), err)
-	var st unix.Stat_t
-	must(unix.Stat(p(""), &st))
-	t.Logf("root nlink %d", st.Nlink)
-	must(unix.Stat(p("scratch"), &st))
-	t.Logf("scratch nlink %d size %d", st.Nlink, st.Size)
-	// ioctl
-	fd, err := unix.Open(p("proposal.md"), unix.O_RDONLY, 0)
-	must(err)
-	_, err = unix.IoctlGetInt(fd, unix.FS_IOC_GETFLAGS)
-	log("ioctl getflags ro", err)
-	err = unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, 0x10)
-	log("ioctl setflags ro", err)
-	_, err = unix.Mmap(fd, 0, 10, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	log("mmap shared ro", err)
-	err = unix.Fallocate(fd, 0, 0, 100)
-	log("fallocate ro", err)
-	err = unix.Ftruncate(fd, 0)
-	log("ftruncate ro", err)
-	// copy_file_range into ro
-	src, _ := unix.Open(p("review.md"), unix.O_RDONLY, 0)
-	_, err = unix.CopyFileRange(src, nil, fd, nil, 10, 0)
-	log("cfr into ro fd", err)
-	unix.Close(fd)
-	// open_by_handle_at
-	h, mid, err := unix.NameToHandleAt(unix.AT_FDCWD, p("oracle/answer.md"), 0)
-	log("name_to_handle hidden", err)
-	h, mid, err = unix.NameToHandleAt(unix.AT_FDCWD, p("proposal.md"), 0)
-	log("name_to_handle visible", err)
-	if err == nil {
-		t.Logf("handle type %d bytes %x mid %d", h.Type(), h.Bytes(), mid)
-		mfd, _ := unix.Open(p(""), unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		hfd, err := unix.OpenByHandleAt(mfd, h, unix.O_RDONLY)
-		log("open_by_handle visible", err)
-		unix.Close(hfd)
-		var ost unix.Stat_t
-		must(unix.Stat(filepath.Join(f, "oracle/answer.md"), &ost))
-		bb := h.Bytes()
-		t.Logf("oracle ino %d", ost.Ino)
-		_ = bb
-	}
-	hb, _, err := unix.NameToHandleAt(unix.AT_FDCWD, filepath.Join(f, "oracle/answer.md"), 0)
-	log("backing handle", err)
-	mfd, _ := unix.Open(p(""), unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	_, err = unix.OpenByHandleAt(mfd, hb, unix.O_RDONLY)
-	log("open_by_handle backing handle on view", err)
-	// setxattr
-	log("setxattr ro", unix.Setxattr(p("proposal.md"), "user.x", []byte("1"), 0))
-	log("setxattr hidden", unix.Setxattr(p("oracle/answer.md"), "user.x", []byte("1"), 0))
-	_, err = unix.Getxattr(p("oracle/answer.md"), "user.x", make([]byte, 10))
-	log("getxattr hidden", err)
-	log("mkdir scratch/private", os.Mkdir(p("scratch/private"), 0o755))
-	log("le", nil); t.Log(readFile(t, p(".acpfs/last-error")))
-	log("mkdir .acpfs", os.Mkdir(p(".acpfs"), 0o755))
-	log("touch .acpfs/x", escOpen(p(".acpfs/x"), os.O_CREATE|os.O_WRONLY))
-	log("rm .acpfs/status", os.Remove(p(".acpfs/status")))
-	log("mv .acpfs", os.Rename(p(".acpfs"), p("scratch/x")))
-	log("trunc .acpfs/last-error", os.Truncate(p(".acpfs/last-error"), 0))
-	log("write .acpfs/status", escOpen(p(".acpfs/status"), os.O_WRONLY))
-	log("chmod .acpfs/status", os.Chmod(p(".acpfs/status"), 0o777))
-	log("long 255", escOpen(p(strings.Repeat("a", 255)), os.O_RDONLY))
-	log("long 256", escOpen(p(strings.Repeat("a", 256)), os.O_RDONLY))
-	log("create long 255 scratch", escOpen(p("scratch/"+strings.Repeat("a", 255)), os.O_CREATE|os.O_WRONLY))
-	log("rename exchange hidden", unix.Renameat2(unix.AT_FDCWD, p("scratch/hard-w.md"), unix.AT_FDCWD, p("scratch/private"), unix.RENAME_EXCHANGE))
-	log("rename exchange ro", unix.Renameat2(unix.AT_FDCWD, p("review.md"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE))
-	out, code := v.sh("cd deliverables && cat ../oracle/answer.md; ls -la; ls -la ..; stat ../oracle")
-	t.Log(code, out)
-	// mmap private write ro
-	fd, _ = unix.Open(p("proposal.md"), unix.O_RDONLY, 0)
-	m, err := unix.Mmap(fd, 0, 10, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
-	log("mmap private", err)
-	if err == nil { m[0] = 'X'; unix.Munmap(m) }
-	_ = syscall.EIO
-	for _, r := range c.records() { t.Logf("%s %s %q %q", r.Kind, r.Op, r.Path, r.Detail) }
+
+	ro, err := os.Open(p("proposal.md")) // read-only: served by passthrough
+	require.NoError(t, err)
+	t.Cleanup(func() { ro.Close() })
+	rw, err := os.OpenFile(p("scratch/mine.md"), os.O_RDWR, 0) // writable: served by acpfs
+	require.NoError(t, err)
+	t.Cleanup(func() { rw.Close() })
+	// A handle taken while the file is visible; the open descriptor
+	// keeps its inode in the kernel's cache after the revocation.
+	handle, _, err := unix.NameToHandleAt(unix.AT_FDCWD, p("proposal.md"), 0)
+	require.NoError(t, err)
+	out, code := escShell(t, v.dir, "ls -a")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "proposal.md")
+
+	g.Revoked = true
+	c.writeGrant(g)
+	v.m.ReloadGrant() // the grant watcher does the same; here it is synchronous
+	before := escTree(t, c.folder)
+
+	t.Run("ls shows nothing at once", func(t *testing.T) {
+		out, code := escShell(t, v.dir, "ls -a")
+		require.Equal(t, 0, code, out)
+		assert.Equal(t, ".\n..\n", out)
+	})
+	t.Run("new opens answer ENOENT", func(t *testing.T) {
+		last := escLastError(t, v)
+		for _, name := range []string{"proposal.md", "scratch/mine.md", "events.jsonl", "review.md"} {
+			_, err := os.Open(p(name))
+			assert.ErrorIs(t, err, syscall.ENOENT, name)
+		}
+		assert.Equal(t, last, escLastError(t, v), "hidden names are refused silently")
+	})
+	t.Run("a revoked name vanishes at once and its lookups are recorded", func(t *testing.T) {
+		escBug(t, "SetGrant never drops the kernel's cached entries: its mounted test, root StableAttr().Ino != 0, is always false (go-fuse gives the root Ino 0), so a revoked name still stats for up to the 1 s entry timeout and opens of it are refused unrecorded; fs/watch.go invalidate has the same test, so fsnotify never invalidates either")
+		nrec := len(c.records())
+		_, err := os.Stat(p("proposal.md"))
+		assert.ErrorIs(t, err, syscall.ENOENT)
+		_, err = os.Open(p("review.md"))
+		assert.ErrorIs(t, err, syscall.ENOENT)
+		recs := c.records()[nrec:]
+		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "proposal.md", op: "lookup"}), escFmtRecords(recs))
+		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "review.md", op: "lookup"}), escFmtRecords(recs))
+	})
+	t.Run("writes through a descriptor opened before are refused", func(t *testing.T) {
+		nrec := len(c.records())
+		_, err := rw.WriteAt([]byte("changed"), 0)
+		assert.ErrorIs(t, err, syscall.EACCES)
+		assert.True(t, escHasRecord(c.records()[nrec:], escRecord{kind: ledger.KindDenied, path: "scratch/mine.md", op: "write"}))
+		assert.Contains(t, escLastError(t, v), "write scratch/mine.md: not writable under the grant")
+	})
+	t.Run("reads through a descriptor opened before continue (documented)", func(t *testing.T) {
+		// The open was checked and recorded; read(2) on the descriptor is
+		// not checked again (the read-only one is served by the kernel
+		// directly), so it returns the file's current bytes, including
+		// changes made after the revocation.
+		require.NoError(t, os.WriteFile(filepath.Join(c.folder, "proposal.md"), []byte("rewritten after the revocation\n"), 0o644))
+		before = escTree(t, c.folder)
+		b := make([]byte, 64)
+		n, err := ro.ReadAt(b, 0)
+		if err != nil {
+			assert.ErrorIs(t, err, io.EOF)
+		}
+		assert.Equal(t, "rewritten after the revocation\n", string(b[:n]), "passthrough descriptor")
+		// A descriptor acpfs serves itself (the grant could write the
+		// file) fails as soon as the kernel asks for fresh attributes,
+		// which a read past the cached size does.
+		n, err = rw.ReadAt(b, 0)
+		if err == nil || errors.Is(err, io.EOF) {
+			assert.Equal(t, "mine\n", string(b[:n]))
+			t.Log("read through the writable descriptor still works")
+		} else {
+			assert.ErrorIs(t, err, syscall.ENOENT)
+			t.Log("read through the writable descriptor answers ENOENT")
+		}
+	})
+	t.Run("open_by_handle_at of a handle taken before is refused", func(t *testing.T) {
+		err := escOpenByHandle(v.dir, handle)
+		assert.ErrorIs(t, err, syscall.ENOENT)
+	})
+	t.Run("open_by_handle_at of a handle taken before is recorded", func(t *testing.T) {
+		escBug(t, "an open of a node the grant no longer shows (open_by_handle_at, or any path that skips LOOKUP) is refused without a ledger record: fs/files.go open returns ENOENT before recording")
+		nrec := len(c.records())
+		assert.ErrorIs(t, escOpenByHandle(v.dir, handle), syscall.ENOENT)
+		assert.True(t, escHasRecord(c.records()[nrec:], escRecord{kind: ledger.KindDenied, path: "proposal.md", op: "open"}))
+	})
+	t.Run("forged handles for every node id open nothing but the root and .acpfs", func(t *testing.T) {
+		var root unix.Stat_t
+		require.NoError(t, unix.Stat(v.dir, &root))
+		gen := binary.LittleEndian.Uint32(handle.Bytes()[8:])
+		mfd, err := unix.Open(v.dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		require.NoError(t, err)
+		defer unix.Close(mfd)
+		for id := uint64(1); id <= 64; id++ {
+			fd, err := unix.OpenByHandleAt(mfd, escHandle(id, gen), unix.O_RDONLY)
+			if err != nil {
+				continue
+			}
+			var st unix.Stat_t
+			require.NoError(t, unix.Fstat(fd, &st))
+			unix.Close(fd)
+			assert.True(t, st.Ino == root.Ino || st.Ino >= 1<<62, "node %d opened inode %d", id, st.Ino)
+		}
+	})
+	t.Run("the backing folder did not change", func(t *testing.T) {
+		escRequireSameTree(t, before, escTree(t, c.folder))
+	})
 }
