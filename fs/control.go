@@ -41,9 +41,61 @@ var (
 	_ gofs.NodeSetattrer = (*ctlFile)(nil)
 )
 
-type ctlDir struct{ gofs.Inode }
+// ctlDir is the .acpfs directory. Every call that would change it is
+// refused (go-fuse would otherwise let an unlink drop a control file from
+// the tree) and recorded like any other refusal.
+type ctlDir struct {
+	gofs.Inode
+	fsys *FS
+}
 
-var _ gofs.NodeGetattrer = (*ctlDir)(nil)
+var (
+	_ gofs.NodeGetattrer = (*ctlDir)(nil)
+	_ gofs.NodeUnlinker  = (*ctlDir)(nil)
+	_ gofs.NodeRmdirer   = (*ctlDir)(nil)
+	_ gofs.NodeRenamer   = (*ctlDir)(nil)
+	_ gofs.NodeMkdirer   = (*ctlDir)(nil)
+	_ gofs.NodeCreater   = (*ctlDir)(nil)
+	_ gofs.NodeMknoder   = (*ctlDir)(nil)
+	_ gofs.NodeSymlinker = (*ctlDir)(nil)
+	_ gofs.NodeLinker    = (*ctlDir)(nil)
+)
+
+func (d *ctlDir) refuse(ctx context.Context, op, name string) syscall.Errno {
+	return d.fsys.deny(ctx, ledger.KindDenied, op, ControlDir+"/"+name, syscall.EACCES, ".acpfs is read-only")
+}
+
+func (d *ctlDir) Unlink(ctx context.Context, name string) syscall.Errno {
+	return d.refuse(ctx, "unlink", name)
+}
+
+func (d *ctlDir) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return d.refuse(ctx, "rmdir", name)
+}
+
+func (d *ctlDir) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	return d.refuse(ctx, "rename", name)
+}
+
+func (d *ctlDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, d.refuse(ctx, "mkdir", name)
+}
+
+func (d *ctlDir) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, d.refuse(ctx, "create", name)
+}
+
+func (d *ctlDir) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, d.refuse(ctx, "mknod", name)
+}
+
+func (d *ctlDir) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, d.refuse(ctx, "symlink", name)
+}
+
+func (d *ctlDir) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, d.refuse(ctx, "link", name)
+}
 
 func (d *ctlDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Mode = syscall.S_IFDIR | 0o555
@@ -54,7 +106,7 @@ func (d *ctlDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Attr
 // controlDir returns the .acpfs directory, building it on first use.
 func (f *FS) controlDir(ctx context.Context, root *gofs.Inode, out *fuse.EntryOut) *gofs.Inode {
 	f.ctl.once.Do(func() {
-		dir := root.NewPersistentInode(ctx, &ctlDir{}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlIno})
+		dir := root.NewPersistentInode(ctx, &ctlDir{fsys: f}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlIno})
 		files := []struct {
 			name string
 			gen  func(ctx context.Context) ([]byte, syscall.Errno)
@@ -86,12 +138,17 @@ func (c *ctlFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 }
 
 func (c *ctlFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return syscall.EACCES
+	return c.fsys.deny(ctx, ledger.KindDenied, "setattr", c.rel(), syscall.EACCES, ".acpfs is read-only")
+}
+
+func (c *ctlFile) rel() string {
+	name, _ := c.Parent()
+	return ControlDir + "/" + name
 }
 
 func (c *ctlFile) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
-		return nil, 0, syscall.EACCES
+		return nil, 0, c.fsys.deny(ctx, ledger.KindDenied, "open", c.rel(), syscall.EACCES, ".acpfs is read-only")
 	}
 	return &ctlHandle{gen: c.gen, fsys: c.fsys}, fuse.FOPEN_DIRECT_IO, 0
 }

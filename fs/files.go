@@ -20,7 +20,9 @@ import (
 func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	m := f.matcher()
 	if !m.Visible(rel) {
-		return nil, 0, syscall.ENOENT
+		// Reachable only through an inode looked up before the grant
+		// changed, or a file handle.
+		return nil, 0, f.hide(ctx, "open", rel, "hidden by grant")
 	}
 	acc := flags & syscall.O_ACCMODE
 	writing := acc != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
@@ -53,11 +55,11 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		lf.Release(ctx)
 		return nil, 0, gofs.ToErrno(err)
 	}
-	// A second name of a read-only file may be one the grant hides (an
+	// Another name of the same file may be one the grant hides (an
 	// oracle linked into a readable folder); refuse rather than guess.
-	if st.Mode&syscall.S_IFMT == syscall.S_IFREG && st.Nlink > 1 && !m.Writable(rel) {
+	if st.Mode&syscall.S_IFMT == syscall.S_IFREG && st.Nlink > 1 {
 		lf.Release(ctx)
-		return nil, 0, f.deny(ctx, ledger.KindDenied, "open", rel, syscall.EACCES, "hard-linked file: its other names may be hidden")
+		return nil, 0, f.deny(ctx, ledger.KindDenied, "open", rel, syscall.EACCES, "hard-linked file: its other names cannot be checked against the grant")
 	}
 
 	if acc != syscall.O_WRONLY {
@@ -243,21 +245,21 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 	rest := data
 	for len(rest) > 0 {
 		i := bytes.IndexByte(rest, '\n')
-		if i < 0 {
-			if !e.discard {
-				if len(e.pending)+len(rest) > maxLine {
-					e.pending, e.discard = nil, true
-					return 0, e.fsys.rejectLine(ctx, syscall.EINVAL, fmt.Sprintf("line longer than %d bytes", maxLine))
-				}
-				e.pending = append(e.pending, rest...)
-			}
-			return uint32(len(data)), 0
-		}
 		if e.discard {
-			e.discard = false
-			consumed += i + 1
-			rest = rest[i+1:]
-			continue
+			// The rest of a refused over-long line: every write of it
+			// fails too, so no writer mistakes it for accepted bytes.
+			if i >= 0 {
+				e.discard = false
+			}
+			return 0, syscall.EINVAL
+		}
+		if i < 0 {
+			if len(e.pending)+len(rest) > maxLine {
+				e.pending, e.discard = nil, true
+				return 0, e.fsys.rejectLine(ctx, syscall.EINVAL, fmt.Sprintf("line longer than %d bytes", maxLine))
+			}
+			e.pending = append(e.pending, rest...)
+			return uint32(len(data)), 0
 		}
 		startedHere := len(e.pending) == 0
 		line := rest[:i]

@@ -85,6 +85,9 @@ type FS struct {
 
 	root    *node
 	ctl     control
+	// attached is set once go-fuse has adopted the root, so that cache
+	// invalidations have an inode tree to act on.
+	attached atomic.Bool
 	hashes  hashCache
 	evHash  appendHasher
 	lastErr atomic.Pointer[string]
@@ -150,7 +153,7 @@ func (f *FS) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 		return fmt.Errorf("compile grant %s: %w", g.GrantID, err)
 	}
 	old := f.view.Swap(&view{grant: g, matcher: m, handoffs: handoffs})
-	if f.root != nil && f.root.EmbeddedInode().StableAttr().Ino != 0 { // mounted
+	if f.attached.Load() {
 		f.invalidateHidden(f.root.EmbeddedInode(), "")
 		// A path handed over (or no longer) changes from the live file to
 		// the snapshot (or back): drop the cached entry either way.

@@ -45,6 +45,7 @@ var (
 	_ gofs.NodeRemovexattrer  = (*node)(nil)
 	_ gofs.NodeCopyFileRanger = (*node)(nil)
 	_ gofs.NodeStatxer        = (*node)(nil)
+	_ gofs.NodeOnAdder        = (*node)(nil)
 	_ gofs.NodeTmpfiler       = (*node)(nil)
 )
 
@@ -55,6 +56,13 @@ func (n *node) WrapChild(ctx context.Context, ops gofs.InodeEmbedder) gofs.Inode
 		return &node{LoopbackNode: lb, fsys: n.fsys}
 	}
 	return ops
+}
+
+// OnAdd marks the view as attached when go-fuse adopts the root.
+func (n *node) OnAdd(ctx context.Context) {
+	if n.IsRoot() {
+		n.fsys.attached.Store(true)
+	}
 }
 
 // rel is the node's path relative to the folder root ("" for the root).
@@ -84,6 +92,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch 
 	if errno != 0 {
 		return nil, errno
 	}
+	hideDirLinks(&out.Attr)
 	switch mode := out.Attr.Mode & syscall.S_IFMT; {
 	case mode == syscall.S_IFLNK && !n.fsys.symlinkVisible(rel):
 		return nil, n.fsys.hide(ctx, "lookup", rel, "symlink target hidden or outside the folder")
@@ -115,7 +124,18 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 	if rel != "" && !n.fsys.matcher().Visible(rel) {
 		return syscall.ENOENT
 	}
-	return n.LoopbackNode.Getattr(ctx, fh, out)
+	errno = n.LoopbackNode.Getattr(ctx, fh, out)
+	hideDirLinks(&out.Attr)
+	return errno
+}
+
+// hideDirLinks reports a directory's link count as 1, "unknown" to tools
+// such as find: the real count is 2 plus the number of subdirectories,
+// hidden ones included.
+func hideDirLinks(a *fuse.Attr) {
+	if a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		a.Nlink = 1
+	}
 }
 
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) (errno syscall.Errno) {
@@ -132,17 +152,13 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	_, gidSet := in.GetGID()
 	switch rel {
 	case EventsFile:
-		if sizeSet || modeSet || uidSet || gidSet {
-			return f.deny(ctx, ledger.KindAppendRejected, "setattr", rel, syscall.EPERM, "events.jsonl is append-only")
-		}
+		return f.deny(ctx, ledger.KindAppendRejected, "setattr", rel, syscall.EPERM, "events.jsonl is append-only and maintained by acpfs")
 	case ProtocolFile:
 		if pf, ok := fh.(*protocolFile); ok && sizeSet && !modeSet && !uidSet && !gidSet {
 			sz, _ := in.GetSize()
 			return pf.truncate(ctx, sz, out)
 		}
-		if sizeSet || modeSet || uidSet || gidSet {
-			return f.deny(ctx, ledger.KindDenied, "setattr", rel, syscall.EPERM, "protocol.json is maintained by acpfs")
-		}
+		return f.deny(ctx, ledger.KindDenied, "setattr", rel, syscall.EPERM, "protocol.json is maintained by acpfs")
 	}
 	if sizeSet {
 		f.record(ctx, ledger.KindWrite, "truncate", rel, "", "")
@@ -150,14 +166,16 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	return n.LoopbackNode.Setattr(ctx, fh, in, out)
 }
 
-// checkWrite applies the write rules common to every mutating operation
-// on an existing name: the grant must allow writing it and it must not be
-// a frozen deliverable.
-func (f *FS) checkWrite(ctx context.Context, op, rel string) syscall.Errno {
-	if rel == "" {
+// checkName applies the write rules common to every mutating operation:
+// the grant must allow writing the name, and it must not be a handed-over
+// artifact or a frozen deliverable (or a directory holding one).
+func (f *FS) checkName(ctx context.Context, op, rel string) syscall.Errno {
+	switch {
+	case rel == "":
 		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "the folder root cannot be changed")
-	}
-	if !f.matcher().Writable(rel) {
+	case rel == ControlDir:
+		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, ".acpfs is reserved")
+	case !f.matcher().Writable(rel):
 		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "not writable under the grant")
 	}
 	if _, ok := f.view.Load().handoffs[rel]; ok {
@@ -169,13 +187,23 @@ func (f *FS) checkWrite(ctx context.Context, op, rel string) syscall.Errno {
 	return 0
 }
 
-// checkName applies the write rules to a name about to be created or
-// replaced.
-func (f *FS) checkName(ctx context.Context, op, rel string) syscall.Errno {
-	if rel == ControlDir {
-		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, ".acpfs is reserved")
+// checkWrite applies checkName and refuses changes to the content or the
+// metadata of a hard-linked file, whose other names may be hidden.
+// Removing or renaming one name stays possible.
+func (f *FS) checkWrite(ctx context.Context, op, rel string) syscall.Errno {
+	if errno := f.checkName(ctx, op, rel); errno != 0 {
+		return errno
 	}
-	return f.checkWrite(ctx, op, rel)
+	if f.hardLinked(rel) {
+		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "hard-linked file: its other names cannot be checked against the grant")
+	}
+	return 0
+}
+
+// hardLinked reports whether rel is a regular file with several names.
+func (f *FS) hardLinked(rel string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(f.abs(rel), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
@@ -301,26 +329,19 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	return n.LoopbackNode.Rename(ctx, name, newParent, newName, flags)
 }
 
+// Link is refused: go-fuse keeps one node per inode and names it by the
+// last path it saw, and the other names of a hard-linked file may be
+// ones the grant hides, so no check on a hard-linked file could be
+// trusted. Hard-linked files are refused at open for the same reason.
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
 	rel := join(n.rel(), name)
-	src := target.EmbeddedInode().Path(nil)
 	defer n.fsys.guard(ctx, "link", rel, &errno)
 	n.fsys.enter("link", rel)
 	f := n.fsys
-	// A new name for a file is a new way to write it, so the source must
-	// be writable too; otherwise linking a read-only (or frozen) file into
-	// a writable directory would open it for writing.
-	if errno := f.checkName(ctx, "link", src); errno != 0 {
-		return nil, errno
-	}
 	if errno := f.checkName(ctx, "link", rel); errno != 0 {
 		return nil, errno
 	}
-	if managed(src) || managed(rel) {
-		return nil, f.deny(ctx, ledger.KindDenied, "link", rel, syscall.EPERM, "protocol files cannot be linked")
-	}
-	f.record(ctx, ledger.KindWrite, "link", rel, "", "to "+src)
-	return n.LoopbackNode.Link(ctx, target, name, out)
+	return nil, f.deny(ctx, ledger.KindDenied, "link", rel, syscall.EACCES, "hard links are not allowed in a view; copy the file instead")
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
@@ -380,6 +401,9 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if errno := n.fsys.checkWrite(ctx, "setxattr", rel); errno != 0 {
 		return errno
 	}
+	if managed(rel) {
+		return n.fsys.deny(ctx, ledger.KindDenied, "setxattr", rel, syscall.EPERM, "protocol files are maintained by acpfs")
+	}
 	n.fsys.record(ctx, ledger.KindWrite, "setxattr", rel, "", attr)
 	return n.LoopbackNode.Setxattr(ctx, attr, data, flags)
 }
@@ -390,6 +414,9 @@ func (n *node) Removexattr(ctx context.Context, attr string) (errno syscall.Errn
 	n.fsys.enter("removexattr", rel)
 	if errno := n.fsys.checkWrite(ctx, "removexattr", rel); errno != 0 {
 		return errno
+	}
+	if managed(rel) {
+		return n.fsys.deny(ctx, ledger.KindDenied, "removexattr", rel, syscall.EPERM, "protocol files are maintained by acpfs")
 	}
 	n.fsys.record(ctx, ledger.KindWrite, "removexattr", rel, "", attr)
 	return n.LoopbackNode.Removexattr(ctx, attr)
@@ -408,7 +435,11 @@ func (n *node) Statx(ctx context.Context, fh gofs.FileHandle, flags uint32, mask
 	if rel != "" && !n.fsys.matcher().Visible(rel) {
 		return syscall.ENOENT
 	}
-	return n.LoopbackNode.Statx(ctx, fh, flags, mask, out)
+	errno = n.LoopbackNode.Statx(ctx, fh, flags, mask, out)
+	if out.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		out.Nlink = 1
+	}
+	return errno
 }
 
 // Tmpfile is refused: an unnamed file has no path to check against the

@@ -151,7 +151,7 @@ func (f *FS) invalidate(rel string, entry bool) {
 	if rel == EventsFile || rel == ProtocolFile {
 		defer f.wake()
 	}
-	if f.root.EmbeddedInode().StableAttr().Ino == 0 {
+	if !f.attached.Load() {
 		return // not mounted yet
 	}
 	dir := f.root.EmbeddedInode()

@@ -288,11 +288,14 @@ func TestFrozenDeliverableIsReadOnly(t *testing.T) {
 func TestFrozenDeliverableHasNoSideDoors(t *testing.T) {
 	r := newRun(t)
 	r.toReadinessCheck()
+	require.NoError(t, os.WriteFile(r.alice.path(primary), []byte(designSpec("Frozen")), 0o644))
+	// A second name planted on the backing folder before the freeze.
 	alias := r.alice.path("deliverables/alias.md")
-	require.NoError(t, os.Link(r.alice.path(primary), alias))
-	r.freeze()
+	require.NoError(t, os.Link(filepath.Join(r.c.folder, primary), filepath.Join(r.c.folder, "deliverables/alias.md")))
+	r.must(r.alice, owner, "deliverable_frozen", map[string]any{"doc": primary, "role": "primary", "sha256": fileSHA(t, filepath.Join(r.c.folder, primary))})
 	frozen := readFile(t, filepath.Join(r.c.folder, primary))
 	assert.ErrorIs(t, os.WriteFile(alias, []byte("changed"), 0o644), syscall.EROFS)
+	assert.ErrorIs(t, os.Truncate(alias, 0), syscall.EROFS)
 	assert.ErrorIs(t, os.Rename(r.alice.path("deliverables"), r.alice.path("deliverables-moved")), syscall.EROFS)
 	require.NoError(t, os.MkdirAll(filepath.Join(r.c.folder, "scratch"), 0o755))
 	err := os.Rename(r.alice.path("deliverables"), r.alice.path("scratch/moved"))
