@@ -83,14 +83,14 @@ type FS struct {
 	// is swapped whole when the grant changes so readers never lock.
 	view atomic.Pointer[view]
 
-	root    *node
-	ctl     control
+	root *node
+	ctl  control
 	// attached is set once go-fuse has adopted the root, so that cache
 	// invalidations have an inode tree to act on.
 	attached atomic.Bool
-	hashes  hashCache
-	evHash  appendHasher
-	lastErr atomic.Pointer[string]
+	hashes   hashCache
+	evHash   appendHasher
+	lastErr  atomic.Pointer[string]
 
 	// turn is closed and replaced whenever the protocol state may have
 	// changed, waking readers of .acpfs/wait.
