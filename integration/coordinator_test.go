@@ -194,6 +194,11 @@ func TestRunIsolatesCommand(t *testing.T) {
 		"--", "sh", "-c", "id -u; cat "+filepath.Join(e.folder, "oracle/answer.md")+" 2>/dev/null; exit 7")
 	assert.Equal(t, 7, code, stderr)
 	assert.Equal(t, "65534\n", out)
+	// The command does not inherit the daemon's /dev/fuse descriptor,
+	// with which it could answer the kernel's requests itself.
+	out, stderr, code = run("sh", "-c", "ls -l /proc/self/fd/ | grep -c /dev/fuse; true")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "0\n", out)
 	// Writes follow the grant: the reviewer may not touch proposal.md.
 	_, _, code = run("sh", "-c", "echo x >> "+filepath.Join(e.folder, "proposal.md"))
 	assert.NotEqual(t, 0, code)

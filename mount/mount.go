@@ -130,6 +130,14 @@ func Start(cfg Config) (*Mount, error) {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
 	m.server = server
+	// go-fuse's direct mount opens /dev/fuse without O_CLOEXEC: every
+	// command this process started afterwards (the sandboxed command of
+	// `acpfs run` first of all) would inherit the device and could answer
+	// the kernel's requests itself, bypassing every check.
+	if err := closeOnExecFUSE(); err != nil {
+		m.Stop()
+		return nil, fmt.Errorf("protect /dev/fuse: %w", err)
+	}
 	g := cfg.Grant
 	if _, err := cfg.Ledger.Append(ledger.Record{Kind: ledger.KindMountStarted, Agent: g.AgentID, Grant: g.GrantID, Path: cfg.Mountpoint, PID: uint32(os.Getpid())}); err != nil {
 		slog.Error("ledger", "err", err)

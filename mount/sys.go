@@ -105,3 +105,23 @@ func fuseMinor(abs string) (string, error) {
 	}
 	return "", fmt.Errorf("%s is not a FUSE mount", abs)
 }
+
+// closeOnExecFUSE marks every open /dev/fuse descriptor of this process
+// close-on-exec.
+func closeOnExecFUSE() error {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || target != "/dev/fuse" {
+			continue
+		}
+		var fd int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &fd); err == nil {
+			syscall.CloseOnExec(fd)
+		}
+	}
+	return nil
+}
