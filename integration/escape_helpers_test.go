@@ -32,6 +32,12 @@ import (
 // escSecret is the oracle's content; no output of an attempt may hold it.
 const escSecret = "the secret answer"
 
+// The explanations of the hard-link refusals.
+const (
+	escNoLinks    = "hard links are not allowed in a view; copy the file instead"
+	escHardLinked = "hard-linked file: its other names cannot be checked against the grant"
+)
+
 // escHiddenWords are fragments of hidden paths that an agent which never
 // named them must not find in .acpfs/last-error.
 var escHiddenWords = []string{"oracle", "answer.md", "agent_runs", "communication_ledger", "réponse", "private"}
@@ -67,13 +73,12 @@ type escAttempt struct {
 	// last-error may therefore repeat (it reveals nothing the agent did
 	// not already type, and says the same whether the name exists).
 	echoes string
-	// untracked marks a refusal acpfs does not record yet: the ledger
-	// is not checked (the missing record is a BUG subtest of its own).
-	untracked bool
 	// as is the view making the attempt when it is not the group's.
 	as *view
-	// bug, when set, marks an attempt that acpfs does not refuse yet:
-	// the subtest is skipped with "BUG: <bug>" unless ACPFS_ESCAPE_BUGS=1.
+	// bug, when set, marks an attempt that acpfs does not refuse as
+	// expected yet (it succeeds, or answers, records or explains the
+	// refusal wrongly): the subtest is skipped with "BUG: <bug>" unless
+	// ACPFS_ESCAPE_BUGS=1.
 	bug string
 }
 
@@ -177,7 +182,6 @@ func escCheck(t *testing.T, e escEnv, a escAttempt) {
 		}
 	}
 	switch {
-	case a.untracked:
 	case a.record == nil:
 		assert.Empty(t, refusals, "a refusal record for an attempt acpfs never saw")
 	default:
