@@ -50,16 +50,36 @@ type ctlDir struct {
 }
 
 var (
-	_ gofs.NodeGetattrer = (*ctlDir)(nil)
-	_ gofs.NodeUnlinker  = (*ctlDir)(nil)
-	_ gofs.NodeRmdirer   = (*ctlDir)(nil)
-	_ gofs.NodeRenamer   = (*ctlDir)(nil)
-	_ gofs.NodeMkdirer   = (*ctlDir)(nil)
-	_ gofs.NodeCreater   = (*ctlDir)(nil)
-	_ gofs.NodeMknoder   = (*ctlDir)(nil)
-	_ gofs.NodeSymlinker = (*ctlDir)(nil)
-	_ gofs.NodeLinker    = (*ctlDir)(nil)
+	_ gofs.NodeGetattrer     = (*ctlDir)(nil)
+	_ gofs.NodeUnlinker      = (*ctlDir)(nil)
+	_ gofs.NodeRmdirer       = (*ctlDir)(nil)
+	_ gofs.NodeRenamer       = (*ctlDir)(nil)
+	_ gofs.NodeMkdirer       = (*ctlDir)(nil)
+	_ gofs.NodeCreater       = (*ctlDir)(nil)
+	_ gofs.NodeMknoder       = (*ctlDir)(nil)
+	_ gofs.NodeSymlinker     = (*ctlDir)(nil)
+	_ gofs.NodeLinker        = (*ctlDir)(nil)
+	_ gofs.NodeSetxattrer    = (*ctlDir)(nil)
+	_ gofs.NodeRemovexattrer = (*ctlDir)(nil)
+	_ gofs.NodeSetxattrer    = (*ctlFile)(nil)
+	_ gofs.NodeRemovexattrer = (*ctlFile)(nil)
 )
+
+func (d *ctlDir) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return d.fsys.deny(ctx, ledger.KindDenied, "setxattr", ControlDir, syscall.EACCES, ".acpfs is read-only")
+}
+
+func (d *ctlDir) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return d.fsys.deny(ctx, ledger.KindDenied, "removexattr", ControlDir, syscall.EACCES, ".acpfs is read-only")
+}
+
+func (c *ctlFile) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return c.fsys.deny(ctx, ledger.KindDenied, "setxattr", c.rel(), syscall.EACCES, ".acpfs is read-only")
+}
+
+func (c *ctlFile) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return c.fsys.deny(ctx, ledger.KindDenied, "removexattr", c.rel(), syscall.EACCES, ".acpfs is read-only")
+}
 
 func (d *ctlDir) refuse(ctx context.Context, op, name string) syscall.Errno {
 	return d.fsys.deny(ctx, ledger.KindDenied, op, ControlDir+"/"+name, syscall.EACCES, ".acpfs is read-only")
@@ -99,7 +119,7 @@ func (d *ctlDir) Link(ctx context.Context, target gofs.InodeEmbedder, name strin
 
 func (d *ctlDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Mode = syscall.S_IFDIR | 0o555
-	out.Nlink = 2
+	out.Nlink = 1
 	return 0
 }
 
@@ -125,7 +145,7 @@ func (f *FS) controlDir(ctx context.Context, root *gofs.Inode, out *fuse.EntryOu
 		f.ctl.dir = dir
 	})
 	out.Mode = syscall.S_IFDIR | 0o555
-	out.Nlink = 2
+	out.Nlink = 1
 	return f.ctl.dir
 }
 

@@ -73,6 +73,7 @@ type Options struct {
 // FS is one per-grant view. Its methods are safe for concurrent use.
 type FS struct {
 	folder     string
+	dev        uint64 // device of the folder, for inoOf
 	log        *protocol.Log
 	ledger     *ledger.Writer
 	auditReads bool
@@ -126,6 +127,7 @@ func New(opts Options) (*FS, error) {
 		turn:       make(chan struct{}),
 	}
 	f.evHash.path = filepath.Join(opts.Folder, EventsFile)
+	f.dev = uint64(st.Dev)
 	if err := f.SetGrant(opts.Grant, opts.Handoffs); err != nil {
 		return nil, err
 	}
@@ -317,6 +319,14 @@ func (f *FS) frozen(rel string) bool {
 		}
 	}
 	return false
+}
+
+// inoOf is the inode number go-fuse's loopback gives a backing file: the
+// backing inode mixed with its device, so that a folder spanning several
+// filesystems keeps numbers unique.
+func (f *FS) inoOf(st *syscall.Stat_t) uint64 {
+	swap := func(x uint64) uint64 { return x<<32 | x>>32 }
+	return (swap(uint64(st.Dev)) ^ swap(f.dev)) ^ st.Ino
 }
 
 // managed reports whether rel is a protocol file that only acpfs writes.

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"hash/fnv"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -80,6 +81,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch 
 	if snap, ok := n.fsys.view.Load().handoffs[rel]; ok {
 		return n.fsys.snapshotNode(ctx, n.EmbeddedInode(), rel, snap, out)
 	}
+	if _, errno := n.current(n.rel()); errno != 0 {
+		return nil, syscall.ENOENT
+	}
 	m := n.fsys.matcher()
 	if !m.Visible(rel) {
 		var st unix.Stat_t
@@ -100,9 +104,29 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch 
 		// Visible only as the way to something readable, but it is not
 		// a directory, so nothing can lie below it.
 		return nil, n.fsys.hide(ctx, "lookup", rel, "hidden by grant")
+	case mode == syscall.S_IFREG && out.Attr.Nlink > 1:
+		// go-fuse keeps one node per inode and names it by the last path
+		// it saw; a hard-linked file gets one node per name instead, so
+		// that every refusal is judged and recorded under the name used.
+		id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: nameIno(rel), Gen: 1}
+		out.Attr.Ino = id.Ino
+		return n.NewInode(ctx, &gofs.LoopbackNode{RootData: n.RootData}, id), 0
 	}
 	return ch, 0
 }
+
+// nameIno is a node number for one name of a hard-linked file: a hash of
+// the path with the top bit set, far from the numbers backing inodes use.
+func nameIno(rel string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(rel))
+	return h.Sum64() | nameInoBit
+}
+
+// nameInoBit marks the node numbers of nameIno. Such a node has no inode
+// of its own to compare in current; every change through it is refused
+// anyway, as for any hard-linked file.
+const nameInoBit = 1 << 63
 
 // symlinkVisible reports whether the symlink at rel points at a visible
 // path inside the folder. The kernel follows symlinks itself, so a link
@@ -124,9 +148,32 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 	if rel != "" && !n.fsys.matcher().Visible(rel) {
 		return syscall.ENOENT
 	}
-	errno = n.LoopbackNode.Getattr(ctx, fh, out)
+	if fh != nil {
+		errno = n.LoopbackNode.Getattr(ctx, fh, out)
+	} else {
+		var st syscall.Stat_t
+		if st, errno = n.current(rel); errno == 0 {
+			out.FromStat(&st)
+		}
+	}
 	hideDirLinks(&out.Attr)
 	return errno
+}
+
+// current lstats the node's backing path and checks that it still leads
+// to the node's own inode. Path-based calls resolve every component
+// again; if a directory on the way was swapped on disk (for a symlink to
+// a hidden directory, say), the path now leads somewhere the grant never
+// judged, and the node is treated as gone.
+func (n *node) current(rel string) (syscall.Stat_t, syscall.Errno) {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(n.fsys.abs(rel), &st); err != nil {
+		return st, gofs.ToErrno(err)
+	}
+	if ino := n.StableAttr().Ino; !n.IsRoot() && ino&nameInoBit == 0 && n.fsys.inoOf(&st) != ino {
+		return st, syscall.ENOENT
+	}
+	return st, 0
 }
 
 // hideDirLinks reports a directory's link count as 1, "unknown" to tools
@@ -219,6 +266,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHan
 	n.fsys.enter("opendir", rel)
 	if rel != "" && !n.fsys.matcher().Visible(rel) {
 		return nil, 0, syscall.ENOENT
+	}
+	if _, errno := n.current(rel); errno != 0 {
+		return nil, 0, errno
 	}
 	inner, flags2, errno := n.LoopbackNode.OpendirHandle(ctx, flags)
 	if errno != 0 {
@@ -367,6 +417,9 @@ func (n *node) Readlink(ctx context.Context) (b []byte, errno syscall.Errno) {
 	if !n.fsys.matcher().Visible(rel) || !n.fsys.symlinkVisible(rel) {
 		return nil, syscall.ENOENT
 	}
+	if _, errno := n.current(rel); errno != 0 {
+		return nil, errno
+	}
 	return n.LoopbackNode.Readlink(ctx)
 }
 
@@ -374,18 +427,35 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (sz uint3
 	rel := n.rel()
 	defer n.fsys.guard(ctx, "getxattr", rel, &errno)
 	n.fsys.enter("getxattr", rel)
-	if rel != "" && !n.fsys.matcher().Visible(rel) {
-		return 0, syscall.ENOENT
+	if errno := n.xattrReadable(ctx, "getxattr", rel); errno != 0 {
+		return 0, errno
 	}
 	return n.LoopbackNode.Getxattr(ctx, attr, dest)
+}
+
+// xattrReadable applies the read rules to extended attributes: the node
+// must be visible and still itself, and not a hard-linked file (its
+// attributes are those of every other name, hidden ones included).
+func (n *node) xattrReadable(ctx context.Context, op, rel string) syscall.Errno {
+	if rel != "" && !n.fsys.matcher().Visible(rel) {
+		return syscall.ENOENT
+	}
+	st, errno := n.current(rel)
+	if errno != 0 {
+		return errno
+	}
+	if st.Mode&syscall.S_IFMT == syscall.S_IFREG && st.Nlink > 1 {
+		return n.fsys.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "hard-linked file: its other names cannot be checked against the grant")
+	}
+	return 0
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (sz uint32, errno syscall.Errno) {
 	rel := n.rel()
 	defer n.fsys.guard(ctx, "listxattr", rel, &errno)
 	n.fsys.enter("listxattr", rel)
-	if rel != "" && !n.fsys.matcher().Visible(rel) {
-		return 0, syscall.ENOENT
+	if errno := n.xattrReadable(ctx, "listxattr", rel); errno != 0 {
+		return 0, errno
 	}
 	k, err := unix.Llistxattr(n.fsys.abs(rel), dest)
 	if err != nil {

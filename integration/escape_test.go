@@ -158,8 +158,7 @@ func TestEscapeHiddenReads(t *testing.T) {
 				return fmt.Errorf("getxattr read %q", b[:n])
 			}
 			return err
-		}, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "hard.md", "getxattr"), explain: escHardLinked,
-			bug: "getxattr/listxattr through a hard-linked name read the xattrs of the inode, whose other name (oracle/answer.md) the grant hides: node.Getxattr/Listxattr only check that the name is visible"},
+		}, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "hard.md", "getxattr"), explain: escHardLinked},
 		{name: "ln of a writable file onto a hidden directory name is EACCES, not EEXIST", do: func(*testing.T) error { return unix.Link(p("scratch/mine.md"), p("scratch/private")) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/private", "link"), explain: "link scratch/private: not writable under the grant", echoes: "scratch/private"},
 		{name: "ln onto a hidden name that does not exist answers the same", do: func(*testing.T) error { return unix.Link(p("scratch/mine.md"), p("scratch/ghost")) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/ghost", "link"), explain: "link scratch/ghost: not writable under the grant"},
 		{name: "ln of the hidden file into scratch", do: escSh(v, "ln oracle/answer.md scratch/h2"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
@@ -499,14 +498,12 @@ func TestEscapeFrozenDeliverable(t *testing.T) {
 		{name: "rm of the planted hard link", do: func(*testing.T) error { return os.Remove(p(link)) }, errno: syscall.EROFS, record: frozenLink("unlink"), explain: why},
 		{name: "mv of the planted hard link", do: func(*testing.T) error { return os.Rename(p(link), p("scratch/moved.md")) }, errno: syscall.EROFS, record: frozenLink("rename"), explain: why},
 		{name: "pwrite on the descriptor opened before the freeze, now hard-linked", do: fromRW(func(fd int) error { _, err := unix.Pwrite(fd, []byte("X"), 0); return err }), errno: syscall.EROFS, record: escRec(ledger.KindFrozenRefused, "", "write"), explain: why},
-		{name: "a refusal on the deliverable once its alias is known names the deliverable", do: escSh(a, "echo x >> "+primary), errno: syscall.EROFS, record: frozen("open"), explain: "open " + primary + ": " + why,
-			bug: "checks and records use the go-fuse node's Path(), and go-fuse keeps one node per inode: once " + link + " was looked up, refusals on " + primary + " (open, write on a descriptor opened before, read of the hard-linked file) are recorded and explained under the link's name"},
+		{name: "a refusal on the deliverable once its alias is known names the deliverable", do: escSh(a, "echo x >> "+primary), errno: syscall.EROFS, record: frozen("open"), explain: "open " + primary + ": " + why},
 		{name: "reading the deliverable while it has a second name", do: func(*testing.T) error { return escReadErr(p(primary)) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "", "open"), explain: escHardLinked},
 		{name: "reading the planted hard link", do: func(*testing.T) error { return escReadErr(p(link)) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, link, "open"), explain: escHardLinked},
 	})
 
 	t.Run("the deliverable opens at once when its second name is removed", func(t *testing.T) {
-		escBug(t, "go-fuse keeps one node per inode and Path() gives the last name looked up: once the planted link is removed from the backing folder, opens of "+primary+" go to the removed name and answer ENOENT until the kernel's entry cache expires (1 s)")
 		_, err := os.Stat(p(primary))
 		require.NoError(t, err)
 		_, err = os.Stat(p(link))
@@ -566,7 +563,6 @@ func TestEscapeProtocolForgery(t *testing.T) {
 	rejected := escRec(ledger.KindAppendRejected, "events.jsonl", "append")
 	ctlDenied := func(path, op string) *escRecord { return escRec(ledger.KindDenied, path, op) }
 	ctlRO := ".acpfs is read-only"
-	ctlXattrBug := "setxattr/removexattr on a control file are refused with ENODATA (go-fuse's answer for a node without Setxattr/Removexattr) and leave no ledger record or last-error; every other change in .acpfs answers EACCES with a record"
 	protoDenied := func(op string) *escRecord { return escRec(ledger.KindDenied, "protocol.json", op) }
 	forgedProtocol := func(mutate func(m map[string]any)) []byte {
 		var m map[string]any
@@ -800,10 +796,8 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		{name: "mkdir a fullwidth-dot look-alike of .acpfs", do: func(*testing.T) error { return os.Mkdir(p("\uff0eacpfs"), 0o755) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "\uff0eacpfs", "mkdir"), explain: "not writable under the grant"},
 		{name: "rm .acpfs/grant.md", do: func(*testing.T) error { return os.Remove(p(".acpfs/grant.md")) }, errno: syscall.EACCES, record: ctlDenied(".acpfs/grant.md", "unlink"), explain: "unlink .acpfs/grant.md: " + ctlRO},
 		{name: "rm -rf .acpfs", do: escSh(a, "rm -rf .acpfs"), errno: syscall.EACCES, record: ctlDenied("", "unlink"), explain: ctlRO},
-		{name: "setxattr on .acpfs/status", do: func(*testing.T) error { return unix.Setxattr(p(".acpfs/status"), "user.x", []byte("1"), 0) }, errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "setxattr"), explain: ctlRO,
-			bug: ctlXattrBug},
-		{name: "removexattr on .acpfs/status", do: func(*testing.T) error { return unix.Removexattr(p(".acpfs/status"), "user.x") }, errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "removexattr"), explain: ctlRO,
-			bug: ctlXattrBug},
+		{name: "setxattr on .acpfs/status", do: func(*testing.T) error { return unix.Setxattr(p(".acpfs/status"), "user.x", []byte("1"), 0) }, errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "setxattr"), explain: ctlRO},
+		{name: "removexattr on .acpfs/status", do: func(*testing.T) error { return unix.Removexattr(p(".acpfs/status"), "user.x") }, errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "removexattr"), explain: ctlRO},
 	})
 
 	t.Run("control files survive every attempt", func(t *testing.T) {
