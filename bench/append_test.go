@@ -1,0 +1,209 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/protocol"
+)
+
+// appendBatch is the number of appends per view in one benchmark op.
+const appendBatch = 100
+
+// ownerGrant lets the history's owner append and read the protocol files.
+func ownerGrant() *grants.Grant {
+	return &grants.Grant{
+		GrantID: "G-owner", AgentID: histOwner, Role: "proposal owner", Objective: "Append events",
+		MayRead:  []string{"protocol.json", "events.jsonl", "*.md", "deliverables/**"},
+		MayWrite: []string{"events.jsonl", "protocol.json", "proposal.md", "decisions.md", "readiness.md", "deliverables/**"},
+	}
+}
+
+// saveOwnerGrant writes ownerGrant into a fresh run directory and
+// returns the grant file.
+func saveOwnerGrant(tb testing.TB) string {
+	tb.Helper()
+	rd := grants.NewRunDir(filepath.Join(newDir(tb, "runs"), "agent_runs"))
+	require.NoError(tb, rd.Init())
+	g := ownerGrant()
+	require.NoError(tb, rd.SaveGrant(g))
+	return rd.GrantPath(g.GrantID)
+}
+
+// appendEvent does what `echo "$line" >> events.jsonl` does: open with
+// O_APPEND, one write, close. A refused event fails the write (EINVAL,
+// EPERM) or the close.
+func appendEvent(path string, line []byte) error {
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	n, err := syscall.Write(fd, line)
+	if err == nil && n != len(line) {
+		err = fmt.Errorf("short write %d of %d", n, len(line))
+	}
+	if cerr := syscall.Close(fd); err == nil && cerr != nil {
+		err = fmt.Errorf("close: %w", cerr)
+	}
+	if err != nil {
+		return fmt.Errorf("append %q: %w", bytes.TrimSpace(line), err)
+	}
+	return nil
+}
+
+// BenchmarkViewAppend appends valid events through two views served by
+// separate `acpfs mount` processes, one over a 1,000-event history and
+// one over a 100,000-event history, alternating between them. As a floor
+// it also appends to a third 1,000-event folder with protocol.Log in this
+// process (the same validation, write and protocol.json rewrite, without
+// FUSE and ledger). One op is appendBatch appends to each; every append
+// is timed on its own.
+func BenchmarkViewAppend(b *testing.B) {
+	gate(b)
+	parent := newDir(b, "append")
+	gp := saveOwnerGrant(b)
+	type target struct {
+		name, label string
+		h           *history
+		add         func(line []byte) error
+	}
+	var targets []*target
+	for _, n := range []int{1_000, 100_000} {
+		h := newHistory(b, parent, n)
+		mnt, _ := mountACPFS(b, h.folder, gp)
+		path := filepath.Join(mnt, "events.jsonl")
+		name := fmt.Sprintf("%dk", n/1000)
+		targets = append(targets, &target{name: name, label: name + " events of history", h: h,
+			add: func(line []byte) error { return appendEvent(path, line) }})
+	}
+	floor := newHistory(b, newDir(b, "append-floor"), 1_000)
+	log, err := protocol.OpenLog(floor.folder)
+	require.NoError(b, err)
+	b.Cleanup(func() { log.Close() })
+	targets = append(targets, &target{name: "floor", label: "floor: protocol.Log.AppendLine in-process, 1k, no view", h: floor,
+		add: func(line []byte) error {
+			_, err := log.AppendLine(bytes.TrimSuffix(line, []byte("\n")), histOwner)
+			return err
+		}})
+	for _, t := range targets { // untimed: first open, hash of the history
+		require.NoError(b, t.add(t.h.line()))
+	}
+	b.Run("events=1k,100k", func(b *testing.B) {
+		samples := map[string][]time.Duration{}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			for j := 0; j < appendBatch; j++ {
+				for _, t := range targets {
+					line := t.h.line()
+					start := time.Now()
+					if err := t.add(line); err != nil {
+						b.Fatalf("%s: %v", t.name, err)
+					}
+					samples[t.name] = append(samples[t.name], time.Since(start))
+				}
+			}
+		}
+		b.StopTimer()
+		med := map[string]time.Duration{}
+		for _, t := range targets {
+			s := samples[t.name]
+			med[t.name] = median(s)
+			b.ReportMetric(float64(med[t.name])/1e6, t.name+"-median-ms")
+			b.ReportMetric(float64(percentile(s, 95))/1e6, t.name+"-p95-ms")
+		}
+		x := float64(med["100k"]) / float64(med["1k"])
+		b.ReportMetric(x, "100k-x-1k")
+		for _, t := range targets {
+			s := samples[t.name]
+			ratio, notes := "", []string{fmt.Sprintf("%d appends, history grew to %d events", len(s), t.h.next-1)}
+			if t.name == "100k" {
+				ratio = fmt.Sprintf("%.2fx 1k", x)
+				notes = append([]string{verdict(med[t.name] < time.Millisecond && x <= 1.5)}, notes...)
+			}
+			record("append", t.label, fmt.Sprintf("median %s, p95 %s", ms(med[t.name]), ms(percentile(s, 95))), ratio, strings.Join(notes, "; "))
+		}
+	})
+}
+
+// referenceScripts is the directory of the reference implementation's
+// scripts when its comparison can run.
+func referenceScripts() (string, string) {
+	dir := os.Getenv("ACPFS_REFERENCE_SCRIPTS")
+	if dir == "" {
+		return "", "ACPFS_REFERENCE_SCRIPTS is unset"
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		return "", "python3 is missing"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "append_event.py")); err != nil {
+		return "", fmt.Sprintf("no append_event.py in %s", dir)
+	}
+	return dir, ""
+}
+
+// cliBatch is the number of appends per command in one benchmark op.
+const cliBatch = 5
+
+// BenchmarkCLIAppend appends one event per process to a 5,000-event
+// folder on disk with `acpfs append` and, when ACPFS_REFERENCE_SCRIPTS
+// names the reference scripts and python3 exists, with the reference
+// append_event.py, alternating. One op is cliBatch appends of each.
+func BenchmarkCLIAppend(b *testing.B) {
+	gate(b)
+	h := newHistory(b, newDir(b, "cli"), 5_000)
+	ref, why := referenceScripts()
+	if ref == "" {
+		b.Logf("reference comparison skipped: %s", why)
+	}
+	exe := func(name string, args ...string) error {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	step := func() []string {
+		seq := h.next
+		h.next++
+		return []string{"--folder", h.folder, "--participant", histOwner, "--event", cycleEvent(seq),
+			"--summary", "benchmark step", "--reply-to", strconv.Itoa(seq - 1)}
+	}
+	vs := []variant{{name: "acpfs append", run: func() error { return exe(acpfsBin, append([]string{"append"}, step()...)...) }}}
+	if ref != "" {
+		script := filepath.Join(ref, "append_event.py")
+		vs = append(vs, variant{name: "reference append_event.py", run: func() error {
+			return exe("python3", append([]string{script}, step()...)...)
+		}})
+	}
+	r := newRunner(vs...)
+	r.warm(b)
+	b.Run("events=5k", func(b *testing.B) {
+		all := r.rounds(b, cliBatch)
+		med := map[string]time.Duration{}
+		for _, v := range vs {
+			med[v.name] = median(all[v.name])
+			b.ReportMetric(float64(med[v.name])/1e6, strings.Fields(v.name)[0]+"-ms")
+		}
+		for _, v := range vs {
+			ratio := ""
+			if rm := med["reference append_event.py"]; rm > 0 {
+				ratio = fmt.Sprintf("%.2fx reference", float64(med[v.name])/float64(rm))
+			}
+			record("cli", v.name, "median "+ms(med[v.name]), ratio, fmt.Sprintf("%d runs", len(all[v.name])))
+		}
+		if ref == "" {
+			record("cli", "reference append_event.py", "skipped", "", why)
+		}
+	})
+}

@@ -1,0 +1,76 @@
+// Command loopback mounts a plain go-fuse loopback of a directory: the
+// anchor the benchmarks compare acpfs with. It is the loopback exactly as
+// go-fuse ships it (fs.NewLoopbackRoot, and the options fs.Mount applies
+// when given nil: one-second entry and attribute timeouts, twelve
+// background requests), except that it mounts directly, as root, because
+// fusermount3 may be absent.
+//
+// Usage: loopback [-no-passthrough] ORIG MOUNTPOINT
+//
+// It prints "ready" once the kernel serves the mount and unmounts on
+// SIGINT or SIGTERM.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+func main() {
+	noPassthrough := flag.Bool("no-passthrough", false, "disable FUSE passthrough, so every read reaches the daemon")
+	flag.Parse()
+	if flag.NArg() != 2 {
+		fmt.Fprintln(os.Stderr, "usage: loopback [-no-passthrough] ORIG MOUNTPOINT")
+		os.Exit(2)
+	}
+	root, err := fs.NewLoopbackRoot(flag.Arg(0))
+	if err != nil {
+		log.Fatalf("loopback root %s: %v", flag.Arg(0), err)
+	}
+	// The same values fs.Mount and fuse.NewServer use for nil options;
+	// only DirectMount is added.
+	sec := time.Second
+	opts := &fs.Options{
+		EntryTimeout: &sec,
+		AttrTimeout:  &sec,
+		MountOptions: fuse.MountOptions{
+			MaxBackground: 12,
+			DirectMount:   os.Geteuid() == 0,
+			FsName:        flag.Arg(0),
+			Name:          "loopback",
+		},
+	}
+	if *noPassthrough {
+		opts.MountOptions.DisabledCapabilities = fuse.CAP_PASSTHROUGH
+	}
+	// The handler is installed before mounting: a signal that arrives
+	// while the mount comes up waits for it and then unmounts, instead
+	// of killing the process with the mount half set up.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	server, err := fs.Mount(flag.Arg(1), root, opts)
+	if err != nil {
+		log.Fatalf("mount %s: %v", flag.Arg(1), err)
+	}
+	fmt.Println("ready")
+	go func() {
+		<-sig
+		for i := 0; i < 20; i++ {
+			if err := server.Unmount(); err == nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = syscall.Unmount(flag.Arg(1), syscall.MNT_DETACH)
+		os.Exit(1)
+	}()
+	server.Wait()
+}
