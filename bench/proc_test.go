@@ -51,6 +51,8 @@ type daemon struct {
 	done   chan struct{}
 	// ready is when the process announced on stdout that it serves.
 	ready time.Time
+	// conns are the FUSE connections of mounts, once they answer.
+	conns []string
 }
 
 // syncBuffer is the daemon's output, written by exec's copier while the
@@ -97,6 +99,7 @@ func startDaemon(tb testing.TB, mounts, probes []string, bin string, args ...str
 	go func() { d.cmd.Wait(); close(d.done) }()
 	tb.Cleanup(func() { d.stop(tb) })
 	require.NoError(tb, d.waitReady(probes, 60*time.Second))
+	d.conns = fuseConns(mounts)
 	return d
 }
 
@@ -149,8 +152,10 @@ func (d *daemon) announced(limit time.Duration) error {
 func (d *daemon) pid() int { return d.cmd.Process.Pid }
 
 // stop sends SIGTERM to the process, waits for it and checks that its
-// mounts are gone; a process that does not stop is killed and its mounts
-// detached, and the test fails.
+// mounts are gone. A process that does not stop is killed; one stuck in
+// the kernel on a request to its own mount (which nobody serves any more)
+// has its FUSE connections aborted, its mounts are detached, and the test
+// fails with where it was blocked.
 func (d *daemon) stop(tb testing.TB) {
 	select {
 	case <-d.done:
@@ -162,31 +167,72 @@ func (d *daemon) stop(tb testing.TB) {
 			time.Sleep(wait)
 		}
 		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(20 * time.Second):
+		if !d.exited(20 * time.Second) {
 			diag := d.diagnose()
 			_ = d.cmd.Process.Kill()
-			select {
-			case <-d.done:
-			case <-time.After(5 * time.Second):
-				// Stuck in the kernel (on a FUSE request of its own
-				// mount): detaching the mounts is what can free it.
-				for _, m := range d.mounts {
-					_ = syscall.Unmount(m, syscall.MNT_DETACH)
-				}
-				select {
-				case <-d.done:
-				case <-time.After(5 * time.Second):
-				}
+			if !d.exited(5 * time.Second) {
+				abortConns(tb, d.conns)
+				d.exited(5 * time.Second)
 			}
-			tb.Errorf("%s (pid %d) ignored SIGTERM; killed.\n%s", filepath.Base(d.cmd.Path), d.pid(), diag)
+			tb.Errorf("%s (pid %d) did not stop on SIGTERM; killed.\n%s", filepath.Base(d.cmd.Path), d.pid(), diag)
 		}
 	}
 	for _, m := range d.mounts {
 		if isMounted(m) {
 			_ = syscall.Unmount(m, syscall.MNT_DETACH)
 			tb.Errorf("mount %s was left behind by pid %d; detached", m, d.pid())
+		}
+	}
+}
+
+// exited waits up to limit for the process to end.
+func (d *daemon) exited(limit time.Duration) bool {
+	select {
+	case <-d.done:
+		return true
+	case <-time.After(limit):
+		return false
+	}
+}
+
+// fuseConns returns the FUSE connection numbers (the minor device
+// numbers in /proc/self/mountinfo) of the given mountpoints.
+func fuseConns(mounts []string) []string {
+	want := map[string]bool{}
+	for _, m := range mounts {
+		want[m] = true
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || !want[f[4]] {
+			continue
+		}
+		if _, minor, ok := strings.Cut(f[2], ":"); ok {
+			out = append(out, minor)
+		}
+	}
+	return out
+}
+
+// abortConns aborts the given FUSE connections through fusectl, mounting
+// it for the time needed when it is not mounted.
+func abortConns(tb testing.TB, conns []string) {
+	const ctl = "/sys/fs/fuse/connections"
+	if entries, _ := os.ReadDir(ctl); len(entries) == 0 {
+		if err := syscall.Mount("none", ctl, "fusectl", 0, ""); err != nil {
+			tb.Errorf("mount fusectl: %v", err)
+			return
+		}
+		defer syscall.Unmount(ctl, 0)
+	}
+	for _, c := range conns {
+		if err := os.WriteFile(filepath.Join(ctl, c, "abort"), []byte("1"), 0); err != nil {
+			tb.Errorf("abort FUSE connection %s: %v", c, err)
 		}
 	}
 }

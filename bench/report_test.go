@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,13 +21,13 @@ type section struct {
 
 var sections = []section{
 	{"read", "Sequential read, warm cache",
-		"One file read start to end with read(2) and a 1 MiB buffer, opened and closed each time, after one untimed read; the mean over the benchmark iterations.",
+		"One file read start to end with read(2) and a 1 MiB buffer, opened and closed each time, the variants taking turns; median of the timed rounds, after one untimed read through each.",
 		"acpfs read-only ≥ 90% of native"},
 	{"list", "Listing 10,000 files in 110 directories",
-		"`ls -lR DIR >/dev/null` (exec) and, in-process, filepath.WalkDir + Lstat of every entry. The views are left idle 1.1 s before each timed listing so that the kernel's 1 s entry and attribute caches have expired, as for an agent that lists now and then.",
+		"`ls -lR DIR >/dev/null` (exec) and, in-process, filepath.WalkDir + Lstat of every entry. The views are left idle 1.1 s before each timed listing so that the kernel's 1 s entry and attribute caches have expired, as for an agent that lists now and then. The variants take turns; median of the timed rounds.",
 		"acpfs within 1.3x of the loopback"},
 	{"append", "`echo >> events.jsonl` through a view",
-		"From the benchmark process: open(O_WRONLY|O_APPEND), write one valid event line, close, on a view served by a separate `acpfs mount` process (grant of the owner, ledger sync `batch`). Each append is validated, written under the lock, protocol.json is rewritten and fsynced, and a ledger record is written.",
+		"From the benchmark process: open(O_WRONLY|O_APPEND), write one valid event line, close, on a view served by a separate `acpfs mount` process (grant of the owner, ledger sync `batch`), the two views taking turns. Each append is validated, written under the lock, protocol.json is rewritten and fsynced, and a ledger record is written. The two floors show what the same append costs without FUSE and ledger, and what the fsynced protocol.json rewrite alone costs on this disk.",
 		"< 1 ms median at 100k events, and within 1.5x of 1k"},
 	{"cli", "CLI append (one process per event) at 5,000 events",
 		"Exec of the command for one valid event on the folder on disk (no view); includes process start and the replay of the history.",
@@ -114,6 +115,11 @@ func writeReport() error {
 func machine() string {
 	cpu := firstField("/proc/cpuinfo", "model name")
 	mem := firstField("/proc/meminfo", "MemTotal")
+	if f := strings.Fields(mem); len(f) == 2 && f[1] == "kB" {
+		if kb, err := strconv.ParseFloat(f[0], 64); err == nil {
+			mem = fmt.Sprintf("%.1f GiB", kb/(1<<20))
+		}
+	}
 	var u syscall.Utsname
 	_ = syscall.Uname(&u)
 	fuseVersion := goFuseVersion()
