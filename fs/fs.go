@@ -89,6 +89,9 @@ type FS struct {
 	// attached is set once go-fuse has adopted the root, so that cache
 	// invalidations have an inode tree to act on.
 	attached atomic.Bool
+	// entryGen counts the name changes (create, remove, rename) the
+	// watcher saw in the folder; see node.stillDir.
+	entryGen atomic.Uint64
 	hashes   hashCache
 	evHash   appendHasher
 	lastErr  atomic.Pointer[string]

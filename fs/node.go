@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"hash/fnv"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -18,6 +19,9 @@ import (
 type node struct {
 	*gofs.LoopbackNode
 	fsys *FS
+	// checked is 1 + the FS's entry generation at which this directory
+	// was last found to be itself on disk (see stillDir).
+	checked atomic.Uint64
 }
 
 // Compile-time checks: each interface below is one row of the
@@ -70,7 +74,8 @@ func (n *node) OnAdd(ctx context.Context) {
 func (n *node) rel() string { return n.Path(nil) }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
-	rel := join(n.rel(), name)
+	dir := n.rel()
+	rel := join(dir, name)
 	defer n.fsys.guard(ctx, "lookup", rel, &errno)
 	n.fsys.enter("lookup", rel)
 	if rel == ControlDir {
@@ -81,7 +86,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch 
 	if snap, ok := n.fsys.view.Load().handoffs[rel]; ok {
 		return n.fsys.snapshotNode(ctx, n.EmbeddedInode(), rel, snap, out)
 	}
-	if _, errno := n.current(n.rel()); errno != 0 {
+	if !n.stillDir(dir) {
 		return nil, syscall.ENOENT
 	}
 	m := n.fsys.matcher()
@@ -158,6 +163,23 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 	}
 	hideDirLinks(&out.Attr)
 	return errno
+}
+
+// stillDir is current for a directory about to be searched, checked once
+// per entry generation: the backing path of a directory can only start
+// leading elsewhere through a rename, removal or creation in the folder,
+// each of which the watcher reports and counts, so a listing of a quiet
+// tree pays one lstat per directory rather than one per name.
+func (n *node) stillDir(rel string) bool {
+	gen := n.fsys.entryGen.Load() + 1
+	if n.checked.Load() == gen {
+		return true
+	}
+	if _, errno := n.current(rel); errno != 0 {
+		return false
+	}
+	n.checked.Store(gen)
+	return true
 }
 
 // current lstats the node's backing path and checks that it still leads
@@ -427,19 +449,26 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (sz uint3
 	rel := n.rel()
 	defer n.fsys.guard(ctx, "getxattr", rel, &errno)
 	n.fsys.enter("getxattr", rel)
-	if errno := n.xattrReadable(ctx, "getxattr", rel); errno != 0 {
-		return 0, errno
+	if rel != "" && !n.fsys.matcher().Visible(rel) {
+		return 0, syscall.ENOENT
 	}
-	return n.LoopbackNode.Getxattr(ctx, attr, dest)
+	// Most files have no such attribute (ls -l asks every file for its
+	// ACL): answer that at once, and check the node only before handing
+	// out a value.
+	sz, errno = n.LoopbackNode.Getxattr(ctx, attr, dest)
+	if errno != 0 && errno != syscall.ERANGE {
+		return sz, errno
+	}
+	if e := n.xattrReadable(ctx, "getxattr", rel); e != 0 {
+		return 0, e
+	}
+	return sz, errno
 }
 
 // xattrReadable applies the read rules to extended attributes: the node
-// must be visible and still itself, and not a hard-linked file (its
-// attributes are those of every other name, hidden ones included).
+// must still be itself, and not a hard-linked file (its attributes are
+// those of every other name, hidden ones included).
 func (n *node) xattrReadable(ctx context.Context, op, rel string) syscall.Errno {
-	if rel != "" && !n.fsys.matcher().Visible(rel) {
-		return syscall.ENOENT
-	}
 	st, errno := n.current(rel)
 	if errno != 0 {
 		return errno
@@ -454,12 +483,18 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (sz uint32, errno sys
 	rel := n.rel()
 	defer n.fsys.guard(ctx, "listxattr", rel, &errno)
 	n.fsys.enter("listxattr", rel)
-	if errno := n.xattrReadable(ctx, "listxattr", rel); errno != 0 {
-		return 0, errno
+	if rel != "" && !n.fsys.matcher().Visible(rel) {
+		return 0, syscall.ENOENT
 	}
 	k, err := unix.Llistxattr(n.fsys.abs(rel), dest)
 	if err != nil {
 		return 0, gofs.ToErrno(err)
+	}
+	if k == 0 {
+		return 0, 0
+	}
+	if errno := n.xattrReadable(ctx, "listxattr", rel); errno != 0 {
+		return 0, errno
 	}
 	return uint32(k), 0
 }

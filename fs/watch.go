@@ -110,7 +110,7 @@ func (wt *Watcher) loop() {
 			// An overflow means events were lost: treat everything as
 			// changed.
 			slog.Warn("watcher error", "folder", wt.folder, "err", err)
-			wt.each(func(f *FS) { f.wake() })
+			wt.each(func(f *FS) { f.entryGen.Add(1); f.wake() })
 		}
 	}
 }
@@ -148,6 +148,9 @@ func (wt *Watcher) handle(ev fsnotify.Event) {
 // invalidate drops what the kernel caches about rel in this view: its
 // directory entry when names changed, its attributes and data otherwise.
 func (f *FS) invalidate(rel string, entry bool) {
+	if entry {
+		f.entryGen.Add(1)
+	}
 	if rel == EventsFile || rel == ProtocolFile {
 		defer f.wake()
 	}

@@ -162,6 +162,12 @@ func newMountCmd() *cobra.Command {
 				return err
 			}
 			defer lw.Close()
+			// Catch signals before mounting: one that arrives while the
+			// kernel is still talking to a half-started daemon would kill
+			// it and leave a dead (or hung) mount behind.
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sig)
 			m, err := mount.Start(mount.Config{
 				Folder: folder, Mountpoint: args[0], Grant: g, GrantPath: gp, Log: log, Ledger: lw,
 				Hidden: mf.hiddenDirs(ledgerPath), AuditReads: mf.audit == "reads", AllowOther: mf.allowOther, Debug: mf.debug,
@@ -170,8 +176,6 @@ func newMountCmd() *cobra.Command {
 				return withCode(exitMount, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "mounted %s for %s (grant %s) at %s\n", folder, g.AgentID, g.GrantID, args[0])
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 			done := make(chan struct{})
 			go func() { m.Wait(); close(done) }()
 			select {

@@ -68,6 +68,10 @@ ledger.`,
 			if err != nil {
 				return err
 			}
+			// Catch signals before mounting (see acpfs mount).
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sig)
 			c, err := mount.StartCoordinator(mount.CoordinatorConfig{
 				Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
 				AuditReads: audit == "reads", AllowOther: allowOther, Participants: participants,
@@ -80,8 +84,6 @@ ledger.`,
 			for _, v := range st.Views {
 				fmt.Fprintf(cmd.OutOrStdout(), "  %s (%s) at %s\n", v.Agent, v.Grant, v.Mountpoint)
 			}
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 			<-sig
 			if err := c.Stop(); err != nil {
 				return withCode(exitMount, err)
