@@ -5,9 +5,8 @@ BIN     := bin/acpfs
 PURE    := ./protocol/... ./grants/... ./ledger/... ./cmd/...
 # Packages whose tests use real FUSE mounts.
 FUSE    := ./fs/... ./mount/... ./integration/...
-BENCHTIME ?= 1x
 
-.PHONY: all build test test-pure test-fuse lint bench demo clean fuzz
+.PHONY: all build test test-pure test-fuse lint bench bench-core bench-fs demo clean
 
 all: build
 
@@ -33,3 +32,17 @@ clean:
 # The main job: an end-to-end collaboration through per-agent mounts.
 demo: build
 	ACPFS=$(CURDIR)/$(BIN) bash examples/demo.sh
+
+# Benchmarks: the library and CLI figures, then the FUSE harness that
+# compares native, plain go-fuse loopback and acpfs in one run
+# (report in bin/benchmarks.md; see docs/benchmarks.md).
+bench: bench-core bench-fs
+
+bench-core: build
+	$(GO) test -run '^$$' -bench 'LogAppend|Validate|OpenLog' -benchtime 20x ./protocol/
+	$(GO) test -run '^$$' -bench 'CLIAppend' -benchtime 20x ./cmd/acpfs/
+	$(GO) test -run '^$$' -bench 'Matcher50Rules' ./grants/
+	$(GO) test -run '^$$' -bench 'Append' -benchtime 3x ./ledger/
+
+bench-fs: build
+	bash scripts/bench.sh
