@@ -189,7 +189,13 @@ func (n *node) stillDir(rel string) bool {
 // judged, and the node is treated as gone.
 func (n *node) current(rel string) (syscall.Stat_t, syscall.Errno) {
 	var st syscall.Stat_t
-	if err := syscall.Lstat(n.fsys.abs(rel), &st); err != nil {
+	stat := syscall.Lstat
+	if rel == "" {
+		// The folder itself may be reached through a symlink (acpfs run
+		// serves it from /proc/self/fd/N).
+		stat = syscall.Stat
+	}
+	if err := stat(n.fsys.abs(rel), &st); err != nil {
 		return st, gofs.ToErrno(err)
 	}
 	if ino := n.StableAttr().Ino; !n.IsRoot() && ino&nameInoBit == 0 && n.fsys.inoOf(&st) != ino {
