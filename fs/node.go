@@ -505,32 +505,31 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (sz uint32, errno sys
 	return uint32(k), 0
 }
 
-func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) (errno syscall.Errno) {
-	rel := n.rel()
-	defer n.fsys.guard(ctx, "setxattr", rel, &errno)
-	n.fsys.enter("setxattr", rel)
-	if errno := n.fsys.checkWrite(ctx, "setxattr", rel); errno != 0 {
-		return errno
-	}
-	if managed(rel) {
-		return n.fsys.deny(ctx, ledger.KindDenied, "setxattr", rel, syscall.EPERM, "protocol files are maintained by acpfs")
-	}
-	n.fsys.record(ctx, ledger.KindWrite, "setxattr", rel, "", attr)
-	return n.LoopbackNode.Setxattr(ctx, attr, data, flags)
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return n.xattrWrite(ctx, "setxattr", attr, func() syscall.Errno {
+		return n.LoopbackNode.Setxattr(ctx, attr, data, flags)
+	})
 }
 
-func (n *node) Removexattr(ctx context.Context, attr string) (errno syscall.Errno) {
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return n.xattrWrite(ctx, "removexattr", attr, func() syscall.Errno {
+		return n.LoopbackNode.Removexattr(ctx, attr)
+	})
+}
+
+// xattrWrite applies the write rules to an extended-attribute change.
+func (n *node) xattrWrite(ctx context.Context, op, attr string, change func() syscall.Errno) (errno syscall.Errno) {
 	rel := n.rel()
-	defer n.fsys.guard(ctx, "removexattr", rel, &errno)
-	n.fsys.enter("removexattr", rel)
-	if errno := n.fsys.checkWrite(ctx, "removexattr", rel); errno != 0 {
+	defer n.fsys.guard(ctx, op, rel, &errno)
+	n.fsys.enter(op, rel)
+	if errno := n.fsys.checkWrite(ctx, op, rel); errno != 0 {
 		return errno
 	}
 	if managed(rel) {
-		return n.fsys.deny(ctx, ledger.KindDenied, "removexattr", rel, syscall.EPERM, "protocol files are maintained by acpfs")
+		return n.fsys.deny(ctx, ledger.KindDenied, op, rel, syscall.EPERM, "protocol files are maintained by acpfs")
 	}
-	n.fsys.record(ctx, ledger.KindWrite, "removexattr", rel, "", attr)
-	return n.LoopbackNode.Removexattr(ctx, attr)
+	n.fsys.record(ctx, ledger.KindWrite, op, rel, "", attr)
+	return change()
 }
 
 // CopyFileRange is refused so that the kernel falls back to read and
