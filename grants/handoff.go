@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 // HandoffArtifact records one file passed from a producer agent to a
@@ -190,7 +192,7 @@ func (r RunDir) storeArtifact(src string) (string, error) {
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	dst := r.ArtifactPath(sum)
-	if got, err := hashFile(dst); err == nil && got == sum {
+	if got, err := digest.File(dst); err == nil && got == sum {
 		return sum, nil
 	}
 	if err := os.Rename(tmpName, dst); err != nil {
@@ -200,20 +202,7 @@ func (r RunDir) storeArtifact(src string) (string, error) {
 }
 
 // HashFile returns the lowercase hex SHA-256 of a file's content.
-func HashFile(path string) (string, error) { return hashFile(path) }
-
-func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+func HashFile(path string) (string, error) { return digest.File(path) }
 
 // ParseHandoff decodes and checks a handoff record (unknown fields are an
 // error).
@@ -384,7 +373,7 @@ func (c HandoffCheck) Problems() []string {
 // corruption. err reports only failures to read, not mismatches.
 func (r RunDir) VerifyHandoff(h *HandoffArtifact, folder string) (HandoffCheck, error) {
 	c := HandoffCheck{Handoff: h}
-	sum, err := hashFile(r.ArtifactPath(h.ArtifactSHA256))
+	sum, err := digest.File(r.ArtifactPath(h.ArtifactSHA256))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		c.CopyMissing = true
@@ -397,7 +386,7 @@ func (r RunDir) VerifyHandoff(h *HandoffArtifact, folder string) (HandoffCheck, 
 		return c, nil
 	}
 	c.ArtifactChecked = true
-	sum, err = hashFile(filepath.Join(folder, filepath.FromSlash(h.ArtifactPath)))
+	sum, err = digest.File(filepath.Join(folder, filepath.FromSlash(h.ArtifactPath)))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		c.ArtifactMissing = true

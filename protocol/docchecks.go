@@ -1,29 +1,16 @@
 package protocol
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"strings"
+
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 // FileSHA256 returns the lowercase hex SHA-256 of a file's content.
-func FileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+func FileSHA256(path string) (string, error) { return digest.File(path) }
 
 // docChecks applies the rules of an append that depend on documents of
 // the folder rather than on the event history: the frozen deliverable's
