@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/acpfs/acpfs/internal/testutil"
 )
 
 // enabled is true when the harness may mount and spend minutes.
@@ -65,7 +66,7 @@ func run(m *testing.M) int {
 // leftoverMounts lists the mounts under tmpRoot.
 func leftoverMounts() []string {
 	var out []string
-	for _, p := range mountpoints() {
+	for _, p := range testutil.FUSEMounts("") {
 		if strings.HasPrefix(p, tmpRoot+"/") {
 			out = append(out, p)
 		}
@@ -73,25 +74,8 @@ func leftoverMounts() []string {
 	return out
 }
 
-// mountpoints lists every mountpoint this process can see.
-func mountpoints() []string {
-	f, err := os.Open("/proc/self/mounts")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if fields := strings.Fields(s.Text()); len(fields) >= 2 {
-			out = append(out, fields[1])
-		}
-	}
-	return out
-}
-
 func isMounted(p string) bool {
-	for _, m := range mountpoints() {
+	for _, m := range testutil.FUSEMounts("") {
 		if m == p {
 			return true
 		}

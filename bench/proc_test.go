@@ -1,19 +1,18 @@
 package bench
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acpfs/acpfs/internal/testutil"
 	"github.com/acpfs/acpfs/mount"
 )
 
@@ -47,31 +46,12 @@ func newDir(tb testing.TB, name string) string {
 type daemon struct {
 	cmd    *exec.Cmd
 	mounts []string
-	out    syncBuffer
+	out    testutil.SyncBuffer
 	done   chan struct{}
 	// ready is when the process announced on stdout that it serves.
 	ready time.Time
 	// conns are the FUSE connections of mounts, once they answer.
 	conns []string
-}
-
-// syncBuffer is the daemon's output, written by exec's copier while the
-// harness reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Lines the daemons print once they serve, after their mount calls

@@ -4,13 +4,14 @@
 package integration
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/acpfs/acpfs/internal/testutil"
 )
 
 // acpfsBin is the CLI built once for the whole package.
@@ -51,19 +52,4 @@ func run(m *testing.M) int {
 }
 
 // leftoverMounts lists FUSE mounts under tmpRoot.
-func leftoverMounts() []string {
-	f, err := os.Open("/proc/self/mounts")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) >= 3 && strings.HasPrefix(fields[2], "fuse") && strings.HasPrefix(fields[1], tmpRoot) {
-			out = append(out, fields[1])
-		}
-	}
-	return out
-}
+func leftoverMounts() []string { return testutil.FUSEMounts(tmpRoot) }

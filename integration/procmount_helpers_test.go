@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/testutil"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -35,28 +35,10 @@ type pmProc struct {
 	t      testing.TB
 	args   []string
 	cmd    *exec.Cmd
-	out    *pmBuffer
+	out    *testutil.SyncBuffer
 	done   chan struct{}
 	err    error // exit error, valid once done is closed
 	mounts []string
-}
-
-// pmBuffer is a goroutine-safe output sink.
-type pmBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *pmBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *pmBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // pmStart execs acpfs with args and waits until every path in ready
@@ -64,7 +46,7 @@ func (b *pmBuffer) String() string {
 // with SIGTERM and unmounts whatever of mounts it left behind.
 func pmStart(t testing.TB, mounts, ready []string, args ...string) *pmProc {
 	t.Helper()
-	p := &pmProc{t: t, args: args, out: &pmBuffer{}, done: make(chan struct{}), mounts: mounts}
+	p := &pmProc{t: t, args: args, out: &testutil.SyncBuffer{}, done: make(chan struct{}), mounts: mounts}
 	p.cmd = exec.Command(acpfsBin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	require.NoError(t, p.cmd.Start())
