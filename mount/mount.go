@@ -152,18 +152,24 @@ func Start(cfg Config) (*Mount, error) {
 }
 
 // relHidden converts absolute hidden directories to folder-relative ones.
+// Symlinks are resolved on both sides, so that a run directory reached
+// through another path is still recognised as lying inside the folder.
 func relHidden(folder string, abs []string) []string {
+	real := func(p string) string {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r
+		}
+		a, _ := filepath.Abs(p)
+		return a
+	}
+	base := real(folder)
 	var out []string
 	for _, h := range abs {
 		if h == "" {
 			continue
 		}
-		a, err := filepath.Abs(h)
-		if err != nil {
-			continue
-		}
-		rel, err := filepath.Rel(folder, a)
-		if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		rel, err := filepath.Rel(base, real(h))
+		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
 			continue
 		}
 		out = append(out, filepath.ToSlash(rel))

@@ -13,8 +13,15 @@ import (
 
 func TestRelHidden(t *testing.T) {
 	folder := "/work/collab"
-	got := relHidden(folder, []string{"/work/collab/agent_runs", "/work/agent_runs", "", "/work/collab", "/work/collab/a/b"})
-	assert.Equal(t, []string{"agent_runs", "a/b"}, got)
+	got := relHidden(folder, []string{"/work/collab/agent_runs", "/work/agent_runs", "", "/work/collab", "/work/collab/a/b", "/work/collab/..x"})
+	assert.Equal(t, []string{"agent_runs", "a/b", "..x"}, got)
+
+	// Through a symlink to the folder.
+	d := t.TempDir()
+	real := filepath.Join(d, "collab")
+	require.NoError(t, os.MkdirAll(filepath.Join(real, "runs"), 0o755))
+	require.NoError(t, os.Symlink(real, filepath.Join(d, "alias")))
+	assert.Equal(t, []string{"runs"}, relHidden(filepath.Join(d, "alias"), []string{filepath.Join(real, "runs")}))
 }
 
 func TestRebase(t *testing.T) {
