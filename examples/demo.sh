@@ -166,6 +166,7 @@ bob() {
     cat .acpfs/wait > /dev/null
     case $(phase) in
       reviewing)
+        echo "  bob: reads the design: $(grep -c '^## ' deliverables/design-spec.md) sections, $(grep -c . proposal.md) lines of proposal"
         echo "  bob: tries to read the oracle..."
         if cat oracle/expected-answer.md 2>/dev/null; then echo "  UNEXPECTED: oracle readable"; exit 1; fi
         echo "  refused: $(cat oracle/expected-answer.md 2>&1 | sed 's/^.*: //')"
