@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/testutil"
 )
 
 // coordEnv is a collaboration set up with the CLI only, as a coordinator
@@ -54,7 +54,7 @@ func (e *coordEnv) standardGrants() {
 func (e *coordEnv) up(views ...string) *exec.Cmd {
 	e.t.Helper()
 	cmd := exec.Command(acpfsBin, "up", "--runs", e.runs, "--folder", e.folder, "--root", e.root)
-	var out bytes.Buffer
+	var out testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(e.t, cmd.Start())
 	e.t.Cleanup(func() {

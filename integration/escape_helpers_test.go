@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -434,4 +436,65 @@ func escOpenByHandle(mountDir string, h unix.FileHandle) error {
 	b := make([]byte, 256)
 	n, _ := unix.Read(fd, b)
 	return fmt.Errorf("open_by_handle_at opened a file: %q", b[:n])
+}
+
+// escMapper is a separate process holding a shared writable mapping of a
+// file in a view. Touching mapped memory of a file that this process
+// serves would fault into its own FUSE server while the Go runtime may be
+// stopping the world for a collection: a deadlock. The mapping therefore
+// lives in another process, which writes and syncs it on request.
+type escMapper struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+const escMapperProg = `import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+m = mmap.mmap(fd, 64, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+print("ready", flush=True)
+for line in sys.stdin:
+    try:
+        data = line.rstrip("\n").encode()
+        m[0:len(data)] = data
+        m.flush()
+        print("ok", flush=True)
+    except OSError as e:
+        print("errno", e.errno, flush=True)
+`
+
+func escMapFile(t *testing.T, path string) *escMapper {
+	t.Helper()
+	cmd := exec.Command("python3", "-c", escMapperProg, path)
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	m := &escMapper{cmd: cmd, in: in, out: bufio.NewReader(out)}
+	t.Cleanup(func() { m.in.Close(); _ = m.cmd.Wait() })
+	line, err := m.out.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+	return m
+}
+
+// writeAndSync writes data at the start of the mapping and msyncs it,
+// returning the errno the sync reported.
+func (m *escMapper) writeAndSync(data string) error {
+	if _, err := io.WriteString(m.in, data+"\n"); err != nil {
+		return err
+	}
+	line, err := m.out.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	var errno int
+	if _, err := fmt.Sscanf(line, "errno %d", &errno); err == nil {
+		return syscall.Errno(errno)
+	}
+	if line != "ok\n" {
+		return fmt.Errorf("mapper: %q", line)
+	}
+	return nil
 }

@@ -385,13 +385,14 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 
 	t.Run("a private writable mapping never reaches the file", func(t *testing.T) {
 		before := escTree(t, c.folder)
-		fd, err := unix.Open(p("proposal.md"), unix.O_RDONLY, 0)
-		require.NoError(t, err)
-		defer unix.Close(fd)
-		m, err := unix.Mmap(fd, 0, 16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
-		require.NoError(t, err)
-		copy(m, "PRIVATE COPY")
-		require.NoError(t, unix.Munmap(m))
+		// In another process: see escMapper.
+		out, code := escPython(t, `import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+m = mmap.mmap(fd, 16, mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE)
+m[0:12] = b"PRIVATE COPY"
+m.close()
+`, p("proposal.md"))
+		require.Equal(t, 0, code, out)
 		escRequireSameTree(t, before, escTree(t, c.folder))
 		assert.NotContains(t, readFile(t, p("proposal.md")), "PRIVATE COPY")
 	})
@@ -409,9 +410,7 @@ func TestEscapeFrozenDeliverable(t *testing.T) {
 	rw, err := unix.Open(a.path(primary), unix.O_RDWR, 0)
 	require.NoError(t, err)
 	t.Cleanup(func() { unix.Close(rw) })
-	mapping, err := unix.Mmap(rw, 0, 64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	require.NoError(t, err)
-	t.Cleanup(func() { unix.Munmap(mapping) })
+	mapping := escMapFile(t, a.path(primary))
 	r.must(a, owner, "deliverable_frozen", map[string]any{"doc": primary, "role": "primary", "sha256": fileSHA(t, a.path(primary))})
 
 	e := escEnv{c: r.c, v: a}
@@ -460,8 +459,7 @@ func TestEscapeFrozenDeliverable(t *testing.T) {
 			return err
 		}), errno: syscall.EROFS, record: frozen("write"), explain: why},
 		{name: "shared mmap write made before the freeze, synced after", do: func(*testing.T) error {
-			copy(mapping, "MAPPED WRITE")
-			return unix.Msync(mapping, unix.MS_SYNC)
+			return mapping.writeAndSync("MAPPED WRITE")
 		}, errno: syscall.EROFS, record: frozen("write"), explain: why},
 		{name: "shared writable mmap of a fresh read-only descriptor", do: func(*testing.T) error {
 			fd, err := unix.Open(p(primary), unix.O_RDONLY, 0)
