@@ -258,3 +258,31 @@ func TestAuditVerdicts(t *testing.T) {
 	assert.Contains(t, page, "violated")
 	assert.NotContains(t, page, "<script src=")
 }
+
+// TestRunForwardsSIGTERM stops `acpfs run` while its command runs: the
+// command gets the signal, and the view is unmounted and recorded.
+func TestRunForwardsSIGTERM(t *testing.T) {
+	e := newCoordEnv(t)
+	e.standardGrants()
+	cmd := exec.Command(acpfsBin, "run", "--folder", e.folder, "--runs", e.runs, "--grant", "G-bob", "--",
+		"sh", "-c", "trap 'echo got TERM; exit 143' TERM; echo started; while :; do sleep 0.05; done")
+	var out testutil.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	eventually(t, func() bool { return strings.Contains(out.String(), "started") }, "command did not start: "+out.String())
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		assert.Equal(t, 143, ee.ExitCode())
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("acpfs run did not stop on SIGTERM: %s", out.String())
+	}
+	assert.Contains(t, out.String(), "got TERM")
+	ledgerOut, _, _ := acpfs(t, "ledger", "show", "--ledger", filepath.Join(e.runs, "communication_ledger.jsonl"), "--kind", "mount_stopped")
+	assert.Contains(t, ledgerOut, "G-bob")
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"syscall"
@@ -134,7 +135,7 @@ func Sandbox(cfg RunConfig) (int, error) {
 	if cfg.UID >= 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID)}
 	}
-	err = cmd.Run()
+	err = RunForwardingSignals(cmd)
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -146,6 +147,28 @@ func Sandbox(cfg RunConfig) (int, error) {
 		return ee.ExitCode(), nil
 	default:
 		return 127, fmt.Errorf("start %s: %w", cfg.Args[0], err)
+	}
+}
+
+// RunForwardingSignals runs cmd and passes SIGINT, SIGTERM and SIGHUP on
+// to it, so that stopping `acpfs run` stops the command first and the
+// view is then unmounted and recorded normally.
+func RunForwardingSignals(cmd *exec.Cmd) error {
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for {
+		select {
+		case s := <-sig:
+			_ = cmd.Process.Signal(s)
+		case err := <-done:
+			return err
+		}
 	}
 }
 

@@ -88,7 +88,7 @@ func reexecInNamespace() error {
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 	c.Env = append(os.Environ(), runInnerEnv+"=1")
 	c.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
-	err := c.Run()
+	err := mount.RunForwardingSignals(c)
 	if ee, ok := err.(*exec.ExitError); ok {
 		return silentExit(ee.ExitCode())
 	}
