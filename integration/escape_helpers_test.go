@@ -498,3 +498,20 @@ func (m *escMapper) writeAndSync(data string) error {
 	}
 	return nil
 }
+
+// escMapShared is an attempt to map path shared and writable. It only
+// asks for the mapping and never touches it (see escMapper).
+func escMapShared(path string) func(*testing.T) error {
+	return func(*testing.T) error {
+		fd, err := unix.Open(path, unix.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		m, err := unix.Mmap(fd, 0, 64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err == nil {
+			unix.Munmap(m)
+		}
+		return err
+	}
+}

@@ -669,15 +669,7 @@ func TestEscapeProtocolForgery(t *testing.T) {
 			_, err = unix.CopyFileRange(src, nil, dst, nil, 4096, 0)
 			return err
 		}, errno: syscall.EPERM, record: rejected, explain: "from-mismatch"},
-		{name: "shared writable mmap of events.jsonl", do: func(*testing.T) error {
-			fd, err := unix.Open(p("events.jsonl"), unix.O_RDWR, 0)
-			if err != nil {
-				return err
-			}
-			defer unix.Close(fd)
-			_, err = unix.Mmap(fd, 0, 64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-			return err
-		}, errno: syscall.ENODEV},
+		{name: "shared writable mmap of events.jsonl", do: escMapShared(p("events.jsonl")), errno: syscall.ENODEV},
 
 		// protocol.json.
 		{name: "protocol.json with a changed phase", do: func(*testing.T) error {
@@ -745,15 +737,7 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		{name: "removexattr on protocol.json", do: func(*testing.T) error { return unix.Removexattr(p("protocol.json"), "user.x") }, errno: syscall.EPERM, record: protoDenied("removexattr"), explain: "maintained by acpfs"},
 		{name: "rm protocol.json", do: func(*testing.T) error { return os.Remove(p("protocol.json")) }, errno: syscall.EPERM, record: protoDenied("unlink"), explain: "cannot be removed"},
 		{name: "mv a forged protocol.json over it", do: func(*testing.T) error { return os.Rename(p("scratch/fake.json"), p("protocol.json")) }, errno: syscall.EPERM, record: escRec(ledger.KindDenied, "scratch/fake.json", "rename"), explain: "cannot be renamed or replaced"},
-		{name: "shared writable mmap of protocol.json", do: func(*testing.T) error {
-			fd, err := unix.Open(p("protocol.json"), unix.O_RDWR, 0)
-			if err != nil {
-				return err
-			}
-			defer unix.Close(fd)
-			_, err = unix.Mmap(fd, 0, 64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-			return err
-		}, errno: syscall.ENODEV},
+		{name: "shared writable mmap of protocol.json", do: escMapShared(p("protocol.json")), errno: syscall.ENODEV},
 		{name: "create a look-alike events.jsonl (Cyrillic e)", do: func(*testing.T) error { return escOpen(p("ev\u0435nts.jsonl"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "ev\u0435nts.jsonl", "create"), explain: "not writable under the grant"},
 		{name: "create a case variant Events.jsonl", do: func(*testing.T) error { return escOpen(p("Events.jsonl"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "Events.jsonl", "create"), explain: "not writable under the grant"},
 		{name: "create a case variant PROTOCOL.json", do: func(*testing.T) error { return escOpen(p("PROTOCOL.json"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "PROTOCOL.json", "create"), explain: "not writable under the grant"},
