@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -217,7 +218,7 @@ func Init(o InitOptions) (InitResult, error) {
 	}
 	line := encodeLine(Event{Seq: 1, From: owner, Event: EvInitialized, At: stamp,
 		Summary: "Initialized the ACP schema v2 collaboration folder.", Doc: protocolFile})
-	f, err := os.OpenFile(filepath.Join(folder, eventsFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(filepath.Join(folder, eventsFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return res, fmt.Errorf("create events.jsonl: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,7 +22,7 @@ type Lock struct {
 // needed) and blocks until it holds the exclusive lock.
 func LockEvents(folder string) (*Lock, error) {
 	path := filepath.Join(folder, eventsFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", eventsFile, err)
 	}

@@ -39,7 +39,7 @@ func unavailable(rule, format string, args ...any) *Error {
 // replayed state, which is then rebuilt.
 func (l *Log) loadProtocolLocked() error {
 	path := filepath.Join(l.folder, protocolFile)
-	fi, err := os.Stat(path)
+	fi, err := os.Lstat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return unavailable("protocol-json", "missing protocol.json in %s", l.folder)
@@ -251,7 +251,7 @@ func (l *Log) writeProtocolLocked(next *core) error {
 		return err
 	}
 	l.proto.Raw = raw
-	if fi, err := os.Stat(path); err == nil {
+	if fi, err := os.Lstat(path); err == nil {
 		l.protoID = idOf(fi)
 	}
 	return nil
@@ -261,7 +261,7 @@ func (l *Log) writeProtocolLocked(next *core) error {
 // directory is written, synced and renamed over path, keeping its mode.
 func writeFileAtomic(path string, data []byte) error {
 	mode := os.FileMode(0o644)
-	if fi, err := os.Stat(path); err == nil {
+	if fi, err := os.Lstat(path); err == nil {
 		mode = fi.Mode().Perm()
 	}
 	dir, base := filepath.Split(path)
@@ -363,7 +363,7 @@ func (l *Log) resolveFrozenKey(doc string) string {
 // refreshLocked catches up with other writers when the files changed.
 func (l *Log) refreshLocked() error {
 	path := filepath.Join(l.folder, eventsFile)
-	fi, err := os.Stat(path)
+	fi, err := os.Lstat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			if l.offset > 0 || l.lines > 0 {
@@ -373,10 +373,10 @@ func (l *Log) refreshLocked() error {
 		}
 		return unavailable("events-read", "cannot stat %s: %v", eventsFile, err)
 	}
-	if pfi, err := os.Stat(filepath.Join(l.folder, protocolFile)); err == nil && idOf(pfi) == l.protoID && idOf(fi) == l.evID && !l.needReplay {
+	if pfi, err := os.Lstat(filepath.Join(l.folder, protocolFile)); err == nil && idOf(pfi) == l.protoID && idOf(fi) == l.evID && !l.needReplay {
 		return nil
 	}
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return unavailable("events-read", "open %s: %v", eventsFile, err)
 	}

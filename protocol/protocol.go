@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // File names inside a collaboration folder.
@@ -87,7 +89,7 @@ type Protocol struct {
 // LoadProtocol reads and parses folder/protocol.json. A missing or
 // unparsable file is an *Error of kind Unavailable.
 func LoadProtocol(folder string) (*Protocol, error) {
-	data, err := os.ReadFile(filepath.Join(folder, protocolFile))
+	data, err := readNoFollow(filepath.Join(folder, protocolFile))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, &Error{Kind: Unavailable, Rule: "protocol-json", Msg: fmt.Sprintf("missing protocol.json in %s", folder)}
@@ -398,4 +400,16 @@ func resolveDepth(p string, depth int) string {
 		cur = next
 	}
 	return cur
+}
+
+// readNoFollow reads a protocol file without following a symlink in its
+// place: whoever can write the folder could otherwise point acpfs, which
+// may run as root, at any file on the host.
+func readNoFollow(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }
