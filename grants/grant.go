@@ -90,6 +90,11 @@ func Compile(g *Grant, opts MatcherOptions) (*Matcher, error) { return compileMa
 // the type is known.
 func (m *Matcher) Visible(rel string) bool { return m.visible(rel) }
 
+// ShowsAll reports whether the grant shows everything at or below the
+// directory rel, so that nothing hidden can lie there. It errs towards
+// false.
+func (m *Matcher) ShowsAll(rel string) bool { return m.showsAll(rel) }
+
 // Readable reports whether rel may be opened for reading.
 func (m *Matcher) Readable(rel string) bool { return m.readable(rel) }
 

@@ -215,3 +215,58 @@ func (st *matcherState) decidingRule(rel string) string {
 	}
 	return RuleNoMatch
 }
+
+// overlaps reports whether a and b are the same path or one lies below
+// the other ("" is the folder root, above everything).
+func overlaps(a, b string) bool {
+	return a == "" || b == "" || isSelfOrBelow(a, b) || isSelfOrBelow(b, a)
+}
+
+// mayMatchAtOrBelow reports, conservatively, whether the pattern could
+// match dir or some path below it.
+func (p *compiled) mayMatchAtOrBelow(dir string) bool {
+	switch p.kind {
+	case patExact:
+		return dir == "" || isSelfOrBelow(p.lit, dir)
+	case patUnder:
+		return overlaps(p.lit, dir)
+	case patGeneral, patGeneralUnder:
+		return p.litDir == "" || overlaps(p.litDir, dir)
+	}
+	return true // patterns that match a name at any depth
+}
+
+// showsAll reports whether every path at or below dir is readable: a
+// may_read or may_write "**" or "<ancestor>/**" covers it, and nothing
+// forbidden or hidden can lie there. A view then has nothing to hide in
+// the directory's own attributes. The answer is conservative: false
+// means "may hide something".
+func (m *Matcher) showsAll(dir string) bool {
+	st := m.st
+	if st == nil || st.revoked {
+		return false
+	}
+	covered := false
+	for _, list := range [][]compiled{st.read, st.write} {
+		for i := range list {
+			c := &list[i]
+			if c.kind == patAll || (c.kind == patUnder && isSelfOrBelow(dir, c.lit)) {
+				covered = true
+			}
+		}
+	}
+	if !covered {
+		return false
+	}
+	for i := range st.forbid {
+		if st.forbid[i].mayMatchAtOrBelow(dir) {
+			return false
+		}
+	}
+	for _, h := range st.hidden {
+		if overlaps(h, dir) {
+			return false
+		}
+	}
+	return true
+}

@@ -473,3 +473,49 @@ func BenchmarkMatcher50Rules(b *testing.B) {
 		})
 	}
 }
+
+func TestShowsAll(t *testing.T) {
+	tests := []struct {
+		name            string
+		read, forbidden []string
+		hidden          []string
+		dir             string
+		want            bool
+	}{
+		{"everything", []string{"**"}, nil, nil, "", true},
+		{"everything, subdirectory", []string{"**"}, nil, nil, "a/b", true},
+		{"a forbidden pattern below", []string{"**"}, []string{"oracle/**"}, nil, "", false},
+		{"a forbidden pattern elsewhere", []string{"**"}, []string{"oracle/**"}, nil, "docs", true},
+		{"a forbidden name at any depth", []string{"**"}, []string{"**/*.key"}, nil, "docs", false},
+		{"a forbidden glob with a literal head elsewhere", []string{"**"}, []string{"secret/*.md"}, nil, "docs", true},
+		{"a forbidden glob with a literal head above", []string{"**"}, []string{"docs/*.md"}, nil, "docs", false},
+		{"the run directory inside", []string{"**"}, nil, []string{"docs/runs"}, "docs", false},
+		{"covered by a directory grant", []string{"docs/**"}, nil, nil, "docs/x", true},
+		{"only a sibling is granted", []string{"docs/**"}, nil, nil, "doc", false},
+		{"a file list only", []string{"docs/a.md"}, nil, nil, "docs", false},
+		{"the root under a directory grant", []string{"docs/**"}, nil, nil, "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &Grant{GrantID: "G-t", AgentID: "a", Role: "r", Objective: "o", MayRead: tc.read, ForbiddenRead: tc.forbidden}
+			m, err := Compile(g, MatcherOptions{Hidden: tc.hidden})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, m.ShowsAll(tc.dir))
+			if tc.want {
+				// Whatever ShowsAll promises, the matcher keeps.
+				for _, p := range []string{tc.dir, join(tc.dir, "x"), join(tc.dir, "x/y.key")} {
+					if p != "" {
+						assert.True(t, m.Readable(p), p)
+					}
+				}
+			}
+		})
+	}
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
