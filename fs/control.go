@@ -3,7 +3,6 @@ package fs
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -11,6 +10,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
@@ -284,22 +284,22 @@ var (
 )
 
 func (f *FS) snapshotNode(ctx context.Context, parent *gofs.Inode, rel, src string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(src, &st); err != nil {
-		return nil, gofs.ToErrno(err)
+	var st unix.Stat_t
+	if err := unix.Lstat(src, &st); err != nil {
+		return nil, errnoOf(err)
 	}
-	out.Attr.FromStat(&st)
+	attrFromStat(&out.Attr, &st)
 	out.Attr.Mode = syscall.S_IFREG | 0o444
 	n := &snapshotFile{fsys: f, rel: rel, src: src}
 	return parent.NewInode(ctx, n, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: st.Ino}), 0
 }
 
 func (s *snapshotFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	var st syscall.Stat_t
-	if err := syscall.Stat(s.src, &st); err != nil {
-		return gofs.ToErrno(err)
+	var st unix.Stat_t
+	if err := unix.Lstat(s.src, &st); err != nil {
+		return errnoOf(err)
 	}
-	out.FromStat(&st)
+	attrFromStat(&out.Attr, &st)
 	out.Mode = syscall.S_IFREG | 0o444
 	return 0
 }
@@ -313,19 +313,22 @@ func (s *snapshotFile) Open(ctx context.Context, flags uint32) (fh gofs.FileHand
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
 		return nil, 0, s.fsys.deny(ctx, ledger.KindDenied, "open", s.rel, syscall.EACCES, "a handed-over artifact is read-only")
 	}
-	file, err := os.Open(s.src)
+	// The artifact lives in the coordinator's run directory; a symlink
+	// in its place is never followed.
+	fd, err := unix.Open(s.src, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, 0, gofs.ToErrno(err)
+		return nil, 0, errnoOf(err)
 	}
-	sha, err := s.fsys.hashes.sum(int(file.Fd()))
+	sha, err := s.fsys.hashes.sum(fd)
 	if err != nil {
-		file.Close()
-		return nil, 0, gofs.ToErrno(err)
+		unix.Close(fd)
+		return nil, 0, errnoOf(err)
 	}
 	if errno := s.fsys.recordRead(ctx, s.rel, sha, "handoff snapshot"); errno != 0 {
-		file.Close()
+		unix.Close(fd)
 		return nil, 0, errno
 	}
-	lf := gofs.NewLoopbackFileFromOS(file)
-	return &handle{LoopbackFile: lf, fsys: s.fsys, node: s.EmbeddedInode(), rel: s.rel, audit: s.fsys.auditReads, passthrough: !s.fsys.auditReads}, 0, 0
+	h := s.fsys.newHandle(fd, s.rel, nil)
+	h.passthrough = !s.fsys.auditReads && s.fsys.passthrough
+	return s.fsys.track(h), 0, 0
 }

@@ -2,73 +2,223 @@ package fs
 
 import (
 	"context"
+	"sync"
 	"syscall"
+	"unsafe"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
-// filteredDir wraps the loopback directory handle and drops the entries
-// the grant hides. READDIRPLUS looks each returned name up through
-// node.Lookup, which filters too, so neither form of listing leaks.
-type filteredDir struct {
-	inner gofs.FileHandle
-	dir   string
-	fsys  *FS
+// dirEntry is one visible entry of a directory listing.
+type dirEntry struct {
+	name    string
+	st      unix.Stat_t
+	handoff bool // shown as a handed-over snapshot
+}
+
+// visibleEntries lists the directory rel as the view shows it. Every
+// entry is stat'ed relative to the directory descriptor (never followed)
+// and judged like a lookup, so a listing shows exactly the names a
+// lookup would find.
+func (f *FS) visibleEntries(rel string) ([]dirEntry, error) {
+	fd, err := f.b.open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	v := f.view.Load()
+	var out []dirEntry
+	buf := make([]byte, 32<<10)
+	for {
+		k, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if k <= 0 {
+			return out, nil
+		}
+		for b := buf[:k]; len(b) > 0; {
+			reclen := int(*(*uint16)(unsafe.Pointer(&b[16])))
+			name := direntName(b[19:reclen])
+			b = b[reclen:]
+			if name == "." || name == ".." || (rel == "" && name == ControlDir) {
+				// A backing .acpfs is shadowed by the control directory.
+				continue
+			}
+			crel := join(rel, name)
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				continue // gone since getdents
+			}
+			if _, ok := v.handoffs[crel]; ok {
+				out = append(out, dirEntry{name: name, st: st, handoff: true})
+				continue
+			}
+			e := classify(v.matcher, fd, name, crel, &st)
+			if e.kind == kindConcealed || !v.matcher.VisibleEntry(crel, e.kind == kindDir) {
+				continue
+			}
+			out = append(out, dirEntry{name: name, st: st})
+		}
+	}
+}
+
+func direntName(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
+
+// dirSummary is what a directory's attributes show when the grant does
+// not show everything below it (see fillAttr).
+type dirSummary struct {
+	time unix.Timespec
+}
+
+// summaries caches dirSummary per directory and entry generation: a
+// directory's visible entries only change through a name change in the
+// folder, which the watcher counts, so a quiet tree is listed once.
+type summaries struct {
+	mu sync.Mutex
+	m  map[string]cachedSummary
+}
+
+type cachedSummary struct {
+	gen uint64
+	s   dirSummary
+}
+
+const maxSummaries = 1 << 14
+
+func (f *FS) dirSummary(rel string) dirSummary {
+	gen := f.entryGen.Load()
+	f.sums.mu.Lock()
+	c, ok := f.sums.m[rel]
+	f.sums.mu.Unlock()
+	if ok && c.gen == gen {
+		return c.s
+	}
+	s := dirSummary{time: unix.NsecToTimespec(f.started.UnixNano())}
+	if entries, err := f.visibleEntries(rel); err == nil {
+		m := f.matcher()
+		var newest unix.Timespec
+		for _, e := range entries {
+			if e.st.Mode&unix.S_IFMT == unix.S_IFDIR && !m.ShowsAll(join(rel, e.name)) {
+				// Its own times move with what it hides.
+				continue
+			}
+			for _, t := range []unix.Timespec{e.st.Mtim, e.st.Ctim} {
+				if t.Sec > newest.Sec || (t.Sec == newest.Sec && t.Nsec > newest.Nsec) {
+					newest = t
+				}
+			}
+		}
+		if newest.Sec != 0 || newest.Nsec != 0 {
+			s.time = newest
+		}
+	}
+	f.sums.mu.Lock()
+	if f.sums.m == nil || len(f.sums.m) >= maxSummaries {
+		f.sums.m = make(map[string]cachedSummary)
+	}
+	f.sums.m[rel] = cachedSummary{gen: gen, s: s}
+	f.sums.mu.Unlock()
+	return s
+}
+
+// dirHandle is an open directory of a view. Its listing is taken at the
+// first read (and again after a rewind) and served with the view's own
+// offsets, 1, 2, 3..., so nothing of the backing directory's layout (on
+// ext4, d_off values are hashes that reveal where hidden names lie)
+// reaches the agent.
+type dirHandle struct {
+	fsys *FS
+	node *node
+	rel  string
+
+	mu      sync.Mutex
+	entries []dirEntry
+	loaded  bool
+	pos     uint64 // index of the next entry; 0 and 1 are "." and ".."
 }
 
 var (
-	_ gofs.FileReaddirenter = (*filteredDir)(nil)
-	_ gofs.FileSeekdirer    = (*filteredDir)(nil)
-	_ gofs.FileReleasedirer = (*filteredDir)(nil)
-	_ gofs.FileFsyncdirer   = (*filteredDir)(nil)
+	_ gofs.FileReaddirenter = (*dirHandle)(nil)
+	_ gofs.FileSeekdirer    = (*dirHandle)(nil)
+	_ gofs.FileLookuper     = (*dirHandle)(nil)
+	_ gofs.FileFsyncdirer   = (*dirHandle)(nil)
 )
 
-func (d *filteredDir) Readdirent(ctx context.Context) (e *fuse.DirEntry, errno syscall.Errno) {
-	defer d.fsys.guard(ctx, "readdir", d.dir, &errno)
-	m := d.fsys.matcher()
-	next := d.inner.(gofs.FileReaddirenter)
-	for {
-		e, errno = next.Readdirent(ctx)
-		if e == nil || errno != 0 {
-			return e, errno
+func (d *dirHandle) Readdirent(ctx context.Context) (de *fuse.DirEntry, errno syscall.Errno) {
+	defer d.fsys.guard(ctx, "readdir", d.rel, &errno)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.loaded {
+		entries, err := d.fsys.visibleEntries(d.rel)
+		if err != nil {
+			return nil, errnoOf(err)
 		}
-		if e.Name == "." || e.Name == ".." {
-			return e, 0
-		}
-		rel := join(d.dir, e.Name)
-		if d.dir == "" && e.Name == ControlDir {
-			continue // a backing .acpfs is shadowed by the control directory
-		}
-		if _, handed := d.fsys.view.Load().handoffs[rel]; handed {
-			return e, 0
-		}
-		if !m.VisibleEntry(rel, e.Mode&syscall.S_IFMT == syscall.S_IFDIR) {
-			continue
-		}
-		if e.Mode&syscall.S_IFMT == syscall.S_IFLNK && !d.fsys.symlinkVisible(rel) {
-			continue
-		}
-		return e, 0
+		d.entries, d.loaded = entries, true
 	}
+	i := d.pos
+	d.pos++
+	switch {
+	case i == 0:
+		return &fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Off: 1}, 0
+	case i == 1:
+		return &fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Off: 2}, 0
+	case i-2 < uint64(len(d.entries)):
+		e := &d.entries[i-2]
+		mode := e.st.Mode & unix.S_IFMT
+		if e.handoff {
+			mode = syscall.S_IFREG
+		}
+		return &fuse.DirEntry{Name: e.name, Mode: mode, Ino: e.st.Ino, Off: i + 1}, 0
+	}
+	d.pos = i
+	return nil, 0
 }
 
-func (d *filteredDir) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	if s, ok := d.inner.(gofs.FileSeekdirer); ok {
-		return s.Seekdir(ctx, off)
+func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if off == 0 {
+		d.loaded = false // a rewind lists the directory again
 	}
-	return syscall.ENOTSUP
-}
-
-func (d *filteredDir) Releasedir(ctx context.Context, flags uint32) {
-	if r, ok := d.inner.(gofs.FileReleasedirer); ok {
-		r.Releasedir(ctx, flags)
-	}
-}
-
-func (d *filteredDir) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
-	if s, ok := d.inner.(gofs.FileFsyncdirer); ok {
-		return s.Fsyncdir(ctx, flags)
-	}
+	d.pos = off
 	return 0
+}
+
+// Lookup answers the lookups of READDIRPLUS from the listing just read,
+// which was judged entry by entry, instead of resolving each name again.
+func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	d.mu.Lock()
+	var e *dirEntry
+	if d.pos >= 3 && d.pos-3 < uint64(len(d.entries)) && d.entries[d.pos-3].name == name {
+		e = &d.entries[d.pos-3]
+	}
+	d.mu.Unlock()
+	rel := join(d.rel, name)
+	if e == nil || e.handoff || !d.fsys.matcher().VisibleEntry(rel, e.st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+		return d.node.Lookup(ctx, name, out)
+	}
+	d.fsys.fillAttr(rel, &e.st, &out.Attr)
+	return d.node.child(ctx, &e.st), 0
+}
+
+func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+	fd, err := d.fsys.b.open(d.rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer unix.Close(fd)
+	return errnoOf(unix.Fsync(fd))
 }

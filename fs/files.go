@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"syscall"
@@ -18,74 +19,60 @@ import (
 
 // open implements the open row of the contract for every kind of file.
 func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	m := f.matcher()
-	if !m.Visible(rel) {
-		// Reachable only through an inode looked up before the grant
-		// changed, or a file handle.
-		return nil, 0, f.hide(ctx, "open", rel, "hidden by grant")
-	}
 	acc := flags & syscall.O_ACCMODE
 	writing := acc != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
+	o := opOpenRead
 	if writing {
-		if errno := f.checkWrite(ctx, "open", rel); errno != 0 {
-			return nil, 0, errno
-		}
-	} else if !m.Readable(rel) {
-		return nil, 0, f.deny(ctx, ledger.KindDenied, "open", rel, syscall.EACCES, "not readable under the grant")
+		o = opOpenWrite
 	}
-
-	// The protocol files are never opened for writing on the backing
-	// folder: their writes are validated and applied by acpfs.
-	openFlags := flags
-	if managed(rel) {
-		openFlags = syscall.O_RDONLY
-		if rel == EventsFile && flags&syscall.O_TRUNC != 0 {
-			return nil, 0, f.deny(ctx, ledger.KindAppendRejected, "open", rel, syscall.EPERM, "events.jsonl is append-only; O_TRUNC refused")
-		}
-	}
-	fh, _, errno := n.LoopbackNode.Open(ctx, openFlags)
+	t, errno := f.at(ctx, o, rel)
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	lf := fh.(*gofs.LoopbackFile)
-	fd, _ := lf.PassthroughFd()
-
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		lf.Release(ctx)
-		return nil, 0, gofs.ToErrno(err)
+	defer t.close()
+	if t.e.kind != kindFile {
+		// The kernel opens symlinks by following them and directories
+		// through opendir: anything else here is a name whose entry
+		// changed kind since the kernel looked it up.
+		return nil, 0, syscall.ENOENT
 	}
-	// Another name of the same file may be one the grant hides (an
-	// oracle linked into a readable folder); refuse rather than guess.
-	if st.Mode&syscall.S_IFMT == syscall.S_IFREG && st.Nlink > 1 {
-		lf.Release(ctx)
-		return nil, 0, f.deny(ctx, ledger.KindDenied, "open", rel, syscall.EACCES, "hard-linked file: its other names cannot be checked against the grant")
+	if rel == EventsFile && flags&syscall.O_TRUNC != 0 {
+		return nil, 0, f.deny(ctx, ledger.KindAppendRejected, "open", rel, syscall.EPERM, "events.jsonl is append-only; O_TRUNC refused")
 	}
-
+	// The protocol files are never opened for writing on the backing
+	// folder: their writes are validated and applied by acpfs.
+	oflags := int(flags) &^ (unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY)
+	if managed(rel) {
+		oflags = unix.O_RDONLY
+	}
+	fd, err := t.openSame(oflags)
+	if err != nil {
+		return nil, 0, errnoOf(err)
+	}
 	if acc != syscall.O_WRONLY {
 		sha, err := f.contentHash(rel, fd)
 		if err != nil {
-			lf.Release(ctx)
-			return nil, 0, gofs.ToErrno(err)
+			unix.Close(fd)
+			return nil, 0, errnoOf(err)
 		}
 		if errno := f.recordRead(ctx, rel, sha, ""); errno != 0 {
-			lf.Release(ctx)
+			unix.Close(fd)
 			return nil, 0, errno
 		}
 	}
-
-	h := &handle{LoopbackFile: lf, fsys: f, node: n.EmbeddedInode(), rel: rel, audit: f.auditReads}
+	h := f.newHandle(fd, rel, n)
 	switch {
 	case rel == EventsFile:
-		return &eventsFile{handle: h}, fuse.FOPEN_DIRECT_IO, 0
+		return &eventsFile{handle: f.track(h)}, fuse.FOPEN_DIRECT_IO, 0
 	case rel == ProtocolFile:
 		pf := &protocolFile{handle: h}
 		if writing {
 			if errno := pf.load(flags&syscall.O_TRUNC != 0); errno != 0 {
-				lf.Release(ctx)
+				h.Release(ctx)
 				return nil, 0, errno
 			}
 		}
+		f.track(h)
 		return pf, fuse.FOPEN_DIRECT_IO, 0
 	case writing:
 		f.record(ctx, ledger.KindWrite, "open", rel, "", "")
@@ -97,38 +84,49 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 			// each write at the true end of the file, and direct I/O
 			// keeps those bytes out of a page cache indexed by the stale
 			// offset.
-			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, unix.O_APPEND); err != nil {
-				lf.Release(ctx)
-				return nil, 0, gofs.ToErrno(err)
-			}
-			return h, fuse.FOPEN_DIRECT_IO, 0
+			return f.track(h), fuse.FOPEN_DIRECT_IO, 0
 		}
-	case !f.auditReads && !m.Writable(rel):
+		return f.track(h), 0, 0
+	case f.auditReads:
+		return f.track(h), 0, 0
+	case f.passthrough && !f.matcher().Writable(rel):
 		// Read-only for this grant for the life of the inode: the kernel
 		// may read the backing file directly. Mixing passthrough and
 		// regular opens on one inode fails, so files the grant can write
 		// never take this path, even when opened for reading.
 		h.passthrough = true
+		return f.track(h), 0, 0
 	}
-	return h, 0, 0
+	// Served reads, checked one by one, of pages the kernel may keep
+	// between opens: warm reads then cost what the page cache costs. The
+	// watcher drops the pages when the backing file changes, and a grant
+	// change drops them too.
+	return f.track(h), fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // contentHash is the SHA-256 recorded with each read.
 func (f *FS) contentHash(rel string, fd int) (string, error) {
 	if rel == EventsFile {
-		return f.evHash.sum()
+		return f.evHash.sum(fd)
 	}
 	return f.hashes.sum(fd)
 }
 
-// handle is the file handle for every regular file. It embeds the
-// loopback file for the mechanics and overrides each call that could
-// change the file, so that a check cannot be bypassed by a variant
-// (writev, fallocate, ioctl) the loopback also implements.
+// fileHandle is any open regular file of a view.
+type fileHandle interface {
+	gofs.FileHandle
+	base() *handle
+}
+
+// handle is an open regular file. It holds the descriptor the checkpoint
+// opened and implements each file operation explicitly: a method go-fuse
+// adds to its loopback file one day is not inherited, so no call can
+// reach the backing file without passing a check here.
 type handle struct {
-	*gofs.LoopbackFile
+	file        *os.File
+	lf          *gofs.LoopbackFile // locks and seeks on file, nothing else
 	fsys        *FS
-	node        *gofs.Inode
+	node        *node  // nil for handed-over snapshots
 	rel         string // path at open, for records when the node is gone
 	writable    bool
 	passthrough bool
@@ -139,30 +137,90 @@ var (
 	_ gofs.FilePassthroughFder = (*handle)(nil)
 	_ gofs.FileReader          = (*handle)(nil)
 	_ gofs.FileWriter          = (*handle)(nil)
-	_ gofs.FileWritever        = (*handle)(nil)
+	_ gofs.FileFlusher         = (*handle)(nil)
+	_ gofs.FileFsyncer         = (*handle)(nil)
+	_ gofs.FileReleaser        = (*handle)(nil)
+	_ gofs.FileLseeker         = (*handle)(nil)
 	_ gofs.FileAllocater       = (*handle)(nil)
-	_ gofs.FileIoctler         = (*handle)(nil)
+	_ gofs.FileGetlker         = (*handle)(nil)
+	_ gofs.FileSetlker         = (*handle)(nil)
+	_ gofs.FileSetlkwer        = (*handle)(nil)
 )
 
+// newHandle wraps fd, which the caller hands over. The caller sets the
+// handle up, then registers it with FS.track before handing it out.
+func (f *FS) newHandle(fd int, rel string, n *node) *handle {
+	file := os.NewFile(uintptr(fd), rel)
+	return &handle{file: file, lf: gofs.NewLoopbackFileFromOS(file), fsys: f, node: n, rel: rel, audit: f.auditReads}
+}
+
+// track registers a handle, fully set up, so that grant changes reach
+// it, and returns it.
+func (f *FS) track(h *handle) *handle {
+	f.handles.add(h)
+	return h
+}
+
+func (h *handle) base() *handle { return h }
+
+func (h *handle) fd() int { return int(h.file.Fd()) }
+
 func (h *handle) path() string {
-	if p := h.node.Path(nil); p != "" {
-		return p
+	if h.node != nil {
+		if p := h.node.Path(nil); p != "" {
+			return p
+		}
 	}
 	return h.rel
+}
+
+func (h *handle) getattr(out *fuse.AttrOut) syscall.Errno {
+	var st unix.Stat_t
+	if err := unix.Fstat(h.fd(), &st); err != nil {
+		return errnoOf(err)
+	}
+	attrFromStat(&out.Attr, &st)
+	return 0
 }
 
 func (h *handle) PassthroughFd() (int, bool) {
 	if !h.passthrough {
 		return -1, false
 	}
-	return h.LoopbackFile.PassthroughFd()
+	return h.fd(), true
+}
+
+// readable is checked before every read the daemon serves: a grant
+// narrowed or revoked since the open stops the next read.
+func (h *handle) readable(ctx context.Context) syscall.Errno {
+	p := h.path()
+	if h.fsys.matcher().Readable(p) || h.isSnapshotOf(p) {
+		return 0
+	}
+	return h.fsys.deny(ctx, ledger.KindDenied, "read", p, syscall.EACCES, "the grant no longer lets this agent read the file")
+}
+
+func (h *handle) isSnapshotOf(p string) bool {
+	if h.node != nil {
+		return false
+	}
+	_, ok := h.fsys.view.Load().handoffs[p]
+	return ok
 }
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
+	defer h.fsys.guard(ctx, "read", h.rel, &errno)
+	if errno := h.readable(ctx); errno != 0 {
+		return nil, errno
+	}
 	if h.audit {
 		h.fsys.record(ctx, ledger.KindReadRequest, "read", h.path(), "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
 	}
-	return h.LoopbackFile.Read(ctx, dest, off)
+	k, err := unix.Pread(h.fd(), dest, off)
+	if err != nil {
+		return nil, errnoOf(err)
+	}
+	return fuse.ReadResultData(dest[:k]), 0
 }
 
 // writeCheck runs before every data change: the grant may have changed
@@ -171,7 +229,11 @@ func (h *handle) writeCheck(ctx context.Context, op string) syscall.Errno {
 	if !h.writable {
 		return syscall.EBADF
 	}
-	return h.fsys.checkWrite(ctx, op, h.path())
+	p := h.path()
+	if v := checkName(opOpenWrite, p, h.fsys.policy()); v.errno != 0 {
+		return h.fsys.deny(ctx, v.record, op, p, v.errno, v.why)
+	}
+	return 0
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (n uint32, errno syscall.Errno) {
@@ -180,16 +242,22 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (n uint32, e
 	if errno := h.writeCheck(ctx, "write"); errno != 0 {
 		return 0, errno
 	}
-	return h.LoopbackFile.Write(ctx, data, off)
+	var k int
+	var err error
+	if h.fileFlags()&unix.O_APPEND != 0 {
+		k, err = unix.Write(h.fd(), data) // at the true end of the file
+	} else {
+		k, err = unix.Pwrite(h.fd(), data, off)
+	}
+	return uint32(k), errnoOf(err)
 }
 
-func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (n uint32, errno syscall.Errno) {
-	defer h.fsys.guard(ctx, "write", h.rel, &errno)
-	h.fsys.enter("write", h.rel)
-	if errno := h.writeCheck(ctx, "write"); errno != 0 {
-		return 0, errno
+func (h *handle) fileFlags() int {
+	fl, err := unix.FcntlInt(uintptr(h.fd()), unix.F_GETFL, 0)
+	if err != nil {
+		return 0
 	}
-	return h.LoopbackFile.Writev(ctx, data, off)
+	return fl
 }
 
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (errno syscall.Errno) {
@@ -197,14 +265,34 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (e
 	if errno := h.writeCheck(ctx, "fallocate"); errno != 0 {
 		return errno
 	}
-	return h.LoopbackFile.Allocate(ctx, off, size, mode)
+	return errnoOf(unix.Fallocate(h.fd(), mode, int64(off), int64(size)))
 }
 
-// Ioctl is refused: the daemon runs as root, and an ioctl forwarded to
-// the backing file (FS_IOC_SETFLAGS, FICLONE...) would act with its
-// privileges and outside every rule above.
-func (h *handle) Ioctl(ctx context.Context, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
-	return 0, syscall.ENOTTY
+func (h *handle) Flush(ctx context.Context) syscall.Errno { return h.lf.Flush(ctx) }
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return h.lf.Fsync(ctx, flags)
+}
+
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	h.fsys.handles.remove(h)
+	return h.lf.Release(ctx)
+}
+
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	return h.lf.Lseek(ctx, off, whence)
+}
+
+func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	return h.lf.Getlk(ctx, owner, lk, flags, out)
+}
+
+func (h *handle) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return h.lf.Setlk(ctx, owner, lk, flags)
+}
+
+func (h *handle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return h.lf.Setlkw(ctx, owner, lk, flags)
 }
 
 // eventsFile is an open events.jsonl. Reads come from the backing file;
@@ -219,10 +307,6 @@ type eventsFile struct {
 }
 
 func (e *eventsFile) PassthroughFd() (int, bool) { return -1, false }
-
-func (e *eventsFile) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
-	return e.Write(ctx, bytes.Join(data, nil), off)
-}
 
 func (e *eventsFile) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	return e.fsys.deny(ctx, ledger.KindAppendRejected, "fallocate", EventsFile, syscall.EPERM, "events.jsonl is append-only")
@@ -300,7 +384,7 @@ func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
 	if partial {
 		return e.fsys.rejectLine(ctx, syscall.EINVAL, "incomplete line at close: an event must end with a newline")
 	}
-	return e.LoopbackFile.Flush(ctx)
+	return e.handle.Flush(ctx)
 }
 
 // appendLine hands one complete line to the protocol log.
@@ -347,9 +431,9 @@ func (p *protocolFile) load(trunc bool) syscall.Errno {
 		p.dirty = true
 		return 0
 	}
-	b, err := os.ReadFile(p.fsys.abs(ProtocolFile))
+	b, err := io.ReadAll(io.NewSectionReader(fdReader(p.fd()), 0, maxLine))
 	if err != nil {
-		return gofs.ToErrno(err)
+		return errnoOf(err)
 	}
 	p.buf = b
 	return 0
@@ -372,10 +456,6 @@ func (p *protocolFile) Write(ctx context.Context, data []byte, off int64) (uint3
 	return uint32(len(data)), 0
 }
 
-func (p *protocolFile) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
-	return p.Write(ctx, bytes.Join(data, nil), off)
-}
-
 func (p *protocolFile) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	return syscall.EOPNOTSUPP
 }
@@ -393,7 +473,7 @@ func (p *protocolFile) truncate(ctx context.Context, size uint64, out *fuse.Attr
 	}
 	p.dirty = true
 	p.mu.Unlock()
-	if errno := p.LoopbackFile.Getattr(ctx, out); errno != 0 {
+	if errno := p.getattr(out); errno != 0 {
 		return errno
 	}
 	out.Size = size

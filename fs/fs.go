@@ -26,7 +26,6 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
@@ -68,12 +67,22 @@ type Options struct {
 	// Fault, when set, is called at the start of every handler; tests use
 	// it to inject panics. It is never set in production.
 	Fault func(op, rel string)
+	// Passthrough lets the kernel read files the grant can only read
+	// straight from the backing folder. Reads are then near native, but
+	// the daemon never sees them: a descriptor opened before a grant
+	// change that takes the file away keeps reading (measured on Linux
+	// 6.18: not even aborting the connection stops it). The view then
+	// records, at the change, a read that it cannot refuse. Off by
+	// default: every read is served, and checked, by the daemon, and
+	// warm reads come from the kernel's page cache.
+	Passthrough bool
 }
 
 // FS is one per-grant view. Its methods are safe for concurrent use.
 type FS struct {
 	folder     string
-	dev        uint64 // device of the folder, for inoOf
+	b          *backing
+	started    time.Time
 	log        *protocol.Log
 	ledger     *ledger.Writer
 	auditReads bool
@@ -90,11 +99,14 @@ type FS struct {
 	// invalidations have an inode tree to act on.
 	attached atomic.Bool
 	// entryGen counts the name changes (create, remove, rename) the
-	// watcher saw in the folder; see node.stillDir.
-	entryGen atomic.Uint64
-	hashes   hashCache
-	evHash   appendHasher
-	lastErr  atomic.Pointer[string]
+	// watcher saw in the folder; see dirSummary.
+	entryGen    atomic.Uint64
+	sums        summaries
+	handles     handleSet
+	passthrough bool
+	hashes      hashCache
+	evHash      appendHasher
+	lastErr     atomic.Pointer[string]
 
 	// turn is closed and replaced whenever the protocol state may have
 	// changed, waking readers of .acpfs/wait.
@@ -116,35 +128,41 @@ func New(opts Options) (*FS, error) {
 	if opts.Log == nil || opts.Ledger == nil || opts.Grant == nil {
 		return nil, errors.New("fs: Log, Ledger and Grant are required")
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(opts.Folder, &st); err != nil {
-		return nil, fmt.Errorf("stat folder: %w", err)
-	}
-	f := &FS{
-		folder:     opts.Folder,
-		log:        opts.Log,
-		ledger:     opts.Ledger,
-		auditReads: opts.AuditReads,
-		fault:      opts.Fault,
-		hidden:     opts.Hidden,
-		turn:       make(chan struct{}),
-	}
-	f.evHash.path = filepath.Join(opts.Folder, EventsFile)
-	f.dev = uint64(st.Dev)
-	if err := f.SetGrant(opts.Grant, opts.Handoffs); err != nil {
+	b, err := openBacking(opts.Folder)
+	if err != nil {
 		return nil, err
 	}
-	lr := &gofs.LoopbackRoot{Path: opts.Folder, Dev: uint64(st.Dev)}
-	f.root = &node{LoopbackNode: &gofs.LoopbackNode{RootData: lr}, fsys: f}
-	lr.RootNode = f.root
+	f := &FS{
+		folder:      opts.Folder,
+		b:           b,
+		started:     time.Now(),
+		passthrough: opts.Passthrough,
+		log:         opts.Log,
+		ledger:      opts.Ledger,
+		auditReads:  opts.AuditReads,
+		fault:       opts.Fault,
+		hidden:      opts.Hidden,
+		turn:        make(chan struct{}),
+	}
+	if err := f.SetGrant(opts.Grant, opts.Handoffs); err != nil {
+		b.root.Close()
+		return nil, err
+	}
+	f.root = &node{fsys: f}
 	return f, nil
 }
 
 // Root is the node to mount.
 func (f *FS) Root() gofs.InodeEmbedder { return f.root }
 
+// Close releases the folder descriptor once the view is unmounted.
+func (f *FS) Close() error { return f.b.root.Close() }
+
 // Folder is the backing folder.
 func (f *FS) Folder() string { return f.folder }
+
+// Handoffs returns the handed-over artifacts shown in place of live files.
+func (f *FS) Handoffs() map[string]string { return f.view.Load().handoffs }
 
 // Grant returns the grant in force.
 func (f *FS) Grant() *grants.Grant { return f.view.Load().grant }
@@ -158,6 +176,7 @@ func (f *FS) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 		return fmt.Errorf("compile grant %s: %w", g.GrantID, err)
 	}
 	old := f.view.Swap(&view{grant: g, matcher: m, handoffs: handoffs})
+	f.reachOpenFiles(g, m)
 	if f.attached.Load() {
 		f.invalidateHidden(f.root.EmbeddedInode(), "")
 		// A path handed over (or no longer) changes from the live file to
@@ -286,12 +305,10 @@ func (f *FS) matcher() *grants.Matcher { return f.view.Load().matcher }
 
 func (f *FS) participant() string { return f.view.Load().grant.ParticipantID() }
 
-// frozen reports whether rel is a frozen deliverable.
-//
-// A frozen file is recognised by its path, by its inode (a hard link made
-// before the freeze is another way to write the same bytes) and as the
-// content of a directory being renamed or removed (moving the directory
-// would move the deliverable out from under its path).
+// frozen reports whether rel is a frozen deliverable or a directory
+// holding one (moving or removing the directory would move the
+// deliverable out from under its path). Hard links, the other way to
+// reach a frozen file's bytes, are never shown in a view.
 func (f *FS) frozen(rel string) bool {
 	if err := f.log.Refresh(); err != nil {
 		slog.Warn("protocol refresh failed", "err", err)
@@ -303,39 +320,22 @@ func (f *FS) frozen(rel string) bool {
 	if _, ok := frozen[rel]; ok {
 		return true
 	}
-	var st unix.Stat_t
-	haveStat := unix.Lstat(f.abs(rel), &st) == nil
 	for p := range frozen {
 		if rel == "" || strings.HasPrefix(p, rel+"/") {
-			return true
-		}
-		if !haveStat || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink < 2 {
-			continue
-		}
-		fp := p
-		if !filepath.IsAbs(fp) {
-			fp = f.abs(p)
-		}
-		var fst unix.Stat_t
-		if unix.Stat(fp, &fst) == nil && fst.Dev == st.Dev && fst.Ino == st.Ino {
 			return true
 		}
 	}
 	return false
 }
 
-// inoOf is the inode number go-fuse's loopback gives a backing file: the
-// backing inode mixed with its device, so that a folder spanning several
-// filesystems keeps numbers unique.
-func (f *FS) inoOf(st *syscall.Stat_t) uint64 {
-	swap := func(x uint64) uint64 { return x<<32 | x>>32 }
-	return (swap(uint64(st.Dev)) ^ swap(f.dev)) ^ st.Ino
+// policy is the policy input of the grant in force.
+func (f *FS) policy() policy {
+	v := f.view.Load()
+	return policy{m: v.matcher, handoffs: v.handoffs, frozen: f.frozen}
 }
 
 // managed reports whether rel is a protocol file that only acpfs writes.
 func managed(rel string) bool { return rel == EventsFile || rel == ProtocolFile }
-
-func (f *FS) abs(rel string) string { return filepath.Join(f.folder, rel) }
 
 func join(dir, name string) string {
 	if dir == "" {
@@ -394,4 +394,62 @@ func cleanSymlinkTarget(rel, target string) (string, bool) {
 		}
 	}
 	return strings.Join(out, "/"), true
+}
+
+// handleSet is the set of open file handles of a view, so that a grant
+// change reaches descriptors opened under the previous grant.
+type handleSet struct {
+	mu sync.Mutex
+	m  map[*handle]struct{}
+}
+
+func (s *handleSet) add(h *handle) {
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = make(map[*handle]struct{})
+	}
+	s.m[h] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *handleSet) remove(h *handle) {
+	s.mu.Lock()
+	delete(s.m, h)
+	s.mu.Unlock()
+}
+
+func (s *handleSet) list() []*handle {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*handle, 0, len(s.m))
+	for h := range s.m {
+		out = append(out, h)
+	}
+	return out
+}
+
+// reachOpenFiles applies a new grant to the files already open. Reads
+// the daemon serves check the grant each time (handle.readable), but the
+// kernel may hold their pages: those are dropped, so that the next read
+// and the next fault of a mapping reach the check. Reads of a
+// passthrough descriptor never reach the daemon: the view cannot stop
+// them, so it records them now, as reads of whatever the file will hold.
+func (f *FS) reachOpenFiles(g *grants.Grant, m *grants.Matcher) {
+	for _, h := range f.handles.list() {
+		p := h.path()
+		if m.Readable(p) || h.isSnapshotOf(p) {
+			continue
+		}
+		if h.passthrough {
+			r := ledger.Record{Kind: ledger.KindRead, Agent: g.AgentID, Grant: g.GrantID, Path: p, Op: "passthrough",
+				Detail: "descriptor opened under an earlier grant: its later reads cannot be refused or seen"}
+			if _, err := f.ledger.Append(r); err != nil {
+				slog.Error("ledger append failed", "kind", r.Kind, "path", p, "err", err)
+			}
+			continue
+		}
+		if f.attached.Load() && h.node != nil {
+			h.node.NotifyContent(0, 0)
+		}
+	}
 }

@@ -42,10 +42,18 @@ func sum(b []byte) string {
 
 func TestAppendHasherFollowsGrowthAndRestartsOnShrink(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "events.jsonl")
-	a := appendHasher{path: p}
+	var a appendHasher
 	content := []byte("line 1\n")
 	require.NoError(t, os.WriteFile(p, content, 0o644))
-	got, err := a.sum()
+	sumFile := func() (string, error) {
+		f, err := os.Open(p)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		return a.sum(int(f.Fd()))
+	}
+	got, err := sumFile()
 	require.NoError(t, err)
 	assert.Equal(t, sum(content), got)
 
@@ -55,13 +63,13 @@ func TestAppendHasherFollowsGrowthAndRestartsOnShrink(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	content = append(content, "line 2\n"...)
-	got, err = a.sum()
+	got, err = sumFile()
 	require.NoError(t, err)
 	assert.Equal(t, sum(content), got)
 	assert.Equal(t, int64(len(content)), a.off, "only new bytes are hashed")
 
 	require.NoError(t, os.WriteFile(p, []byte("x\n"), 0o644))
-	got, err = a.sum()
+	got, err = sumFile()
 	require.NoError(t, err)
 	assert.Equal(t, sum([]byte("x\n")), got)
 }

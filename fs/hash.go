@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"os"
 	"sync"
 	"syscall"
 )
@@ -68,31 +67,27 @@ func (c *hashCache) sum(fd int) (string, error) {
 // the whole file at O(new bytes): an open at event 100,000 costs what an
 // open at event 10 costs.
 type appendHasher struct {
-	path string
-	mu   sync.Mutex
-	h    hash.Hash
-	off  int64
+	mu       sync.Mutex
+	h        hash.Hash
+	dev, ino uint64
+	off      int64
 }
 
-func (a *appendHasher) sum() (string, error) {
+// sum hashes the open events.jsonl fd.
+func (a *appendHasher) sum(fd int) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	f, err := os.Open(a.path)
-	if err != nil {
-		return "", err
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return "", fmt.Errorf("fstat: %w", err)
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return "", err
+	if a.h == nil || st.Size < a.off || uint64(st.Dev) != a.dev || st.Ino != a.ino {
+		// First use, or the file was replaced or shrank (only possible
+		// by hand on the backing folder): start over.
+		a.h, a.off, a.dev, a.ino = sha256.New(), 0, uint64(st.Dev), st.Ino
 	}
-	if a.h == nil || st.Size() < a.off {
-		// First use, or the file shrank (only possible by hand on the
-		// backing folder): start over.
-		a.h, a.off = sha256.New(), 0
-	}
-	if st.Size() > a.off {
-		n, err := io.Copy(a.h, io.NewSectionReader(f, a.off, st.Size()-a.off))
+	if st.Size > a.off {
+		n, err := io.Copy(a.h, io.NewSectionReader(fdReader(fd), a.off, st.Size-a.off))
 		a.off += n
 		if err != nil {
 			return "", err

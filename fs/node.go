@@ -2,8 +2,6 @@ package fs
 
 import (
 	"context"
-	"hash/fnv"
-	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -13,28 +11,30 @@ import (
 	"github.com/acpfs/acpfs/ledger"
 )
 
-// node is a loopback node that asks the grant and the protocol before
-// every operation. It embeds the go-fuse loopback for the mechanics and
-// overrides every operation that takes or reveals a name.
+// node is one file or directory of a view. It holds no descriptor and no
+// backing identity of its own: every operation passes the checkpoint
+// (FS.at) with the node's current path in the view, which resolves the
+// path strictly beneath the folder root and judges the op there. A node
+// whose backing path was swapped, removed or turned into a symlink on
+// disk therefore reaches nothing the grant does not show under that
+// path.
 type node struct {
-	*gofs.LoopbackNode
+	gofs.Inode
 	fsys *FS
-	// checked is 1 + the FS's entry generation at which this directory
-	// was last found to be itself on disk (see stillDir).
-	checked atomic.Uint64
 }
 
-// Compile-time checks: each interface below is one row of the
-// filesystem contract, and losing an override would silently fall back
-// to the unchecked loopback.
+// Compile-time checks: the operations a view implements. Anything not
+// listed is answered by go-fuse's defaults (ENOTSUP / ENOSYS), which
+// never touch the backing folder; in particular there is no Statx (the
+// kernel falls back to Getattr), no CopyFileRange (it falls back to read
+// and write, which pass the handle checks) and no Tmpfile (an unnamed
+// file has no path to judge).
 var (
-	_ gofs.NodeWrapChilder    = (*node)(nil)
 	_ gofs.NodeLookuper       = (*node)(nil)
 	_ gofs.NodeGetattrer      = (*node)(nil)
 	_ gofs.NodeSetattrer      = (*node)(nil)
 	_ gofs.NodeOpener         = (*node)(nil)
 	_ gofs.NodeOpendirHandler = (*node)(nil)
-	_ gofs.NodeReaddirer      = (*node)(nil)
 	_ gofs.NodeCreater        = (*node)(nil)
 	_ gofs.NodeMkdirer        = (*node)(nil)
 	_ gofs.NodeMknoder        = (*node)(nil)
@@ -48,20 +48,9 @@ var (
 	_ gofs.NodeListxattrer    = (*node)(nil)
 	_ gofs.NodeSetxattrer     = (*node)(nil)
 	_ gofs.NodeRemovexattrer  = (*node)(nil)
-	_ gofs.NodeCopyFileRanger = (*node)(nil)
-	_ gofs.NodeStatxer        = (*node)(nil)
+	_ gofs.NodeStatfser       = (*node)(nil)
 	_ gofs.NodeOnAdder        = (*node)(nil)
-	_ gofs.NodeTmpfiler       = (*node)(nil)
 )
-
-// WrapChild makes every node the loopback creates one of ours. Nodes of
-// other types (the control directory, handoff snapshots) pass unchanged.
-func (n *node) WrapChild(ctx context.Context, ops gofs.InodeEmbedder) gofs.InodeEmbedder {
-	if lb, ok := ops.(*gofs.LoopbackNode); ok {
-		return &node{LoopbackNode: lb, fsys: n.fsys}
-	}
-	return ops
-}
 
 // OnAdd marks the view as attached when go-fuse adopts the root.
 func (n *node) OnAdd(ctx context.Context) {
@@ -73,144 +62,59 @@ func (n *node) OnAdd(ctx context.Context) {
 // rel is the node's path relative to the folder root ("" for the root).
 func (n *node) rel() string { return n.Path(nil) }
 
+// child makes (or finds) the inode for a backing entry. Inodes are keyed
+// by the backing inode number, so a rename through the view keeps the
+// kernel's node; hard-linked files, the one case where two names would
+// share a node, never reach here.
+func (n *node) child(ctx context.Context, st *unix.Stat_t) *gofs.Inode {
+	id := gofs.StableAttr{Mode: st.Mode & unix.S_IFMT, Ino: st.Ino}
+	return n.NewInode(ctx, &node{fsys: n.fsys}, id)
+}
+
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
 	dir := n.rel()
 	rel := join(dir, name)
 	defer n.fsys.guard(ctx, "lookup", rel, &errno)
 	n.fsys.enter("lookup", rel)
+	f := n.fsys
 	if rel == ControlDir {
-		return n.fsys.controlDir(ctx, n.EmbeddedInode(), out), 0
+		return f.controlDir(ctx, n.EmbeddedInode(), out), 0
 	}
 	// An artifact handed to this agent is shown as handed over, even
 	// where its grant would not show the live file.
-	if snap, ok := n.fsys.view.Load().handoffs[rel]; ok {
-		return n.fsys.snapshotNode(ctx, n.EmbeddedInode(), rel, snap, out)
+	if snap, ok := f.view.Load().handoffs[rel]; ok {
+		return f.snapshotNode(ctx, n.EmbeddedInode(), rel, snap, out)
 	}
-	if !n.stillDir(dir) {
-		return nil, syscall.ENOENT
-	}
-	m := n.fsys.matcher()
-	if !m.Visible(rel) {
-		var st unix.Stat_t
-		if unix.Lstat(n.fsys.abs(rel), &st) == nil {
-			return nil, n.fsys.hide(ctx, "lookup", rel, "hidden by grant")
-		}
-		return nil, syscall.ENOENT
-	}
-	ch, errno = n.LoopbackNode.Lookup(ctx, name, out)
+	t, errno := f.at(ctx, opLookup, rel)
 	if errno != 0 {
 		return nil, errno
 	}
-	hideDirLinks(&out.Attr)
-	switch mode := out.Attr.Mode & syscall.S_IFMT; {
-	case mode == syscall.S_IFLNK && !n.fsys.symlinkVisible(rel):
-		return nil, n.fsys.hide(ctx, "lookup", rel, "symlink target hidden or outside the folder")
-	case !m.VisibleEntry(rel, mode == syscall.S_IFDIR):
-		// Visible only as the way to something readable, but it is not
-		// a directory, so nothing can lie below it.
-		return nil, n.fsys.hide(ctx, "lookup", rel, "hidden by grant")
-	case mode == syscall.S_IFREG && out.Attr.Nlink > 1:
-		// go-fuse keeps one node per inode and names it by the last path
-		// it saw; a hard-linked file gets one node per name instead, so
-		// that every refusal is judged and recorded under the name used.
-		id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: nameIno(rel), Gen: 1}
-		out.Attr.Ino = id.Ino
-		return n.NewInode(ctx, &gofs.LoopbackNode{RootData: n.RootData}, id), 0
-	}
-	return ch, 0
-}
-
-// nameIno is a node number for one name of a hard-linked file: a hash of
-// the path with the top bit set, far from the numbers backing inodes use.
-func nameIno(rel string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(rel))
-	return h.Sum64() | nameInoBit
-}
-
-// nameInoBit marks the node numbers of nameIno. Such a node has no inode
-// of its own to compare in current; every change through it is refused
-// anyway, as for any hard-linked file.
-const nameInoBit = 1 << 63
-
-// symlinkVisible reports whether the symlink at rel points at a visible
-// path inside the folder. The kernel follows symlinks itself, so a link
-// to an absolute path would lead out of the mount: such links are hidden.
-func (f *FS) symlinkVisible(rel string) bool {
-	buf := make([]byte, 4096)
-	k, err := unix.Readlink(f.abs(rel), buf)
-	if err != nil {
-		return false
-	}
-	target, ok := cleanSymlinkTarget(rel, string(buf[:k]))
-	return ok && (target == "" || f.matcher().Visible(target))
+	defer t.close()
+	f.fillAttr(rel, &t.e.st, &out.Attr)
+	return n.child(ctx, &t.e.st), 0
 }
 
 func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) (errno syscall.Errno) {
 	rel := n.rel()
 	defer n.fsys.guard(ctx, "getattr", rel, &errno)
 	n.fsys.enter("getattr", rel)
-	if rel != "" && !n.fsys.matcher().Visible(rel) {
-		return syscall.ENOENT
-	}
-	if fh != nil {
-		errno = n.LoopbackNode.Getattr(ctx, fh, out)
-	} else {
-		var st syscall.Stat_t
-		if st, errno = n.current(rel); errno == 0 {
-			out.FromStat(&st)
+	f := n.fsys
+	if h, ok := fh.(fileHandle); ok {
+		// The open file itself, whatever its name has become since. Its
+		// attributes are refused, like its reads, once the grant no
+		// longer lets the agent read it.
+		if errno := h.base().readable(ctx); errno != 0 {
+			return errno
 		}
+		return h.base().getattr(out)
 	}
-	hideDirLinks(&out.Attr)
-	return errno
-}
-
-// stillDir is current for a directory about to be searched, checked once
-// per entry generation: the backing path of a directory can only start
-// leading elsewhere through a rename, removal or creation in the folder,
-// each of which the watcher reports and counts, so a listing of a quiet
-// tree pays one lstat per directory rather than one per name.
-func (n *node) stillDir(rel string) bool {
-	gen := n.fsys.entryGen.Load() + 1
-	if n.checked.Load() == gen {
-		return true
+	t, errno := f.at(ctx, opGetattr, rel)
+	if errno != 0 {
+		return errno
 	}
-	if _, errno := n.current(rel); errno != 0 {
-		return false
-	}
-	n.checked.Store(gen)
-	return true
-}
-
-// current lstats the node's backing path and checks that it still leads
-// to the node's own inode. Path-based calls resolve every component
-// again; if a directory on the way was swapped on disk (for a symlink to
-// a hidden directory, say), the path now leads somewhere the grant never
-// judged, and the node is treated as gone.
-func (n *node) current(rel string) (syscall.Stat_t, syscall.Errno) {
-	var st syscall.Stat_t
-	stat := syscall.Lstat
-	if rel == "" {
-		// The folder itself may be reached through a symlink (acpfs run
-		// serves it from /proc/self/fd/N).
-		stat = syscall.Stat
-	}
-	if err := stat(n.fsys.abs(rel), &st); err != nil {
-		return st, gofs.ToErrno(err)
-	}
-	if ino := n.StableAttr().Ino; !n.IsRoot() && ino&nameInoBit == 0 && n.fsys.inoOf(&st) != ino {
-		return st, syscall.ENOENT
-	}
-	return st, 0
-}
-
-// hideDirLinks reports a directory's link count as 1, "unknown" to tools
-// such as find: the real count is 2 plus the number of subdirectories,
-// hidden ones included.
-func hideDirLinks(a *fuse.Attr) {
-	if a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-		a.Nlink = 1
-	}
+	defer t.close()
+	f.fillAttr(rel, &t.e.st, &out.Attr)
+	return 0
 }
 
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) (errno syscall.Errno) {
@@ -218,67 +122,127 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	defer n.fsys.guard(ctx, "setattr", rel, &errno)
 	n.fsys.enter("setattr", rel)
 	f := n.fsys
-	if errno := f.checkWrite(ctx, "setattr", rel); errno != 0 {
-		return errno
-	}
-	_, sizeSet := in.GetSize()
+	size, sizeSet := in.GetSize()
 	_, modeSet := in.GetMode()
 	_, uidSet := in.GetUID()
 	_, gidSet := in.GetGID()
-	switch rel {
-	case EventsFile:
-		return f.deny(ctx, ledger.KindAppendRejected, "setattr", rel, syscall.EPERM, "events.jsonl is append-only and maintained by acpfs")
-	case ProtocolFile:
-		if pf, ok := fh.(*protocolFile); ok && sizeSet && !modeSet && !uidSet && !gidSet {
-			sz, _ := in.GetSize()
-			return pf.truncate(ctx, sz, out)
-		}
-		return f.deny(ctx, ledger.KindDenied, "setattr", rel, syscall.EPERM, "protocol.json is maintained by acpfs")
+	if pf, ok := fh.(*protocolFile); ok && rel == ProtocolFile && sizeSet && !modeSet && !uidSet && !gidSet {
+		// ftruncate of a protocol.json rewrite in progress: judged
+		// with the rest of the rewrite at close.
+		return pf.truncate(ctx, size, out)
 	}
+	o := opSetattr
 	if sizeSet {
-		f.record(ctx, ledger.KindWrite, "truncate", rel, "", "")
+		o = opTruncate
 	}
-	return n.LoopbackNode.Setattr(ctx, fh, in, out)
-}
-
-// checkName applies the write rules common to every mutating operation:
-// the grant must allow writing the name, and it must not be a handed-over
-// artifact or a frozen deliverable (or a directory holding one).
-func (f *FS) checkName(ctx context.Context, op, rel string) syscall.Errno {
-	switch {
-	case rel == "":
-		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "the folder root cannot be changed")
-	case rel == ControlDir:
-		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, ".acpfs is reserved")
-	case !f.matcher().Writable(rel):
-		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "not writable under the grant")
-	}
-	if _, ok := f.view.Load().handoffs[rel]; ok {
-		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "a handed-over artifact is read-only")
-	}
-	if f.frozen(rel) {
-		return f.deny(ctx, ledger.KindFrozenRefused, op, rel, syscall.EROFS, "frozen deliverable")
-	}
-	return 0
-}
-
-// checkWrite applies checkName and refuses changes to the content or the
-// metadata of a hard-linked file, whose other names may be hidden.
-// Removing or renaming one name stays possible.
-func (f *FS) checkWrite(ctx context.Context, op, rel string) syscall.Errno {
-	if errno := f.checkName(ctx, op, rel); errno != 0 {
+	t, errno := f.at(ctx, o, rel)
+	if errno != 0 {
 		return errno
 	}
-	if f.hardLinked(rel) {
-		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "hard-linked file: its other names cannot be checked against the grant")
+	defer t.close()
+	if sizeSet {
+		f.record(ctx, ledger.KindWrite, "truncate", rel, "", "")
+	} else {
+		f.record(ctx, ledger.KindWrite, "setattr", rel, "", "")
 	}
+	// The descriptor to act on: the open file when the kernel names one,
+	// else the entry the checkpoint judged, opened relative to its
+	// parent and checked to be that same entry.
+	fd := -1
+	if h, ok := fh.(fileHandle); ok {
+		fd = h.base().fd()
+	} else if t.e.kind == kindFile {
+		flags := unix.O_RDONLY
+		if sizeSet {
+			flags = unix.O_WRONLY
+		}
+		ofd, err := t.openSame(flags | unix.O_NONBLOCK)
+		if err != nil {
+			return errnoOf(err)
+		}
+		defer unix.Close(ofd)
+		fd = ofd
+	}
+	if errno := setattr(fd, t.d, in); errno != 0 {
+		return errno
+	}
+	st, err := t.restat(fd)
+	if err != nil {
+		return errnoOf(err)
+	}
+	f.fillAttr(rel, &st, &out.Attr)
 	return 0
 }
 
-// hardLinked reports whether rel is a regular file with several names.
-func (f *FS) hardLinked(rel string) bool {
-	var st unix.Stat_t
-	return unix.Lstat(f.abs(rel), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1
+// setattr applies in to the descriptor fd, or when fd is -1 (a directory
+// or a symlink) to the name in d without following it.
+func setattr(fd int, d dir, in *fuse.SetAttrIn) syscall.Errno {
+	if mode, ok := in.GetMode(); ok {
+		var err error
+		if fd >= 0 {
+			err = unix.Fchmod(fd, mode&0o7777)
+		} else {
+			err = unix.Fchmodat(d.fd, d.name, mode&0o7777, unix.AT_SYMLINK_NOFOLLOW)
+		}
+		if err != nil {
+			return errnoOf(err)
+		}
+	}
+	uid, uidSet := in.GetUID()
+	gid, gidSet := in.GetGID()
+	if uidSet || gidSet {
+		u, g := -1, -1
+		if uidSet {
+			u = int(uid)
+		}
+		if gidSet {
+			g = int(gid)
+		}
+		var err error
+		if fd >= 0 {
+			err = unix.Fchown(fd, u, g)
+		} else {
+			err = unix.Fchownat(d.fd, d.name, u, g, unix.AT_SYMLINK_NOFOLLOW)
+		}
+		if err != nil {
+			return errnoOf(err)
+		}
+	}
+	if size, ok := in.GetSize(); ok {
+		if fd < 0 {
+			return syscall.EISDIR
+		}
+		if err := unix.Ftruncate(fd, int64(size)); err != nil {
+			return errnoOf(err)
+		}
+	}
+	atime, aok := in.GetATime()
+	mtime, mok := in.GetMTime()
+	if aok || mok {
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+		if aok {
+			ts[0] = unix.NsecToTimespec(atime.UnixNano())
+			if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+				ts[0] = unix.Timespec{Nsec: unix.UTIME_NOW}
+			}
+		}
+		if mok {
+			ts[1] = unix.NsecToTimespec(mtime.UnixNano())
+			if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+				ts[1] = unix.Timespec{Nsec: unix.UTIME_NOW}
+			}
+		}
+		var err error
+		if fd >= 0 {
+			err = unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH)
+		} else {
+			err = unix.UtimesNanoAt(d.fd, d.name, ts, unix.AT_SYMLINK_NOFOLLOW)
+		}
+		if err != nil {
+			return errnoOf(err)
+		}
+	}
+	return 0
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
@@ -292,29 +256,18 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHan
 	rel := n.rel()
 	defer n.fsys.guard(ctx, "opendir", rel, &errno)
 	n.fsys.enter("opendir", rel)
-	if rel != "" && !n.fsys.matcher().Visible(rel) {
-		return nil, 0, syscall.ENOENT
-	}
-	if _, errno := n.current(rel); errno != 0 {
-		return nil, 0, errno
-	}
-	inner, flags2, errno := n.LoopbackNode.OpendirHandle(ctx, flags)
+	t, errno := n.fsys.at(ctx, opReaddir, rel)
 	if errno != 0 {
 		return nil, 0, errno
 	}
+	t.close()
+	if t.e.kind != kindDir {
+		return nil, 0, syscall.ENOTDIR
+	}
 	if err := n.fsys.record(ctx, ledger.KindList, "readdir", rel, "", ""); err != nil {
-		if r, ok := inner.(gofs.FileReleasedirer); ok {
-			r.Releasedir(ctx, 0)
-		}
 		return nil, 0, syscall.EIO
 	}
-	return &filteredDir{inner: inner, dir: rel, fsys: n.fsys}, flags2, 0
-}
-
-// Readdir is only used by go-fuse when OpendirHandle is absent; it is
-// overridden so that an unfiltered listing can never be produced.
-func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	return nil, syscall.ENOTSUP
+	return &dirHandle{fsys: n.fsys, node: n, rel: rel}, 0, 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (ch *gofs.Inode, fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
@@ -322,68 +275,121 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	defer n.fsys.guard(ctx, "create", rel, &errno)
 	n.fsys.enter("create", rel)
 	f := n.fsys
-	if errno := f.checkName(ctx, "create", rel); errno != 0 {
-		return nil, nil, 0, errno
-	}
-	if managed(rel) {
-		return nil, nil, 0, f.deny(ctx, ledger.KindDenied, "create", rel, syscall.EPERM, "protocol files are created by acpfs init")
-	}
-	ch, lf, fuseFlags, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	t, errno := f.at(ctx, opCreate, rel)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
+	defer t.close()
 	f.record(ctx, ledger.KindWrite, "create", rel, "", "")
-	return ch, &handle{LoopbackFile: lf.(*gofs.LoopbackFile), fsys: f, node: ch, rel: rel, writable: true, audit: f.auditReads}, fuseFlags, 0
+	// O_EXCL always: the name was judged free, and if anyone took it
+	// since, the new file must not be opened in its place.
+	oflags := int(flags)&^(unix.O_TRUNC|unix.O_EXCL|unix.O_CREAT|unix.O_NOCTTY) | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat(t.d.fd, t.d.name, oflags, mode&0o7777)
+	if err != nil {
+		return nil, nil, 0, errnoOf(err)
+	}
+	f.chownToCaller(ctx, fd, t.d)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, nil, 0, errnoOf(err)
+	}
+	f.fillAttr(rel, &st, &out.Attr)
+	ch = n.child(ctx, &st)
+	cn, _ := ch.Operations().(*node)
+	h := f.newHandle(fd, rel, cn)
+	h.writable = true
+	return ch, f.track(h), 0, 0
+}
+
+// chownToCaller gives a new entry to the caller, as a local filesystem
+// would, instead of to the daemon (root).
+func (f *FS) chownToCaller(ctx context.Context, fd int, d dir) {
+	c, ok := fuse.FromContext(ctx)
+	if !ok || unix.Geteuid() != 0 {
+		return
+	}
+	if fd >= 0 {
+		unix.Fchown(fd, int(c.Uid), int(c.Gid))
+		return
+	}
+	unix.Fchownat(d.fd, d.name, int(c.Uid), int(c.Gid), unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// made finishes an operation that made a new name in t.d: the caller
+// owns it and the kernel learns its attributes.
+func (n *node) made(ctx context.Context, t *target, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	n.fsys.chownToCaller(ctx, -1, t.d)
+	var st unix.Stat_t
+	if err := unix.Fstatat(t.d.fd, t.d.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, errnoOf(err)
+	}
+	n.fsys.fillAttr(t.rel, &st, &out.Attr)
+	return n.child(ctx, &st), 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
 	rel := join(n.rel(), name)
 	defer n.fsys.guard(ctx, "mkdir", rel, &errno)
 	n.fsys.enter("mkdir", rel)
-	if errno := n.fsys.checkName(ctx, "mkdir", rel); errno != 0 {
+	t, errno := n.fsys.at(ctx, opMkdir, rel)
+	if errno != 0 {
 		return nil, errno
 	}
+	defer t.close()
 	n.fsys.record(ctx, ledger.KindWrite, "mkdir", rel, "", "")
-	return n.LoopbackNode.Mkdir(ctx, name, mode, out)
+	if err := unix.Mkdirat(t.d.fd, t.d.name, mode&0o7777); err != nil {
+		return nil, errnoOf(err)
+	}
+	return n.made(ctx, t, out)
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
 	rel := join(n.rel(), name)
 	defer n.fsys.guard(ctx, "mknod", rel, &errno)
 	n.fsys.enter("mknod", rel)
-	if errno := n.fsys.checkName(ctx, "mknod", rel); errno != 0 {
+	t, errno := n.fsys.at(ctx, opMknod, rel)
+	if errno != 0 {
 		return nil, errno
 	}
+	defer t.close()
 	if mode&syscall.S_IFMT != syscall.S_IFREG {
 		return nil, n.fsys.deny(ctx, ledger.KindDenied, "mknod", rel, syscall.EPERM, "only regular files may be created")
 	}
 	n.fsys.record(ctx, ledger.KindWrite, "mknod", rel, "", "")
-	return n.LoopbackNode.Mknod(ctx, name, mode, rdev, out)
+	if err := unix.Mknodat(t.d.fd, t.d.name, mode, 0); err != nil {
+		return nil, errnoOf(err)
+	}
+	return n.made(ctx, t, out)
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) (errno syscall.Errno) {
 	rel := join(n.rel(), name)
 	defer n.fsys.guard(ctx, "rmdir", rel, &errno)
 	n.fsys.enter("rmdir", rel)
-	if errno := n.fsys.checkName(ctx, "rmdir", rel); errno != 0 {
+	t, errno := n.fsys.at(ctx, opRmdir, rel)
+	if errno != 0 {
 		return errno
 	}
+	defer t.close()
 	n.fsys.record(ctx, ledger.KindWrite, "rmdir", rel, "", "")
-	return n.LoopbackNode.Rmdir(ctx, name)
+	return errnoOf(unix.Unlinkat(t.d.fd, t.d.name, unix.AT_REMOVEDIR))
 }
 
 func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
 	rel := join(n.rel(), name)
 	defer n.fsys.guard(ctx, "unlink", rel, &errno)
 	n.fsys.enter("unlink", rel)
-	if errno := n.fsys.checkName(ctx, "unlink", rel); errno != 0 {
+	t, errno := n.fsys.at(ctx, opUnlink, rel)
+	if errno != 0 {
 		return errno
 	}
-	if managed(rel) {
-		return n.fsys.deny(ctx, ledger.KindDenied, "unlink", rel, syscall.EPERM, "protocol files cannot be removed")
+	defer t.close()
+	if t.e.kind == kindDir {
+		return syscall.EISDIR
 	}
 	n.fsys.record(ctx, ledger.KindWrite, "unlink", rel, "", "")
-	return n.LoopbackNode.Unlink(ctx, name)
+	return errnoOf(unix.Unlinkat(t.d.fd, t.d.name, 0))
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) (errno syscall.Errno) {
@@ -392,34 +398,40 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	defer n.fsys.guard(ctx, "rename", from, &errno)
 	n.fsys.enter("rename", from)
 	f := n.fsys
-	// Both names are checked: renaming onto a hidden or frozen name
-	// would otherwise replace a file the agent may not touch.
-	if errno := f.checkName(ctx, "rename", from); errno != 0 {
+	src, errno := f.at(ctx, opRenameFrom, from)
+	if errno != 0 {
 		return errno
 	}
-	if errno := f.checkName(ctx, "rename", to); errno != 0 {
+	defer src.close()
+	// Both names are judged: renaming onto a hidden, frozen or managed
+	// name would otherwise replace a file the agent may not touch. An
+	// exchange moves the target too, so it must be changeable as well.
+	dstOp := opRenameTo
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		dstOp = opRenameFrom
+	}
+	dst, errno := f.at(ctx, dstOp, to)
+	if errno != 0 {
 		return errno
 	}
-	if managed(from) || managed(to) {
-		return f.deny(ctx, ledger.KindDenied, "rename", from, syscall.EPERM, "protocol files cannot be renamed or replaced")
-	}
+	defer dst.close()
 	f.record(ctx, ledger.KindWrite, "rename", from, "", "to "+to)
-	return n.LoopbackNode.Rename(ctx, name, newParent, newName, flags)
+	return errnoOf(unix.Renameat2(src.d.fd, src.d.name, dst.d.fd, dst.d.name, uint(flags)))
 }
 
-// Link is refused: go-fuse keeps one node per inode and names it by the
-// last path it saw, and the other names of a hard-linked file may be
-// ones the grant hides, so no check on a hard-linked file could be
-// trusted. Hard-linked files are refused at open for the same reason.
+// Link is refused: every name of a hard-linked file shares its content
+// and attributes, and the other names may be ones the grant hides. Such
+// files are not shown in a view either.
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
 	rel := join(n.rel(), name)
 	defer n.fsys.guard(ctx, "link", rel, &errno)
 	n.fsys.enter("link", rel)
-	f := n.fsys
-	if errno := f.checkName(ctx, "link", rel); errno != 0 {
-		return nil, errno
+	t, errno := n.fsys.at(ctx, opLink, rel)
+	if errno == 0 {
+		t.close()
+		errno = syscall.EACCES // decide refuses every link; never reached
 	}
-	return nil, f.deny(ctx, ledger.KindDenied, "link", rel, syscall.EACCES, "hard links are not allowed in a view; copy the file instead")
+	return nil, errno
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
@@ -427,133 +439,105 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	defer n.fsys.guard(ctx, "symlink", rel, &errno)
 	n.fsys.enter("symlink", rel)
 	f := n.fsys
-	if errno := f.checkName(ctx, "symlink", rel); errno != 0 {
+	t, errno := f.at(ctx, opSymlink, rel)
+	if errno != 0 {
 		return nil, errno
 	}
-	t, ok := cleanSymlinkTarget(rel, target)
-	if !ok || (t != "" && !f.matcher().Visible(t)) {
+	defer t.close()
+	if tr, ok := cleanSymlinkTarget(rel, target); !ok || (tr != "" && !f.matcher().Visible(tr)) {
 		return nil, f.deny(ctx, ledger.KindDenied, "symlink", rel, syscall.EACCES, "symlink target is outside the visible folder")
 	}
 	f.record(ctx, ledger.KindWrite, "symlink", rel, "", "to "+target)
-	return n.LoopbackNode.Symlink(ctx, target, name, out)
+	if err := unix.Symlinkat(target, t.d.fd, t.d.name); err != nil {
+		return nil, errnoOf(err)
+	}
+	return n.made(ctx, t, out)
 }
 
 func (n *node) Readlink(ctx context.Context) (b []byte, errno syscall.Errno) {
 	rel := n.rel()
 	defer n.fsys.guard(ctx, "readlink", rel, &errno)
 	n.fsys.enter("readlink", rel)
-	if !n.fsys.matcher().Visible(rel) || !n.fsys.symlinkVisible(rel) {
-		return nil, syscall.ENOENT
-	}
-	if _, errno := n.current(rel); errno != 0 {
+	t, errno := n.fsys.at(ctx, opReadlink, rel)
+	if errno != 0 {
 		return nil, errno
 	}
-	return n.LoopbackNode.Readlink(ctx)
+	defer t.close()
+	s, err := readlinkat(t.d.fd, t.d.name)
+	if err != nil {
+		return nil, errnoOf(err)
+	}
+	return []byte(s), 0
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (sz uint32, errno syscall.Errno) {
 	rel := n.rel()
 	defer n.fsys.guard(ctx, "getxattr", rel, &errno)
 	n.fsys.enter("getxattr", rel)
-	if rel != "" && !n.fsys.matcher().Visible(rel) {
-		return 0, syscall.ENOENT
+	if rel == "" {
+		return 0, syscall.ENODATA // the folder's own attributes are not the view's
 	}
-	// Most files have no such attribute (ls -l asks every file for its
-	// ACL): answer that at once, and check the node only before handing
-	// out a value.
-	sz, errno = n.LoopbackNode.Getxattr(ctx, attr, dest)
-	if errno != 0 && errno != syscall.ERANGE {
-		return sz, errno
-	}
-	if e := n.xattrReadable(ctx, "getxattr", rel); e != 0 {
-		return 0, e
-	}
-	return sz, errno
-}
-
-// xattrReadable applies the read rules to extended attributes: the node
-// must still be itself, and not a hard-linked file (its attributes are
-// those of every other name, hidden ones included).
-func (n *node) xattrReadable(ctx context.Context, op, rel string) syscall.Errno {
-	st, errno := n.current(rel)
+	t, errno := n.fsys.at(ctx, opGetxattr, rel)
 	if errno != 0 {
-		return errno
+		return 0, errno
 	}
-	if st.Mode&syscall.S_IFMT == syscall.S_IFREG && st.Nlink > 1 {
-		return n.fsys.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "hard-linked file: its other names cannot be checked against the grant")
-	}
-	return 0
+	defer t.close()
+	k, err := getxattrat(t.d.fd, t.d.name, attr, dest)
+	return uint32(k), errnoOf(err)
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (sz uint32, errno syscall.Errno) {
 	rel := n.rel()
 	defer n.fsys.guard(ctx, "listxattr", rel, &errno)
 	n.fsys.enter("listxattr", rel)
-	if rel != "" && !n.fsys.matcher().Visible(rel) {
-		return 0, syscall.ENOENT
-	}
-	k, err := unix.Llistxattr(n.fsys.abs(rel), dest)
-	if err != nil {
-		return 0, gofs.ToErrno(err)
-	}
-	if k == 0 {
+	if rel == "" {
 		return 0, 0
 	}
-	if errno := n.xattrReadable(ctx, "listxattr", rel); errno != 0 {
+	t, errno := n.fsys.at(ctx, opListxattr, rel)
+	if errno != 0 {
 		return 0, errno
 	}
-	return uint32(k), 0
+	defer t.close()
+	k, err := listxattrat(t.d.fd, t.d.name, dest)
+	return uint32(k), errnoOf(err)
 }
 
-func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return n.xattrWrite(ctx, "setxattr", attr, func() syscall.Errno {
-		return n.LoopbackNode.Setxattr(ctx, attr, data, flags)
-	})
-}
-
-func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return n.xattrWrite(ctx, "removexattr", attr, func() syscall.Errno {
-		return n.LoopbackNode.Removexattr(ctx, attr)
-	})
-}
-
-// xattrWrite applies the write rules to an extended-attribute change.
-func (n *node) xattrWrite(ctx context.Context, op, attr string, change func() syscall.Errno) (errno syscall.Errno) {
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) (errno syscall.Errno) {
 	rel := n.rel()
-	defer n.fsys.guard(ctx, op, rel, &errno)
-	n.fsys.enter(op, rel)
-	if errno := n.fsys.checkWrite(ctx, op, rel); errno != 0 {
+	defer n.fsys.guard(ctx, "setxattr", rel, &errno)
+	n.fsys.enter("setxattr", rel)
+	t, errno := n.fsys.at(ctx, opSetxattr, rel)
+	if errno != 0 {
 		return errno
 	}
-	if managed(rel) {
-		return n.fsys.deny(ctx, ledger.KindDenied, op, rel, syscall.EPERM, "protocol files are maintained by acpfs")
-	}
-	n.fsys.record(ctx, ledger.KindWrite, op, rel, "", attr)
-	return change()
+	defer t.close()
+	n.fsys.record(ctx, ledger.KindWrite, "setxattr", rel, "", attr)
+	return errnoOf(setxattrat(t.d.fd, t.d.name, attr, data, flags))
 }
 
-// CopyFileRange is refused so that the kernel falls back to read and
-// write, which go through the checked file handles.
-func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode, fhOut gofs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
-	return 0, syscall.ENOTSUP
-}
-
-func (n *node) Statx(ctx context.Context, fh gofs.FileHandle, flags uint32, mask uint32, out *fuse.StatxOut) (errno syscall.Errno) {
+func (n *node) Removexattr(ctx context.Context, attr string) (errno syscall.Errno) {
 	rel := n.rel()
-	defer n.fsys.guard(ctx, "statx", rel, &errno)
-	n.fsys.enter("statx", rel)
-	if rel != "" && !n.fsys.matcher().Visible(rel) {
-		return syscall.ENOENT
+	defer n.fsys.guard(ctx, "removexattr", rel, &errno)
+	n.fsys.enter("removexattr", rel)
+	t, errno := n.fsys.at(ctx, opRemovexattr, rel)
+	if errno != 0 {
+		return errno
 	}
-	errno = n.LoopbackNode.Statx(ctx, fh, flags, mask, out)
-	if out.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-		out.Nlink = 1
-	}
-	return errno
+	defer t.close()
+	n.fsys.record(ctx, ledger.KindWrite, "removexattr", rel, "", attr)
+	return errnoOf(removexattrat(t.d.fd, t.d.name, attr))
 }
 
-// Tmpfile is refused: an unnamed file has no path to check against the
-// grant until it is linked, and tools fall back to a named temporary.
-func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	return nil, nil, 0, syscall.EOPNOTSUPP
+// Statfs reports the backing filesystem's figures: they are shared by
+// everything on it, visible or not, and `df` needs them.
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(n.fsys.b.rootFd(), &st); err != nil {
+		return errnoOf(err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Bfree, st.Bavail
+	out.Files, out.Ffree = st.Files, st.Ffree
+	out.Bsize, out.Frsize = uint32(st.Bsize), uint32(st.Frsize)
+	out.NameLen = uint32(st.Namelen)
+	return 0
 }

@@ -24,13 +24,14 @@ import (
 // mounted under one root, sharing one protocol log, one ledger writer and
 // one folder watcher.
 type CoordinatorConfig struct {
-	Runs       grants.RunDir
-	Folder     string
-	Root       string // views are mounted at Root/<agent_id>
-	Log        *protocol.Log
-	Ledger     *ledger.Writer
-	AuditReads bool
-	AllowOther bool
+	Runs        grants.RunDir
+	Folder      string
+	Root        string // views are mounted at Root/<agent_id>
+	Log         *protocol.Log
+	Ledger      *ledger.Writer
+	AuditReads  bool
+	Passthrough bool
+	AllowOther  bool
 	// Participants are the ACP participants of the folder; a grant for
 	// anyone else is refused.
 	Participants []string
@@ -240,7 +241,7 @@ func (c *Coordinator) reconcile() error {
 		hidden := []string{c.cfg.Runs.Root, filepath.Dir(c.cfg.Ledger.Path())}
 		m, err := Start(Config{
 			Folder: c.cfg.Folder, Mountpoint: mp, Grant: gf.Grant, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
-			Hidden: hidden, AuditReads: c.cfg.AuditReads, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher,
+			Hidden: hidden, AuditReads: c.cfg.AuditReads, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher,
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("mount %s: %w", agent, err))

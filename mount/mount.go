@@ -39,6 +39,11 @@ type Config struct {
 	// run directory); those outside Folder are ignored.
 	Hidden     []string
 	AuditReads bool
+	// Passthrough lets the kernel read files the grant can only read
+	// straight from the backing folder (FUSE passthrough): near-native
+	// speed, but a descriptor opened before the grant narrows keeps
+	// reading, which only the ledger then shows (see fs.Options).
+	Passthrough bool
 	// AllowOther lets other uids use the mount, with the kernel checking
 	// permissions (default_permissions) so they do not act as the daemon.
 	AllowOther bool
@@ -82,7 +87,7 @@ func Start(cfg Config) (*Mount, error) {
 	hidden := relHidden(folder, cfg.Hidden)
 	f, err := acpfs.New(acpfs.Options{
 		Folder: folder, Grant: cfg.Grant, Hidden: hidden, Log: cfg.Log, Ledger: cfg.Ledger,
-		AuditReads: cfg.AuditReads, Handoffs: cfg.Handoffs, Fault: cfg.Fault,
+		AuditReads: cfg.AuditReads, Passthrough: cfg.Passthrough, Handoffs: cfg.Handoffs, Fault: cfg.Fault,
 	})
 	if err != nil {
 		return nil, err
@@ -124,6 +129,7 @@ func Start(cfg Config) (*Mount, error) {
 	server, err := gofs.Mount(cfg.Mountpoint, f.Root(), opts)
 	if err != nil {
 		m.watcher.Remove(f)
+		f.Close()
 		if m.ownWatch {
 			m.watcher.Close()
 		}
@@ -241,6 +247,7 @@ func (m *Mount) Stop() error {
 		if m.ownWatch {
 			m.watcher.Close()
 		}
+		m.FS.Close()
 		g := m.FS.Grant()
 		if _, err := m.cfg.Ledger.Append(ledger.Record{Kind: ledger.KindMountStopped, Agent: g.AgentID, Grant: g.GrantID, Path: m.cfg.Mountpoint, PID: uint32(os.Getpid())}); err != nil {
 			slog.Error("ledger", "err", err)

@@ -22,15 +22,20 @@ func init() {
 
 // mountFlags are shared by mount, run and up.
 type mountFlags struct {
-	folder     string
-	runs       string
-	grant      string
-	ledgerPath string
-	ledgerSync string
-	audit      string
-	allowOther bool
-	debug      bool
+	folder      string
+	runs        string
+	grant       string
+	ledgerPath  string
+	ledgerSync  string
+	audit       string
+	passthrough bool
+	allowOther  bool
+	debug       bool
 }
+
+// passthroughHelp warns about the one trade-off of --passthrough.
+const passthroughHelp = "let the kernel read files the grant can only read straight from the folder (near-native reads); " +
+	"a descriptor opened before the grant narrows then keeps reading, and the ledger records that it can"
 
 func (mf *mountFlags) register(cmd *cobra.Command, withGrant bool) {
 	cmd.Flags().StringVar(&mf.folder, "folder", "", "collaboration folder to expose (required)")
@@ -41,6 +46,7 @@ func (mf *mountFlags) register(cmd *cobra.Command, withGrant bool) {
 	cmd.Flags().StringVar(&mf.ledgerPath, "ledger", "", "ledger file (default: RUNS/communication_ledger.jsonl)")
 	cmd.Flags().StringVar(&mf.ledgerSync, "ledger-sync", "batch", "when the ledger is fsynced: always, batch or off")
 	cmd.Flags().StringVar(&mf.audit, "audit", "", `"reads" also records every read request (offset, length); disables passthrough`)
+	cmd.Flags().BoolVar(&mf.passthrough, "passthrough", false, passthroughHelp)
 	cmd.Flags().BoolVar(&mf.allowOther, "allow-other", false, "let other uids use the mount (with default_permissions)")
 	cmd.Flags().BoolVar(&mf.debug, "debug", false, "log every FUSE request")
 	_ = cmd.MarkFlagRequired("folder")
@@ -170,7 +176,7 @@ func newMountCmd() *cobra.Command {
 			defer signal.Stop(sig)
 			m, err := mount.Start(mount.Config{
 				Folder: folder, Mountpoint: args[0], Grant: g, GrantPath: gp, Log: log, Ledger: lw,
-				Hidden: mf.hiddenDirs(ledgerPath), AuditReads: mf.audit == "reads", AllowOther: mf.allowOther, Debug: mf.debug,
+				Hidden: mf.hiddenDirs(ledgerPath), AuditReads: mf.audit == "reads", Passthrough: mf.passthrough, AllowOther: mf.allowOther, Debug: mf.debug,
 			})
 			if err != nil {
 				return withCode(exitMount, err)

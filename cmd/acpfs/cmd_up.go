@@ -23,7 +23,7 @@ func init() {
 func newUpCmd() *cobra.Command {
 	var (
 		runs, folder, root, sync, audit string
-		allowOther                      bool
+		allowOther, passthrough         bool
 	)
 	cmd := &cobra.Command{
 		Use:   "up --runs DIR --folder F --root R",
@@ -74,7 +74,7 @@ ledger.`,
 			defer signal.Stop(sig)
 			c, err := mount.StartCoordinator(mount.CoordinatorConfig{
 				Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
-				AuditReads: audit == "reads", AllowOther: allowOther, Participants: participants,
+				AuditReads: audit == "reads", Passthrough: passthrough, AllowOther: allowOther, Participants: participants,
 			})
 			if err != nil {
 				return withCode(exitMount, err)
@@ -97,6 +97,7 @@ ledger.`,
 	cmd.Flags().StringVar(&sync, "ledger-sync", "batch", "when the ledger is fsynced: always, batch or off")
 	cmd.Flags().StringVar(&audit, "audit", "", `"reads" also records every read request`)
 	cmd.Flags().BoolVar(&allowOther, "allow-other", false, "let other uids use the mounts (with default_permissions)")
+	cmd.Flags().BoolVar(&passthrough, "passthrough", false, passthroughHelp)
 	_ = cmd.MarkFlagRequired("folder")
 	_ = cmd.MarkFlagRequired("root")
 	return cmd

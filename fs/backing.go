@@ -1,0 +1,248 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// backing is the only way the daemon touches the collaboration folder.
+//
+// The daemon runs as root and the folder is written by parties it does
+// not trust (agents through their views, anyone with access to the
+// folder itself). So no path is ever resolved from "/" and no symlink is
+// ever followed: every name is resolved from a descriptor of the folder
+// root with openat2 and RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+// RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV, and the operation itself is a
+// *at call on the parent directory found that way, with
+// AT_SYMLINK_NOFOLLOW or O_NOFOLLOW. A component swapped for a symlink
+// between two calls makes the second fail (ELOOP), never leads elsewhere.
+type backing struct {
+	root *os.File // O_PATH descriptor of the folder root
+}
+
+const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS |
+	unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+func openBacking(folder string) (*backing, error) {
+	// The folder path itself is the coordinator's choice and may be
+	// reached through a symlink (acpfs run serves it from /proc/self/fd):
+	// only names below it are resolved strictly.
+	fd, err := unix.Open(folder, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open folder %s: %w", folder, err)
+	}
+	return &backing{root: os.NewFile(uintptr(fd), folder)}, nil
+}
+
+func (b *backing) rootFd() int { return int(b.root.Fd()) }
+
+// open resolves rel (folder-relative, "" for the root) strictly beneath
+// the root and opens it with flags. O_NOFOLLOW is always added: a final
+// symlink is opened as itself with O_PATH, refused (ELOOP) otherwise.
+func (b *backing) open(rel string, flags int, mode uint32) (int, error) {
+	if rel == "" {
+		rel = "."
+	}
+	how := unix.OpenHow{
+		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+		Resolve: resolveFlags,
+	}
+	if flags&(unix.O_CREAT|unix.O_TMPFILE) != 0 {
+		how.Mode = uint64(mode & 0o7777)
+	}
+	for {
+		fd, err := unix.Openat2(b.rootFd(), rel, &how)
+		switch err {
+		case unix.EINTR, unix.EAGAIN:
+			// EAGAIN: a rename elsewhere in the folder raced the
+			// resolution; the kernel asks for a retry.
+			continue
+		case unix.ELOOP, unix.EXDEV:
+			// A component (or the final name) is a symlink or a mount
+			// point: the path leads nowhere inside the view, so for
+			// the view it does not exist.
+			return -1, unix.ENOENT
+		}
+		return fd, err
+	}
+}
+
+// dir is a parent directory reached through the checkpoint, with the
+// last name of the path to act on inside it.
+type dir struct {
+	fd   int
+	name string
+}
+
+func (d dir) close() { unix.Close(d.fd) }
+
+// parent opens the directory holding rel. rel must not be the root.
+func (b *backing) parent(rel string) (dir, error) {
+	p, name := path.Split(rel)
+	if name == "" || name == "." || name == ".." {
+		return dir{}, unix.EINVAL
+	}
+	fd, err := b.open(trimSlash(p), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err == unix.ENOTDIR {
+		// Something other than a directory (a symlink above all) is in
+		// the way: the view has nothing there.
+		err = unix.ENOENT
+	}
+	if err != nil {
+		return dir{}, err
+	}
+	return dir{fd: fd, name: name}, nil
+}
+
+func trimSlash(p string) string {
+	if len(p) > 0 && p[len(p)-1] == '/' {
+		return p[:len(p)-1]
+	}
+	return p
+}
+
+// lstat is lstat(2) of rel without following any symlink on the way.
+func (b *backing) lstat(rel string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	if rel == "" {
+		return st, unix.Fstat(b.rootFd(), &st)
+	}
+	d, err := b.parent(rel)
+	if err != nil {
+		return st, err
+	}
+	defer d.close()
+	err = unix.Fstatat(d.fd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return st, err
+}
+
+// readlink reads the symlink at rel.
+func (b *backing) readlink(rel string) (string, error) {
+	d, err := b.parent(rel)
+	if err != nil {
+		return "", err
+	}
+	defer d.close()
+	return readlinkat(d.fd, d.name)
+}
+
+func readlinkat(dirfd int, name string) (string, error) {
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		if len(buf) >= 1<<16 {
+			return "", unix.ENAMETOOLONG
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// xattrArgs is struct xattr_args of the *xattrat system calls.
+type xattrArgs struct {
+	value uint64
+	size  uint32
+	flags uint32
+}
+
+// The *xattrat calls (Linux 6.13) act on a name inside a directory
+// descriptor without following a final symlink, which no other xattr
+// call can do for a symlink or a file the daemon should not open.
+func getxattrat(dirfd int, name, attr string, dest []byte) (int, error) {
+	p, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return 0, err
+	}
+	a, err := unix.BytePtrFromString(attr)
+	if err != nil {
+		return 0, err
+	}
+	args := xattrArgs{size: uint32(len(dest))}
+	if len(dest) > 0 {
+		args.value = uint64(uintptr(unsafe.Pointer(&dest[0])))
+	}
+	r, _, e := unix.Syscall6(unix.SYS_GETXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
+		unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+func setxattrat(dirfd int, name, attr string, data []byte, flags uint32) error {
+	p, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return err
+	}
+	a, err := unix.BytePtrFromString(attr)
+	if err != nil {
+		return err
+	}
+	args := xattrArgs{size: uint32(len(data)), flags: flags}
+	if len(data) > 0 {
+		args.value = uint64(uintptr(unsafe.Pointer(&data[0])))
+	}
+	_, _, e := unix.Syscall6(unix.SYS_SETXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
+		unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func listxattrat(dirfd int, name string, dest []byte) (int, error) {
+	p, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return 0, err
+	}
+	var d uintptr
+	if len(dest) > 0 {
+		d = uintptr(unsafe.Pointer(&dest[0]))
+	}
+	r, _, e := unix.Syscall6(unix.SYS_LISTXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
+		unix.AT_SYMLINK_NOFOLLOW, d, uintptr(len(dest)), 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+func removexattrat(dirfd int, name, attr string) error {
+	p, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return err
+	}
+	a, err := unix.BytePtrFromString(attr)
+	if err != nil {
+		return err
+	}
+	_, _, e := unix.Syscall6(unix.SYS_REMOVEXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
+		unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// errnoOf maps an error of the checkpoint to the errno the agent sees.
+func errnoOf(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	if !errors.As(err, &e) {
+		return syscall.EIO
+	}
+	return e
+}

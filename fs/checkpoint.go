@@ -1,0 +1,164 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// target is a path that passed the checkpoint: its parent directory,
+// reached without following any symlink, and the entry found there.
+type target struct {
+	rel string
+	d   dir // parent of rel; fd -1 for the root
+	e   entry
+}
+
+func (t *target) close() {
+	if t.d.fd >= 0 {
+		t.d.close()
+	}
+}
+
+// at is the checkpoint every operation on the backing folder passes. It
+// resolves rel beneath the folder root without following symlinks,
+// classifies what it finds, and asks the policy whether op may act on
+// it. A refusal is recorded and answered here; on success the caller
+// acts on the returned parent directory with *at calls and
+// AT_SYMLINK_NOFOLLOW / O_NOFOLLOW, never on a path.
+func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) {
+	v := f.view.Load()
+	t := &target{rel: rel, d: dir{fd: -1}}
+	if rel == "" {
+		if err := unix.Fstat(f.b.rootFd(), &t.e.st); err != nil {
+			return nil, errnoOf(err)
+		}
+		t.e.kind = kindDir
+	} else {
+		d, err := f.b.parent(rel)
+		if err != nil {
+			// The way to rel is gone, or leads through a symlink: for
+			// the view nothing is there.
+			return nil, errnoOf(err)
+		}
+		t.d = d
+		var st unix.Stat_t
+		switch err := unix.Fstatat(d.fd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW); err {
+		case nil:
+			t.e = classify(v.matcher, d.fd, d.name, rel, &st)
+		case unix.ENOENT:
+			t.e.kind = kindAbsent
+		default:
+			d.close()
+			return nil, errnoOf(err)
+		}
+	}
+	verdict := decide(o, rel, t.e, policy{m: v.matcher, handoffs: v.handoffs, frozen: f.frozen})
+	if verdict.errno != 0 {
+		t.close()
+		if verdict.record != "" {
+			if verdict.quiet {
+				f.record(ctx, verdict.record, o.String(), rel, "", verdict.why)
+			} else {
+				f.deny(ctx, verdict.record, o.String(), rel, verdict.errno, verdict.why)
+			}
+		}
+		return nil, verdict.errno
+	}
+	return t, 0
+}
+
+// openSame opens the judged entry relative to its parent and checks that
+// the descriptor is that entry: a rename between the judgement and the
+// open must not hand out a different file.
+func (t *target) openSame(flags int) (int, error) {
+	fd, err := unix.Openat(t.d.fd, t.d.name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if err == unix.ELOOP {
+			err = unix.ENOENT
+		}
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if !sameEntry(&st, &t.e.st) {
+		unix.Close(fd)
+		return -1, unix.ENOENT
+	}
+	return fd, nil
+}
+
+// sameEntry reports whether a descriptor's stat is the judged entry, and
+// that entry is still one a view may show (a second name made since the
+// judgement would share its content with a name the grant may hide).
+func sameEntry(got, judged *unix.Stat_t) bool {
+	if got.Dev != judged.Dev || got.Ino != judged.Ino || got.Mode&unix.S_IFMT != judged.Mode&unix.S_IFMT {
+		return false
+	}
+	return got.Mode&unix.S_IFMT != unix.S_IFREG || got.Nlink <= 1
+}
+
+// restat is the entry's stat after a change, from fd when there is one.
+func (t *target) restat(fd int) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	var err error
+	switch {
+	case fd >= 0:
+		err = unix.Fstat(fd, &st)
+	case t.d.fd >= 0:
+		err = unix.Fstatat(t.d.fd, t.d.name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	default:
+		err = fmt.Errorf("restat of the folder root: %w", unix.EINVAL)
+	}
+	return st, err
+}
+
+// dirBlockSize is the size every directory of a view reports, whatever
+// it holds (see fillAttr).
+const dirBlockSize = 4096
+
+// fillAttr turns a backing stat into the attributes the agent sees.
+//
+// Regular files and symlinks show their own attributes. A directory's
+// link count is always 1 ("unknown" to find and friends): the real count
+// grows with every subdirectory, hidden ones included. Its size, blocks
+// and times would move with hidden entries too, so unless the grant shows
+// everything below it, they come from its visible entries only: size
+// 4096, 8 blocks, and as times the newest change among its visible
+// files, symlinks and fully shown subdirectories (the view's start when
+// it has none).
+func (f *FS) fillAttr(rel string, st *unix.Stat_t, a *fuse.Attr) {
+	attrFromStat(a, st)
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return
+	}
+	a.Nlink = 1
+	if f.matcher().ShowsAll(rel) {
+		return
+	}
+	s := f.dirSummary(rel)
+	a.Size, a.Blocks = dirBlockSize, dirBlockSize/512
+	a.Atime, a.Atimensec = uint64(s.time.Sec), uint32(s.time.Nsec)
+	a.Mtime, a.Mtimensec = uint64(s.time.Sec), uint32(s.time.Nsec)
+	a.Ctime, a.Ctimensec = uint64(s.time.Sec), uint32(s.time.Nsec)
+}
+
+func attrFromStat(a *fuse.Attr, st *unix.Stat_t) {
+	a.Ino = st.Ino
+	a.Size = uint64(st.Size)
+	a.Blocks = uint64(st.Blocks)
+	a.Atime, a.Atimensec = uint64(st.Atim.Sec), uint32(st.Atim.Nsec)
+	a.Mtime, a.Mtimensec = uint64(st.Mtim.Sec), uint32(st.Mtim.Nsec)
+	a.Ctime, a.Ctimensec = uint64(st.Ctim.Sec), uint32(st.Ctim.Nsec)
+	a.Mode = st.Mode
+	a.Nlink = uint32(st.Nlink)
+	a.Uid, a.Gid = st.Uid, st.Gid
+	a.Rdev = uint32(st.Rdev)
+	a.Blksize = uint32(st.Blksize)
+}

@@ -1,0 +1,260 @@
+package fs
+
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
+)
+
+// op is a filesystem operation as the policy sees it. Every handler that
+// touches the backing folder names its op when it passes the checkpoint
+// (FS.at), which is where the op is judged: a handler cannot reach the
+// folder without a verdict.
+type op uint8
+
+const (
+	opLookup op = iota
+	opGetattr
+	opReadlink
+	opReaddir
+	opGetxattr
+	opListxattr
+	opOpenRead
+	opOpenWrite
+	opSetattr
+	opTruncate
+	opSetxattr
+	opRemovexattr
+	opUnlink
+	opRmdir
+	opRenameFrom
+	opRenameTo
+	opCreate
+	opMkdir
+	opMknod
+	opSymlink
+	opLink
+	opCount // number of ops; keep last
+)
+
+var opNames = [opCount]string{
+	opLookup: "lookup", opGetattr: "getattr", opReadlink: "readlink", opReaddir: "readdir",
+	opGetxattr: "getxattr", opListxattr: "listxattr", opOpenRead: "open", opOpenWrite: "open",
+	opSetattr: "setattr", opTruncate: "setattr", opSetxattr: "setxattr", opRemovexattr: "removexattr",
+	opUnlink: "unlink", opRmdir: "rmdir", opRenameFrom: "rename", opRenameTo: "rename",
+	opCreate: "create", opMkdir: "mkdir", opMknod: "mknod", opSymlink: "symlink", opLink: "link",
+}
+
+func (o op) String() string { return opNames[o] }
+
+// class is what an op's ops can be: an op reads what exists, changes
+// what exists, or makes a new name.
+type opClass uint8
+
+const (
+	classRead   opClass = iota // needs a visible entry
+	classChange                // needs a visible, writable entry
+	classMake                  // needs a writable name that is free
+)
+
+func (o op) class() opClass {
+	switch o {
+	case opLookup, opGetattr, opReadlink, opReaddir, opGetxattr, opListxattr, opOpenRead:
+		return classRead
+	case opCreate, opMkdir, opMknod, opSymlink, opLink, opRenameTo:
+		return classMake
+	}
+	return classChange
+}
+
+// kind classifies a backing entry for the view.
+type kind uint8
+
+const (
+	kindAbsent kind = iota
+	kindDir
+	kindFile
+	kindSymlink // a symlink whose target, judged from where it is now, is visible
+	// kindConcealed is an entry the view never shows whatever the grant
+	// says: a regular file with several names (another name may be one
+	// the grant hides, and all names share size, times and content), a
+	// symlink leading to a hidden path or out of the folder, and any
+	// device, fifo or socket.
+	kindConcealed
+)
+
+// entry is a backing entry as the checkpoint found it.
+type entry struct {
+	kind kind
+	st   unix.Stat_t
+	why  string // for kindConcealed
+}
+
+// policy is what a verdict depends on besides the entry: the grant in
+// force and the protocol's view of the path.
+type policy struct {
+	m        *grants.Matcher
+	handoffs map[string]string
+	frozen   func(rel string) bool
+}
+
+// verdict is the answer of the policy to one op on one path.
+type verdict struct {
+	errno syscall.Errno
+	// record is the ledger kind of the refusal ("" for none).
+	record string
+	why    string
+	// quiet refusals leave .acpfs/last-error alone: they are answered
+	// as if the name did not exist, and the agent must not learn that
+	// it does.
+	quiet bool
+}
+
+var allow = verdict{}
+
+func hidden(why string) verdict {
+	return verdict{errno: syscall.ENOENT, record: ledger.KindDenied, why: why, quiet: true}
+}
+
+func refuse(errno syscall.Errno, kind, why string) verdict {
+	return verdict{errno: errno, record: kind, why: why}
+}
+
+// decide is the access policy of a view, for every op on every kind of
+// entry. It is pure, so the whole table is tested without a mount.
+func decide(o op, rel string, e entry, p policy) verdict {
+	if rel == ControlDir {
+		if o.class() == classRead {
+			return allow // served by the control directory itself
+		}
+		return refuse(syscall.EACCES, ledger.KindDenied, ".acpfs is reserved")
+	}
+	if rel == "" {
+		if o.class() == classRead {
+			return allow
+		}
+		return refuse(syscall.EACCES, ledger.KindDenied, "the folder root cannot be changed")
+	}
+	visible := e.kind != kindAbsent && e.kind != kindConcealed && p.m.VisibleEntry(rel, e.kind == kindDir)
+	switch o.class() {
+	case classRead:
+		switch {
+		case e.kind == kindAbsent:
+			return verdict{errno: syscall.ENOENT}
+		case e.kind == kindConcealed:
+			return hidden(e.why)
+		case !visible:
+			return hidden("hidden by grant")
+		case o == opOpenRead && !p.m.Readable(rel):
+			return refuse(syscall.EACCES, ledger.KindDenied, "not readable under the grant")
+		case o == opReadlink && e.kind != kindSymlink:
+			return verdict{errno: syscall.EINVAL}
+		}
+		return allow
+	case classChange:
+		switch {
+		case e.kind == kindAbsent:
+			return verdict{errno: syscall.ENOENT}
+		case e.kind == kindConcealed:
+			return hidden(e.why)
+		case !visible:
+			return hidden("hidden by grant")
+		}
+		if v := checkName(o, rel, p); v.errno != 0 {
+			return v
+		}
+		if managed(rel) && o != opOpenWrite {
+			// Opening is judged by the protocol handles, which accept
+			// appends and identical rewrites only.
+			return managedChange(o, rel)
+		}
+		return allow
+	default: // classMake
+		if v := checkName(o, rel, p); v.errno != 0 {
+			return v
+		}
+		switch {
+		case managed(rel) && o == opRenameTo:
+			return refuse(syscall.EPERM, ledger.KindDenied, "protocol files cannot be renamed or replaced")
+		case managed(rel):
+			return refuse(syscall.EPERM, ledger.KindDenied, "protocol files are created by acpfs init")
+		case e.kind == kindConcealed || (e.kind != kindAbsent && !visible):
+			// The name is taken by an entry the agent cannot see.
+			// EEXIST would tell it so; EACCES is what a name it may not
+			// write answers (see docs/threat-model.md).
+			return refuse(syscall.EACCES, ledger.KindDenied, "name held by an entry the view does not show")
+		case o == opLink:
+			return refuse(syscall.EACCES, ledger.KindDenied, "hard links are not allowed in a view; copy the file instead")
+		case e.kind != kindAbsent && o != opRenameTo:
+			return verdict{errno: syscall.EEXIST}
+		}
+		return allow
+	}
+}
+
+// managedChange refuses a change to events.jsonl or protocol.json other
+// than through their handles.
+func managedChange(o op, rel string) verdict {
+	switch o {
+	case opUnlink, opRmdir:
+		return refuse(syscall.EPERM, ledger.KindDenied, "protocol files cannot be removed")
+	case opRenameFrom:
+		return refuse(syscall.EPERM, ledger.KindDenied, "protocol files cannot be renamed or replaced")
+	case opSetxattr, opRemovexattr:
+		return refuse(syscall.EPERM, ledger.KindDenied, "protocol files are maintained by acpfs")
+	}
+	if rel == EventsFile {
+		return refuse(syscall.EPERM, ledger.KindAppendRejected, "events.jsonl is append-only and maintained by acpfs")
+	}
+	return refuse(syscall.EPERM, ledger.KindDenied, "protocol.json is maintained by acpfs")
+}
+
+// checkName applies the write rules every change shares: the grant must
+// let the agent write the name, and it must not be a handed-over
+// artifact or a frozen deliverable (or a directory holding one).
+func checkName(o op, rel string, p policy) verdict {
+	switch {
+	case !p.m.Writable(rel):
+		return refuse(syscall.EACCES, ledger.KindDenied, "not writable under the grant")
+	}
+	if _, ok := p.handoffs[rel]; ok {
+		return refuse(syscall.EACCES, ledger.KindDenied, "a handed-over artifact is read-only")
+	}
+	if p.frozen != nil && p.frozen(rel) {
+		return refuse(syscall.EROFS, ledger.KindFrozenRefused, "frozen deliverable")
+	}
+	return allow
+}
+
+// classify judges a backing entry found as name in the directory dirfd,
+// at the folder-relative path rel. Symlinks are judged here, at every
+// lookup, from where they are now: a rename cannot turn a harmless link
+// into a door.
+func classify(m *grants.Matcher, dirfd int, name, rel string, st *unix.Stat_t) entry {
+	e := entry{st: *st}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		e.kind = kindDir
+	case unix.S_IFREG:
+		e.kind = kindFile
+		if st.Nlink > 1 {
+			e.kind, e.why = kindConcealed, "hard-linked file: its other names cannot be checked against the grant"
+		}
+	case unix.S_IFLNK:
+		e.kind = kindSymlink
+		target, err := readlinkat(dirfd, name)
+		if err != nil {
+			e.kind, e.why = kindConcealed, "unreadable symlink"
+			break
+		}
+		if t, ok := cleanSymlinkTarget(rel, target); !ok || (t != "" && !m.Visible(t)) {
+			e.kind, e.why = kindConcealed, "symlink target hidden or outside the folder"
+		}
+	default:
+		e.kind, e.why = kindConcealed, "devices, fifos and sockets are not shown in a view"
+	}
+	return e
+}
