@@ -23,6 +23,7 @@ import (
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/mount"
 )
 
 // The escape suite plays an agent that tries every trick it can think of
@@ -34,10 +35,21 @@ import (
 // escSecret is the oracle's content; no output of an attempt may hold it.
 const escSecret = "the secret answer"
 
-// The explanations of the hard-link refusals.
+// The explanations of the refusals the policy table (fs/policy.go) gives
+// for hard links, concealed entries and symlinks.
 const (
-	escNoLinks    = "hard links are not allowed in a view; copy the file instead"
+	escNoLinks = "hard links are not allowed in a view; copy the file instead"
+	// A regular file with several names is concealed: its lookup is
+	// refused (quietly) with this detail.
 	escHardLinked = "hard-linked file: its other names cannot be checked against the grant"
+	// A new name where a concealed entry sits, when the grant could
+	// write the name.
+	escNameHeld = "name held by an entry the view does not show"
+	// A symlink leading to a hidden path or out of the folder is
+	// concealed.
+	escSymlinkHidden = "symlink target hidden or outside the folder"
+	// A descriptor served by the daemon after the grant took its file.
+	escNoLongerReadable = "the grant no longer lets this agent read the file"
 )
 
 // escHiddenWords are fragments of hidden paths that an agent which never
@@ -312,11 +324,25 @@ func escRequireSameTree(t *testing.T, before, after map[string]string) {
 	assert.Empty(t, diff, "the backing folder changed")
 }
 
+// escWithPassthrough mounts a view whose files the grant can only read
+// are read by the kernel straight from the backing folder.
+func escWithPassthrough() viewOpt { return func(c *mount.Config) { c.Passthrough = true } }
+
 // escMount mounts g and returns it with the collaboration as an escEnv.
 func escMount(c *collab, g *grants.Grant) escEnv { return escEnv{c: c, v: c.mountView(g)} }
 
 // escRec is the expected ledger record of an attempt.
 func escRec(kind, path, op string) *escRecord { return &escRecord{kind: kind, path: path, op: op} }
+
+// escRecD is escRec with a fragment the record's detail must hold.
+func escRecD(kind, path, op, detail string) *escRecord {
+	return &escRecord{kind: kind, path: path, op: op, detail: detail}
+}
+
+// escConcealed is the quiet record of a lookup of a concealed entry.
+func escConcealed(path, why string) *escRecord {
+	return escRecD(ledger.KindDenied, path, "lookup", why)
+}
 
 // escAppend appends line through v with one write, as `echo >>` does.
 func escAppend(v *view, line string) error {
@@ -433,8 +459,14 @@ func escOpenByHandle(mountDir string, h unix.FileHandle) error {
 		return err
 	}
 	defer unix.Close(fd)
+	// A file that opens but cannot be read (the grant changed, or the
+	// view's connection is gone) is refused all the same: that error is
+	// the answer, and read(2) returned no byte.
 	b := make([]byte, 256)
-	n, _ := unix.Read(fd, b)
+	n, err := unix.Read(fd, b)
+	if err != nil {
+		return err
+	}
 	return fmt.Errorf("open_by_handle_at opened a file: %q", b[:n])
 }
 
@@ -497,6 +529,59 @@ func (m *escMapper) writeAndSync(data string) error {
 		return fmt.Errorf("mapper: %q", line)
 	}
 	return nil
+}
+
+// escROMapperProg maps a file shared and read-only, and on each request
+// prints the first bytes of the mapping (hex), or the errno of a failed
+// read; a fault on the mapping (SIGBUS) ends the process.
+const escROMapperProg = `import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+m = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
+print("ready", flush=True)
+for line in sys.stdin:
+    try:
+        print("data", m[0:64].hex(), flush=True)
+    except OSError as e:
+        print("errno", e.errno, flush=True)
+`
+
+// escMapFileRO maps path shared and read-only in another process (see
+// escMapper).
+func escMapFileRO(t *testing.T, path string) *escMapper {
+	t.Helper()
+	cmd := exec.Command("python3", "-c", escROMapperProg, path)
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	m := &escMapper{cmd: cmd, in: in, out: bufio.NewReader(out)}
+	t.Cleanup(func() { m.in.Close(); _ = m.cmd.Process.Kill(); _ = m.cmd.Wait() })
+	line, err := m.out.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+	return m
+}
+
+// readMapped returns the first bytes of a read-only mapping, or the
+// error that reading it gave (io.EOF when the process died of it).
+func (m *escMapper) readMapped() ([]byte, error) {
+	if _, err := io.WriteString(m.in, "read\n"); err != nil {
+		return nil, err
+	}
+	line, err := m.out.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	var errno int
+	if _, err := fmt.Sscanf(line, "errno %d", &errno); err == nil {
+		return nil, syscall.Errno(errno)
+	}
+	var h string
+	if _, err := fmt.Sscanf(line, "data %s", &h); err != nil {
+		return nil, fmt.Errorf("mapper: %q", line)
+	}
+	return hex.DecodeString(h)
 }
 
 // escMapShared is an attempt to map path shared and writable. It only

@@ -93,6 +93,11 @@ func TestEscapeHiddenReads(t *testing.T) {
 		oracleIno = st.Ino
 	}
 	deniedLookup := func(path string) *escRecord { return escRec(ledger.KindDenied, path, "lookup") }
+	// Planted symlinks are judged at every lookup from where they are:
+	// one leading to a hidden path or out of the folder is concealed.
+	hiddenSymlink := func(path string) *escRecord { return escConcealed(path, escSymlinkHidden) }
+	// A regular file with a second name is concealed under every name.
+	hardLinked := func(path string) *escRecord { return escConcealed(path, escHardLinked) }
 	runIn := func(script string) func(t *testing.T) error {
 		// acpfs run binds the view over the folder's own path, so `..`
 		// and absolute paths lead back into the view, never to the files.
@@ -106,6 +111,20 @@ func TestEscapeHiddenReads(t *testing.T) {
 			return nil
 		}
 	}
+
+	// A symlink the agent makes where it is harmless (from scratch/a/b,
+	// ../oracle/answer.md is scratch/a/oracle/answer.md, a visible name)
+	// and then moves one level below scratch, where the same target
+	// names the oracle. It is judged from where it is now.
+	require.NoError(t, os.MkdirAll(p("scratch/a/b"), 0o755))
+	require.NoError(t, os.Symlink("../oracle/answer.md", p("scratch/a/b/l")))
+	require.NoError(t, os.Rename(p("scratch/a/b/l"), p("scratch/l")))
+	movedLink, err := os.Readlink(filepath.Join(c.folder, "scratch/l"))
+	require.NoError(t, err)
+	require.Equal(t, "../oracle/answer.md", movedLink)
+	// The kernel may still hold the entry the rename gave it: the refusal
+	// comes from the lookup or from the readlink, both judged afresh.
+	movedSymlink := escRecD(ledger.KindDenied, "scratch/l", "", escSymlinkHidden)
 
 	escRun(t, e, []escAttempt{
 		// Plain names, relative and absolute paths.
@@ -127,15 +146,17 @@ func TestEscapeHiddenReads(t *testing.T) {
 		{name: "acpfs run: the ledger beside the folder is masked", do: runIn(`cd "$0" && cat ../agent_runs/communication_ledger.jsonl`), errno: syscall.ENOENT},
 
 		// Symlinks planted on the backing folder.
-		{name: "planted symlink to the hidden file", do: escSh(v, "cat to-oracle.md"), errno: syscall.ENOENT, record: deniedLookup("to-oracle.md")},
-		{name: "planted symlink to the hidden directory", do: escSh(v, "cat to-oracle-dir/answer.md"), errno: syscall.ENOENT, record: deniedLookup("to-oracle-dir")},
-		{name: "planted dot-dot symlink in a subdirectory", do: escSh(v, "cat deliverables/up-oracle.md"), errno: syscall.ENOENT, record: deniedLookup("deliverables/up-oracle.md")},
-		{name: "planted absolute symlink into the folder", do: escSh(v, "cat to-oracle-abs"), errno: syscall.ENOENT, record: deniedLookup("to-oracle-abs")},
-		{name: "planted symlink to /etc/passwd", do: escSh(v, "cat to-passwd"), errno: syscall.ENOENT, record: deniedLookup("to-passwd")},
-		{name: "planted symlink climbing to the run directory", do: escSh(v, "cat to-ledger"), errno: syscall.ENOENT, record: deniedLookup("to-ledger")},
-		{name: "planted symlink to a hidden sibling directory", do: escSh(v, "cat scratch/to-private-notes"), errno: syscall.ENOENT, record: deniedLookup("scratch/to-private-notes")},
-		{name: "planted symlink out of the folder and back in by its real path", do: escSh(v, "cat scratch/via-parent-oracle"), errno: syscall.ENOENT, record: deniedLookup("scratch/via-parent-oracle")},
-		{name: "readlink of a hidden symlink", do: func(*testing.T) error { _, err := os.Readlink(p("to-oracle.md")); return err }, errno: syscall.ENOENT, record: deniedLookup("to-oracle.md")},
+		{name: "planted symlink to the hidden file", do: escSh(v, "cat to-oracle.md"), errno: syscall.ENOENT, record: hiddenSymlink("to-oracle.md")},
+		{name: "planted symlink to the hidden directory", do: escSh(v, "cat to-oracle-dir/answer.md"), errno: syscall.ENOENT, record: hiddenSymlink("to-oracle-dir")},
+		{name: "planted dot-dot symlink in a subdirectory", do: escSh(v, "cat deliverables/up-oracle.md"), errno: syscall.ENOENT, record: hiddenSymlink("deliverables/up-oracle.md")},
+		{name: "planted absolute symlink into the folder", do: escSh(v, "cat to-oracle-abs"), errno: syscall.ENOENT, record: hiddenSymlink("to-oracle-abs")},
+		{name: "planted symlink to /etc/passwd", do: escSh(v, "cat to-passwd"), errno: syscall.ENOENT, record: hiddenSymlink("to-passwd")},
+		{name: "planted symlink climbing to the run directory", do: escSh(v, "cat to-ledger"), errno: syscall.ENOENT, record: hiddenSymlink("to-ledger")},
+		{name: "planted symlink to a hidden sibling directory", do: escSh(v, "cat scratch/to-private-notes"), errno: syscall.ENOENT, record: hiddenSymlink("scratch/to-private-notes")},
+		{name: "planted symlink out of the folder and back in by its real path", do: escSh(v, "cat scratch/via-parent-oracle"), errno: syscall.ENOENT, record: hiddenSymlink("scratch/via-parent-oracle")},
+		{name: "readlink of a hidden symlink", do: func(*testing.T) error { _, err := os.Readlink(p("to-oracle.md")); return err }, errno: syscall.ENOENT, record: hiddenSymlink("to-oracle.md")},
+		{name: "a symlink made harmless and moved to where it leads to the oracle", do: escSh(v, "cat scratch/l"), errno: syscall.ENOENT, record: movedSymlink},
+		{name: "readlink of the moved symlink", do: func(*testing.T) error { _, err := os.Readlink(p("scratch/l")); return err }, errno: syscall.ENOENT, record: movedSymlink},
 
 		// Symlinks created through the view.
 		{name: "ln -s ../oracle/answer.md", do: escSh(v, "ln -s ../oracle/answer.md scratch/l1"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/l1", "symlink"), explain: "symlink target is outside the visible folder"},
@@ -144,13 +165,18 @@ func TestEscapeHiddenReads(t *testing.T) {
 		{name: "ln -s climbing out and back in", do: escSh(v, "ln -s ../../folder/proposal.md scratch/l4"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/l4", "symlink"), explain: "symlink target is outside the visible folder"},
 		{name: "ln -s to a hidden sibling", do: escSh(v, "ln -s private/notes.md scratch/l5"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/l5", "symlink"), explain: "symlink target is outside the visible folder"},
 
-		// Hard links.
-		{name: "planted hard link of the oracle under a readable name", do: escSh(v, "cat hard.md"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "hard.md", "open"), explain: "hard-linked file"},
-		{name: "ln of the readable hard link into scratch", do: escSh(v, "ln hard.md scratch/h1"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/h1", "link"), explain: "link scratch/h1: " + escNoLinks},
-		{name: "ln of the readable hard link once its writable alias is known", do: escSh(v, "stat scratch/hard-w.md >/dev/null && ln hard.md scratch/h1"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/h1", "link"), explain: escNoLinks},
-		{name: "planted hard link of the oracle under a writable name", do: escSh(v, "cat scratch/hard-w.md"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/hard-w.md", "open"), explain: escHardLinked},
-		{name: "planted writable hard link opened for writing", do: func(*testing.T) error { return escOpen(p("scratch/hard-w.md"), os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/hard-w.md", "open"), explain: escHardLinked},
-		{name: "planted writable hard link opened with O_APPEND from the shell", do: escSh(v, "echo x >> scratch/hard-w.md"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/hard-w.md", "open"), explain: escHardLinked},
+		// Hard links. A regular file with a second name is concealed
+		// under every name: its other names may be ones the grant hides
+		// (here both are names of the oracle). Only the lookup reaches
+		// acpfs, which refuses it quietly.
+		{name: "planted hard link of the oracle under a readable name", do: escSh(v, "cat hard.md"), errno: syscall.ENOENT, record: hardLinked("hard.md")},
+		{name: "ln of the readable hard link into scratch", do: escSh(v, "ln hard.md scratch/h1"), errno: syscall.ENOENT, record: hardLinked("hard.md")},
+		{name: "ln of the readable hard link once its writable alias is known", do: escSh(v, "stat scratch/hard-w.md >/dev/null; ln hard.md scratch/h1"), errno: syscall.ENOENT, record: hardLinked("hard.md")},
+		{name: "planted hard link of the oracle under a writable name", do: escSh(v, "cat scratch/hard-w.md"), errno: syscall.ENOENT, record: hardLinked("scratch/hard-w.md")},
+		{name: "planted writable hard link opened for writing", do: func(*testing.T) error { return escOpen(p("scratch/hard-w.md"), os.O_WRONLY) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-w.md")},
+		// The shell opens with O_CREAT: the lookup says ENOENT, so the
+		// kernel asks to create the name, which a concealed entry holds.
+		{name: "planted writable hard link opened with O_APPEND from the shell", do: escSh(v, "echo x >> scratch/hard-w.md"), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-w.md", "create", escNameHeld), explain: "create scratch/hard-w.md: " + escNameHeld},
 		{name: "getxattr through the readable hard link of the oracle", do: func(*testing.T) error {
 			b := make([]byte, 256)
 			n, err := unix.Getxattr(p("hard.md"), "user.secret", b)
@@ -158,11 +184,29 @@ func TestEscapeHiddenReads(t *testing.T) {
 				return fmt.Errorf("getxattr read %q", b[:n])
 			}
 			return err
-		}, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "hard.md", "getxattr"), explain: escHardLinked},
+		}, errno: syscall.ENOENT, record: hardLinked("hard.md")},
+		{name: "listxattr through the writable hard link of the oracle", do: func(*testing.T) error {
+			b := make([]byte, 256)
+			n, err := unix.Listxattr(p("scratch/hard-w.md"), b)
+			if err == nil {
+				return fmt.Errorf("listxattr read %q", b[:n])
+			}
+			return err
+		}, errno: syscall.ENOENT, record: hardLinked("scratch/hard-w.md")},
+		{name: "stat of the readable hard link", do: func(*testing.T) error { var st unix.Stat_t; return unix.Lstat(p("hard.md"), &st) }, errno: syscall.ENOENT, record: hardLinked("hard.md")},
+		// A new name where a concealed entry sits: EACCES, never EEXIST,
+		// with the detail depending on whether the grant could write it.
+		{name: "O_CREAT|O_EXCL over the writable hard link", do: func(*testing.T) error { return escOpen(p("scratch/hard-w.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-w.md", "create", escNameHeld), explain: escNameHeld},
+		{name: "O_CREAT|O_EXCL over the readable hard link the grant cannot write", do: func(*testing.T) error { return escOpen(p("hard.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "hard.md", "create", "not writable under the grant"), explain: "create hard.md: not writable under the grant"},
+		{name: "mkdir over the writable hard link", do: func(*testing.T) error { return os.Mkdir(p("scratch/hard-w.md"), 0o755) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-w.md", "mkdir", escNameHeld), explain: "mkdir scratch/hard-w.md: " + escNameHeld},
+		{name: "mv of a visible file onto the writable hard link", do: func(*testing.T) error { return os.Rename(p("scratch/mine.md"), p("scratch/hard-w.md")) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-w.md", "rename", escNameHeld), explain: "rename scratch/hard-w.md: " + escNameHeld},
+		{name: "ln -s onto the writable hard link", do: func(*testing.T) error { return os.Symlink("mine.md", p("scratch/hard-w.md")) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-w.md", "symlink", escNameHeld), explain: "symlink scratch/hard-w.md: " + escNameHeld},
+		{name: "rm of the writable hard link", do: func(*testing.T) error { return os.Remove(p("scratch/hard-w.md")) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-w.md")},
+		{name: "mv of the writable hard link", do: func(*testing.T) error { return os.Rename(p("scratch/hard-w.md"), p("scratch/moved.md")) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-w.md")},
 		{name: "ln of a writable file onto a hidden directory name is EACCES, not EEXIST", do: func(*testing.T) error { return unix.Link(p("scratch/mine.md"), p("scratch/private")) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/private", "link"), explain: "link scratch/private: not writable under the grant", echoes: "scratch/private"},
 		{name: "ln onto a hidden name that does not exist answers the same", do: func(*testing.T) error { return unix.Link(p("scratch/mine.md"), p("scratch/ghost")) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/ghost", "link"), explain: "link scratch/ghost: not writable under the grant"},
 		{name: "ln of the hidden file into scratch", do: escSh(v, "ln oracle/answer.md scratch/h2"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
-		{name: "ln of a hidden symlink into scratch", do: escSh(v, "ln to-oracle.md scratch/h3"), errno: syscall.ENOENT, record: deniedLookup("to-oracle.md")},
+		{name: "ln of a hidden symlink into scratch", do: escSh(v, "ln to-oracle.md scratch/h3"), errno: syscall.ENOENT, record: hiddenSymlink("to-oracle.md")},
 
 		// Renames.
 		{name: "mv of the hidden file into view", do: escSh(v, "mv oracle/answer.md scratch/a.md"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
@@ -211,14 +255,15 @@ func TestEscapeHiddenReads(t *testing.T) {
 		{name: "zero-width joiner in the hidden name", do: escSh(v, "cat or\u200dacle/answer.md"), errno: syscall.ENOENT},
 		{name: "NFD spelling of an NFC hidden name", do: escSh(v, "cat "+escNFD+"/secret.md"), errno: syscall.ENOENT},
 		{name: "NFC hidden name itself", do: escSh(v, "cat "+escNFC+"/secret.md"), errno: syscall.ENOENT, record: deniedLookup(escNFC)},
-		{name: "case variant Oracle/answer.md (a planted alias)", do: escSh(v, "cat Oracle/answer.md"), errno: syscall.ENOENT, record: deniedLookup("Oracle")},
+		{name: "case variant Oracle/answer.md (a planted alias)", do: escSh(v, "cat Oracle/answer.md"), errno: syscall.ENOENT, record: hiddenSymlink("Oracle")},
 		{name: "case variant ORACLE/answer.md", do: escSh(v, "cat ORACLE/answer.md"), errno: syscall.ENOENT},
 		{name: "case variant oracle/ANSWER.md", do: escSh(v, "cat oracle/ANSWER.md"), errno: syscall.ENOENT, record: deniedLookup("oracle")},
 		{name: "trailing dot", do: escSh(v, "cat oracle./answer.md"), errno: syscall.ENOENT},
 	})
 
 	t.Run("listings never show hidden names", func(t *testing.T) {
-		hidden := []string{"oracle", "Oracle", "to-oracle", "up-oracle", "to-passwd", "to-ledger", "private", "via-parent", "réponse", escNFC, escNFD, "secret"}
+		hidden := []string{"oracle", "Oracle", "to-oracle", "up-oracle", "to-passwd", "to-ledger", "private", "via-parent", "réponse", escNFC, escNFD, "secret",
+			"hard.md", "hard-w.md"}
 		nrec := len(c.records())
 		var outs []string
 		for _, script := range []string{"ls -a", "ls -aR", "ls -la scratch deliverables", "find .", "du -a ."} {
@@ -227,21 +272,25 @@ func TestEscapeHiddenReads(t *testing.T) {
 			outs = append(outs, out)
 		}
 		for _, dir := range []string{"", "scratch", "deliverables"} {
-			outs = append(outs, strings.Join(escGetdents(t, p(dir)), "\n"))
+			names := escGetdents(t, p(dir))
+			// The moved symlink is concealed where it is now.
+			assert.NotContains(t, names, "l", "listing of %q", dir)
+			outs = append(outs, strings.Join(names, "\n"))
 		}
-		// grep reads every readable file; both hard links of the oracle
-		// answer "Permission denied".
+		// grep reads every readable file. The hard links of the oracle are
+		// not listed, so grep never tries them: no "Permission denied",
+		// no name.
 		out, _ := escShell(t, v.dir, "grep -rI secret . 2>&1")
-		assert.Contains(t, out, "hard-w.md: Permission denied")
+		assert.NotContains(t, out, "Permission denied")
 		outs = append(outs, out)
 		all := strings.Join(outs, "\n")
 		for _, h := range hidden {
 			assert.NotContains(t, all, h)
 		}
 		assert.Contains(t, all, "to-deliverabl", "a harmless symlink is listed")
-		assert.Contains(t, all, "hard.md", "the hard link is a visible name")
+		assert.Contains(t, all, "mine.md")
 		for _, r := range c.records()[nrec:] {
-			assert.False(t, r.Kind == ledger.KindRead && strings.Contains(r.Path, "oracle"), "read of %s", r.Path)
+			assert.False(t, r.Kind == ledger.KindRead && (strings.Contains(r.Path, "oracle") || strings.Contains(r.Path, "hard")), "read of %s", r.Path)
 		}
 		c.requireRecord(ledger.KindList, "scratch", "readdir")
 	})
@@ -263,6 +312,83 @@ func TestEscapeHiddenReads(t *testing.T) {
 		var st unix.Stat_t
 		require.NoError(t, unix.Stat(filepath.Join(c.folder, "scratch"), &st))
 		require.Greater(t, uint64(st.Nlink), uint64(2), "the backing scratch has a subdirectory")
+	})
+
+	// newestShown is the newest mtime or ctime among the entries the view
+	// lists in dir, as stat'ed by stat (on the backing folder or through
+	// the view).
+	nano := func(ts unix.Timespec) int64 { return ts.Nano() }
+	// Only files, symlinks and subdirectories the grant shows entirely
+	// count: a subdirectory's own times move with what it hides.
+	shown, err := grants.Compile(escReaderGrant(), grants.MatcherOptions{})
+	require.NoError(t, err)
+	newestShown := func(t *testing.T, dir string, stat func(p string, st *unix.Stat_t) error, root string) int64 {
+		var newest int64
+		for _, name := range escGetdents(t, p(dir)) {
+			if name == "." || name == ".." {
+				continue
+			}
+			var st unix.Stat_t
+			require.NoError(t, stat(filepath.Join(root, dir, name), &st))
+			rel := strings.TrimPrefix(dir+"/"+name, "/")
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR && !shown.ShowsAll(rel) {
+				continue
+			}
+			newest = max(newest, nano(st.Mtim), nano(st.Ctim))
+		}
+		return newest
+	}
+
+	t.Run("directory size and times come from visible entries only", func(t *testing.T) {
+		// The root and scratch hold names the grant hides, so their size,
+		// blocks and times are the view's own: a fixed size, and as times
+		// the newest change among the entries the view lists. A name the
+		// view conceals (here a hard link of the oracle made at the root
+		// on the backing folder) moves the backing directory, not the
+		// view's.
+		newest := func(dir string) int64 { return newestShown(t, dir, unix.Lstat, c.folder) }
+		dirs := []string{"", "scratch"}
+		seen := map[string]unix.Stat_t{}
+		check := func(when string) {
+			for _, dir := range dirs {
+				var st unix.Stat_t
+				require.NoError(t, unix.Stat(p(dir), &st))
+				want := newest(dir)
+				assert.Equal(t, want, nano(st.Mtim), "%s: mtime of %q", when, dir)
+				assert.Equal(t, want, nano(st.Ctim), "%s: ctime of %q", when, dir)
+				if before, ok := seen[dir]; ok {
+					assert.Equal(t, before.Size, st.Size, "%s: size of %q", when, dir)
+					assert.Equal(t, before.Blocks, st.Blocks, "%s: blocks of %q", when, dir)
+					assert.Equal(t, nano(before.Mtim), nano(st.Mtim), "%s: mtime of %q", when, dir)
+				}
+				seen[dir] = st
+			}
+		}
+		check("before")
+		require.NoError(t, os.Link(filepath.Join(c.folder, "oracle/answer.md"), filepath.Join(c.folder, "hard2.md")))
+		t.Cleanup(func() { os.Remove(filepath.Join(c.folder, "hard2.md")) })
+		for _, dir := range dirs {
+			// scratch moved when the agent renamed its (concealed)
+			// symlink into it; the root when hard2.md was made.
+			var backing unix.Stat_t
+			require.NoError(t, unix.Stat(filepath.Join(c.folder, dir), &backing))
+			require.Greater(t, nano(backing.Mtim), newest(dir), "the backing %q changed after its visible entries", dir)
+		}
+		check("after a concealed name was made at the root")
+	})
+
+	t.Run("a hidden change inside a listed directory does not move its parent's times", func(t *testing.T) {
+		// Made on the backing folder: hidden by the grant, directly in
+		// scratch, so scratch's backing mtime moves.
+		require.NoError(t, os.Mkdir(filepath.Join(c.folder, "scratch/ghost"), 0o755))
+		t.Cleanup(func() { os.Remove(filepath.Join(c.folder, "scratch/ghost")) })
+		// Through the view, a listed directory shows its view times: the
+		// root's must be the newest of what the view shows in it.
+		eventually(t, func() bool {
+			var st unix.Stat_t
+			require.NoError(t, unix.Stat(p(""), &st))
+			return nano(st.Mtim) == newestShown(t, "", unix.Lstat, v.dir)
+		}, "the root's times in the view follow the backing times of scratch, which move with hidden names")
 	})
 
 	t.Run("control files never name hidden paths", func(t *testing.T) {
@@ -287,6 +413,7 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 	long := strings.Repeat("n", 255)
 	notWritable := "not writable under the grant"
 	denied := func(path, op string) *escRecord { return escRec(ledger.KindDenied, path, op) }
+	hardLinked := func(path string) *escRecord { return escConcealed(path, escHardLinked) }
 	// withRO runs fn on a read-only descriptor of proposal.md.
 	withRO := func(fn func(fd int) error) func(*testing.T) error {
 		return func(t *testing.T) error {
@@ -305,15 +432,30 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 		{name: "O_RDWR", do: func(*testing.T) error { return escOpen(p("proposal.md"), os.O_RDWR) }, errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
 		{name: "reopen a read-only descriptor for writing via /proc/self/fd", do: escSh(v, "exec 3<proposal.md && echo x > /proc/self/fd/3"), errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
 		{name: "write through a planted symlink in a writable directory", do: escSh(v, "echo x > scratch/to-proposal"), errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
-		{name: "write through a planted hard link in a writable directory", do: escSh(v, "echo x > scratch/hard-readme.md"), errno: syscall.EACCES, record: denied("scratch/hard-readme.md", "open"), explain: "open scratch/hard-readme.md: " + escHardLinked},
-		{name: "read through a planted hard link (its other name is readable, but acpfs cannot know)", do: escSh(v, "cat scratch/hard-readme.md"), errno: syscall.EACCES, record: denied("scratch/hard-readme.md", "open"), explain: escHardLinked},
-		{name: "O_CREAT open of the planted hard link", do: func(*testing.T) error { return escOpen(p("scratch/hard-readme.md"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: denied("scratch/hard-readme.md", "open"), explain: escHardLinked},
-		{name: "truncate(2) of the planted hard link", do: func(*testing.T) error { return os.Truncate(p("scratch/hard-readme.md"), 0) }, errno: syscall.EACCES, record: denied("scratch/hard-readme.md", "setattr"), explain: "setattr scratch/hard-readme.md: " + escHardLinked},
-		{name: "chmod of the planted hard link", do: func(*testing.T) error { return os.Chmod(p("scratch/hard-readme.md"), 0o600) }, errno: syscall.EACCES, record: denied("scratch/hard-readme.md", "setattr"), explain: escHardLinked},
-		{name: "touch of the planted hard link", do: escSh(v, "touch -d 2001-01-01 scratch/hard-readme.md"), errno: syscall.EACCES, record: denied("scratch/hard-readme.md", "setattr"), explain: escHardLinked},
-		{name: "chown of the planted hard link", do: func(*testing.T) error { return os.Chown(p("scratch/hard-readme.md"), 65534, 65534) }, errno: syscall.EACCES, record: denied("scratch/hard-readme.md", "setattr"), explain: escHardLinked},
-		{name: "setxattr on the planted hard link", do: func(*testing.T) error { return unix.Setxattr(p("scratch/hard-readme.md"), "user.x", []byte("1"), 0) }, errno: syscall.EACCES, record: denied("scratch/hard-readme.md", "setxattr"), explain: escHardLinked},
-		{name: "removexattr on the planted hard link", do: func(*testing.T) error { return unix.Removexattr(p("scratch/hard-readme.md"), "user.x") }, errno: syscall.EACCES, record: denied("scratch/hard-readme.md", "removexattr"), explain: escHardLinked},
+		// A planted hard link: the file has two names, so it is concealed
+		// under both (README.md too, though the grant may read it). Every
+		// attempt on the name is a refused lookup, quietly; making a new
+		// name there is EACCES.
+		{name: "write through a planted hard link in a writable directory", do: escSh(v, "echo x > scratch/hard-readme.md"), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld), explain: "create scratch/hard-readme.md: " + escNameHeld},
+		{name: "read through a planted hard link (its other name is readable, but acpfs cannot know)", do: escSh(v, "cat scratch/hard-readme.md"), errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "read the hard-linked file under its readable name", do: func(*testing.T) error { return escReadErr(p("README.md")) }, errno: syscall.ENOENT, record: hardLinked("README.md")},
+		{name: "O_CREAT open of the planted hard link", do: func(*testing.T) error { return escOpen(p("scratch/hard-readme.md"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld), explain: escNameHeld},
+		{name: "O_CREAT|O_EXCL of the planted hard link", do: func(*testing.T) error { return escOpen(p("scratch/hard-readme.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld), explain: escNameHeld},
+		{name: "O_CREAT|O_EXCL of the hard-linked name the grant cannot write", do: func(*testing.T) error { return escOpen(p("README.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "README.md", "create", notWritable), explain: "create README.md: " + notWritable},
+		{name: "O_WRONLY open of the planted hard link", do: func(*testing.T) error { return escOpen(p("scratch/hard-readme.md"), os.O_WRONLY) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "truncate(2) of the planted hard link", do: func(*testing.T) error { return os.Truncate(p("scratch/hard-readme.md"), 0) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "chmod of the planted hard link", do: func(*testing.T) error { return os.Chmod(p("scratch/hard-readme.md"), 0o600) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		// touch opens with O_CREAT first, and reports that refusal.
+		{name: "touch of the planted hard link", do: escSh(v, "touch -d 2001-01-01 scratch/hard-readme.md"), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld), explain: escNameHeld},
+		{name: "utimes of the planted hard link", do: func(*testing.T) error {
+			return os.Chtimes(p("scratch/hard-readme.md"), time.Unix(0, 0), time.Unix(0, 0))
+		}, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "chown of the planted hard link", do: func(*testing.T) error { return os.Chown(p("scratch/hard-readme.md"), 65534, 65534) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "setxattr on the planted hard link", do: func(*testing.T) error { return unix.Setxattr(p("scratch/hard-readme.md"), "user.x", []byte("1"), 0) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "removexattr on the planted hard link", do: func(*testing.T) error { return unix.Removexattr(p("scratch/hard-readme.md"), "user.x") }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "mkdir over the planted hard link", do: func(*testing.T) error { return os.Mkdir(p("scratch/hard-readme.md"), 0o755) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "mkdir", escNameHeld), explain: "mkdir scratch/hard-readme.md: " + escNameHeld},
+		{name: "mv a writable file onto the planted hard link", do: func(*testing.T) error { return os.Rename(p("scratch/mine.md"), p("scratch/hard-readme.md")) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "rename", escNameHeld), explain: "rename scratch/hard-readme.md: " + escNameHeld},
+		{name: "ln -s onto the planted hard link", do: escSh(v, "ln -s mine.md scratch/hard-readme.md"), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "symlink", escNameHeld), explain: "symlink scratch/hard-readme.md: " + escNameHeld},
 		{name: "truncate(2)", do: func(*testing.T) error { return os.Truncate(p("proposal.md"), 0) }, errno: syscall.EACCES, record: denied("proposal.md", "setattr"), explain: "setattr proposal.md: " + notWritable},
 		{name: "truncate -s 0", do: escSh(v, "truncate -s 0 proposal.md"), errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
 		{name: "ftruncate on a read-only descriptor", do: withRO(func(fd int) error { return unix.Ftruncate(fd, 0) }), errno: syscall.EINVAL},
@@ -354,7 +496,7 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 		{name: "ln a writable file into a read-only directory", do: escSh(v, "ln scratch/mine.md deliverables/l.md"), errno: syscall.EACCES, record: denied("deliverables/l.md", "link"), explain: notWritable},
 		{name: "ln a read-only file into scratch (a writable second name)", do: escSh(v, "ln proposal.md scratch/p-link.md"), errno: syscall.EACCES, record: denied("scratch/p-link.md", "link"), explain: "link scratch/p-link.md: " + escNoLinks},
 		{name: "ln a writable file to a writable name", do: func(*testing.T) error { return os.Link(p("scratch/mine.md"), p("scratch/mine-link.md")) }, errno: syscall.EACCES, record: denied("scratch/mine-link.md", "link"), explain: escNoLinks},
-		{name: "ln of the planted hard link to a third name", do: func(*testing.T) error { return os.Link(p("scratch/hard-readme.md"), p("scratch/h3.md")) }, errno: syscall.EACCES, record: denied("scratch/h3.md", "link"), explain: escNoLinks},
+		{name: "ln of the planted hard link to a third name", do: func(*testing.T) error { return os.Link(p("scratch/hard-readme.md"), p("scratch/h3.md")) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
 		{name: "linkat through /proc/self/fd (AT_SYMLINK_FOLLOW)", do: escSh(v, "exec 3<scratch/mine.md && ln -L /proc/self/fd/3 scratch/via-proc.md"), errno: syscall.EACCES, record: denied("scratch/via-proc.md", "link"), explain: escNoLinks},
 		{name: "ln -s in a read-only directory", do: escSh(v, "ln -s design-spec.md deliverables/s.md"), errno: syscall.EACCES, record: denied("deliverables/s.md", "symlink"), explain: notWritable},
 		{name: "create at the root", do: escSh(v, "touch new.md"), errno: syscall.EACCES, record: denied("new.md", "create"), explain: notWritable},
@@ -369,18 +511,43 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 		{name: "create below the oracle", do: escSh(v, "echo x > oracle/new.md"), errno: syscall.ENOENT, record: escRec(ledger.KindDenied, "oracle", "lookup")},
 	})
 
-	t.Run("a writable name of a hard-linked file can still be renamed and removed", func(t *testing.T) {
-		require.NoError(t, os.Rename(p("scratch/hard-readme.md"), p("scratch/hard-renamed.md")))
-		c.requireRecord(ledger.KindWrite, "scratch/hard-readme.md", "rename")
-		_, err := os.Stat(filepath.Join(c.folder, "scratch/hard-renamed.md"))
-		require.NoError(t, err)
-		require.NoError(t, os.Remove(p("scratch/hard-renamed.md")))
-		c.requireRecord(ledger.KindWrite, "scratch/hard-renamed.md", "unlink")
+	t.Run("a writable name of a hard-linked file can be neither renamed nor removed", func(t *testing.T) {
+		// Through the view the name does not exist: rename and unlink
+		// answer ENOENT, quietly, and the backing file keeps both names.
+		before := escTree(t, c.folder)
+		last := escLastError(t, v)
+		nrec := len(c.records())
+		assert.ErrorIs(t, os.Rename(p("scratch/hard-readme.md"), p("scratch/hard-renamed.md")), syscall.ENOENT)
+		assert.ErrorIs(t, os.Remove(p("scratch/hard-readme.md")), syscall.ENOENT)
+		out, code := escShell(t, v.dir, "rm -f scratch/hard-readme.md; mv scratch/hard-readme.md scratch/hard-renamed.md")
+		assert.NotZero(t, code, out)
+		assert.Contains(t, out, "No such file or directory")
+		escRequireSameTree(t, before, escTree(t, c.folder))
+		recs := c.records()[nrec:]
+		assert.True(t, escHasRecord(recs, *hardLinked("scratch/hard-readme.md")), escFmtRecords(recs))
+		for _, r := range recs {
+			assert.NotEqual(t, ledger.KindWrite, r.Kind, "a change was recorded: %+v", r)
+		}
+		assert.Equal(t, last, escLastError(t, v), "hidden names are refused silently")
 		var st unix.Stat_t
 		require.NoError(t, unix.Stat(filepath.Join(c.folder, "README.md"), &st))
-		assert.EqualValues(t, 1, st.Nlink)
-		// With its last other name gone, the file opens again.
-		assert.NotEmpty(t, readFile(t, p("README.md")))
+		assert.EqualValues(t, 2, st.Nlink)
+		_, err := os.Stat(filepath.Join(c.folder, "scratch/hard-renamed.md"))
+		assert.ErrorIs(t, err, os.ErrNotExist)
+		// Neither name is listed.
+		assert.NotContains(t, escGetdents(t, p("scratch")), "hard-readme.md")
+		assert.NotContains(t, escGetdents(t, p("")), "README.md")
+	})
+
+	t.Run("the file is shown again under its remaining name once its other name is removed on the backing folder", func(t *testing.T) {
+		require.NoError(t, os.Remove(filepath.Join(c.folder, "scratch/hard-readme.md")))
+		want := readFile(t, filepath.Join(c.folder, "README.md"))
+		eventually(t, func() bool {
+			b, err := os.ReadFile(p("README.md"))
+			return err == nil && string(b) == want
+		}, "README.md stays concealed with a single name")
+		c.requireRecord(ledger.KindRead, "README.md", "open")
+		assert.Contains(t, escGetdents(t, p("")), "README.md")
 	})
 
 	t.Run("a private writable mapping never reaches the file", func(t *testing.T) {
@@ -481,43 +648,80 @@ func TestEscapeFrozenDeliverable(t *testing.T) {
 	})
 
 	// A second name for the deliverable, planted on the backing folder
-	// by another process after the freeze. The frozen check goes by
-	// inode and comes before the hard-link one, so every change through
-	// either name answers EROFS; reading refuses the hard-linked file.
+	// by another process after the freeze. While the file has two names
+	// it is concealed under both: every attempt through either name is a
+	// lookup refused quietly (ENOENT), and making a new name there is
+	// refused. The descriptor opened before the freeze still answers
+	// EROFS.
 	link := "scratch/design-spec-link.md"
 	require.NoError(t, os.Link(filepath.Join(r.c.folder, primary), filepath.Join(r.c.folder, link)))
-	frozenLink := func(op string) *escRecord { return escRec(ledger.KindFrozenRefused, link, op) }
+	hardLinked := func(path string) *escRecord { return escConcealed(path, escHardLinked) }
+	{
+		// The kernel may still hold the deliverable's entry from the
+		// attempts above; once a lookup of it has been refused, every
+		// later access looks it up again.
+		nrec := len(r.c.records())
+		eventually(t, func() bool {
+			_, err := os.Stat(p(primary))
+			return errors.Is(err, syscall.ENOENT) && escHasRecord(r.c.records()[nrec:], *hardLinked(primary))
+		}, "the deliverable is still shown while it has a second name")
+	}
 	escRun(t, e, []escAttempt{
-		{name: "write through the planted hard link", do: escSh(a, "echo x >> "+link), errno: syscall.EROFS, record: frozenLink("open"), explain: "open " + link + ": " + why},
-		{name: "O_TRUNC open of the planted hard link", do: func(*testing.T) error { return escOpen(p(link), os.O_WRONLY|os.O_TRUNC) }, errno: syscall.EROFS, record: frozenLink("open"), explain: why},
-		{name: "truncate(2) of the planted hard link", do: func(*testing.T) error { return os.Truncate(p(link), 0) }, errno: syscall.EROFS, record: frozenLink("setattr"), explain: why},
-		{name: "chmod of the planted hard link", do: func(*testing.T) error { return os.Chmod(p(link), 0o600) }, errno: syscall.EROFS, record: frozenLink("setattr"), explain: why},
-		{name: "setxattr on the planted hard link", do: func(*testing.T) error { return unix.Setxattr(p(link), "user.x", []byte("1"), 0) }, errno: syscall.EROFS, record: frozenLink("setxattr"), explain: why},
-		{name: "rm of the planted hard link", do: func(*testing.T) error { return os.Remove(p(link)) }, errno: syscall.EROFS, record: frozenLink("unlink"), explain: why},
-		{name: "mv of the planted hard link", do: func(*testing.T) error { return os.Rename(p(link), p("scratch/moved.md")) }, errno: syscall.EROFS, record: frozenLink("rename"), explain: why},
-		{name: "pwrite on the descriptor opened before the freeze, now hard-linked", do: fromRW(func(fd int) error { _, err := unix.Pwrite(fd, []byte("X"), 0); return err }), errno: syscall.EROFS, record: escRec(ledger.KindFrozenRefused, "", "write"), explain: why},
-		{name: "a refusal on the deliverable once its alias is known names the deliverable", do: escSh(a, "echo x >> "+primary), errno: syscall.EROFS, record: frozen("open"), explain: "open " + primary + ": " + why},
-		{name: "reading the deliverable while it has a second name", do: func(*testing.T) error { return escReadErr(p(primary)) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "", "open"), explain: escHardLinked},
-		{name: "reading the planted hard link", do: func(*testing.T) error { return escReadErr(p(link)) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, link, "open"), explain: escHardLinked},
+		// O_CREAT: the lookup says ENOENT, the create is refused.
+		{name: "write through the planted hard link", do: escSh(a, "echo x >> "+link), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, link, "create", escNameHeld), explain: "create " + link + ": " + escNameHeld},
+		{name: "O_TRUNC open of the planted hard link", do: func(*testing.T) error { return escOpen(p(link), os.O_WRONLY|os.O_TRUNC) }, errno: syscall.ENOENT, record: hardLinked(link)},
+		{name: "O_CREAT|O_EXCL of the planted hard link", do: func(*testing.T) error { return escOpen(p(link), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, link, "create", escNameHeld), explain: escNameHeld},
+		{name: "truncate(2) of the planted hard link", do: func(*testing.T) error { return os.Truncate(p(link), 0) }, errno: syscall.ENOENT, record: hardLinked(link)},
+		{name: "chmod of the planted hard link", do: func(*testing.T) error { return os.Chmod(p(link), 0o600) }, errno: syscall.ENOENT, record: hardLinked(link)},
+		{name: "setxattr on the planted hard link", do: func(*testing.T) error { return unix.Setxattr(p(link), "user.x", []byte("1"), 0) }, errno: syscall.ENOENT, record: hardLinked(link)},
+		{name: "rm of the planted hard link", do: func(*testing.T) error { return os.Remove(p(link)) }, errno: syscall.ENOENT, record: hardLinked(link)},
+		{name: "mv of the planted hard link", do: func(*testing.T) error { return os.Rename(p(link), p("scratch/moved.md")) }, errno: syscall.ENOENT, record: hardLinked(link)},
+		{name: "mv another file over the planted hard link", do: func(*testing.T) error { return os.Rename(p("deliverables/other.md"), p(link)) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, link, "rename", escNameHeld), explain: "rename " + link + ": " + escNameHeld},
+		{name: "pwrite on the descriptor opened before the freeze, now hard-linked", do: fromRW(func(fd int) error { _, err := unix.Pwrite(fd, []byte("X"), 0); return err }), errno: syscall.EROFS, record: frozen("write"), explain: why},
+		// The deliverable's own name is frozen, which the agent knows
+		// from events.jsonl: a new name there is refused as frozen,
+		// whatever the entry holding it.
+		{name: "a refusal on the deliverable once its alias is known names the deliverable", do: escSh(a, "echo x >> "+primary), errno: syscall.EROFS, record: frozen("create"), explain: "create " + primary + ": " + why},
+		{name: "truncate(2) of the deliverable while it has a second name", do: func(*testing.T) error { return os.Truncate(p(primary), 0) }, errno: syscall.ENOENT, record: hardLinked(primary)},
+		{name: "rm of the deliverable while it has a second name", do: func(*testing.T) error { return os.Remove(p(primary)) }, errno: syscall.ENOENT, record: hardLinked(primary)},
+		{name: "reading the deliverable while it has a second name", do: func(*testing.T) error { return escReadErr(p(primary)) }, errno: syscall.ENOENT, record: hardLinked(primary)},
+		{name: "reading the planted hard link", do: func(*testing.T) error { return escReadErr(p(link)) }, errno: syscall.ENOENT, record: hardLinked(link)},
 	})
 
-	t.Run("the deliverable opens at once when its second name is removed", func(t *testing.T) {
-		_, err := os.Stat(p(primary))
-		require.NoError(t, err)
-		_, err = os.Stat(p(link))
-		require.NoError(t, err)
-		require.NoError(t, os.Remove(filepath.Join(r.c.folder, link)))
-		assert.Equal(t, designSpec("Frozen"), readFile(t, p(primary)))
-	})
-
-	t.Run("reading the frozen deliverable works again once its second name is gone", func(t *testing.T) {
-		if _, err := os.Lstat(filepath.Join(r.c.folder, link)); err == nil {
-			require.NoError(t, os.Remove(filepath.Join(r.c.folder, link)))
+	t.Run("the deliverable is concealed under both names while it has two", func(t *testing.T) {
+		nrec := len(r.c.records())
+		for _, name := range []string{primary, link} {
+			_, err := os.Lstat(p(name))
+			assert.ErrorIs(t, err, syscall.ENOENT, name)
 		}
+		assert.NotContains(t, escGetdents(t, p("deliverables")), filepath.Base(primary))
+		assert.NotContains(t, escGetdents(t, p("scratch")), filepath.Base(link))
+		for _, rec := range r.c.records()[nrec:] {
+			assert.NotEqual(t, ledger.KindRead, rec.Kind, "read of %s", rec.Path)
+		}
+	})
+
+	t.Run("the deliverable is shown and opens again once its second name is removed on the backing folder", func(t *testing.T) {
+		require.NoError(t, os.Remove(filepath.Join(r.c.folder, link)))
+		eventually(t, func() bool {
+			b, err := os.ReadFile(p(primary))
+			return err == nil && string(b) == designSpec("Frozen")
+		}, "the deliverable stays concealed")
+		assert.Equal(t, designSpec("Frozen"), readFile(t, filepath.Join(r.c.folder, primary)))
+		assert.Contains(t, escGetdents(t, p("deliverables")), filepath.Base(primary))
+		r.c.requireRecord(ledger.KindRead, primary, "open")
+	})
+
+	t.Run("reading the frozen deliverable works again once its second name is gone, and it is still frozen", func(t *testing.T) {
+		_, err := os.Lstat(filepath.Join(r.c.folder, link))
+		require.ErrorIs(t, err, os.ErrNotExist)
 		eventually(t, func() bool {
 			b, err := os.ReadFile(p(primary))
 			return err == nil && string(b) == designSpec("Frozen")
 		}, "the deliverable stays unreadable")
+		nrec := len(r.c.records())
+		assert.ErrorIs(t, escOpen(p(primary), os.O_WRONLY|os.O_APPEND), syscall.EROFS)
+		assert.True(t, escHasRecord(r.c.records()[nrec:], *frozen("open")), escFmtRecords(r.c.records()[nrec:]))
 		assert.Equal(t, designSpec("Frozen"), readFile(t, filepath.Join(r.c.folder, primary)))
 	})
 }
@@ -562,6 +766,15 @@ func TestEscapeProtocolForgery(t *testing.T) {
 	ctlDenied := func(path, op string) *escRecord { return escRec(ledger.KindDenied, path, op) }
 	ctlRO := ".acpfs is read-only"
 	protoDenied := func(op string) *escRecord { return escRec(ledger.KindDenied, "protocol.json", op) }
+	// The policy's refusals of changes to the protocol files other than
+	// through their handles (fs/policy.go, managedChange).
+	const (
+		cannotRemove  = "protocol files cannot be removed"
+		cannotReplace = "protocol files cannot be renamed or replaced"
+		maintained    = "protocol files are maintained by acpfs"
+	)
+	evSetattr := escRecD(ledger.KindAppendRejected, "events.jsonl", "setattr", "events.jsonl is append-only")
+	protoSetattr := escRecD(ledger.KindDenied, "protocol.json", "setattr", "protocol.json is maintained by acpfs")
 	forgedProtocol := func(mutate func(m map[string]any)) []byte {
 		var m map[string]any
 		require.NoError(t, json.Unmarshal([]byte(readFile(t, filepath.Join(c.folder, "protocol.json"))), &m))
@@ -614,12 +827,12 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		}, errno: syscall.EPERM, record: rejected, explain: "seq-continuous"},
 		{name: "> events.jsonl", do: escSh(a, ": > events.jsonl"), errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "open"), explain: "O_TRUNC refused"},
 		{name: "O_TRUNC open of events.jsonl", do: func(*testing.T) error { return escOpen(p("events.jsonl"), os.O_WRONLY|os.O_TRUNC) }, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "open"), explain: "O_TRUNC refused"},
-		{name: "truncate events.jsonl", do: func(*testing.T) error { return os.Truncate(p("events.jsonl"), 10) }, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "setattr"), explain: "append-only"},
-		{name: "chmod events.jsonl", do: func(*testing.T) error { return os.Chmod(p("events.jsonl"), 0o600) }, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "setattr"), explain: "append-only"},
-		{name: "utimes events.jsonl", do: func(*testing.T) error { return os.Chtimes(p("events.jsonl"), time.Unix(0, 0), time.Unix(0, 0)) }, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "setattr"), explain: "append-only"},
-		{name: "touch events.jsonl (utimes now)", do: escSh(a, "touch events.jsonl"), errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "setattr"), explain: "append-only"},
-		{name: "chown events.jsonl", do: func(*testing.T) error { return os.Chown(p("events.jsonl"), 65534, 65534) }, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "setattr"), explain: "append-only"},
-		{name: "chown events.jsonl to its own owner", do: func(*testing.T) error { return os.Chown(p("events.jsonl"), os.Getuid(), os.Getgid()) }, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "setattr"), explain: "append-only"},
+		{name: "truncate events.jsonl", do: func(*testing.T) error { return os.Truncate(p("events.jsonl"), 10) }, errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
+		{name: "chmod events.jsonl", do: func(*testing.T) error { return os.Chmod(p("events.jsonl"), 0o600) }, errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
+		{name: "utimes events.jsonl", do: func(*testing.T) error { return os.Chtimes(p("events.jsonl"), time.Unix(0, 0), time.Unix(0, 0)) }, errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
+		{name: "touch events.jsonl (utimes now)", do: escSh(a, "touch events.jsonl"), errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
+		{name: "chown events.jsonl", do: func(*testing.T) error { return os.Chown(p("events.jsonl"), 65534, 65534) }, errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
+		{name: "chown events.jsonl to its own owner", do: func(*testing.T) error { return os.Chown(p("events.jsonl"), os.Getuid(), os.Getgid()) }, errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
 		{name: "ftruncate on an events.jsonl write handle", do: func(*testing.T) error {
 			fd, err := unix.Open(p("events.jsonl"), unix.O_WRONLY|unix.O_APPEND, 0)
 			if err != nil {
@@ -627,7 +840,7 @@ func TestEscapeProtocolForgery(t *testing.T) {
 			}
 			defer unix.Close(fd)
 			return unix.Ftruncate(fd, 10)
-		}, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "setattr"), explain: "append-only"},
+		}, errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
 		{name: "ftruncate to its own size on an events.jsonl write handle", do: func(*testing.T) error {
 			fd, err := unix.Open(p("events.jsonl"), unix.O_WRONLY|unix.O_APPEND, 0)
 			if err != nil {
@@ -639,12 +852,19 @@ func TestEscapeProtocolForgery(t *testing.T) {
 				return err
 			}
 			return unix.Ftruncate(fd, st.Size)
-		}, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "setattr"), explain: "append-only"},
-		{name: "setxattr on events.jsonl", do: func(*testing.T) error { return unix.Setxattr(p("events.jsonl"), "user.x", []byte("1"), 0) }, errno: syscall.EPERM, record: escRec(ledger.KindDenied, "events.jsonl", "setxattr"), explain: "setxattr events.jsonl: protocol files are maintained by acpfs"},
-		{name: "removexattr on events.jsonl", do: func(*testing.T) error { return unix.Removexattr(p("events.jsonl"), "user.x") }, errno: syscall.EPERM, record: escRec(ledger.KindDenied, "events.jsonl", "removexattr"), explain: "maintained by acpfs"},
-		{name: "rm events.jsonl", do: escSh(a, "rm -f events.jsonl"), errno: syscall.EPERM, record: escRec(ledger.KindDenied, "events.jsonl", "unlink"), explain: "cannot be removed"},
-		{name: "mv events.jsonl away", do: escSh(a, "mv events.jsonl scratch/e.jsonl"), errno: syscall.EPERM, record: escRec(ledger.KindDenied, "events.jsonl", "rename"), explain: "cannot be renamed"},
-		{name: "mv a forged log over events.jsonl", do: func(*testing.T) error { return os.Rename(p("scratch/fake.jsonl"), p("events.jsonl")) }, errno: syscall.EPERM, record: escRec(ledger.KindDenied, "scratch/fake.jsonl", "rename"), explain: "cannot be renamed or replaced"},
+		}, errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
+		{name: "setxattr on events.jsonl", do: func(*testing.T) error { return unix.Setxattr(p("events.jsonl"), "user.x", []byte("1"), 0) }, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "events.jsonl", "setxattr", maintained), explain: "setxattr events.jsonl: protocol files are maintained by acpfs"},
+		{name: "removexattr on events.jsonl", do: func(*testing.T) error { return unix.Removexattr(p("events.jsonl"), "user.x") }, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "events.jsonl", "removexattr", maintained), explain: "maintained by acpfs"},
+		{name: "rm events.jsonl", do: escSh(a, "rm -f events.jsonl"), errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "events.jsonl", "unlink", cannotRemove), explain: "cannot be removed"},
+		{name: "mv events.jsonl away", do: escSh(a, "mv events.jsonl scratch/e.jsonl"), errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "events.jsonl", "rename", cannotReplace), explain: "cannot be renamed"},
+		// The refusal names the protocol file, the name being replaced.
+		{name: "mv a forged log over events.jsonl", do: func(*testing.T) error { return os.Rename(p("scratch/fake.jsonl"), p("events.jsonl")) }, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "events.jsonl", "rename", cannotReplace), explain: "rename events.jsonl: " + cannotReplace},
+		{name: "RENAME_NOREPLACE of a forged log onto events.jsonl", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/fake.jsonl"), unix.AT_FDCWD, p("events.jsonl"), unix.RENAME_NOREPLACE)
+		}, errno: syscall.EEXIST},
+		{name: "RENAME_EXCHANGE of a forged log with events.jsonl", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/fake.jsonl"), unix.AT_FDCWD, p("events.jsonl"), unix.RENAME_EXCHANGE)
+		}, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "events.jsonl", "rename", cannotReplace), explain: cannotReplace},
 		{name: "ln events.jsonl to a second name", do: func(*testing.T) error { return os.Link(p("events.jsonl"), p("scratch/ev.jsonl")) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/ev.jsonl", "link"), explain: escNoLinks},
 		{name: "ln protocol.json to a second name", do: func(*testing.T) error { return os.Link(p("protocol.json"), p("scratch/p.json")) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/p.json", "link"), explain: escNoLinks},
 		{name: "fallocate on an events.jsonl handle", do: func(*testing.T) error {
@@ -693,11 +913,11 @@ func TestEscapeProtocolForgery(t *testing.T) {
 			return werr
 		}, errno: syscall.EPERM, record: protoDenied("write"), explain: "write protocol.json"},
 		{name: "protocol.json emptied by O_TRUNC", do: func(*testing.T) error { return escWriteClose(p("protocol.json"), os.O_WRONLY|os.O_TRUNC, nil) }, errno: syscall.EPERM, record: protoDenied("write"), explain: "write protocol.json"},
-		{name: "truncate protocol.json", do: func(*testing.T) error { return os.Truncate(p("protocol.json"), 0) }, errno: syscall.EPERM, record: protoDenied("setattr"), explain: "maintained by acpfs"},
-		{name: "chmod protocol.json", do: func(*testing.T) error { return os.Chmod(p("protocol.json"), 0o600) }, errno: syscall.EPERM, record: protoDenied("setattr"), explain: "maintained by acpfs"},
-		{name: "utimes protocol.json", do: func(*testing.T) error { return os.Chtimes(p("protocol.json"), time.Unix(0, 0), time.Unix(0, 0)) }, errno: syscall.EPERM, record: protoDenied("setattr"), explain: "setattr protocol.json: protocol.json is maintained by acpfs"},
-		{name: "touch protocol.json", do: escSh(a, "touch protocol.json"), errno: syscall.EPERM, record: protoDenied("setattr"), explain: "maintained by acpfs"},
-		{name: "chown protocol.json", do: func(*testing.T) error { return os.Chown(p("protocol.json"), 65534, 65534) }, errno: syscall.EPERM, record: protoDenied("setattr"), explain: "maintained by acpfs"},
+		{name: "truncate protocol.json", do: func(*testing.T) error { return os.Truncate(p("protocol.json"), 0) }, errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
+		{name: "chmod protocol.json", do: func(*testing.T) error { return os.Chmod(p("protocol.json"), 0o600) }, errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
+		{name: "utimes protocol.json", do: func(*testing.T) error { return os.Chtimes(p("protocol.json"), time.Unix(0, 0), time.Unix(0, 0)) }, errno: syscall.EPERM, record: protoSetattr, explain: "setattr protocol.json: protocol.json is maintained by acpfs"},
+		{name: "touch protocol.json", do: escSh(a, "touch protocol.json"), errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
+		{name: "chown protocol.json", do: func(*testing.T) error { return os.Chown(p("protocol.json"), 65534, 65534) }, errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
 		{name: "fchmod on a protocol.json write handle", do: func(*testing.T) error {
 			fd, err := unix.Open(p("protocol.json"), unix.O_WRONLY, 0)
 			if err != nil {
@@ -705,7 +925,7 @@ func TestEscapeProtocolForgery(t *testing.T) {
 			}
 			defer unix.Close(fd)
 			return unix.Fchmod(fd, 0o600)
-		}, errno: syscall.EPERM, record: protoDenied("setattr"), explain: "maintained by acpfs"},
+		}, errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
 		{name: "futimens on a protocol.json write handle", do: func(*testing.T) error {
 			fd, err := unix.Open(p("protocol.json"), unix.O_WRONLY, 0)
 			if err != nil {
@@ -713,7 +933,7 @@ func TestEscapeProtocolForgery(t *testing.T) {
 			}
 			defer unix.Close(fd)
 			return unix.UtimesNanoAt(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), []unix.Timespec{{Sec: 0}, {Sec: 0}}, 0)
-		}, errno: syscall.EPERM, record: protoDenied("setattr"), explain: "maintained by acpfs"},
+		}, errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
 		{name: "ftruncate on a read-only protocol.json descriptor", do: func(*testing.T) error {
 			fd, err := unix.Open(p("protocol.json"), unix.O_RDONLY, 0)
 			if err != nil {
@@ -733,10 +953,11 @@ func TestEscapeProtocolForgery(t *testing.T) {
 			}
 			return terr
 		}, errno: syscall.EPERM, record: protoDenied("write"), explain: "write protocol.json"},
-		{name: "setxattr on protocol.json", do: func(*testing.T) error { return unix.Setxattr(p("protocol.json"), "user.x", []byte("1"), 0) }, errno: syscall.EPERM, record: protoDenied("setxattr"), explain: "setxattr protocol.json: protocol files are maintained by acpfs"},
-		{name: "removexattr on protocol.json", do: func(*testing.T) error { return unix.Removexattr(p("protocol.json"), "user.x") }, errno: syscall.EPERM, record: protoDenied("removexattr"), explain: "maintained by acpfs"},
-		{name: "rm protocol.json", do: func(*testing.T) error { return os.Remove(p("protocol.json")) }, errno: syscall.EPERM, record: protoDenied("unlink"), explain: "cannot be removed"},
-		{name: "mv a forged protocol.json over it", do: func(*testing.T) error { return os.Rename(p("scratch/fake.json"), p("protocol.json")) }, errno: syscall.EPERM, record: escRec(ledger.KindDenied, "scratch/fake.json", "rename"), explain: "cannot be renamed or replaced"},
+		{name: "setxattr on protocol.json", do: func(*testing.T) error { return unix.Setxattr(p("protocol.json"), "user.x", []byte("1"), 0) }, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "protocol.json", "setxattr", maintained), explain: "setxattr protocol.json: protocol files are maintained by acpfs"},
+		{name: "removexattr on protocol.json", do: func(*testing.T) error { return unix.Removexattr(p("protocol.json"), "user.x") }, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "protocol.json", "removexattr", maintained), explain: "maintained by acpfs"},
+		{name: "rm protocol.json", do: func(*testing.T) error { return os.Remove(p("protocol.json")) }, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "protocol.json", "unlink", cannotRemove), explain: "cannot be removed"},
+		{name: "mv a forged protocol.json over it", do: func(*testing.T) error { return os.Rename(p("scratch/fake.json"), p("protocol.json")) }, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "protocol.json", "rename", cannotReplace), explain: "rename protocol.json: " + cannotReplace},
+		{name: "mv protocol.json away", do: func(*testing.T) error { return os.Rename(p("protocol.json"), p("scratch/p.json")) }, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "protocol.json", "rename", cannotReplace), explain: cannotReplace},
 		{name: "shared writable mmap of protocol.json", do: escMapShared(p("protocol.json")), errno: syscall.ENODEV},
 		{name: "create a look-alike events.jsonl (Cyrillic e)", do: func(*testing.T) error { return escOpen(p("ev\u0435nts.jsonl"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "ev\u0435nts.jsonl", "create"), explain: "not writable under the grant"},
 		{name: "create a case variant Events.jsonl", do: func(*testing.T) error { return escOpen(p("Events.jsonl"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "Events.jsonl", "create"), explain: "not writable under the grant"},
@@ -941,21 +1162,77 @@ func TestEscapeProtocolForgery(t *testing.T) {
 	})
 }
 
-// TestEscapeRevokedGrant documents what a narrowed, then revoked, grant
-// does to an agent that holds open files, handles and cached names.
+// escLateRead reads through a descriptor opened before a grant change
+// and fails the test if it returns bytes written after the change.
+func escLateRead(t *testing.T, f *os.File) error {
+	t.Helper()
+	b := make([]byte, 256)
+	n, err := f.ReadAt(b, 0)
+	assert.NotContains(t, string(b[:max(n, 0)]), escSecret, "%s: read bytes written after the grant changed", f.Name())
+	if err == nil || errors.Is(err, io.EOF) {
+		return fmt.Errorf("read %q", b[:max(n, 0)])
+	}
+	return err
+}
+
+// TestEscapeRevokedGrant: what a narrowed, then revoked, grant does to an
+// agent that holds open files, mappings, handles and cached names. Every
+// read is served by the daemon, which checks the grant in force first: a
+// descriptor opened before the change answers EACCES on its next read
+// (recorded, op read), a mapping faults again and is refused, and no
+// byte written on the backing folder after the change is ever returned.
 func TestEscapeRevokedGrant(t *testing.T) {
 	c := newCollab(t)
-	escPlant(t, c.folder, nil, map[string]string{"scratch/mine.md": "mine\n", "scratch/later.md": escSecret + " (hidden later)\n"}, nil)
+	escPlant(t, c.folder, nil, map[string]string{
+		"scratch/mine.md":     "mine\n",
+		"scratch/later.md":    "visible before the narrowing\n",
+		"scratch/later-rw.md": "visible and writable before the narrowing\n",
+	}, nil)
 	g := escWriterGrant()
 	v := c.mountView(g)
 	p := v.path
+	backing := func(rel string) string { return filepath.Join(c.folder, rel) }
+	// noRead fails if any record since nrec is a read of rel.
+	noRead := func(t *testing.T, nrec int, rel string) {
+		t.Helper()
+		for _, r := range c.records()[nrec:] {
+			assert.False(t, r.Kind == ledger.KindRead && r.Path == rel, "read of %s recorded after the change: %+v", rel, r)
+		}
+	}
+	// refusedRead expects the next read through f, opened before the
+	// grant took rel away, to fail without returning a byte written since
+	// and without a read record.
+	refusedRead := func(t *testing.T, f *os.File, rel string) {
+		t.Helper()
+		nrec := len(c.records())
+		assert.Error(t, escLateRead(t, f), rel)
+		noRead(t, nrec, rel)
+	}
+	// deniedRead expects that refusal to be EACCES, recorded as a denied
+	// read of rel (a full-size read, as cat makes: past the cached size,
+	// so the kernel asks for the file's attributes first).
+	deniedRead := func(t *testing.T, f *os.File, rel string) {
+		t.Helper()
+		nrec := len(c.records())
+		assert.ErrorIs(t, escLateRead(t, f), syscall.EACCES, rel)
+		recs := c.records()[nrec:]
+		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: rel, op: "read", detail: escNoLongerReadable}), escFmtRecords(recs))
+		assert.Contains(t, escLastError(t, v), "read "+rel+": "+escNoLongerReadable)
+		noRead(t, nrec, rel)
+	}
 
-	ro, err := os.Open(p("proposal.md")) // read-only: served by passthrough
+	ro, err := os.Open(p("proposal.md")) // read-only for this grant
 	require.NoError(t, err)
 	t.Cleanup(func() { ro.Close() })
-	rw, err := os.OpenFile(p("scratch/mine.md"), os.O_RDWR, 0) // writable: served by acpfs
+	rw, err := os.OpenFile(p("scratch/mine.md"), os.O_RDWR, 0) // writable
 	require.NoError(t, err)
 	t.Cleanup(func() { rw.Close() })
+	// A shared read-only mapping of the read-only file, read once, in
+	// another process.
+	mapped := escMapFileRO(t, p("proposal.md"))
+	b, err := mapped.readMapped()
+	require.NoError(t, err)
+	require.Equal(t, readFile(t, backing("proposal.md"))[:len(b)], string(b))
 	// A handle taken while the file is visible; the open descriptor
 	// keeps its inode in the kernel's cache after the revocation.
 	handle, _, err := unix.NameToHandleAt(unix.AT_FDCWD, p("proposal.md"), 0)
@@ -964,14 +1241,24 @@ func TestEscapeRevokedGrant(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "proposal.md")
 
-	// First the grant narrows: scratch/later.md, looked up and held open
-	// while visible, becomes hidden.
+	// First the grant narrows: scratch/later.md and scratch/later-rw.md,
+	// looked up and held open while visible, become hidden.
 	later, err := os.Open(p("scratch/later.md"))
 	require.NoError(t, err)
 	t.Cleanup(func() { later.Close() })
-	g.ForbiddenRead = append(g.ForbiddenRead, "scratch/later.md")
+	laterRW, err := os.OpenFile(p("scratch/later-rw.md"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { laterRW.Close() })
+	laterHandle, _, err := unix.NameToHandleAt(unix.AT_FDCWD, p("scratch/later.md"), 0)
+	require.NoError(t, err)
+	g.ForbiddenRead = append(g.ForbiddenRead, "scratch/later.md", "scratch/later-rw.md")
 	c.writeGrant(g)
-	v.m.ReloadGrant()
+	v.m.ReloadGrant() // the grant watcher does the same; here it is synchronous
+	// Written on the backing folder after the change: no descriptor
+	// opened before it may return these bytes.
+	require.NoError(t, os.WriteFile(backing("scratch/later.md"), []byte(escSecret+" (written after the narrowing)\n"), 0o644))
+	require.NoError(t, os.WriteFile(backing("scratch/later-rw.md"), []byte(escSecret+" (written after the narrowing)\n"), 0o644))
+
 	t.Run("a name hidden by a narrowed grant vanishes at once", func(t *testing.T) {
 		last := escLastError(t, v)
 		nrec := len(c.records())
@@ -993,14 +1280,66 @@ func TestEscapeRevokedGrant(t *testing.T) {
 		recs := c.records()[nrec:]
 		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "scratch/later.md", op: "open", detail: "hidden by grant"}), escFmtRecords(recs))
 		assert.Equal(t, last, escLastError(t, v), "hidden names are refused silently")
+		noRead(t, nrec, "scratch/later.md")
 	})
-	t.Run("other names stay visible", func(t *testing.T) {
+	t.Run("open_by_handle_at of a handle taken before the narrowing is refused, recorded, silently", func(t *testing.T) {
+		last := escLastError(t, v)
+		nrec := len(c.records())
+		assert.ErrorIs(t, escOpenByHandle(v.dir, laterHandle), syscall.ENOENT)
+		recs := c.records()[nrec:]
+		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "scratch/later.md", op: "open", detail: "hidden by grant"}), escFmtRecords(recs))
+		assert.Equal(t, last, escLastError(t, v), "hidden names are refused silently")
+		noRead(t, nrec, "scratch/later.md")
+	})
+	t.Run("a read-only descriptor opened before the narrowing refuses its next reads", func(t *testing.T) {
+		refusedRead(t, later, "scratch/later.md")
+		refusedRead(t, later, "scratch/later.md")
+		n, err := later.Read(make([]byte, 256))
+		assert.Error(t, err)
+		assert.Zero(t, n)
+	})
+	t.Run("a read-only descriptor opened before the narrowing answers EACCES, recorded", func(t *testing.T) {
+		deniedRead(t, later, "scratch/later.md")
+	})
+	t.Run("an O_RDWR descriptor opened before the narrowing answers EACCES, recorded", func(t *testing.T) {
+		deniedRead(t, laterRW, "scratch/later-rw.md")
+	})
+	t.Run("an O_RDWR descriptor opened before the narrowing refuses reads and writes", func(t *testing.T) {
+		before := escTree(t, c.folder)
+		refusedRead(t, laterRW, "scratch/later-rw.md")
+		nrec := len(c.records())
+		_, err := laterRW.WriteAt([]byte("changed"), 0)
+		assert.ErrorIs(t, err, syscall.EACCES)
+		escRequireSameTree(t, before, escTree(t, c.folder))
+		recs := c.records()[nrec:]
+		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "scratch/later-rw.md", op: "write", detail: "not writable under the grant"}), escFmtRecords(recs))
+		assert.Contains(t, escLastError(t, v), "write scratch/later-rw.md: not writable under the grant")
+	})
+	t.Run("other names, descriptors and mappings stay usable", func(t *testing.T) {
 		assert.Equal(t, "mine\n", readFile(t, p("scratch/mine.md")))
+		b := make([]byte, 64)
+		n, err := rw.ReadAt(b, 0)
+		if err != nil {
+			assert.ErrorIs(t, err, io.EOF)
+		}
+		assert.Equal(t, "mine\n", string(b[:n]))
+		n, err = ro.ReadAt(b, 0)
+		if err != nil {
+			assert.ErrorIs(t, err, io.EOF)
+		}
+		assert.Equal(t, readFile(t, backing("proposal.md"))[:n], string(b[:n]))
+		m, err := mapped.readMapped()
+		require.NoError(t, err)
+		assert.Equal(t, readFile(t, backing("proposal.md"))[:len(m)], string(m))
 	})
 
+	// Then the grant is revoked, and the files rewritten on the backing
+	// folder.
 	g.Revoked = true
 	c.writeGrant(g)
-	v.m.ReloadGrant() // the grant watcher does the same; here it is synchronous
+	v.m.ReloadGrant()
+	require.NoError(t, os.WriteFile(backing("proposal.md"), []byte(escSecret+" (proposal rewritten after the revocation)\n"), 0o644))
+	require.NoError(t, os.WriteFile(backing("scratch/mine.md"), []byte(escSecret+" (mine rewritten after the revocation)\n"), 0o644))
 	before := escTree(t, c.folder)
 
 	t.Run("ls shows nothing at once", func(t *testing.T) {
@@ -1032,31 +1371,25 @@ func TestEscapeRevokedGrant(t *testing.T) {
 		assert.ErrorIs(t, err, syscall.EACCES)
 		assert.True(t, escHasRecord(c.records()[nrec:], escRecord{kind: ledger.KindDenied, path: "scratch/mine.md", op: "write"}))
 		assert.Contains(t, escLastError(t, v), "write scratch/mine.md: not writable under the grant")
+		escRequireSameTree(t, before, escTree(t, c.folder))
 	})
-	t.Run("reads through a descriptor opened before continue (documented)", func(t *testing.T) {
-		// The open was checked and recorded; read(2) on the descriptor is
-		// not checked again (the read-only one is served by the kernel
-		// directly), so it returns the file's current bytes, including
-		// changes made after the revocation.
-		require.NoError(t, os.WriteFile(filepath.Join(c.folder, "proposal.md"), []byte("rewritten after the revocation\n"), 0o644))
-		before = escTree(t, c.folder)
-		b := make([]byte, 64)
-		n, err := ro.ReadAt(b, 0)
-		if err != nil {
-			assert.ErrorIs(t, err, io.EOF)
-		}
-		assert.Equal(t, "rewritten after the revocation\n", string(b[:n]), "passthrough descriptor")
-		// A descriptor acpfs serves itself (the grant could write the
-		// file) fails as soon as the kernel asks for fresh attributes,
-		// which a read past the cached size does.
-		n, err = rw.ReadAt(b, 0)
-		if err == nil || errors.Is(err, io.EOF) {
-			assert.Equal(t, "mine\n", string(b[:n]))
-			t.Log("read through the writable descriptor still works")
-		} else {
-			assert.ErrorIs(t, err, syscall.ENOENT)
-			t.Log("read through the writable descriptor answers ENOENT")
-		}
+	t.Run("reads through a descriptor opened before are refused and return nothing written after the revocation", func(t *testing.T) {
+		// The read-only descriptor too: the daemon serves it, and checks
+		// the grant in force before each read.
+		refusedRead(t, ro, "proposal.md")
+		refusedRead(t, rw, "scratch/mine.md")
+	})
+	t.Run("reads through a descriptor opened before answer EACCES, recorded", func(t *testing.T) {
+		deniedRead(t, ro, "proposal.md")
+		deniedRead(t, rw, "scratch/mine.md")
+	})
+	t.Run("a shared mapping made before faults again and is refused", func(t *testing.T) {
+		nrec := len(c.records())
+		m, err := mapped.readMapped()
+		assert.NotContains(t, string(m), escSecret, "the mapping shows bytes written after the revocation")
+		// The refused fault is a SIGBUS, which ends the mapping process.
+		assert.Error(t, err, "the mapping still reads %q", m)
+		noRead(t, nrec, "proposal.md")
 	})
 	t.Run("open_by_handle_at of a handle taken before is refused", func(t *testing.T) {
 		err := escOpenByHandle(v.dir, handle)
@@ -1069,6 +1402,7 @@ func TestEscapeRevokedGrant(t *testing.T) {
 		recs := c.records()[nrec:]
 		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "proposal.md", op: "open", detail: "hidden by grant"}), escFmtRecords(recs))
 		assert.Equal(t, last, escLastError(t, v), "hidden names are refused silently")
+		noRead(t, nrec, "proposal.md")
 	})
 	t.Run("forged handles for every node id open nothing but the root and .acpfs", func(t *testing.T) {
 		var root unix.Stat_t
@@ -1093,11 +1427,55 @@ func TestEscapeRevokedGrant(t *testing.T) {
 	})
 }
 
+// TestEscapeRevokedGrantPassthrough: the same revocation in a view that
+// lets the kernel read read-only files straight from the backing folder
+// (FUSE passthrough). Such reads never reach the daemon.
+func TestEscapeRevokedGrantPassthrough(t *testing.T) {
+	c := newCollab(t)
+	g := escWriterGrant()
+	v := c.mountView(g, escWithPassthrough())
+	p := v.path
+	ro, err := os.Open(p("proposal.md"))
+	require.NoError(t, err)
+	t.Cleanup(func() { ro.Close() })
+	mapped := escMapFileRO(t, p("proposal.md"))
+	_, err = mapped.readMapped()
+	require.NoError(t, err)
+	nrec := len(c.records())
+	g.Revoked = true
+	c.writeGrant(g)
+	v.m.ReloadGrant()
+	require.NoError(t, os.WriteFile(filepath.Join(c.folder, "proposal.md"), []byte(escSecret+" (proposal rewritten after the revocation)\n"), 0o644))
+
+	t.Run("a descriptor the daemon cannot stop is in the ledger at the change", func(t *testing.T) {
+		recs := c.records()[nrec:]
+		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindRead, path: "proposal.md", op: "passthrough"}), escFmtRecords(recs))
+	})
+	t.Run("new opens answer ENOENT", func(t *testing.T) {
+		_, err := os.Open(p("proposal.md"))
+		assert.ErrorIs(t, err, syscall.ENOENT)
+	})
+	t.Run("what a passthrough descriptor reads later is covered by that record", func(t *testing.T) {
+		// The documented trade-off of passthrough (docs/threat-model.md):
+		// the kernel reads the backing file without the daemon, and
+		// nothing the daemon can do stops a descriptor opened earlier.
+		// The read record written at the change is what the audit counts.
+		b, err := io.ReadAll(io.NewSectionReader(ro, 0, 1<<16))
+		require.NoError(t, err)
+		if strings.Contains(string(b), escSecret) {
+			recs := c.records()[nrec:]
+			assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindRead, path: "proposal.md", op: "passthrough"}))
+		}
+	})
+}
+
 // TestEscapeSwappedDirectory: while the agent holds a directory open (a
 // descriptor, or a shell's working directory), another process replaces
 // that directory on the backing folder with a symlink to a hidden one.
 // The view's node keeps its visible path, and the backing path now leads
-// into the hidden directory.
+// through a symlink into the hidden directory: every operation on the
+// held node passes the checkpoint, which never follows a symlink, so it
+// reaches nothing.
 func TestEscapeSwappedDirectory(t *testing.T) {
 	c := newCollab(t)
 	escPlant(t, c.folder, nil, map[string]string{"scratch/mine.md": "mine\n"}, nil)
@@ -1110,7 +1488,6 @@ func TestEscapeSwappedDirectory(t *testing.T) {
 	require.NoError(t, os.Rename(filepath.Join(c.folder, "scratch"), filepath.Join(c.folder, "scratch-old")))
 	require.NoError(t, os.Symlink("oracle", filepath.Join(c.folder, "scratch")))
 	below := fmt.Sprintf("/proc/self/fd/%d/answer.md", dirfd)
-	const bug = "node paths are resolved on the backing folder following symlinks (LoopbackNode.Lookup's lstat, OpendirHandle, Getxattr, Listxattr): a visible directory held open by the agent and swapped on disk for a symlink to a hidden one shows the hidden names, their attributes and their xattrs; only Open uses openat2(RESOLVE_NO_SYMLINKS)"
 
 	t.Run("the swapped name is hidden from new lookups promptly", func(t *testing.T) {
 		// The watcher drops the kernel's cached entry; until it has,
@@ -1133,18 +1510,15 @@ func TestEscapeSwappedDirectory(t *testing.T) {
 		}
 	})
 	t.Run("getxattr below the held directory", func(t *testing.T) {
-		escBug(t, bug)
 		b := make([]byte, 64)
 		n, err := unix.Getxattr(below, "user.secret", b)
 		assert.Error(t, err, "read %q", b[:max(n, 0)])
 	})
 	t.Run("fstatat below the held directory", func(t *testing.T) {
-		escBug(t, bug)
 		var st unix.Stat_t
 		assert.ErrorIs(t, unix.Fstatat(dirfd, "answer.md", &st, 0), syscall.ENOENT)
 	})
 	t.Run("listing the held directory", func(t *testing.T) {
-		escBug(t, bug)
 		d, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
 			return // refusing the listing is fine too
