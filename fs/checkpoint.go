@@ -30,6 +30,9 @@ func (t *target) close() {
 // acts on the returned parent directory with *at calls and
 // AT_SYMLINK_NOFOLLOW / O_NOFOLLOW, never on a path.
 func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) {
+	if name, ok := f.stagedName(rel); ok {
+		return f.stagedTarget(o, rel, name)
+	}
 	v := f.view.Load()
 	t := &target{rel: rel, d: dir{fd: -1}}
 	if rel == "" {
@@ -69,6 +72,25 @@ func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) 
 		return nil, verdict.errno
 	}
 	return t, 0
+}
+
+// shows reports whether the view shows an entry at rel now (a private
+// file of the view counts).
+func (f *FS) shows(rel string) bool {
+	if _, ok := f.stagedName(rel); ok {
+		return true
+	}
+	d, err := f.b.parent(rel)
+	if err != nil {
+		return false
+	}
+	defer d.close()
+	var st unix.Stat_t
+	if unix.Fstatat(d.fd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return false
+	}
+	e := classify(f.matcher(), d.fd, d.name, rel, &st)
+	return e.kind != kindConcealed && f.matcher().VisibleEntry(rel, e.kind == kindDir)
 }
 
 // openSame opens the judged entry relative to its parent and checks that

@@ -25,6 +25,10 @@ const ctlIno = 1 << 62
 type control struct {
 	once sync.Once
 	dir  *gofs.Inode
+	// listed is what a listing of .acpfs shows: not wait, whose reads
+	// block, so that globs and recursive tools (cat .acpfs/*, grep -r)
+	// never open it.
+	listed []fuse.DirEntry
 }
 
 // ctlFile is one read-only virtual file; gen produces its content at
@@ -51,6 +55,7 @@ type ctlDir struct {
 
 var (
 	_ gofs.NodeGetattrer     = (*ctlDir)(nil)
+	_ gofs.NodeReaddirer     = (*ctlDir)(nil)
 	_ gofs.NodeUnlinker      = (*ctlDir)(nil)
 	_ gofs.NodeRmdirer       = (*ctlDir)(nil)
 	_ gofs.NodeRenamer       = (*ctlDir)(nil)
@@ -117,6 +122,11 @@ func (d *ctlDir) Link(ctx context.Context, target gofs.InodeEmbedder, name strin
 	return nil, d.refuse(ctx, "link", name)
 }
 
+// Readdir lists the control files except wait.
+func (d *ctlDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	return gofs.NewListDirStream(d.fsys.ctl.listed), 0
+}
+
 func (d *ctlDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Mode = syscall.S_IFDIR | 0o555
 	out.Nlink = 1
@@ -141,6 +151,11 @@ func (f *FS) controlDir(ctx context.Context, root *gofs.Inode, out *fuse.EntryOu
 		for i, c := range files {
 			ch := dir.NewPersistentInode(ctx, &ctlFile{fsys: f, gen: c.gen}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlIno + 1 + uint64(i)})
 			dir.AddChild(c.name, ch, true)
+		}
+		f.ctl.listed = []fuse.DirEntry{
+			{Name: "status", Mode: syscall.S_IFREG, Ino: ctlIno + 1},
+			{Name: "grant.md", Mode: syscall.S_IFREG, Ino: ctlIno + 2},
+			{Name: "last-error", Mode: syscall.S_IFREG, Ino: ctlIno + 3},
 		}
 		f.ctl.dir = dir
 	})

@@ -40,14 +40,15 @@ func (f *FS) visibleEntries(rel string) ([]dirEntry, error) {
 			return nil, err
 		}
 		if k <= 0 {
-			return out, nil
+			return f.withStaged(rel, out), nil
 		}
 		for b := buf[:k]; len(b) > 0; {
 			reclen := int(*(*uint16)(unsafe.Pointer(&b[16])))
 			name := direntName(b[19:reclen])
 			b = b[reclen:]
-			if name == "." || name == ".." || (rel == "" && name == ControlDir) {
-				// A backing .acpfs is shadowed by the control directory.
+			if name == "." || name == ".." || (rel == "" && (name == ControlDir || name == StagingDir)) {
+				// A backing .acpfs is shadowed by the control directory;
+				// the staging directory is never shown.
 				continue
 			}
 			crel := join(rel, name)
@@ -66,6 +67,33 @@ func (f *FS) visibleEntries(rel string) ([]dirEntry, error) {
 			out = append(out, dirEntry{name: name, st: st})
 		}
 	}
+}
+
+// withStaged shows the view's private files of dir in its listing, in
+// place of any backing entry of the same name.
+func (f *FS) withStaged(dir string, entries []dirEntry) []dirEntry {
+	staged := f.stagedIn(dir)
+	if len(staged) == 0 {
+		return entries
+	}
+	kept := entries[:0]
+	for _, e := range entries {
+		if _, ok := staged[e.name]; !ok {
+			kept = append(kept, e)
+		}
+	}
+	dfd, err := f.stagingDir()
+	if err != nil {
+		return kept
+	}
+	defer unix.Close(dfd)
+	for name, sname := range staged {
+		var st unix.Stat_t
+		if unix.Fstatat(dfd, sname, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			kept = append(kept, dirEntry{name: name, st: st})
+		}
+	}
+	return kept
 }
 
 func direntName(b []byte) string {

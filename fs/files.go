@@ -3,6 +3,7 @@ package fs
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -89,7 +90,7 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		return f.track(h), 0, 0
 	case f.auditReads:
 		return f.track(h), 0, 0
-	case f.passthrough && !f.matcher().Writable(rel):
+	case f.passthrough && !f.matcher().Writable(rel) && !h.isStaged(rel):
 		// Read-only for this grant for the life of the inode: the kernel
 		// may read the backing file directly. Mixing passthrough and
 		// regular opens on one inode fails, so files the grant can write
@@ -194,10 +195,17 @@ func (h *handle) PassthroughFd() (int, bool) {
 // narrowed or revoked since the open stops the next read.
 func (h *handle) readable(ctx context.Context) syscall.Errno {
 	p := h.path()
-	if h.fsys.matcher().Readable(p) || h.isSnapshotOf(p) {
+	if h.fsys.matcher().Readable(p) || h.isSnapshotOf(p) || h.isStaged(p) {
 		return 0
 	}
 	return h.fsys.deny(ctx, ledger.KindDenied, "read", p, syscall.EACCES, "the grant no longer lets this agent read the file")
+}
+
+// isStaged reports whether p is a private temporary file of the view:
+// the agent's own until it is renamed onto a name of the folder.
+func (h *handle) isStaged(p string) bool {
+	_, ok := h.fsys.stagedName(p)
+	return ok
 }
 
 func (h *handle) isSnapshotOf(p string) bool {
@@ -230,6 +238,9 @@ func (h *handle) writeCheck(ctx context.Context, op string) syscall.Errno {
 		return syscall.EBADF
 	}
 	p := h.path()
+	if h.isStaged(p) {
+		return 0
+	}
 	if v := checkName(opOpenWrite, p, h.fsys.policy()); v.errno != 0 {
 		return h.fsys.deny(ctx, v.record, op, p, v.errno, v.why)
 	}
@@ -373,18 +384,49 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 	return uint32(consumed), 0
 }
 
-// Flush refuses an unterminated line so that close(2) reports it: an
-// event is only appended once its newline arrives.
+// Flush handles what is left without a newline at close. A complete JSON
+// event (`printf '{...}' >> events.jsonl`) is appended as if its newline
+// were there: shells ignore errors of close(2), so refusing it would lose
+// it silently. Anything else is refused, and close(2) reports it.
 func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
 	defer e.fsys.guard(ctx, "flush", EventsFile, &errno)
 	e.mu.Lock()
-	partial := len(e.pending) > 0
+	pending := e.pending
 	e.pending, e.discard = nil, false
 	e.mu.Unlock()
-	if partial {
-		return e.fsys.rejectLine(ctx, syscall.EINVAL, "incomplete line at close: an event must end with a newline")
+	if len(pending) > 0 {
+		if !json.Valid(pending) {
+			return e.fsys.rejectLine(ctx, syscall.EINVAL, "incomplete line at close: an event must be one complete JSON object")
+		}
+		if errno := e.fsys.appendLine(ctx, pending); errno != 0 {
+			return errno
+		}
 	}
 	return e.handle.Flush(ctx)
+}
+
+// Read never hands out a line still being written by another process:
+// at the end of the file, it stops after the last newline.
+func (e *eventsFile) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
+	defer e.fsys.guard(ctx, "read", EventsFile, &errno)
+	if errno := e.readable(ctx); errno != 0 {
+		return nil, errno
+	}
+	if e.audit {
+		e.fsys.record(ctx, ledger.KindReadRequest, "read", EventsFile, "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
+	}
+	k, err := unix.Pread(e.fd(), dest, off)
+	if err != nil {
+		return nil, errnoOf(err)
+	}
+	data := dest[:k]
+	if k > 0 && data[k-1] != '\n' {
+		var st unix.Stat_t
+		if unix.Fstat(e.fd(), &st) == nil && off+int64(k) >= st.Size {
+			data = data[:bytes.LastIndexByte(data, '\n')+1]
+		}
+	}
+	return fuse.ReadResultData(data), 0
 }
 
 // appendLine hands one complete line to the protocol log.

@@ -103,6 +103,7 @@ type FS struct {
 	entryGen    atomic.Uint64
 	sums        summaries
 	handles     handleSet
+	stage       staging
 	passthrough bool
 	hashes      hashCache
 	evHash      appendHasher
@@ -149,6 +150,8 @@ func New(opts Options) (*FS, error) {
 		return nil, err
 	}
 	f.root = &node{fsys: f}
+	f.stage.fd, f.stage.names = -1, map[string]string{}
+	f.sweepStaging()
 	return f, nil
 }
 
@@ -156,7 +159,11 @@ func New(opts Options) (*FS, error) {
 func (f *FS) Root() gofs.InodeEmbedder { return f.root }
 
 // Close releases the folder descriptor once the view is unmounted.
-func (f *FS) Close() error { return f.b.root.Close() }
+// Its private temporary files go with it.
+func (f *FS) Close() error {
+	f.removeStaging()
+	return f.b.root.Close()
+}
 
 // Folder is the backing folder.
 func (f *FS) Folder() string { return f.folder }
@@ -437,7 +444,7 @@ func (s *handleSet) list() []*handle {
 func (f *FS) reachOpenFiles(g *grants.Grant, m *grants.Matcher) {
 	for _, h := range f.handles.list() {
 		p := h.path()
-		if m.Readable(p) || h.isSnapshotOf(p) {
+		if m.Readable(p) || h.isSnapshotOf(p) || h.isStaged(p) {
 			continue
 		}
 		if h.passthrough {

@@ -275,19 +275,29 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	defer n.fsys.guard(ctx, "create", rel, &errno)
 	n.fsys.enter("create", rel)
 	f := n.fsys
-	t, errno := f.at(ctx, opCreate, rel)
-	if errno != 0 {
-		return nil, nil, 0, errno
+	var t *target
+	var fd int
+	if f.stageable(rel) && !f.shows(rel) {
+		// A temporary file next to something the agent may write: made
+		// privately (see staging).
+		if t, fd, errno = f.createStaged(ctx, rel, flags, mode); errno != 0 {
+			return nil, nil, 0, errno
+		}
+	} else {
+		if t, errno = f.at(ctx, opCreate, rel); errno != 0 {
+			return nil, nil, 0, errno
+		}
+		f.record(ctx, ledger.KindWrite, "create", rel, "", "")
+		// O_EXCL always: the name was judged free, and if anyone took it
+		// since, the new file must not be opened in its place.
+		oflags := int(flags)&^(unix.O_TRUNC|unix.O_EXCL|unix.O_CREAT|unix.O_NOCTTY) | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		var err error
+		if fd, err = unix.Openat(t.d.fd, t.d.name, oflags, mode&0o7777); err != nil {
+			t.close()
+			return nil, nil, 0, errnoOf(err)
+		}
 	}
 	defer t.close()
-	f.record(ctx, ledger.KindWrite, "create", rel, "", "")
-	// O_EXCL always: the name was judged free, and if anyone took it
-	// since, the new file must not be opened in its place.
-	oflags := int(flags)&^(unix.O_TRUNC|unix.O_EXCL|unix.O_CREAT|unix.O_NOCTTY) | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
-	fd, err := unix.Openat(t.d.fd, t.d.name, oflags, mode&0o7777)
-	if err != nil {
-		return nil, nil, 0, errnoOf(err)
-	}
 	f.chownToCaller(ctx, fd, t.d)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -389,7 +399,11 @@ func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
 		return syscall.EISDIR
 	}
 	n.fsys.record(ctx, ledger.KindWrite, "unlink", rel, "", "")
-	return errnoOf(unix.Unlinkat(t.d.fd, t.d.name, 0))
+	if err := unix.Unlinkat(t.d.fd, t.d.name, 0); err != nil {
+		return errnoOf(err)
+	}
+	n.fsys.unstage(rel)
+	return 0
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) (errno syscall.Errno) {
@@ -403,6 +417,17 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		return errno
 	}
 	defer src.close()
+	_, fromStaged := f.stagedName(from)
+	_, toStaged := f.stagedName(to)
+	if fromStaged && !toStaged && flags == 0 && f.stageable(to) && !f.shows(to) {
+		// One private file renamed to another private name: only the
+		// view's own map changes.
+		f.stage.mu.Lock()
+		f.stage.names[to] = f.stage.names[from]
+		delete(f.stage.names, from)
+		f.stage.mu.Unlock()
+		return 0
+	}
 	// Both names are judged: renaming onto a hidden, frozen or managed
 	// name would otherwise replace a file the agent may not touch. An
 	// exchange moves the target too, so it must be changeable as well.
@@ -415,8 +440,19 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		return errno
 	}
 	defer dst.close()
-	f.record(ctx, ledger.KindWrite, "rename", from, "", "to "+to)
-	return errnoOf(unix.Renameat2(src.d.fd, src.d.name, dst.d.fd, dst.d.name, uint(flags)))
+	if fromStaged && !toStaged {
+		// The commit of a temporary file: a write of the target.
+		f.record(ctx, ledger.KindWrite, "rename", to, "", "committed from a private temporary file ("+from+")")
+	} else {
+		f.record(ctx, ledger.KindWrite, "rename", from, "", "to "+to)
+	}
+	if err := unix.Renameat2(src.d.fd, src.d.name, dst.d.fd, dst.d.name, uint(flags)); err != nil {
+		return errnoOf(err)
+	}
+	if fromStaged || toStaged {
+		f.renamedStaged(from, to, fromStaged, toStaged, flags&unix.RENAME_EXCHANGE != 0)
+	}
+	return 0
 }
 
 // Link is refused: every name of a hard-linked file shares its content

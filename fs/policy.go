@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -138,6 +139,14 @@ func decide(o op, rel string, e entry, p policy) verdict {
 		}
 		return refuse(syscall.EACCES, ledger.KindDenied, "the folder root cannot be changed")
 	}
+	if rel == StagingDir || strings.HasPrefix(rel, StagingDir+"/") {
+		// The views' private temporary files: never shown, never
+		// reachable by name.
+		if o.class() == classMake && e.kind == kindAbsent {
+			return refuse(syscall.EACCES, ledger.KindDenied, StagingDir+" is reserved")
+		}
+		return hidden("private temporary files of the views")
+	}
 	visible := e.kind != kindAbsent && e.kind != kindConcealed && p.m.VisibleEntry(rel, e.kind == kindDir)
 	switch o.class() {
 	case classRead:
@@ -171,6 +180,10 @@ func decide(o op, rel string, e entry, p policy) verdict {
 			// appends and identical rewrites only.
 			return managedChange(o, rel)
 		}
+		if requiredDocs[rel] && (o == opUnlink || o == opRenameFrom) {
+			// Renaming another file over it (an editor's save) is fine.
+			return refuse(syscall.EPERM, ledger.KindDenied, "a document the protocol requires can be edited, not removed or renamed away")
+		}
 		return allow
 	default: // classMake
 		if v := checkName(o, rel, p); v.errno != 0 {
@@ -193,6 +206,12 @@ func decide(o op, rel string, e entry, p policy) verdict {
 		}
 		return allow
 	}
+}
+
+// requiredDocs are the documents every ACP folder must hold (validate
+// fails without them).
+var requiredDocs = map[string]bool{
+	"proposal.md": true, "review.md": true, "decisions.md": true, "readiness.md": true, "conclusion.md": true,
 }
 
 // managedChange refuses a change to events.jsonl or protocol.json other

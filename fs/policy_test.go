@@ -24,7 +24,7 @@ func policyGrant() *grants.Grant {
 		GrantID: "G-t", AgentID: "alice", Role: "r", Objective: "o",
 		MayRead:       []string{"docs/**", "deliverables/**", "events.jsonl", "protocol.json"},
 		ForbiddenRead: []string{"oracle/**"},
-		MayWrite:      []string{"scratch/**", "deliverables/**", "events.jsonl", "protocol.json"},
+		MayWrite:      []string{"scratch/**", "deliverables/**", "events.jsonl", "protocol.json", "review.md"},
 	}
 }
 
@@ -87,6 +87,10 @@ func TestDecideTable(t *testing.T) {
 		{name: "visible symlink", rel: "scratch/v", e: entry{kind: kindSymlink},
 			read: ok, change: ok, make: eexist,
 			except: map[op]expect{opRenameTo: ok, opLink: eacces}},
+		{name: "required document", rel: "review.md", e: file,
+			read: ok, change: ok, make: eexist,
+			except: map[op]expect{opReadlink: {syscall.EINVAL, ""}, opRenameTo: ok, opLink: eacces,
+				opUnlink: eperm, opRenameFrom: eperm}},
 		{name: "absent writable name", rel: "scratch/new.md", e: entry{kind: kindAbsent},
 			read: enoent, change: enoent, make: ok,
 			except: map[op]expect{opLink: eacces}},

@@ -33,6 +33,8 @@ func NewWatcher(folder string, skip []string) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", folder, err)
 	}
+	// The views' private temporary files concern their own view only.
+	skip = append(append([]string(nil), skip...), StagingDir)
 	wt := &Watcher{folder: folder, skip: skip, w: w, views: map[*FS]struct{}{}, done: make(chan struct{})}
 	if err := wt.addTree(folder); err != nil {
 		w.Close()

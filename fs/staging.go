@@ -1,0 +1,277 @@
+package fs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/ledger"
+)
+
+// StagingDir is the folder-relative directory holding each view's private
+// temporary files. No view ever shows it.
+const StagingDir = ".acpfs-staging"
+
+// staging keeps the private temporary files of one view.
+//
+// Tools save a file by writing a temporary file next to it and renaming
+// it over the target (sed -i, perl -pi, mkstemp + os.replace, editors).
+// The grant rarely lets the agent write those temporary names, and must
+// not: another agent's grant could read them. So a file created under a
+// name the agent may not write, in a directory where it may write
+// something, is made in the view's own directory under StagingDir instead
+// and shown under its name in this view only. Renaming it onto a name the
+// agent may write commits it: one renameat2 on the backing folder, so a
+// reader sees the old content or the new, never a partial file. What is
+// left when the view stops is removed.
+type staging struct {
+	mu    sync.Mutex
+	fd    int               // O_PATH descriptor of this view's directory; -1 until needed
+	id    string            // its name under StagingDir
+	names map[string]string // view path -> file name in fd
+	seq   uint64
+}
+
+// stagedName reports whether rel is one of the view's private files.
+func (f *FS) stagedName(rel string) (string, bool) {
+	f.stage.mu.Lock()
+	defer f.stage.mu.Unlock()
+	name, ok := f.stage.names[rel]
+	return name, ok
+}
+
+// stagedIn lists the private files shown in the directory dir.
+func (f *FS) stagedIn(dir string) map[string]string {
+	f.stage.mu.Lock()
+	defer f.stage.mu.Unlock()
+	var out map[string]string
+	for rel, name := range f.stage.names {
+		if path.Dir(rel) == dir || (dir == "" && !strings.Contains(rel, "/")) {
+			if out == nil {
+				out = make(map[string]string)
+			}
+			out[path.Base(rel)] = name
+		}
+	}
+	return out
+}
+
+// stageable reports whether a new file at rel is made privately: the
+// grant does not let the agent write rel, but it may write something in
+// rel's directory.
+func (f *FS) stageable(rel string) bool {
+	m := f.matcher()
+	if managed(rel) || m.Writable(rel) || rel == ControlDir {
+		return false
+	}
+	dir := path.Dir(rel)
+	if dir == "." {
+		dir = ""
+	}
+	return m.MayWriteIn(dir)
+}
+
+// stagingDir returns a duplicate of the view's staging directory
+// descriptor, creating the directory on first use. The caller closes it.
+func (f *FS) stagingDir() (int, error) {
+	s := &f.stage
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fd < 0 {
+		root := f.b.rootFd()
+		if err := unix.Mkdirat(root, StagingDir, 0o700); err != nil && err != unix.EEXIST {
+			return -1, fmt.Errorf("make %s: %w", StagingDir, err)
+		}
+		top, err := f.b.open(StagingDir, unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return -1, fmt.Errorf("open %s: %w", StagingDir, err)
+		}
+		defer unix.Close(top)
+		var rnd [6]byte
+		rand.Read(rnd[:])
+		id := strconv.Itoa(unix.Getpid()) + "-" + hex.EncodeToString(rnd[:])
+		if err := unix.Mkdirat(top, id, 0o700); err != nil {
+			return -1, fmt.Errorf("make staging directory: %w", err)
+		}
+		fd, err := unix.Openat(top, id, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, fmt.Errorf("open staging directory: %w", err)
+		}
+		s.fd, s.id = fd, id
+	}
+	return unix.FcntlInt(uintptr(s.fd), unix.F_DUPFD_CLOEXEC, 0)
+}
+
+// createStaged makes the private file for rel and opens it.
+func (f *FS) createStaged(ctx context.Context, rel string, flags, mode uint32) (*target, int, syscall.Errno) {
+	dfd, err := f.stagingDir()
+	if err != nil {
+		slog.Error("staging", "err", err)
+		return nil, -1, syscall.EIO
+	}
+	f.stage.mu.Lock()
+	f.stage.seq++
+	name := "t" + strconv.FormatUint(f.stage.seq, 10)
+	f.stage.mu.Unlock()
+	oflags := int(flags)&^(unix.O_TRUNC|unix.O_EXCL|unix.O_CREAT|unix.O_NOCTTY) | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat(dfd, name, oflags, mode&0o7777)
+	if err != nil {
+		unix.Close(dfd)
+		return nil, -1, errnoOf(err)
+	}
+	t := &target{rel: rel, d: dir{fd: dfd, name: name}, e: entry{kind: kindFile}}
+	if err := unix.Fstat(fd, &t.e.st); err != nil {
+		unix.Close(fd)
+		t.close()
+		return nil, -1, errnoOf(err)
+	}
+	f.stage.mu.Lock()
+	f.stage.names[rel] = name
+	f.stage.mu.Unlock()
+	f.record(ctx, ledger.KindWrite, "create", rel, "", "private temporary file of this view")
+	return t, fd, 0
+}
+
+// stagedTarget is the checkpoint for a private file: it is the agent's
+// own, so every op may act on it except making a second name.
+func (f *FS) stagedTarget(o op, rel, name string) (*target, syscall.Errno) {
+	dfd, err := f.stagingDir()
+	if err != nil {
+		return nil, syscall.EIO
+	}
+	t := &target{rel: rel, d: dir{fd: dfd, name: name}}
+	if err := unix.Fstatat(dfd, name, &t.e.st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		t.close()
+		return nil, errnoOf(err)
+	}
+	t.e.kind = kindFile
+	switch {
+	case o == opLink:
+		t.close()
+		return nil, syscall.EACCES
+	case o.class() == classMake && o != opRenameTo:
+		t.close()
+		return nil, syscall.EEXIST
+	}
+	return t, 0
+}
+
+// renamedStaged updates the private names after a rename of from onto to
+// on the backing folder.
+func (f *FS) renamedStaged(from, to string, fromStaged, toStaged bool, exchange bool) {
+	f.stage.mu.Lock()
+	defer f.stage.mu.Unlock()
+	fromName, toName := f.stage.names[from], f.stage.names[to]
+	delete(f.stage.names, from)
+	delete(f.stage.names, to)
+	if fromStaged && toStaged {
+		f.stage.names[to] = fromName
+		if exchange {
+			f.stage.names[from] = toName
+		}
+	}
+}
+
+// unstage forgets a private file that was removed.
+func (f *FS) unstage(rel string) {
+	f.stage.mu.Lock()
+	delete(f.stage.names, rel)
+	f.stage.mu.Unlock()
+}
+
+// removeStaging deletes the view's private files and their directory.
+func (f *FS) removeStaging() {
+	s := &f.stage
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fd < 0 {
+		return
+	}
+	for _, name := range s.names {
+		unix.Unlinkat(s.fd, name, 0)
+	}
+	s.names = map[string]string{}
+	unix.Close(s.fd)
+	s.fd = -1
+	if top, err := f.b.open(StagingDir, unix.O_PATH|unix.O_DIRECTORY, 0); err == nil {
+		removeTree(top, s.id)
+		unix.Unlinkat(f.b.rootFd(), StagingDir, unix.AT_REMOVEDIR) // fails while other views use it
+		unix.Close(top)
+	}
+}
+
+// sweepStaging removes the staging directories of daemons that are gone
+// (a crash leaves them behind).
+func (f *FS) sweepStaging() {
+	top, err := f.b.open(StagingDir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(top)
+	names, err := readNames(top)
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		pid, _, ok := strings.Cut(n, "-")
+		p, err := strconv.Atoi(pid)
+		if !ok || err != nil || p <= 0 || p == unix.Getpid() {
+			continue
+		}
+		if unix.Kill(p, 0) == unix.ESRCH {
+			removeTree(top, n)
+		}
+	}
+}
+
+// removeTree removes the directory name in dirfd and the files directly
+// in it (a staging directory holds nothing else).
+func removeTree(dirfd int, name string) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	names, _ := readNames(fd)
+	for _, n := range names {
+		if unix.Unlinkat(fd, n, 0) == unix.EISDIR {
+			unix.Unlinkat(fd, n, unix.AT_REMOVEDIR)
+		}
+	}
+	unix.Close(fd)
+	unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+}
+
+// readNames lists the names in the open directory fd.
+func readNames(fd int) ([]string, error) {
+	var out []string
+	buf := make([]byte, 8<<10)
+	for {
+		k, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		if k <= 0 {
+			return out, nil
+		}
+		for b := buf[:k]; len(b) > 0; {
+			reclen := int(uint16(b[16]) | uint16(b[17])<<8)
+			name := direntName(b[19:reclen])
+			b = b[reclen:]
+			if name != "." && name != ".." {
+				out = append(out, name)
+			}
+		}
+	}
+}
