@@ -299,6 +299,10 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	defer t.close()
 	f.chownToCaller(ctx, fd, t.d)
+	// Exactly the mode asked for: the kernel has applied the caller's
+	// umask already, the daemon's own must not apply again, and the
+	// set-id bits survive only a chmod made after the chown.
+	unix.Fchmod(fd, mode&0o7777)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
@@ -328,8 +332,12 @@ func (f *FS) chownToCaller(ctx context.Context, fd int, d dir) {
 
 // made finishes an operation that made a new name in t.d: the caller
 // owns it and the kernel learns its attributes.
-func (n *node) made(ctx context.Context, t *target, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (n *node) made(ctx context.Context, t *target, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	n.fsys.chownToCaller(ctx, -1, t.d)
+	if mode != 0 {
+		// See Create: the mode asked for, set after the chown.
+		unix.Fchmodat(t.d.fd, t.d.name, mode&0o7777, unix.AT_SYMLINK_NOFOLLOW)
+	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(t.d.fd, t.d.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, errnoOf(err)
@@ -351,7 +359,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if err := unix.Mkdirat(t.d.fd, t.d.name, mode&0o7777); err != nil {
 		return nil, errnoOf(err)
 	}
-	return n.made(ctx, t, out)
+	return n.made(ctx, t, mode, out)
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
@@ -370,7 +378,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	if err := unix.Mknodat(t.d.fd, t.d.name, mode, 0); err != nil {
 		return nil, errnoOf(err)
 	}
-	return n.made(ctx, t, out)
+	return n.made(ctx, t, mode, out)
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) (errno syscall.Errno) {
@@ -487,7 +495,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if err := unix.Symlinkat(target, t.d.fd, t.d.name); err != nil {
 		return nil, errnoOf(err)
 	}
-	return n.made(ctx, t, out)
+	return n.made(ctx, t, 0, out)
 }
 
 func (n *node) Readlink(ctx context.Context) (b []byte, errno syscall.Errno) {
