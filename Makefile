@@ -6,7 +6,7 @@ PURE    := ./protocol/... ./grants/... ./ledger/... ./internal/... ./cmd/...
 # Packages whose tests use real FUSE mounts.
 FUSE    := ./fs/... ./mount/... ./integration/... ./bench/...
 
-.PHONY: all build test test-pure test-fuse lint bench bench-core bench-fs demo clean
+.PHONY: all build test test-pure test-fuse lint bench bench-core bench-fs demo clean conformance
 
 all: build
 
@@ -46,3 +46,11 @@ bench-core: build
 
 bench-fs: build
 	bash scripts/bench.sh
+
+# POSIX conformance: pjdfstest in a plain go-fuse loopback and in an acpfs
+# view, side by side (report in bin/conformance.md; see docs/benchmarks.md).
+# Not part of test: it needs a pjdfstest checkout you built yourself
+# (PJDFSTEST_DIR). About 9 minutes, 15 at most. ACPFS_BIN=path tests that
+# binary instead of building bin/acpfs.
+conformance:
+	bash scripts/conformance.sh

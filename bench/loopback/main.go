@@ -3,9 +3,11 @@
 // go-fuse ships it (fs.NewLoopbackRoot, and the options fs.Mount applies
 // when given nil: one-second entry and attribute timeouts, twelve
 // background requests), except that it mounts directly, as root, because
-// fusermount3 may be absent.
+// fusermount3 may be absent. With -allow-other, other uids may use the
+// mount and the kernel checks their permissions (default_permissions),
+// as with acpfs mount --allow-other; the conformance run needs it.
 //
-// Usage: loopback [-no-passthrough] ORIG MOUNTPOINT
+// Usage: loopback [-no-passthrough] [-allow-other] ORIG MOUNTPOINT
 //
 // It prints "ready" once the kernel serves the mount and unmounts on
 // SIGINT or SIGTERM.
@@ -26,9 +28,10 @@ import (
 
 func main() {
 	noPassthrough := flag.Bool("no-passthrough", false, "disable FUSE passthrough, so every read reaches the daemon")
+	allowOther := flag.Bool("allow-other", false, "let other uids use the mount (with default_permissions, as acpfs --allow-other)")
 	flag.Parse()
 	if flag.NArg() != 2 {
-		fmt.Fprintln(os.Stderr, "usage: loopback [-no-passthrough] ORIG MOUNTPOINT")
+		fmt.Fprintln(os.Stderr, "usage: loopback [-no-passthrough] [-allow-other] ORIG MOUNTPOINT")
 		os.Exit(2)
 	}
 	root, err := fs.NewLoopbackRoot(flag.Arg(0))
@@ -50,6 +53,10 @@ func main() {
 	}
 	if *noPassthrough {
 		opts.MountOptions.DisabledCapabilities = fuse.CAP_PASSTHROUGH
+	}
+	if *allowOther {
+		opts.MountOptions.AllowOther = true
+		opts.MountOptions.Options = append(opts.MountOptions.Options, "default_permissions")
 	}
 	// The handler is installed before mounting: a signal that arrives
 	// while the mount comes up waits for it and then unmounts, instead
