@@ -1,6 +1,7 @@
 package grants
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -44,8 +45,17 @@ func FuzzCompilePattern(f *testing.F) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"grant_id":"G-1","agent_id":"a","role":"r","objective":"o","may_read":["**"],"forbidden_read":["x/**"]}`))
 	f.Add([]byte(`{"grant_id":"G-1","named_inputs":{"s":"a"}}`))
+	f.Add([]byte("{\n \"may_read\": [\"a\", 7],\n \"named_inputs\": {\"s\": {\"path\": 3, \"x\": 1}}\n}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g, err := Parse(data)
+		var de *DecodeError
+		if errors.As(err, &de) {
+			// The place of a decoding problem lies within the document.
+			lines := strings.Split(string(data), "\n")
+			if de.Line < 1 || de.Line > len(lines) || de.Column < 1 || de.Column > utf8.RuneCountInString(lines[de.Line-1])+1 {
+				t.Fatalf("%v: outside the %d-line document", err, len(lines))
+			}
+		}
 		if err != nil {
 			return
 		}

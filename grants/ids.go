@@ -40,12 +40,12 @@ func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
-// NewID returns a fresh id "<prefix>-<hint>-<8 hex digits>", with the
-// hint reduced to id-safe characters (it may be empty).
-func NewID(prefix, hint string) string {
+// idHint reduces s to id-safe characters (at most 48 bytes), with
+// anything else turned into "-" and separators trimmed at both ends.
+func idHint(s string) string {
 	var b strings.Builder
-	for i := 0; i < len(hint) && b.Len() < 48; i++ {
-		c := hint[i]
+	for i := 0; i < len(s) && b.Len() < 48; i++ {
+		c := s[i]
 		switch {
 		case isAlnum(c) || c == '.' || c == '_' || c == '-':
 			b.WriteByte(c)
@@ -53,7 +53,13 @@ func NewID(prefix, hint string) string {
 			b.WriteByte('-')
 		}
 	}
-	h := strings.Trim(b.String(), "-._")
+	return strings.Trim(b.String(), "-._")
+}
+
+// NewID returns a fresh id "<prefix>-<hint>-<8 hex digits>", with the
+// hint reduced to id-safe characters (it may be empty).
+func NewID(prefix, hint string) string {
+	h := idHint(hint)
 	var rnd [4]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		// crypto/rand does not fail on Linux; the clock keeps ids distinct
@@ -64,4 +70,26 @@ func NewID(prefix, hint string) string {
 		return prefix + "-" + hex.EncodeToString(rnd[:])
 	}
 	return prefix + "-" + h + "-" + hex.EncodeToString(rnd[:])
+}
+
+// GrantIDFor is the default grant id of an agent: "G-<agent>", with the
+// agent id reduced to id-safe characters, so that a run directory's
+// grants are named after their agents ("G-bob"). It is "" when nothing
+// of the agent id is usable.
+func GrantIDFor(agent string) string {
+	h := idHint(agent)
+	if h == "" {
+		return ""
+	}
+	return "G-" + h
+}
+
+// NormalizeGrantID accepts a grant id with or without its "G-" prefix:
+// "bob" and "G-bob" both give "G-bob". Anything else is left for CheckID
+// to judge.
+func NormalizeGrantID(id string) string {
+	if id == "" || strings.HasPrefix(id, "G-") {
+		return id
+	}
+	return "G-" + id
 }

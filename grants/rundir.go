@@ -198,20 +198,83 @@ func CheckSet(gs []GrantFile) []error {
 	return errs
 }
 
-// FindGrant loads one grant given its id ("G-x") or the path of its file.
+// FindGrant loads one grant given its id ("G-x", or "x" for short) or
+// the path of its file (a reference holding a path separator or ending
+// in .json). A grant id the run directory does not hold is an error that
+// names the id and the command listing the grants there; it wraps
+// fs.ErrNotExist.
 func (r RunDir) FindGrant(ref string) (*Grant, string, error) {
-	p := ref
-	if !strings.ContainsRune(ref, os.PathSeparator) && !strings.HasSuffix(ref, ".json") {
-		if err := CheckID(ref, "G"); err != nil {
-			return nil, "", fmt.Errorf("grant %q is neither a grant id nor a file: %w", ref, err)
-		}
-		p = r.GrantPath(ref)
+	p, err := r.ResolveGrant(ref)
+	if err != nil {
+		return nil, p, err
 	}
 	g, err := Load(p)
 	if err != nil {
 		return nil, p, err
 	}
 	return g, p, nil
+}
+
+// ResolveGrant turns a grant reference (see FindGrant) into the path of
+// its file, checking that the file exists.
+func (r RunDir) ResolveGrant(ref string) (string, error) {
+	if ref == "" {
+		return "", errors.New("no grant given: name one by its id (G-<id>) or its file")
+	}
+	if strings.ContainsRune(ref, os.PathSeparator) || strings.HasSuffix(ref, ".json") {
+		if _, err := os.Stat(ref); err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return ref, &fs.PathError{Op: "open grant file", Path: ref, Err: err}
+		}
+		return ref, nil
+	}
+	id := NormalizeGrantID(ref)
+	if err := CheckID(id, "G"); err != nil {
+		return "", fmt.Errorf("grant %q is neither a grant id nor a file: %w", ref, err)
+	}
+	p := r.GrantPath(id)
+	if _, err := os.Stat(p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			_, dirErr := os.Stat(r.GrantsDir())
+			return p, &NoGrantError{ID: id, Runs: r.Root, NoDir: errors.Is(dirErr, fs.ErrNotExist)}
+		}
+		return p, fmt.Errorf("grant %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// NoGrantError is a grant id that the run directory does not hold.
+type NoGrantError struct {
+	ID    string // the grant id looked for
+	Runs  string // the run directory
+	NoDir bool   // the run directory has no context_grants/ at all
+}
+
+func (e *NoGrantError) Error() string {
+	dir := filepath.Join(e.Runs, GrantsDirName)
+	if e.NoDir {
+		return fmt.Sprintf("grant %s not found: %s does not exist (is %s the run directory? "+
+			"\"acpfs grant list --runs DIR\" lists the grants of run directory DIR)", e.ID, dir, e.Runs)
+	}
+	return fmt.Sprintf("grant %s not found in %s (run \"acpfs grant list --runs %s\" to see the grant ids)",
+		e.ID, dir, shellQuote(e.Runs))
+}
+
+// Unwrap makes errors.Is(err, fs.ErrNotExist) true.
+func (e *NoGrantError) Unwrap() error { return fs.ErrNotExist }
+
+// shellQuote quotes s for a POSIX shell when it holds anything but
+// characters that need no quoting.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(c rune) bool {
+		return !(c < 0x80 && (isAlnum(byte(c)) || strings.ContainsRune("-_./+:=@%,", c)))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // ActiveGrantFor returns the agent's active grant, if any.

@@ -1,6 +1,8 @@
 package grants
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,4 +154,55 @@ func TestHiddenIn(t *testing.T) {
 
 	_, err = NewRunDir(folder).HiddenIn(folder)
 	assert.Error(t, err)
+}
+
+// TestFindGrantReferences: a grant is found by its id, by its id without
+// "G-", or by its file; a missing one is an error naming the id and the
+// command that lists the run directory's grants.
+func TestFindGrantReferences(t *testing.T) {
+	base := t.TempDir()
+	r := NewRunDir(filepath.Join(base, "agent_runs"))
+	require.NoError(t, r.SaveGrant(grantFor("G-bob", "bob")))
+	empty := NewRunDir(filepath.Join(base, "elsewhere"))
+
+	tests := []struct {
+		name     string
+		rd       RunDir
+		ref      string
+		wantID   string
+		msg      []string
+		notExist bool
+	}{
+		{name: "id", rd: r, ref: "G-bob", wantID: "G-bob"},
+		{name: "id without prefix", rd: r, ref: "bob", wantID: "G-bob"},
+		{name: "file", rd: r, ref: r.GrantPath("G-bob"), wantID: "G-bob"},
+		{name: "unknown id", rd: r, ref: "G-alice", notExist: true, msg: []string{
+			"grant G-alice not found in " + r.GrantsDir(), `run "acpfs grant list --runs ` + r.Root + `"`}},
+		{name: "unknown id without prefix", rd: r, ref: "alice", notExist: true, msg: []string{"grant G-alice not found"}},
+		{name: "no run directory", rd: empty, ref: "G-bob", notExist: true, msg: []string{
+			empty.GrantsDir() + " does not exist", "acpfs grant list --runs DIR"}},
+		{name: "missing file", rd: r, ref: filepath.Join(base, "G-x.json"), notExist: true, msg: []string{"open grant file " + filepath.Join(base, "G-x.json")}},
+		{name: "not an id", rd: r, ref: "b@d", msg: []string{"neither a grant id nor a file"}},
+		{name: "nothing", rd: r, ref: "", msg: []string{"no grant given"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, _, err := tt.rd.FindGrant(tt.ref)
+			if tt.wantID != "" {
+				require.NoError(t, err)
+				assert.Equal(t, tt.wantID, g.GrantID)
+				return
+			}
+			require.Error(t, err)
+			for _, m := range tt.msg {
+				assert.Contains(t, err.Error(), m)
+			}
+			assert.Equal(t, tt.notExist, errors.Is(err, fs.ErrNotExist), "%v", err)
+		})
+	}
+}
+
+func TestNoGrantErrorQuotesTheRunDirectory(t *testing.T) {
+	err := &NoGrantError{ID: "G-x", Runs: "my runs"}
+	assert.Contains(t, err.Error(), `"acpfs grant list --runs 'my runs'"`)
 }

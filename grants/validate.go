@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Problem is one reason a grant is invalid, naming the field at fault
@@ -70,15 +73,239 @@ func parseGrant(data []byte) (*Grant, error) {
 	dec.DisallowUnknownFields()
 	var g Grant
 	if err := dec.Decode(&g); err != nil {
-		return nil, fmt.Errorf("decode grant: %w", err)
+		return nil, fmt.Errorf("decode grant: %w", locateDecodeError(data, err))
 	}
+	end := dec.InputOffset()
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("decode grant: unexpected data after the grant object")
+		off := end + int64(len(data[end:])-len(bytes.TrimLeft(data[end:], " \t\r\n")))
+		return nil, fmt.Errorf("decode grant: %w", newDecodeError(data, off, errors.New("unexpected data after the grant object")))
 	}
 	if err := Validate(&g); err != nil {
 		return nil, err
 	}
 	return &g, nil
+}
+
+// DecodeError is a grant file that is not JSON, or whose JSON does not
+// fit the grant's fields, with the place of the problem: Line and Column
+// count from 1, and the column counts characters.
+type DecodeError struct {
+	Line, Column int
+	Err          error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("line %d, column %d: %v", e.Line, e.Column, e.Err)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// newDecodeError places err at the byte offset off of data.
+func newDecodeError(data []byte, off int64, err error) *DecodeError {
+	off = max(0, min(off, int64(len(data))))
+	before := data[:off]
+	lineStart := bytes.LastIndexByte(before, '\n') + 1
+	return &DecodeError{
+		Line:   bytes.Count(before, []byte{'\n'}) + 1,
+		Column: utf8.RuneCount(before[lineStart:]) + 1,
+		Err:    err,
+	}
+}
+
+// locateDecodeError turns an error of encoding/json into a DecodeError
+// that says where in data the problem is, with a message in terms of the
+// grant's fields rather than Go types.
+func locateDecodeError(data []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		// Offset is just past the offending byte.
+		return newDecodeError(data, syn.Offset-1, fmt.Errorf("invalid JSON: %s", syn.Error()))
+	case errors.As(err, &typ):
+		off, inArray := typeErrorOffset(data, typ)
+		return newDecodeError(data, off, typeErrorMessage(typ, inArray))
+	case errors.Is(err, io.EOF) && len(bytes.TrimSpace(data)) == 0:
+		return errors.New("the file is empty")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return newDecodeError(data, int64(len(data)), errors.New("invalid JSON: the file ends before the grant object does"))
+	}
+	msg := err.Error()
+	if q, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		if name, uerr := strconv.Unquote(q); uerr == nil {
+			off := int64(-1)
+			walkJSON(data, func(t jsonToken) bool {
+				if t.key && t.tok == name {
+					off = t.start
+					return false
+				}
+				return true
+			})
+			unknown := fmt.Errorf("unknown field %q", name)
+			if off < 0 {
+				return unknown
+			}
+			return newDecodeError(data, off, unknown)
+		}
+	}
+	return err
+}
+
+// typeErrorOffset finds where the value that did not fit starts. The
+// decoder's own offset is only right for values outside named_inputs,
+// which are decoded on their own; so the value is looked up by its field
+// path and its JSON kind, the decoder's offset picking among several.
+// inArray tells that the value is an entry of an array.
+func typeErrorOffset(data []byte, e *json.UnmarshalTypeError) (off int64, inArray bool) {
+	want := strings.Split(e.Field, ".")
+	var first, best *jsonToken
+	walkJSON(data, func(t jsonToken) bool {
+		if t.key || t.kind != e.Value || !isSubsequence(want, t.path) {
+			return true
+		}
+		if first == nil {
+			first = &t
+		}
+		if t.end == e.Offset {
+			best = &t
+			return false
+		}
+		return true
+	})
+	switch {
+	case best != nil:
+		return best.start, best.inArray
+	case first != nil:
+		return first.start, first.inArray
+	}
+	return e.Offset, false
+}
+
+// typeErrorMessage says what the field wanted, in JSON terms.
+func typeErrorMessage(e *json.UnmarshalTypeError, inArray bool) error {
+	want := e.Type.String()
+	switch k := e.Type.Kind(); {
+	case k == reflect.String:
+		want = "a string"
+	case k == reflect.Bool:
+		want = "true or false"
+	case k == reflect.Slice && e.Type.Elem().Kind() == reflect.String:
+		want = "an array of strings"
+	case k == reflect.Map || k == reflect.Struct:
+		want = "an object"
+	}
+	field := e.Field
+	switch {
+	case field == "":
+		field = "the grant"
+	case inArray:
+		field = "each entry of " + field
+	}
+	return fmt.Errorf("%s must be %s, not %s %s", field, want, article(e.Value), e.Value)
+}
+
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an"
+	}
+	return "a"
+}
+
+// isSubsequence reports whether every element of sub appears in s, in
+// order.
+func isSubsequence(sub, s []string) bool {
+	i := 0
+	for _, x := range s {
+		if i < len(sub) && x == sub[i] {
+			i++
+		}
+	}
+	return i == len(sub)
+}
+
+// jsonToken is one token of a JSON document, with where it starts and
+// ends and the object keys that lead to it.
+type jsonToken struct {
+	tok        any
+	key        bool   // an object key (tok is its string)
+	inArray    bool   // an entry of an array
+	kind       string // of a value: "object", "array", "string", "number", "bool", "null"
+	path       []string
+	start, end int64
+}
+
+// walkJSON calls fn with each token of data (closing delimiters left
+// out) until fn returns false or the JSON ends or breaks.
+func walkJSON(data []byte, fn func(jsonToken) bool) {
+	type level struct {
+		object  bool
+		wantKey bool
+		key     string
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var stack []level
+	for {
+		before := dec.InputOffset()
+		tok, err := dec.Token()
+		if err != nil {
+			return
+		}
+		start := before
+		for start < int64(len(data)) && strings.IndexByte(" \t\r\n,:", data[start]) >= 0 {
+			start++
+		}
+		t := jsonToken{tok: tok, start: start, end: dec.InputOffset()}
+		for _, l := range stack {
+			if l.object && l.key != "" {
+				t.path = append(t.path, l.key)
+			}
+		}
+		var top *level
+		if len(stack) > 0 {
+			top = &stack[len(stack)-1]
+			t.inArray = !top.object
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+			if len(stack) > 0 && stack[len(stack)-1].object {
+				stack[len(stack)-1].wantKey = true
+			}
+			continue
+		}
+		if top != nil && top.object && top.wantKey {
+			t.key = true
+			t.tok, _ = tok.(string)
+			top.key, top.wantKey = t.tok.(string), false
+			if !fn(t) {
+				return
+			}
+			continue
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			t.kind = "array"
+			if v == '{' {
+				t.kind = "object"
+			}
+		case string:
+			t.kind = "string"
+		case json.Number:
+			t.kind = "number"
+		case bool:
+			t.kind = "bool"
+		default:
+			t.kind = "null"
+		}
+		if !fn(t) {
+			return
+		}
+		if d, ok := tok.(json.Delim); ok {
+			stack = append(stack, level{object: d == '{', wantKey: d == '{'})
+		} else if top != nil && top.object {
+			top.wantKey = true
+		}
+	}
 }
 
 func loadGrant(path string) (*Grant, error) {

@@ -3,6 +3,7 @@ package grants
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,7 +106,7 @@ func TestParseRejects(t *testing.T) {
 		{"empty pattern", func(m map[string]any) { m["may_write"] = []any{""} }, "may_write[0]", "empty"},
 		{"bad created_at", func(m map[string]any) { m["created_at"] = "yesterday" }, "created_at", "RFC 3339"},
 		{"revoked_at without revoked", func(m map[string]any) { m["revoked_at"] = "2026-05-21T10:00:00Z" }, "revoked_at", "not revoked"},
-		{"wrong type", func(m map[string]any) { m["may_read"] = "deliverables/**" }, "may_read", "cannot unmarshal"},
+		{"wrong type", func(m map[string]any) { m["may_read"] = "deliverables/**" }, "may_read", "must be an array of strings, not a string"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,6 +138,52 @@ func TestParseTrailingData(t *testing.T) {
 	data := append(encode(t, validGrantMap()), []byte(` {"x":1}`)...)
 	_, err := Parse(data)
 	assert.ErrorContains(t, err, "after the grant object")
+}
+
+// TestDecodeErrorsHaveLineAndColumn: a grant file that is not JSON, or
+// whose JSON does not fit, is reported with the line and column of the
+// problem, in terms of the grant's fields.
+func TestDecodeErrorsHaveLineAndColumn(t *testing.T) {
+	const head = "{\n  \"grant_id\": \"G-a\",\n  \"agent_id\": \"a\",\n"
+	tests := []struct {
+		name      string
+		data      string
+		line, col int
+		msg       string
+	}{
+		{"trailing comma in an array", head + `  "may_read": ["a.md",]` + "\n}", 4, 23, "invalid character ']'"},
+		{"missing comma", head + `  "role": "r"` + "\n" + `  "objective": "o"` + "\n}", 5, 3, "invalid character"},
+		{"string for an array", head + `  "may_read": "a.md"` + "\n}", 4, 15, "may_read must be an array of strings, not a string"},
+		{"number in an array", head + `  "may_read": ["a.md", 7]` + "\n}", 4, 24, "each entry of may_read must be a string, not a number"},
+		{"string for a bool", head + `  "revoked": "yes"` + "\n}", 4, 14, "revoked must be true or false, not a string"},
+		{"unknown field", head + `  "may_reed": []` + "\n}", 4, 3, `unknown field "may_reed"`},
+		{"unknown field of a named input", head + `  "named_inputs": {"spec": {"path": "a.md", "requierd": true}}` + "\n}", 4, 45, `unknown field "requierd"`},
+		{"wrong type in a named input", head + `  "named_inputs": {"spec": {"path": 3}}` + "\n}", 4, 37, "named_inputs.path must be a string, not a number"},
+		{"truncated", head + `  "may_read": [`, 4, 16, "ends before the grant object"},
+		{"trailing data", head + `  "role": "r", "objective": "o", "may_read": ["**"]` + "\n}\n\n  x", 7, 3, "unexpected data after the grant object"},
+		{"column counts characters", head + `  "role": "é", "objective": "o" "may_read": []` + "\n}", 4, 33, "invalid character"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.data))
+			require.Error(t, err)
+			var de *DecodeError
+			require.True(t, errors.As(err, &de), "%v", err)
+			assert.Equal(t, [2]int{tt.line, tt.col}, [2]int{de.Line, de.Column}, "%v", err)
+			assert.Contains(t, err.Error(), tt.msg)
+			assert.Contains(t, err.Error(), fmt.Sprintf("line %d, column %d: ", tt.line, tt.col))
+		})
+	}
+
+	// Load names the file too; an empty file says so.
+	dir := t.TempDir()
+	p := filepath.Join(dir, "G-a.json")
+	require.NoError(t, os.WriteFile(p, []byte(head+`  "may_read": "a.md"`+"\n}"), 0o644))
+	_, err := Load(p)
+	assert.ErrorContains(t, err, p+": decode grant: line 4, column 15: may_read must be")
+	require.NoError(t, os.WriteFile(p, nil, 0o644))
+	_, err = Load(p)
+	assert.ErrorContains(t, err, "the file is empty")
 }
 
 func TestOptionalSlotMayBeEmpty(t *testing.T) {
@@ -190,4 +237,27 @@ func TestCheckID(t *testing.T) {
 	assert.NoError(t, CheckID(id, "G"))
 	assert.True(t, strings.HasPrefix(id, "G-Claude-Code-1-"), id)
 	assert.NoError(t, CheckID(NewID("H", ""), "H"))
+}
+
+func TestGrantIDFor(t *testing.T) {
+	tests := []struct{ agent, want string }{
+		{"bob", "G-bob"},
+		{"claude-code", "G-claude-code"},
+		{"Claude Code/1", "G-Claude-Code-1"},
+		{"  ", ""},
+		{"é", ""},
+	}
+	for _, tt := range tests {
+		got := GrantIDFor(tt.agent)
+		assert.Equal(t, tt.want, got, tt.agent)
+		if got != "" {
+			assert.NoError(t, CheckID(got, "G"))
+		}
+	}
+}
+
+func TestNormalizeGrantID(t *testing.T) {
+	for in, want := range map[string]string{"bob": "G-bob", "G-bob": "G-bob", "": "", "G-": "G-", "reviewer-1": "G-reviewer-1"} {
+		assert.Equal(t, want, NormalizeGrantID(in), in)
+	}
 }

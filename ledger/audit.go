@@ -6,7 +6,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -111,7 +113,8 @@ type AgentAudit struct {
 	Reason     string   `json:"reason"`
 	Reads      []Access `json:"reads"`   // paths read (read, read_request)
 	Lists      []Access `json:"lists"`   // directories listed
-	Refused    []Event  `json:"refused"` // denied, frozen_refused, append_rejected
+	Refused    []Event  `json:"refused"` // denied, frozen_refused, append_rejected, but for noise
+	Noise      []Event  `json:"noise"`   // refusals of temporary/tool noise, not of real paths (see IsToolNoise)
 	Violations []Event  `json:"violations"`
 	Writes     int      `json:"writes"` // write and append_accepted records
 
@@ -158,7 +161,7 @@ type MatrixCell struct {
 	Refused   bool   `json:"refused,omitempty"`
 	Written   bool   `json:"written,omitempty"`
 	Violation bool   `json:"violation,omitempty"`
-	Grant     string `json:"grant"` // what the agent's grant says of the path: readable, visible, hidden, unknown
+	Grant     string `json:"grant"` // what the agent's grant says of the path: read-write, readable, visible, hidden, unknown
 }
 
 // State is the cell's label: the accesses seen, or "never touched".
@@ -324,8 +327,15 @@ func (a *auditor) judge(r Record, g *AuditGrant, wantRead bool) (allowed bool, r
 		return false, fmt.Sprintf("%s at seq %d", grants.RuleRevoked, seq)
 	}
 	if g.Revoked && !g.RevokedAt.IsZero() {
-		if at, err := time.Parse(time.RFC3339Nano, r.At); err == nil && !at.Before(g.RevokedAt) {
-			return false, fmt.Sprintf("%s at %s", grants.RuleRevoked, g.RevokedAt.UTC().Format(time.RFC3339))
+		// A revoked_at written to the second (as acpfs did before it
+		// wrote nanoseconds) stands for any time in that second: within
+		// it, the grant_revoked record decides, as above.
+		limit := g.RevokedAt
+		if limit.Nanosecond() == 0 {
+			limit = limit.Add(time.Second)
+		}
+		if at, err := time.Parse(time.RFC3339Nano, r.At); err == nil && !at.Before(limit) {
+			return false, fmt.Sprintf("%s at %s", grants.RuleRevoked, g.RevokedAt.UTC().Format(time.RFC3339Nano))
 		}
 	}
 	d := g.Rules.Explain(r.Path)
@@ -399,6 +409,10 @@ func (a *auditor) add(r Record) {
 			ag.Violations = append(ag.Violations, eventOf(r, g.GrantID, rule, what))
 		}
 	case KindDenied, KindFrozenRefused, KindAppendRejected:
+		if IsToolNoise(r) {
+			ag.Noise = append(ag.Noise, eventOf(r, r.Grant, "", r.Detail))
+			return
+		}
 		ag.Refused = append(ag.Refused, eventOf(r, r.Grant, "", r.Detail))
 		if r.Path != "" {
 			a.cell(r.Path, agentID).Refused = true
@@ -437,6 +451,9 @@ func (a *auditor) report(folderFiles []string) *AuditReport {
 			ag.Verdict = VerdictIsolated
 			ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) allowed by its grant", len(ag.Reads), len(ag.Lists))
 		}
+		if n := len(ag.Noise); n > 0 {
+			ag.Reason += fmt.Sprintf("; %d refusal(s) of temporary/tool noise (editors' temporary files, git's link attempts) not counted as refused", n)
+		}
 		switch {
 		case ag.Verdict == VerdictViolated:
 			rep.Verdict = VerdictViolated
@@ -466,6 +483,8 @@ func (a *auditor) report(folderFiles []string) *AuditReport {
 			if g := a.grants[ag.lastGrant]; g != nil {
 				d := g.Rules.Explain(p)
 				switch {
+				case d.Writable:
+					c.Grant = "read-write"
 				case d.Readable:
 					c.Grant = "readable"
 				case d.Visible:
@@ -525,4 +544,76 @@ func statDir(dir string) (fs.FileInfo, error) {
 		return nil, fmt.Errorf("grants directory %s is not a directory", dir)
 	}
 	return st, nil
+}
+
+// IsToolNoise reports whether a refusal was not an attempt on a real
+// path but tool noise: a denied creation (or rename) of a name shaped like
+// an editor's or a tool's temporary file, or a denied link(2) into a git
+// object store, which git retries as a rename. Refused reads, lookups
+// and listings are never noise, whatever the name: those are what an
+// audit is for.
+func IsToolNoise(r Record) bool {
+	if r.Kind != KindDenied {
+		return false
+	}
+	switch r.Op {
+	case "link":
+		return gitObjectPath.MatchString(r.Path) || isTemporaryName(path.Base(r.Path))
+	case "create", "mknod", "mkdir", "symlink", "rename":
+		return isTemporaryName(path.Base(r.Path))
+	}
+	return false
+}
+
+// gitObjectPath matches where git links a new object or pack into place.
+var gitObjectPath = regexp.MustCompile(`(^|/)(\.git/|[^/]+\.git/)?objects/([0-9a-f]{2}/[0-9a-f]{38,62}|pack/(tmp_)?pack-[^/]+)$`)
+
+// temporaryNames are the temporary files of common editors and of the
+// tools that save by writing a new file and renaming it over the old.
+var temporaryNames = []*regexp.Regexp{
+	regexp.MustCompile(`^\..+\.sw[a-p]x?$`),                // vim swap files and vim's .swpx probe
+	regexp.MustCompile(`^4913$`),                           // vim's probe of a directory
+	regexp.MustCompile(`^.+~$`),                            // backups (vim, emacs, nano)
+	regexp.MustCompile(`^#.+#$`),                           // emacs auto-save
+	regexp.MustCompile(`^\.#.+$`),                          // emacs lock
+	regexp.MustCompile(`^sed[A-Za-z0-9]{6}$`),              // sed -i
+	regexp.MustCompile(`^tmp[a-z0-9_]{8}(\.[^/]*)?$`),      // Python tempfile (mkstemp, NamedTemporaryFile)
+	regexp.MustCompile(`^\.goutputstream-[A-Za-z0-9]{6}$`), // GLib
+	regexp.MustCompile(`^\.~lock\..+#$`),                   // LibreOffice
+	regexp.MustCompile(`(?i)\.te?mp(\.[A-Za-z0-9]+)?$`),    // name.tmp, name.tmp.1234
+}
+
+// isTemporaryName reports whether a file name is shaped like a temporary
+// file of an editor or a tool.
+func isTemporaryName(name string) bool {
+	for _, re := range temporaryNames {
+		if re.MatchString(name) {
+			return true
+		}
+	}
+	return isPerlInPlaceName(name)
+}
+
+// isPerlInPlaceName matches the 8 random letters and digits of perl -i's
+// temporary file ("XXPmGYU2"). To leave real names alone ("Makefile"),
+// it asks for upper and lower case letters and a digit, which misses a
+// quarter of perl's names: those then count as refusals.
+func isPerlInPlaceName(name string) bool {
+	if len(name) != 8 {
+		return false
+	}
+	var upper, lower, digit bool
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c >= 'A' && c <= 'Z':
+			upper = true
+		case c >= 'a' && c <= 'z':
+			lower = true
+		case c >= '0' && c <= '9':
+			digit = true
+		default:
+			return false
+		}
+	}
+	return upper && lower && digit
 }

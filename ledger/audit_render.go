@@ -101,11 +101,11 @@ func (r *AuditReport) WriteMarkdown(out io.Writer) error {
 	p("- Verdict: **%s**\n\n", md(r.Verdict))
 
 	p("## Summary\n\n")
-	p("| Agent | Grants | Verdict | Paths read | Listings | Refused | Violations |\n")
-	p("|---|---|---|---:|---:|---:|---:|\n")
+	p("| Agent | Grants | Verdict | Paths read | Listings | Refused | Temporary/tool noise | Violations |\n")
+	p("|---|---|---|---:|---:|---:|---:|---:|\n")
 	for _, ag := range r.Agents {
-		p("| %s | %s | **%s** | %d | %d | %d | %d |\n", md(ag.Agent), md(strings.Join(ag.Grants, ", ")),
-			md(ag.Verdict), len(ag.Reads), len(ag.Lists), len(ag.Refused), len(ag.Violations))
+		p("| %s | %s | **%s** | %d | %d | %d | %d | %d |\n", md(ag.Agent), md(strings.Join(ag.Grants, ", ")),
+			md(ag.Verdict), len(ag.Reads), len(ag.Lists), len(ag.Refused), len(ag.Noise), len(ag.Violations))
 	}
 	for _, ag := range r.Agents {
 		p("\n## Agent %s: %s\n\n%s\n", md(ag.Agent), md(ag.Verdict), md(ag.Reason))
@@ -117,12 +117,9 @@ func (r *AuditReport) WriteMarkdown(out io.Writer) error {
 		}
 		writeAccessTable(p, "Paths read", ag.Reads)
 		writeAccessTable(p, "Directories listed", ag.Lists)
-		if len(ag.Refused) > 0 {
-			p("\n### Refused attempts\n\n| Seq | At | Kind | Op | Path | Detail |\n|---:|---|---|---|---|---|\n")
-			for _, e := range ag.Refused {
-				p("| %d | %s | %s | %s | %s | %s |\n", e.Seq, md(e.At), md(e.Kind), md(e.Op), md(displayPath(e.Path)), md(e.Detail))
-			}
-		}
+		writeEventTable(p, "Refused attempts", "", ag.Refused)
+		writeEventTable(p, "Temporary/tool noise",
+			"Refused creations of editors' and tools' temporary files, and git's link attempts: not attempts on real paths.\n\n", ag.Noise)
 	}
 	if len(r.Matrix) > 0 {
 		p("\n## Agent × file matrix\n\nEach cell: what the agent did, then what its grant says of the path.\n\n| Path |")
@@ -146,6 +143,16 @@ func (r *AuditReport) WriteMarkdown(out io.Writer) error {
 		return fmt.Errorf("write audit Markdown: %w", err)
 	}
 	return nil
+}
+
+func writeEventTable(p func(string, ...any), title, intro string, events []Event) {
+	if len(events) == 0 {
+		return
+	}
+	p("\n### %s\n\n%s| Seq | At | Kind | Op | Path | Detail |\n|---:|---|---|---|---|---|\n", title, intro)
+	for _, e := range events {
+		p("| %d | %s | %s | %s | %s | %s |\n", e.Seq, md(e.At), md(e.Kind), md(e.Op), md(displayPath(e.Path)), md(e.Detail))
+	}
 }
 
 func writeAccessTable(p func(string, ...any), title string, accs []Access) {

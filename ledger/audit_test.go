@@ -15,13 +15,18 @@ import (
 	"github.com/acpfs/acpfs/grants"
 )
 
-// fakeRules grants by path prefix: read prefixes are readable, their
-// ancestors visible.
-type fakeRules struct{ read []string }
+// fakeRules grants by path prefix: write prefixes are writable (and
+// readable), read prefixes are readable, their ancestors visible.
+type fakeRules struct{ read, write []string }
 
 func (f fakeRules) Explain(rel string) grants.Decision {
 	if rel == "" {
 		return grants.Decision{Visible: true, Rule: "root"}
+	}
+	for _, p := range f.write {
+		if rel == p || strings.HasPrefix(rel, p+"/") {
+			return grants.Decision{Visible: true, Readable: true, Writable: true, Rule: "write " + p}
+		}
 	}
 	for _, p := range f.read {
 		if rel == p || strings.HasPrefix(rel, p+"/") {
@@ -136,16 +141,39 @@ func TestAuditIsolatedWhenAllAllowed(t *testing.T) {
 }
 
 func TestAuditRevokedAtTime(t *testing.T) {
-	gs := fakeGrants()
-	gs[0].Revoked = true
-	gs[0].RevokedAt = time.Date(2026, 3, 1, 12, 0, 1, 0, time.UTC)
-	before := rec(1, KindRead, "alice", "G-alice", "docs/a.md")
-	after := rec(2, KindRead, "alice", "G-alice", "docs/a.md")
-	after.At = "2026-03-01T12:00:02.000000000Z"
-	rep := AuditRecords([]Record{before}, gs, nil)
-	assert.Equal(t, VerdictIsolated, rep.Verdict)
-	rep = AuditRecords([]Record{before, after}, gs, nil)
-	assert.Equal(t, VerdictViolated, rep.Verdict)
+	read := func(seq int64, at string) Record {
+		r := rec(seq, KindRead, "alice", "G-alice", "docs/a.md")
+		r.At = at
+		return r
+	}
+	tests := []struct {
+		name      string
+		revokedAt time.Time
+		records   []Record
+		want      string
+	}{
+		{"read before", time.Date(2026, 3, 1, 12, 0, 1, 0, time.UTC),
+			[]Record{read(1, "2026-03-01T12:00:00.000000000Z")}, VerdictIsolated},
+		{"read after", time.Date(2026, 3, 1, 12, 0, 1, 0, time.UTC),
+			[]Record{read(1, "2026-03-01T12:00:00.000000000Z"), read(2, "2026-03-01T12:00:02.000000000Z")}, VerdictViolated},
+		// revoked_at written to the second: within that second, only the
+		// grant_revoked record tells before from after.
+		{"read in the second of a revocation written to the second", time.Date(2026, 3, 1, 12, 0, 1, 0, time.UTC),
+			[]Record{read(1, "2026-03-01T12:00:01.400000000Z")}, VerdictIsolated},
+		{"read after the grant_revoked record in that second", time.Date(2026, 3, 1, 12, 0, 1, 0, time.UTC),
+			[]Record{rec(1, KindGrantRevoked, "alice", "G-alice", ""), read(2, "2026-03-01T12:00:01.400000000Z")}, VerdictViolated},
+		{"read just after a revocation written to the nanosecond", time.Date(2026, 3, 1, 12, 0, 1, 300_000_000, time.UTC),
+			[]Record{read(1, "2026-03-01T12:00:01.200000000Z"), read(2, "2026-03-01T12:00:01.400000000Z")}, VerdictViolated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gs := fakeGrants()
+			gs[0].Revoked = true
+			gs[0].RevokedAt = tt.revokedAt
+			rep := AuditRecords(tt.records, gs, nil)
+			assert.Equal(t, tt.want, rep.Verdict)
+		})
+	}
 }
 
 // writeRunLedger writes the ledger of a small run: alice stays within her
@@ -285,4 +313,137 @@ func TestRenderJSON(t *testing.T) {
 	assert.Equal(t, rep.Verdict, back.Verdict)
 	assert.Equal(t, rep.Agents[0].Agent, back.Agents[0].Agent)
 	require.Error(t, rep.Render(&buf, "pdf"))
+}
+
+func TestIsToolNoise(t *testing.T) {
+	tests := []struct {
+		op, path string
+		noise    bool
+	}{
+		// Editors' and tools' temporary files, created or renamed.
+		{"create", "deliverables/.design-spec.md.swp", true},
+		{"create", ".proposal.md.swpx", true},
+		{"create", "4913", true},
+		{"create", "proposal.md~", true},
+		{"create", "#proposal.md#", true},
+		{"symlink", ".#proposal.md", true},
+		{"create", "sedICqm3N", true},
+		{"create", "deliverables/XXPmGYU2", true}, // perl -pi
+		{"create", "tmpk3j_x9qz", true},           // Python mkstemp
+		{"create", "tmpk3j_x9qz.json", true},
+		{"create", ".goutputstream-AB12CD", true},
+		{"create", ".~lock.review.md#", true},
+		{"rename", "review.md.tmp", true},
+		{"mkdir", "notes.TMP.42", true},
+		// git links a new object into place, then renames instead.
+		{"link", ".git/objects/ab/" + strings.Repeat("c", 38), true},
+		{"link", "repo/.git/objects/pack/pack-" + strings.Repeat("d", 40) + ".pack", true},
+		// Real paths.
+		{"create", "oracle/answers.md", false},
+		{"create", "Makefile", false}, // eight letters, no digit
+		{"create", "README12", false}, // no lower case
+		{"create", "sed.conf", false},
+		{"create", "tmp", false},
+		{"link", "review.md", false},
+		{"unlink", "proposal.md~", false},
+		// Reads and lookups are never noise, whatever the name.
+		{"open", "oracle/.answers.md.swp", false},
+		{"lookup", "answers.md~", false},
+		{"readdir", "tmpk3j_x9qz", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.op+" "+tt.path, func(t *testing.T) {
+			r := Record{Kind: KindDenied, Agent: "a", Grant: "G-a", Path: tt.path, Op: tt.op}
+			assert.Equal(t, tt.noise, IsToolNoise(r))
+		})
+	}
+	// Only denied records: a frozen deliverable or a rejected append is
+	// always a refusal of a real path.
+	for _, kind := range []string{KindFrozenRefused, KindAppendRejected} {
+		assert.False(t, IsToolNoise(Record{Kind: kind, Path: "deliverables/x.md~", Op: "create"}), kind)
+	}
+}
+
+// TestAuditCountsToolNoiseApart: refusals of temporary files and git's
+// link attempts are counted as noise, not as refused attempts, and put
+// nothing in the matrix; the Markdown and HTML say so.
+func TestAuditCountsToolNoiseApart(t *testing.T) {
+	den := func(seq int64, path, op string) Record {
+		r := rec(seq, KindDenied, "alice", "G-alice", path)
+		r.Op = op
+		return r
+	}
+	records := []Record{
+		den(1, "docs/.spec.md.swp", "create"),
+		den(2, "docs/sedICqm3N", "create"),
+		den(3, ".git/objects/ab/"+strings.Repeat("c", 38), "link"),
+		den(4, "oracle/answers.md", "lookup"),
+		den(5, "oracle/new.md", "create"),
+	}
+	rep := AuditRecords(records, fakeGrants(), nil)
+	alice := rep.Agents[0]
+	require.Equal(t, "alice", alice.Agent)
+	assert.Equal(t, VerdictIsolated, alice.Verdict)
+	var refused, noise []int64
+	for _, e := range alice.Refused {
+		refused = append(refused, e.Seq)
+	}
+	for _, e := range alice.Noise {
+		noise = append(noise, e.Seq)
+	}
+	assert.Equal(t, []int64{4, 5}, refused)
+	assert.Equal(t, []int64{1, 2, 3}, noise)
+	assert.Contains(t, alice.Reason, "3 refusal(s) of temporary/tool noise")
+	var rows []string
+	for _, r := range rep.Matrix {
+		rows = append(rows, r.Path)
+	}
+	assert.Equal(t, []string{"oracle/answers.md", "oracle/new.md"}, rows, "noise makes no matrix rows")
+
+	var md bytes.Buffer
+	require.NoError(t, rep.Render(&md, "md"))
+	assert.Contains(t, md.String(), "| Refused | Temporary/tool noise | Violations |")
+	assert.Contains(t, md.String(), "| 0 | 2 | 3 | 0 |")
+	assert.Contains(t, md.String(), "### Temporary/tool noise")
+
+	var html bytes.Buffer
+	require.NoError(t, rep.Render(&html, "html"))
+	page := html.String()
+	assert.Contains(t, page, "3 refusal(s) of temporary/tool noise")
+	_, refusedTable, ok := strings.Cut(page, "<h3>Refused attempts</h3>")
+	require.True(t, ok)
+	refusedTable, _, _ = strings.Cut(refusedTable, "</table>")
+	assert.Contains(t, refusedTable, "oracle/new.md")
+	assert.NotContains(t, refusedTable, "sedICqm3N", "the HTML lists only the real refusals as refused")
+	assert.NotContains(t, refusedTable, ".spec.md.swp")
+}
+
+// TestMatrixGrantLabels: the matrix says what the grant allows, and a
+// path the agent may write is not labelled "readable".
+func TestMatrixGrantLabels(t *testing.T) {
+	gs := []AuditGrant{{GrantID: "G-alice", AgentID: "alice", Rules: fakeRules{read: []string{"docs"}, write: []string{"docs/review.md"}}}}
+	records := []Record{
+		rec(1, KindWrite, "alice", "G-alice", "docs/review.md"),
+		rec(2, KindRead, "alice", "G-alice", "docs/spec.md"),
+	}
+	rep := AuditRecords(records, gs, []string{"oracle/answers.md"})
+	tests := []struct{ path, state, grant string }{
+		{"docs/review.md", "written", "read-write"},
+		{"docs/spec.md", "read", "readable"},
+		{"oracle/answers.md", "never touched", "hidden"},
+	}
+	cells := map[string]MatrixCell{}
+	for _, row := range rep.Matrix {
+		cells[row.Path] = row.Cells[0]
+	}
+	for _, tt := range tests {
+		c, ok := cells[tt.path]
+		require.True(t, ok, tt.path)
+		assert.Equal(t, tt.state, c.State(), tt.path)
+		assert.Equal(t, tt.grant, c.Grant, tt.path)
+	}
+	var html bytes.Buffer
+	require.NoError(t, rep.Render(&html, "html"))
+	assert.Contains(t, html.String(), "written<small>read-write</small>")
+	assert.NotContains(t, html.String(), "written<small>readable</small>")
 }

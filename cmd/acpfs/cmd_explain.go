@@ -22,7 +22,8 @@ type explainResult struct {
 	Visible  bool   `json:"visible"`
 	Readable bool   `json:"readable"`
 	Writable bool   `json:"writable"`
-	Rule     string `json:"rule"`
+	Rule     string `json:"rule,omitempty"`
+	Error    string `json:"error,omitempty"` // the path could not be judged; the other fields are empty
 }
 
 func newExplainCmd() *cobra.Command {
@@ -36,7 +37,9 @@ visible (in lookups and listings), readable, writable, and which grant rule
 decided. PATH is relative to the collaboration folder; with --folder an
 absolute path inside the folder is accepted too, and the run directory is
 hidden when it lies inside the folder. "acpfs explain G PATH..." works as
-well as --grant G.`,
+well as --grant G. A PATH that cannot be judged (one that climbs out of
+the folder, say) is reported on stderr and the others are still
+answered; the exit status is then 2.`,
 		Example: `  acpfs explain --runs agent_runs --grant G-reviewer deliverables/design-spec.md oracle/answers.md
   acpfs explain --grant G-reviewer --folder collab --json events.jsonl`,
 		Args: cobra.MinimumNArgs(1),
@@ -63,27 +66,42 @@ well as --grant G.`,
 				return err
 			}
 			results := make([]explainResult, 0, len(args))
+			bad := 0
 			for _, a := range args {
 				rel, err := explainRel(folder, a)
 				if err != nil {
-					return err
+					bad++
+					results = append(results, explainResult{Path: a, Error: err.Error()})
+					continue
 				}
 				d := m.Explain(rel)
 				results = append(results, explainResult{Path: rel, Visible: d.Visible, Readable: d.Readable, Writable: d.Writable, Rule: d.Rule})
 			}
-			out := cmd.OutOrStdout()
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(results)
+				if err := enc.Encode(results); err != nil {
+					return err
+				}
 			}
 			for _, r := range results {
+				if r.Error != "" {
+					fmt.Fprintf(errOut, "error: %s\n", r.Error)
+					continue
+				}
+				if asJSON {
+					continue
+				}
 				shown := r.Path
 				if shown == "" {
 					shown = "."
 				}
 				fmt.Fprintf(out, "%s: visible %s, readable %s, writable %s (%s)\n",
 					shown, explainYes(r.Visible), explainYes(r.Readable), explainYes(r.Writable), r.Rule)
+			}
+			if bad > 0 {
+				return withCode(exitFailed, fmt.Errorf("%d of %d path(s) could not be explained", bad, len(args)))
 			}
 			return nil
 		},

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -53,5 +54,79 @@ func TestExplainErrors(t *testing.T) {
 		res := runCLI(t, append([]string{"explain", "--runs", runs}, args...)...)
 		assert.Error(t, res.err, name)
 		assert.Equal(t, exitFailed, res.code, name)
+	}
+}
+
+// TestExplainBadPathsDoNotStopTheOthers: each path that cannot be judged
+// is reported on its own, the others are answered, and the exit status
+// is 2 when any was bad.
+func TestExplainBadPathsDoNotStopTheOthers(t *testing.T) {
+	folder, runs := grantTestFolder(t)
+	handoffTestGrants(t, folder, runs)
+	tests := []struct {
+		name    string
+		paths   []string
+		answers []string // lines on stdout
+		errs    []string // lines on stderr
+		summary string   // the final error, "" for success
+	}{
+		{
+			name:    "all good",
+			paths:   []string{"review.md", "oracle/answers.md"},
+			answers: []string{"review.md: visible yes", "oracle/answers.md: visible no"},
+		},
+		{
+			name:    "one bad among good",
+			paths:   []string{"review.md", "../x", "proposal.md"},
+			answers: []string{"review.md: visible yes", "proposal.md: visible yes"},
+			errs:    []string{"error: ../x: escapes the collaboration folder"},
+			summary: "1 of 3 path(s) could not be explained",
+		},
+		{
+			name:    "several bad",
+			paths:   []string{"/etc/passwd", "review.md", "a/../../b"},
+			answers: []string{"review.md: visible yes"},
+			errs:    []string{"error: /etc/passwd: absolute paths need --folder", "error: a/../../b: escapes the collaboration folder"},
+			summary: "2 of 3 path(s) could not be explained",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := runCLI(t, append([]string{"explain", "--runs", runs, "--grant", "G-rev"}, tt.paths...)...)
+			for _, a := range tt.answers {
+				assert.Contains(t, res.out, a)
+			}
+			assert.Equal(t, len(tt.answers), strings.Count(res.out, "\n"), res.out)
+			for _, e := range tt.errs {
+				assert.Contains(t, res.errOut, e)
+			}
+			assert.Equal(t, len(tt.errs), strings.Count(res.errOut, "\n"), res.errOut)
+			if tt.summary == "" {
+				require.NoError(t, res.err)
+				return
+			}
+			require.Error(t, res.err)
+			assert.Equal(t, exitFailed, res.code)
+			assert.Equal(t, tt.summary, res.err.Error())
+
+			// The JSON form answers every path, in order, the bad ones
+			// with their error.
+			res = runCLI(t, append([]string{"explain", "--runs", runs, "--grant", "G-rev", "--json"}, tt.paths...)...)
+			assert.Equal(t, exitFailed, res.code)
+			var got []explainResult
+			require.NoError(t, json.Unmarshal([]byte(res.out), &got))
+			require.Len(t, got, len(tt.paths))
+			bad := 0
+			for i, r := range got {
+				if r.Error != "" {
+					bad++
+					assert.Equal(t, tt.paths[i], r.Path)
+					assert.False(t, r.Visible || r.Readable || r.Writable)
+				} else {
+					assert.NotEmpty(t, r.Rule)
+				}
+			}
+			assert.Equal(t, len(tt.errs), bad)
+		})
 	}
 }

@@ -113,6 +113,11 @@ func grantRecord(rd grants.RunDir, rec ledger.Record) error {
 
 func grantNow() string { return time.Now().UTC().Format(time.RFC3339) }
 
+// grantRevokedNow stamps a revocation to the nanosecond, as the ledger
+// stamps its records, so that the audit can tell what an agent did just
+// before the revocation from what it did after.
+func grantRevokedNow() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+
 // grantCreateFlags holds the flags of grant create.
 type grantCreateFlags struct {
 	runs, folder, agent, id, participant, role, objective, preset string
@@ -125,7 +130,9 @@ func newGrantCreateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create --folder F --agent A [--preset owner|reviewer] [flags]",
 		Short: "Write a grant and its prompt, and record grant_created in the ledger",
-		Long: `create writes DIR/context_grants/G-<id>.json and G-<id>.prompt.md.
+		Long: `create writes DIR/context_grants/G-<id>.json and G-<id>.prompt.md. The
+grant id is G-<agent> unless --id names another ("--id bob-2" and
+"--id G-bob-2" both give G-bob-2); an id already in use is refused.
 
 --preset fills may_read and may_write for an ACP role (owner: the proposal
 owner; reviewer); --may-read, --may-write and --forbid add to them. The
@@ -145,7 +152,7 @@ An agent may hold only one active grant: revoke the old one first.`,
 	grantRunsFlag(cmd, &f.runs)
 	fl.StringVar(&f.folder, "folder", "", "collaboration folder (its protocol.json lists the participants)")
 	fl.StringVar(&f.agent, "agent", "", "agent id")
-	fl.StringVar(&f.id, "id", "", "grant id G-<id> (default: generated from the agent id)")
+	fl.StringVar(&f.id, "id", "", "grant id, as G-<id> or <id> (default: G-<agent>)")
 	fl.StringVar(&f.participant, "participant", "", "ACP participant the agent writes as (default: the agent id)")
 	fl.StringVar(&f.role, "role", "", "role (default: the preset's name)")
 	fl.StringVar(&f.objective, "objective", "", "objective (default: the protocol's objective)")
@@ -169,7 +176,7 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 		return err
 	}
 	g := &grants.Grant{
-		GrantID:           f.id,
+		GrantID:           grants.NormalizeGrantID(f.id),
 		AgentID:           f.agent,
 		Participant:       f.participant,
 		Role:              f.role,
@@ -221,20 +228,21 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 		}
 	}
 	if g.GrantID == "" {
-		g.GrantID = grants.NewID("G", f.agent)
+		if g.GrantID = grants.GrantIDFor(f.agent); g.GrantID == "" {
+			return fmt.Errorf("agent id %q gives no usable grant id: name one with --id", f.agent)
+		}
 	}
 	if err := grants.Validate(g); err != nil {
 		return err
 	}
 	rd := grants.NewRunDir(f.runs)
 	existing, _ := rd.LoadGrants() // problems of other grants do not block this one
-	for _, gf := range existing {
-		if gf.Grant.GrantID == g.GrantID {
-			return fmt.Errorf("grant %s already exists (%s)", g.GrantID, gf.Path)
-		}
+	if err := grantCheckNewID(rd, existing, g); err != nil {
+		return err
 	}
 	if gf, ok := grants.ActiveGrantFor(existing, g.AgentID); ok {
-		return fmt.Errorf("agent %q already has an active grant %s (%s); revoke it first", g.AgentID, gf.Grant.GrantID, gf.Path)
+		return fmt.Errorf("agent %q already has an active grant %s (%s); revoke it first (acpfs grant revoke --runs %s --grant %s)",
+			g.AgentID, gf.Grant.GrantID, gf.Path, rd.Root, gf.Grant.GrantID)
 	}
 	if err := rd.Init(); err != nil {
 		return err
@@ -251,6 +259,39 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 	fmt.Fprintf(out, "created %s for agent %s (participant %s)\n", g.GrantID, g.AgentID, g.ParticipantID())
 	fmt.Fprintf(out, "  grant:  %s\n  prompt: %s\n", rd.GrantPath(g.GrantID), rd.PromptPath(g.GrantID))
 	return nil
+}
+
+// grantCheckNewID refuses a grant id that the run directory already
+// holds, whether or not its file loads, and suggests a free one.
+func grantCheckNewID(rd grants.RunDir, existing []grants.GrantFile, g *grants.Grant) error {
+	taken := func(id string) bool {
+		if _, err := os.Lstat(rd.GrantPath(id)); err == nil {
+			return true
+		}
+		return slices.ContainsFunc(existing, func(gf grants.GrantFile) bool { return gf.Grant.GrantID == id })
+	}
+	if !taken(g.GrantID) {
+		return nil
+	}
+	what := ""
+	for _, gf := range existing {
+		if gf.Grant.GrantID == g.GrantID {
+			state := "active"
+			if gf.Grant.Revoked {
+				state = "revoked"
+			}
+			what = fmt.Sprintf(", %s, agent %s", state, gf.Grant.AgentID)
+			if gf.Grant.AgentID == g.AgentID && !gf.Grant.Revoked {
+				what += "; an agent holds one active grant, so revoke it first"
+			}
+		}
+	}
+	free := g.GrantID
+	for n := 2; taken(free); n++ {
+		free = fmt.Sprintf("%s-%d", g.GrantID, n)
+	}
+	return fmt.Errorf("grant %s already exists (%s%s); give the new grant another id with --id, e.g. --id %s",
+		g.GrantID, rd.GrantPath(g.GrantID), what, free)
 }
 
 // grantAppendNew appends the entries of more that base lacks.
@@ -467,7 +508,7 @@ func newGrantRevokeCmd() *cobra.Command {
 				fmt.Fprintf(out, "%s was already revoked at %s\n", g.GrantID, g.RevokedAt)
 				return nil
 			}
-			g.Revoked, g.RevokedAt = true, grantNow()
+			g.Revoked, g.RevokedAt = true, grantRevokedNow()
 			if err := rd.SaveGrant(g); err != nil {
 				return err
 			}

@@ -132,7 +132,106 @@ func TestGrantCreateExternalDeliverables(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, gs, 1)
 	assert.NotContains(t, gs[0].Grant.MayRead, "docs/")
-	assert.True(t, strings.HasPrefix(gs[0].Grant.GrantID, "G-server-"), gs[0].Grant.GrantID)
+	assert.Equal(t, "G-server", gs[0].Grant.GrantID, "the default id is G-<agent>")
+}
+
+// TestGrantCreateIDs: the id is G-<agent> by default, --id takes it with
+// or without "G-", and an id in use is refused with a hint to use --id.
+func TestGrantCreateIDs(t *testing.T) {
+	tests := []struct {
+		name   string
+		before [][]string // earlier grant create flags
+		args   []string
+		wantID string
+		msg    []string // when refused
+	}{
+		{name: "default", args: []string{"--agent", "server", "--preset", "owner"}, wantID: "G-server"},
+		{name: "participant differs", args: []string{"--agent", "claude", "--participant", "server", "--preset", "owner"}, wantID: "G-claude"},
+		{name: "--id without prefix", args: []string{"--agent", "server", "--preset", "owner", "--id", "bob"}, wantID: "G-bob"},
+		{name: "--id with prefix", args: []string{"--agent", "server", "--preset", "owner", "--id", "G-bob"}, wantID: "G-bob"},
+		{
+			name:   "default id taken by a revoked grant",
+			before: [][]string{{"--agent", "server", "--preset", "owner"}, {"revoke", "G-server"}},
+			args:   []string{"--agent", "server", "--preset", "owner"},
+			msg:    []string{"grant G-server already exists", "revoked, agent server", "--id", "e.g. --id G-server-2"},
+		},
+		{
+			name:   "id taken by another agent",
+			before: [][]string{{"--agent", "server", "--preset", "owner", "--id", "bob"}},
+			args:   []string{"--agent", "reader", "--preset", "reviewer", "--id", "bob"},
+			msg:    []string{"grant G-bob already exists", "active, agent server", "e.g. --id G-bob-2"},
+		},
+		{
+			name:   "same agent again",
+			before: [][]string{{"--agent", "server", "--preset", "owner"}},
+			args:   []string{"--agent", "server", "--preset", "owner"},
+			msg:    []string{"grant G-server already exists", "revoke it first", "--id"},
+		},
+		{
+			name:   "suggestion skips taken ids",
+			before: [][]string{{"--agent", "server", "--preset", "owner"}, {"--agent", "reader", "--preset", "reviewer", "--id", "G-server-2"}},
+			args:   []string{"--agent", "x", "--participant", "reader", "--preset", "reviewer", "--id", "server"},
+			msg:    []string{"e.g. --id G-server-3"},
+		},
+		{name: "unusable agent id", args: []string{"--agent", "é", "--participant", "server", "--preset", "owner"}, msg: []string{"name one with --id"}},
+		{name: "bad --id", args: []string{"--agent", "server", "--preset", "owner", "--id", "a/b"}, msg: []string{"grant_id"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			folder, runs := grantTestFolder(t)
+			for _, b := range tt.before {
+				var res cliResult
+				if b[0] == "revoke" {
+					res = runCLI(t, "grant", "revoke", "--runs", runs, "--grant", b[1])
+				} else {
+					res = runCLI(t, append([]string{"grant", "create", "--runs", runs, "--folder", folder}, b...)...)
+				}
+				require.NoError(t, res.err)
+			}
+			res := runCLI(t, append([]string{"grant", "create", "--runs", runs, "--folder", folder}, tt.args...)...)
+			if tt.wantID == "" {
+				require.Error(t, res.err)
+				assert.Equal(t, exitFailed, res.code)
+				for _, m := range tt.msg {
+					assert.Contains(t, res.err.Error(), m)
+				}
+				return
+			}
+			require.NoError(t, res.err)
+			assert.Contains(t, res.out, "created "+tt.wantID+" ")
+			_, err := os.Stat(filepath.Join(runs, "context_grants", tt.wantID+".json"))
+			assert.NoError(t, err)
+			// Every command finds it by the id, with or without "G-".
+			short := strings.TrimPrefix(tt.wantID, "G-")
+			for _, ref := range []string{tt.wantID, short} {
+				r := runCLI(t, "grant", "render", "--runs", runs, "--grant", ref)
+				require.NoError(t, r.err, ref)
+				assert.Contains(t, r.out, "# Context grant "+tt.wantID)
+			}
+		})
+	}
+}
+
+// TestUnknownGrantNamesTheListCommand: every command that takes a grant
+// id says, for one that does not exist, which id and how to list them.
+func TestUnknownGrantNamesTheListCommand(t *testing.T) {
+	folder, runs := grantTestFolder(t)
+	require.NoError(t, runCLI(t, "grant", "create", "--runs", runs, "--folder", folder, "--agent", "server", "--preset", "owner").err)
+	want := `grant G-bob not found in ` + filepath.Join(runs, "context_grants") + ` (run "acpfs grant list --runs ` + runs + `" to see the grant ids)`
+	for name, args := range map[string][]string{
+		"render":  {"grant", "render", "--runs", runs, "--grant", "G-bob"},
+		"revoke":  {"grant", "revoke", "--runs", runs, "--grant", "bob"},
+		"explain": {"explain", "--runs", runs, "--grant", "G-bob", "proposal.md"},
+		"handoff": {"handoff", "create", "--runs", runs, "--folder", folder, "--from", "G-server", "--to", "G-bob",
+			"--path", "deliverables/design-spec.md", "--type", "design-spec", "--action", "review"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res := runCLI(t, args...)
+			require.Error(t, res.err)
+			assert.Equal(t, exitFailed, res.code)
+			assert.Contains(t, res.err.Error(), want)
+		})
+	}
 }
 
 func TestGrantCheckListRenderRevoke(t *testing.T) {

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 
 	"github.com/acpfs/acpfs/protocol"
 	"github.com/spf13/cobra"
@@ -28,6 +31,15 @@ func newValidateCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir, err := protoFolder(folder)
 			if err != nil {
+				return withCode(exitFailed, err)
+			}
+			if err := validateFolderExists(folder, dir); err != nil {
+				if asJSON {
+					rep := protoValidateReport{Folder: dir, Status: "failed", ExitCode: exitFailed, Errors: []string{err.Error()}, Warnings: []string{}}
+					if perr := protoPrintJSON(cmd.OutOrStdout(), rep); perr != nil {
+						return withCode(exitFailed, perr)
+					}
+				}
 				return withCode(exitFailed, err)
 			}
 			res := protocol.Validate(dir)
@@ -64,4 +76,19 @@ func newValidateCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	_ = cmd.MarkFlagRequired("folder")
 	return cmd
+}
+
+// validateFolderExists gives one clear error for a --folder that is not
+// a directory, instead of one per missing file.
+func validateFolderExists(given, dir string) error {
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("no such folder: %s", given)
+	case err != nil:
+		return fmt.Errorf("cannot read folder %s: %w", given, err)
+	case !st.IsDir():
+		return fmt.Errorf("not a folder: %s", given)
+	}
+	return nil
 }

@@ -52,7 +52,9 @@ func newRootCmd() *cobra.Command {
 		Short:         "Enforce the Agent Collaboration Protocol and context grants at the filesystem",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
 	}
+	root.SetVersionTemplate("acpfs {{.Version}}\n")
 	var verbose bool
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug messages to stderr")
 	root.PersistentPreRun = func(cmd *cobra.Command, args []string) {
