@@ -14,7 +14,9 @@ runs=$work/agent_runs
 mnt=$work/mnt
 coord_pid=""
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bold headings on a terminal only, and never with NO_COLOR set.
+if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then b=$'\033[1m' n=$'\033[0m'; else b='' n=''; fi
+say() { printf '\n%s== %s%s\n' "$b" "$*" "$n"; }
 
 cleanup() {
   if [ -n "$coord_pid" ] && kill -0 "$coord_pid" 2>/dev/null; then
