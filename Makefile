@@ -6,12 +6,18 @@ PURE    := ./protocol/... ./grants/... ./ledger/... ./internal/... ./cmd/...
 # Packages whose tests use real FUSE mounts.
 FUSE    := ./fs/... ./mount/... ./integration/... ./bench/...
 
-.PHONY: all build test test-pure test-fuse lint bench bench-core bench-fs demo clean conformance
+PREFIX  ?= /usr/local
+
+.PHONY: all build install test test-pure test-fuse lint bench bench-core bench-fs demo clean conformance
 
 all: build
 
+# -buildvcs=auto: acpfs --version names the commit when built from git.
 build:
-	$(GO) build -o $(BIN) ./cmd/acpfs
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/acpfs
+
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/acpfs
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
