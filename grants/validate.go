@@ -354,6 +354,7 @@ func (v *validator) identity() {
 		v.add("grant_id", "%v", err)
 	}
 	v.name("agent_id", g.AgentID, true)
+	v.fileName("agent_id", g.AgentID)
 	v.name("participant", g.Participant, false)
 	if strings.TrimSpace(g.Role) == "" {
 		v.add("role", "missing")
@@ -373,6 +374,25 @@ func (v *validator) name(field, s string, required bool) {
 		v.add(field, "%q has leading or trailing white space", s)
 	case strings.IndexFunc(s, unicode.IsControl) >= 0:
 		v.add(field, "%q contains control characters", s)
+	}
+}
+
+// fileName checks an id that names a file or a directory (the agent's
+// mountpoint under acpfs up's root): one path element, not "." or "..",
+// of letters, digits and "._-", so that it can never lead elsewhere.
+func (v *validator) fileName(field, s string) {
+	if s == "" {
+		return
+	}
+	if s == "." || s == ".." || strings.HasPrefix(s, ".") {
+		v.add(field, "%q may not start with a dot", s)
+		return
+	}
+	for _, r := range s {
+		if !(r == '-' || r == '_' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			v.add(field, "%q may hold only letters, digits, '.', '_' and '-' (it names the agent's mountpoint)", s)
+			return
+		}
 	}
 }
 
