@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/acpfs/acpfs/internal/digest"
@@ -34,6 +35,10 @@ type HandoffArtifact struct {
 	SourceGrantID           string `json:"source_grant_id"`
 	TargetGrantID           string `json:"target_grant_id"`
 	CreatedAt               string `json:"created_at"`
+	// Supersedes is the handoff this one replaced: the current handoff of
+	// the same artifact path to the same consumer agent when this one was
+	// created ("" for the first). See ResolveHandoffs.
+	Supersedes string `json:"supersedes,omitempty"`
 }
 
 // HandoffRequest describes a handoff to create.
@@ -53,6 +58,12 @@ type HandoffRequest struct {
 // stores a read-only content-addressed copy of it under artifacts/ and
 // writes handoffs/H-<id>.json. It refuses revoked grants, paths outside
 // the folder, symbolic links and anything but a regular file.
+//
+// A handoff of a path that was already handed to the same consumer agent
+// supersedes the current one: its Supersedes names it, and from then on
+// only the new one is current (shown in the consumer's view, checked by
+// verify). Creations are serialized by a lock on the handoffs directory,
+// so two concurrent handoffs of one path to one agent form a chain.
 func (r RunDir) CreateHandoff(req HandoffRequest) (*HandoffArtifact, error) {
 	h, full, err := r.prepareHandoff(req)
 	if err != nil {
@@ -61,8 +72,21 @@ func (r RunDir) CreateHandoff(req HandoffRequest) (*HandoffArtifact, error) {
 	if err := r.Init(); err != nil {
 		return nil, err
 	}
+	unlock, err := r.lockHandoffs()
+	if err != nil {
+		return nil, fmt.Errorf("handoff %s: %w", h.HandoffID, err)
+	}
+	defer unlock()
 	if _, err := os.Lstat(r.HandoffPath(h.HandoffID)); err == nil {
 		return nil, fmt.Errorf("handoff %s already exists", h.HandoffID)
+	}
+	// A record that does not load cannot be current, so load errors do
+	// not stop a new handoff.
+	all, _ := r.LoadHandoffs()
+	for _, st := range ResolveHandoffs(all) {
+		if st.Current() && sameHandoffTarget(st.Handoff, h) {
+			h.Supersedes = st.Handoff.HandoffID
+		}
 	}
 	sum, err := r.storeArtifact(full)
 	if err != nil {
@@ -234,6 +258,13 @@ func ParseHandoff(data []byte) (*HandoffArtifact, error) {
 	if rel, err := cleanRel(h.ArtifactPath); err != nil || rel != h.ArtifactPath {
 		problems = append(problems, fmt.Sprintf("artifact_path: %q is not a clean folder-relative path", h.ArtifactPath))
 	}
+	if h.Supersedes != "" {
+		if err := CheckID(h.Supersedes, "H"); err != nil {
+			problems = append(problems, "supersedes: "+err.Error())
+		} else if h.Supersedes == h.HandoffID {
+			problems = append(problems, "supersedes: a handoff cannot supersede itself")
+		}
+	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("invalid handoff %s: %s", h.HandoffID, strings.Join(problems, "; "))
 	}
@@ -315,20 +346,152 @@ func (r RunDir) FindHandoff(ref string) (*HandoffArtifact, error) {
 	return LoadHandoff(p)
 }
 
-// HandoffsFor returns the handoffs addressed to a consumer: those whose
-// target_grant_id is grantID or whose consumer_agent_id is agentID (so an
-// agent whose grant was replaced still sees what was handed to it). Pass
-// "" to leave either criterion out. The filesystem shows the consumer the
-// stored copies of these artifacts.
+// HandoffsFor returns the current handoffs addressed to a consumer:
+// those whose target_grant_id is grantID or whose consumer_agent_id is
+// agentID (so an agent whose grant was replaced still sees what was
+// handed to it), without the superseded ones (see ResolveHandoffs), so
+// each artifact path appears at most once per agent. Pass "" to leave
+// either criterion out. The filesystem shows the consumer the stored
+// copies of these artifacts.
 func (r RunDir) HandoffsFor(grantID, agentID string) ([]*HandoffArtifact, error) {
 	all, err := r.LoadHandoffs()
 	var out []*HandoffArtifact
-	for _, h := range all {
+	for _, h := range CurrentHandoffs(all) {
 		if (grantID != "" && h.TargetGrantID == grantID) || (agentID != "" && h.ConsumerAgentID == agentID) {
 			out = append(out, h)
 		}
 	}
 	return out, err
+}
+
+// sameHandoffTarget reports whether two handoffs hand the same path to
+// the same consumer agent, so that the newer supersedes the older.
+func sameHandoffTarget(a, b *HandoffArtifact) bool {
+	return a.ConsumerAgentID == b.ConsumerAgentID && a.ArtifactPath == b.ArtifactPath
+}
+
+// HandoffState is a handoff with its place among the handoffs of the same
+// artifact path to the same consumer agent: exactly one of them is
+// current, the others were superseded.
+type HandoffState struct {
+	Handoff *HandoffArtifact
+	// SupersededBy is the handoff that replaced this one; "" when this
+	// one is current.
+	SupersededBy string
+	// Replaced lists, for a current handoff, every handoff of the same
+	// path to the same agent that it superseded, directly or through
+	// earlier ones, newest first.
+	Replaced []string
+}
+
+// Current reports whether the handoff is the one in force.
+func (s HandoffState) Current() bool { return s.SupersededBy == "" }
+
+// ResolveHandoffs tells, for handoffs as LoadHandoffs returns them
+// (sorted by creation time and id), which one is current for each
+// (consumer agent, artifact path) and what each one superseded. The
+// supersedes links written by CreateHandoff decide: a handoff named by a
+// later one of the same path and agent is superseded by it. When several
+// remain (records written before supersedes existed, or edited by hand),
+// the latest by creation time and id is current and the others count as
+// superseded by it. The result is in the order of hs.
+func ResolveHandoffs(hs []*HandoffArtifact) []HandoffState {
+	type key struct{ agent, path string }
+	groups := map[key][]int{}
+	for i, h := range hs {
+		k := key{h.ConsumerAgentID, h.ArtifactPath}
+		groups[k] = append(groups[k], i)
+	}
+	out := make([]HandoffState, len(hs))
+	for i, h := range hs {
+		out[i].Handoff = h
+	}
+	for _, members := range groups {
+		index := make(map[string]int, len(members))
+		for _, i := range members {
+			index[hs[i].HandoffID] = i
+		}
+		// Explicit links; a later claimant of the same predecessor wins.
+		for _, i := range members {
+			if j, ok := index[hs[i].Supersedes]; ok && j != i {
+				out[j].SupersededBy = hs[i].HandoffID
+			}
+		}
+		current := -1
+		for _, i := range members {
+			if out[i].SupersededBy == "" {
+				current = i // the latest one not superseded
+			}
+		}
+		if current < 0 { // a cycle of links, only possible by hand
+			current = members[len(members)-1]
+		}
+		cur := hs[current].HandoffID
+		out[current].SupersededBy = ""
+		for _, i := range members {
+			if i != current && out[i].SupersededBy == "" {
+				out[i].SupersededBy = cur
+			}
+		}
+		// Newest first: follow the explicit chain back from the current
+		// one, then the others, latest first.
+		seen := map[int]bool{current: true}
+		for i, ok := index[hs[current].Supersedes]; ok && !seen[i]; i, ok = index[hs[i].Supersedes] {
+			seen[i] = true
+			out[current].Replaced = append(out[current].Replaced, hs[i].HandoffID)
+		}
+		for m := len(members) - 1; m >= 0; m-- {
+			if i := members[m]; !seen[i] {
+				seen[i] = true
+				out[current].Replaced = append(out[current].Replaced, hs[i].HandoffID)
+			}
+		}
+	}
+	return out
+}
+
+// CurrentHandoffs returns the handoffs of hs that are in force (see
+// ResolveHandoffs), in their order.
+func CurrentHandoffs(hs []*HandoffArtifact) []*HandoffArtifact {
+	var out []*HandoffArtifact
+	for _, s := range ResolveHandoffs(hs) {
+		if s.Current() {
+			out = append(out, s.Handoff)
+		}
+	}
+	return out
+}
+
+// LoadHandoffStates loads every handoff and resolves which are current.
+// States of the handoffs that load are returned even when the error is
+// not nil.
+func (r RunDir) LoadHandoffStates() ([]HandoffState, error) {
+	all, err := r.LoadHandoffs()
+	return ResolveHandoffs(all), err
+}
+
+// lockHandoffs takes an exclusive flock on the handoffs directory (no
+// lock file is created, so watchers of the directory see nothing) and
+// returns its release.
+func (r RunDir) lockHandoffs() (func(), error) {
+	d, err := os.Open(r.HandoffsDir())
+	if err != nil {
+		return nil, fmt.Errorf("lock handoffs: %w", err)
+	}
+	for {
+		err = syscall.Flock(int(d.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("lock %s: %w", r.HandoffsDir(), err)
+	}
+	return func() {
+		_ = syscall.Flock(int(d.Fd()), syscall.LOCK_UN)
+		d.Close()
+	}, nil
 }
 
 // HandoffCheck is the outcome of verifying one handoff.

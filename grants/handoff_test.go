@@ -3,8 +3,11 @@ package grants
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,34 +164,205 @@ func TestHandoffRefusals(t *testing.T) {
 func TestHandoffsFor(t *testing.T) {
 	e := newHandoffEnv(t)
 	other := &Grant{GrantID: "G-other", AgentID: "gemini", Role: "r", Objective: "o", MayRead: []string{"**"}}
-	for i, target := range []*Grant{e.consumer, other, e.consumer} {
+	create := func(id string, target *Grant, path string, at int64) {
 		_, err := e.runs.CreateHandoff(HandoffRequest{
-			ID: []string{"H-a", "H-b", "H-c"}[i], Folder: e.folder, Source: e.producer, Target: target,
-			ArtifactPath: "deliverables/design-spec.md", Now: time.Unix(int64(1000+i), 0),
+			ID: id, Folder: e.folder, Source: e.producer, Target: target,
+			ArtifactPath: path, Now: time.Unix(at, 0),
 		})
 		require.NoError(t, err)
 	}
-	ids := func(hs []*HandoffArtifact) []string {
-		var out []string
-		for _, h := range hs {
-			out = append(out, h.HandoffID)
-		}
-		return out
-	}
-	hs, err := e.runs.HandoffsFor("G-rev", "")
-	require.NoError(t, err)
-	assert.Equal(t, []string{"H-a", "H-c"}, ids(hs))
-	hs, err = e.runs.HandoffsFor("G-new", "codex")
-	require.NoError(t, err)
-	assert.Equal(t, []string{"H-a", "H-c"}, ids(hs), "a replaced grant's agent keeps its handoffs")
-	hs, err = e.runs.HandoffsFor("G-other", "")
-	require.NoError(t, err)
-	assert.Equal(t, []string{"H-b"}, ids(hs))
+	create("H-a", e.consumer, "deliverables/design-spec.md", 1000)
+	create("H-b", other, "deliverables/design-spec.md", 1001)
+	create("H-c", e.consumer, "deliverables/design-spec.md", 1002) // supersedes H-a
+	create("H-d", e.consumer, "notes/private.md", 1003)
 
-	// All three share one stored copy.
+	tests := []struct {
+		name         string
+		grant, agent string
+		want         []string
+	}{
+		{"by grant: the current handoff of each path", "G-rev", "", []string{"H-c", "H-d"}},
+		{"by agent", "", "codex", []string{"H-c", "H-d"}},
+		{"a replaced grant's agent keeps its handoffs", "G-new", "codex", []string{"H-c", "H-d"}},
+		{"another consumer of the same path is not superseded", "G-other", "", []string{"H-b"}},
+		{"nobody", "G-none", "nobody", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hs, err := e.runs.HandoffsFor(tt.grant, tt.agent)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, handoffIDs(hs))
+		})
+	}
+
+	// One stored copy per distinct content.
 	entries, err := os.ReadDir(e.runs.ArtifactsDir())
 	require.NoError(t, err)
-	assert.Len(t, entries, 1)
+	assert.Len(t, entries, 2)
+}
+
+func handoffIDs(hs []*HandoffArtifact) []string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, h.HandoffID)
+	}
+	return out
+}
+
+// TestHandoffSupersedes hands the same path to the same agent again and
+// again: each new handoff names the one it replaces, and only the newest
+// is current, whatever the creation times and ids say.
+func TestHandoffSupersedes(t *testing.T) {
+	same := time.Date(2026, 5, 21, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name       string
+		ids        []string
+		times      []time.Time
+		supersedes []string // expected Supersedes of each, in creation order
+	}{
+		{"later and later", []string{"H-1", "H-2", "H-3"}, []time.Time{same, same.Add(time.Second), same.Add(2 * time.Second)}, []string{"", "H-1", "H-2"}},
+		{"same second, ids sorting backwards", []string{"H-z", "H-m", "H-a"}, []time.Time{same, same, same}, []string{"", "H-z", "H-m"}},
+		{"clock going back", []string{"H-x", "H-y"}, []time.Time{same, same.Add(-time.Hour)}, []string{"", "H-x"}},
+		{"generated ids", []string{"", "", ""}, []time.Time{same, same, same}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newHandoffEnv(t)
+			var made []*HandoffArtifact
+			for i, id := range tt.ids {
+				writeJSON(t, filepath.Join(e.folder, "deliverables/design-spec.md"), fmt.Sprintf("# Design %d\n", i))
+				h, err := e.runs.CreateHandoff(HandoffRequest{ID: id, Folder: e.folder, Source: e.producer, Target: e.consumer,
+					ArtifactPath: "deliverables/design-spec.md", Now: tt.times[i]})
+				require.NoError(t, err)
+				if i > 0 {
+					assert.Equal(t, made[i-1].HandoffID, h.Supersedes)
+				} else {
+					assert.Empty(t, h.Supersedes)
+				}
+				if tt.supersedes != nil {
+					assert.Equal(t, tt.supersedes[i], h.Supersedes)
+				}
+				made = append(made, h)
+			}
+			newest := made[len(made)-1]
+			hs, err := e.runs.HandoffsFor("G-rev", "codex")
+			require.NoError(t, err)
+			assert.Equal(t, []string{newest.HandoffID}, handoffIDs(hs))
+			assert.Equal(t, sha(fmt.Sprintf("# Design %d\n", len(made)-1)), hs[0].ArtifactSHA256, "the view shows the newest copy")
+
+			states, err := e.runs.LoadHandoffStates()
+			require.NoError(t, err)
+			require.Len(t, states, len(made))
+			for _, st := range states {
+				if st.Handoff.HandoffID == newest.HandoffID {
+					assert.True(t, st.Current())
+					var want []string
+					for i := len(made) - 2; i >= 0; i-- {
+						want = append(want, made[i].HandoffID)
+					}
+					assert.Equal(t, want, st.Replaced, "newest first")
+					continue
+				}
+				assert.False(t, st.Current())
+				for i := range made[:len(made)-1] {
+					if made[i].HandoffID == st.Handoff.HandoffID {
+						assert.Equal(t, made[i+1].HandoffID, st.SupersededBy)
+					}
+				}
+			}
+			// The record on disk names what it superseded.
+			loaded, err := e.runs.FindHandoff(newest.HandoffID)
+			require.NoError(t, err)
+			assert.Equal(t, newest.Supersedes, loaded.Supersedes)
+		})
+	}
+}
+
+func TestResolveHandoffs(t *testing.T) {
+	mk := func(id, agent, path, at, supersedes string) *HandoffArtifact {
+		return &HandoffArtifact{HandoffID: id, ConsumerAgentID: agent, ArtifactPath: path, CreatedAt: at, Supersedes: supersedes}
+	}
+	tests := []struct {
+		name     string
+		hs       []*HandoffArtifact
+		current  []string
+		replaced map[string][]string // of current handoffs
+		by       map[string]string   // SupersededBy of the others
+	}{
+		{"one handoff", []*HandoffArtifact{mk("H-a", "codex", "x.md", "1", "")}, []string{"H-a"}, map[string][]string{"H-a": nil}, nil},
+		{"chain", []*HandoffArtifact{mk("H-a", "codex", "x.md", "1", ""), mk("H-b", "codex", "x.md", "2", "H-a"), mk("H-c", "codex", "x.md", "3", "H-b")},
+			[]string{"H-c"}, map[string][]string{"H-c": {"H-b", "H-a"}}, map[string]string{"H-a": "H-b", "H-b": "H-c"}},
+		{"chain against the sort order", []*HandoffArtifact{mk("H-b", "codex", "x.md", "1", "H-c"), mk("H-c", "codex", "x.md", "1", "")},
+			[]string{"H-b"}, map[string][]string{"H-b": {"H-c"}}, map[string]string{"H-c": "H-b"}},
+		{"legacy records without links: the latest is current", []*HandoffArtifact{mk("H-a", "codex", "x.md", "1", ""), mk("H-b", "codex", "x.md", "2", "")},
+			[]string{"H-b"}, map[string][]string{"H-b": {"H-a"}}, map[string]string{"H-a": "H-b"}},
+		{"other agent, other path: independent", []*HandoffArtifact{mk("H-a", "codex", "x.md", "1", ""), mk("H-b", "gemini", "x.md", "2", "H-a"), mk("H-c", "codex", "y.md", "3", "H-a")},
+			[]string{"H-a", "H-b", "H-c"}, map[string][]string{"H-a": nil, "H-b": nil, "H-c": nil}, nil},
+		{"link to a missing handoff", []*HandoffArtifact{mk("H-b", "codex", "x.md", "2", "H-gone")}, []string{"H-b"}, map[string][]string{"H-b": nil}, nil},
+		{"two handoffs superseding the same one", []*HandoffArtifact{mk("H-a", "codex", "x.md", "1", ""), mk("H-b", "codex", "x.md", "2", "H-a"), mk("H-c", "codex", "x.md", "3", "H-a")},
+			[]string{"H-c"}, map[string][]string{"H-c": {"H-a", "H-b"}}, map[string]string{"H-a": "H-c", "H-b": "H-c"}},
+		{"cycle edited by hand", []*HandoffArtifact{mk("H-a", "codex", "x.md", "1", "H-b"), mk("H-b", "codex", "x.md", "2", "H-a")},
+			[]string{"H-b"}, map[string][]string{"H-b": {"H-a"}}, map[string]string{"H-a": "H-b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			states := ResolveHandoffs(tt.hs)
+			require.Len(t, states, len(tt.hs))
+			var current []string
+			for i, st := range states {
+				assert.Same(t, tt.hs[i], st.Handoff, "in input order")
+				id := st.Handoff.HandoffID
+				if st.Current() {
+					current = append(current, id)
+					assert.Equal(t, tt.replaced[id], st.Replaced, id)
+					continue
+				}
+				assert.Equal(t, tt.by[id], st.SupersededBy, id)
+				assert.Empty(t, st.Replaced)
+			}
+			assert.Equal(t, tt.current, current)
+			assert.Equal(t, tt.current, handoffIDs(CurrentHandoffs(tt.hs)))
+		})
+	}
+}
+
+// TestHandoffConcurrentSupersede creates handoffs of one path to one
+// agent from several goroutines at once: the lock makes them one chain,
+// so exactly one is current and every other is superseded once.
+func TestHandoffConcurrentSupersede(t *testing.T) {
+	e := newHandoffEnv(t)
+	const n = 12
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := e.runs.CreateHandoff(HandoffRequest{ID: fmt.Sprintf("H-%02d", i), Folder: e.folder, Source: e.producer,
+				Target: e.consumer, ArtifactPath: "deliverables/design-spec.md"})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	all, err := e.runs.LoadHandoffs()
+	require.NoError(t, err)
+	require.Len(t, all, n)
+	first, named := 0, map[string]int{}
+	for _, h := range all {
+		if h.Supersedes == "" {
+			first++
+		}
+		named[h.Supersedes]++
+	}
+	assert.Equal(t, 1, first, "one handoff started the chain")
+	for id, c := range named {
+		assert.Equal(t, 1, c, "%q superseded once", id)
+	}
+	assert.Len(t, CurrentHandoffs(all), 1)
 }
 
 func TestParseHandoffRejects(t *testing.T) {
@@ -196,11 +370,16 @@ func TestParseHandoffRejects(t *testing.T) {
 		`"artifact_sha256":"` + sha("x") + `","source_grant_id":"G-a","target_grant_id":"G-b","created_at":"2026-05-21T10:00:00Z"}`
 	_, err := ParseHandoff([]byte(good))
 	require.NoError(t, err)
+	h, err := ParseHandoff([]byte(strings.Replace(good, `}`, `,"supersedes":"H-0"}`, 1)))
+	require.NoError(t, err)
+	assert.Equal(t, "H-0", h.Supersedes)
 	for name, body := range map[string]string{
-		"unknown field":  `{"handoff_id":"H-1","extra":1}`,
-		"bad sha":        `{"handoff_id":"H-1","producer_agent_id":"a","consumer_agent_id":"b","artifact_path":"x.md","artifact_sha256":"ABC","source_grant_id":"G-a","target_grant_id":"G-b"}`,
-		"unclean path":   `{"handoff_id":"H-1","producer_agent_id":"a","consumer_agent_id":"b","artifact_path":"../x.md","artifact_sha256":"` + sha("x") + `","source_grant_id":"G-a","target_grant_id":"G-b"}`,
-		"missing fields": `{"handoff_id":"H-1"}`,
+		"unknown field":     `{"handoff_id":"H-1","extra":1}`,
+		"bad sha":           `{"handoff_id":"H-1","producer_agent_id":"a","consumer_agent_id":"b","artifact_path":"x.md","artifact_sha256":"ABC","source_grant_id":"G-a","target_grant_id":"G-b"}`,
+		"unclean path":      `{"handoff_id":"H-1","producer_agent_id":"a","consumer_agent_id":"b","artifact_path":"../x.md","artifact_sha256":"` + sha("x") + `","source_grant_id":"G-a","target_grant_id":"G-b"}`,
+		"missing fields":    `{"handoff_id":"H-1"}`,
+		"bad supersedes":    `{"handoff_id":"H-1","producer_agent_id":"a","consumer_agent_id":"b","artifact_path":"x.md","artifact_sha256":"` + sha("x") + `","source_grant_id":"G-a","target_grant_id":"G-b","supersedes":"G-1"}`,
+		"supersedes itself": `{"handoff_id":"H-1","producer_agent_id":"a","consumer_agent_id":"b","artifact_path":"x.md","artifact_sha256":"` + sha("x") + `","source_grant_id":"G-a","target_grant_id":"G-b","supersedes":"H-1"}`,
 	} {
 		_, err := ParseHandoff([]byte(body))
 		assert.Error(t, err, name)

@@ -7,4 +7,8 @@
 // checks and appends one event at a time in constant time, under a
 // cross-process lock, and keeps protocol.json in line with the derived
 // state. Validate checks a whole folder; Init creates one.
+//
+// A writer that closes events.jsonl with an unterminated line is judged
+// by ClassifyPending: a complete JSON value is appended as if its newline
+// were there (Log.AppendPending), a cut-off one is refused.
 package protocol

@@ -82,6 +82,10 @@ type record struct {
 	line   int
 	object bool        // the line is a JSON object (it counts as an event)
 	bad    []Violation // malformed-line findings, in field order
+	// unknown lists the names of fields that ACP schema v2 does not
+	// define, in line order. They are kept in the file as written (other
+	// ACP tools may add fields) and only reported by the validator.
+	unknown []string
 }
 
 // Violation is one broken rule, as found by a replay, an append check or
@@ -137,7 +141,10 @@ func splitsLine(r rune) bool {
 
 // parseLine parses one line of events.jsonl (without its newline). It never
 // fails outright: problems are reported in rec.bad, and rec.object tells
-// whether the line still counts as an event for the history.
+// whether the line still counts as an event for the history. One "\r"
+// at the end of the line is the CR of a CRLF line ending (JSON
+// whitespace, and a line end for the reference's universal-newline
+// reader), not part of the event.
 func parseLine(line []byte, lineNo int) *record {
 	rec := &record{}
 	parseLineInto(rec, line, lineNo, nil)
@@ -165,8 +172,9 @@ func (in interner) get(raw []byte) string {
 // parseLineInto is parseLine into a reused record. With a non-nil
 // interner (history replays) the summary is checked but not kept.
 func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
-	bad := rec.bad[:0]
-	*rec = record{line: lineNo, bad: bad}
+	bad, unknown := rec.bad[:0], rec.unknown[:0]
+	*rec = record{line: lineNo, bad: bad, unknown: unknown}
+	line = trimCR(line)
 	if !utf8.Valid(line) {
 		rec.bad = append(rec.bad, malformed(lineNo, "utf8", "line is not valid UTF-8"))
 		return
@@ -190,7 +198,6 @@ func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
 		rec.bad = append(rec.bad, malformed(lineNo, "line-break", "line contains a raw line-separator character (U+%04X)", r))
 	}
 	var seen fieldMask
-	var unknown []string
 	s.i++ // '{'
 	for {
 		s.skipWS()
@@ -212,12 +219,13 @@ func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
 		if bit == 0 {
 			key := decodeString(keyRaw)
 			if bit = fieldBit([]byte(`"` + key + `"`)); bit == 0 {
-				if contains(unknown, key) {
+				if contains(rec.unknown, key) {
 					rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", key))
 					continue
 				}
-				unknown = append(unknown, key)
-				rec.bad = append(rec.bad, malformed(lineNo, "field-unknown", "unknown field %q", key))
+				// Kept for forward compatibility with other writers;
+				// the validator mentions it as a warning.
+				rec.unknown = append(rec.unknown, key)
 				continue
 			}
 		}
@@ -241,6 +249,16 @@ func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
 			rec.bad[i].Seq = rec.Seq
 		}
 	}
+}
+
+// trimCR removes the "\r" of a CRLF line ending from a line whose "\n"
+// is already gone. Only one is removed: any other raw "\r" still splits
+// the line for the reference's reader, and is refused as a line break.
+func trimCR(line []byte) []byte {
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		return line[:n-1]
+	}
+	return line
 }
 
 // isBlank reports a line of whitespace only (Python's str.isspace set).
@@ -268,7 +286,7 @@ func isBlank(line []byte) bool {
 func lineBreakRune(line []byte) rune {
 	for i := 0; i < len(line); i++ {
 		switch c := line[i]; {
-		case c == '\r', c == '\v', c == '\f', c >= 0x1c && c <= 0x1e:
+		case c == '\n', c == '\r', c == '\v', c == '\f', c >= 0x1c && c <= 0x1e:
 			return rune(c)
 		case c == 0xC2 || c == 0xE2:
 			if r, _ := utf8.DecodeRune(line[i:]); splitsLine(r) {

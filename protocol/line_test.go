@@ -34,9 +34,18 @@ func TestAppendLine(t *testing.T) {
 		{"invalid utf-8", with(`stop`, "st\xffop"), "server", Malformed, "utf8"},
 		{"raw line separator", with(`stop`, "st\u2028op"), "server", Malformed, "line-break"},
 		{"raw next-line", with(`stop`, "st\u0085op"), "server", Malformed, "line-break"},
-		{"carriage return", block + "\r", "server", Malformed, "line-break"},
+		{"CRLF line end", block + "\r", "server", 0, ""},
+		{"CRLF line end after spaces", block + " \r", "server", 0, ""},
+		{"carriage return inside", with(`,"reply_to"`, ",\r\"reply_to\""), "server", Malformed, "line-break"},
+		{"two carriage returns", block + "\r\r", "server", Malformed, "line-break"},
+		{"raw newline inside", with(`,"reply_to"`, ",\n\"reply_to\""), "server", Malformed, "line-break"},
+		{"carriage return only", "\r", "server", Malformed, "empty-line"},
 		{"unknown event", with(`"blocked"`, `"paused"`), "server", Malformed, "event-unknown"},
-		{"unknown field", with(`"reply_to":1`, `"reply_to":1,"extra":true`), "server", Malformed, "field-unknown"},
+		{"unknown field", with(`"reply_to":1`, `"reply_to":1,"extra":true`), "server", 0, ""},
+		{"unknown fields of any type, CRLF", with(`"reply_to":1`, `"reply_to":1,"x-tool":{"v":[1,"}"]},"trace":null`) + "\r", "server", 0, ""},
+		{"unknown field twice", with(`"reply_to":1`, `"reply_to":1,"extra":true,"extra":false`), "server", Malformed, "field-duplicate"},
+		{"unknown field twice, once escaped", with(`"reply_to":1`, `"reply_to":1,"extra":true,"\u0065xtra":false`), "server", Malformed, "field-duplicate"},
+		{"unknown field with a known field's escaped name", with(`"reply_to":1`, `"reply_to":1,"\u0073eq":2`), "server", Malformed, "field-duplicate"},
 		{"duplicate field", with(`"reply_to":1`, `"reply_to":1,"seq":2`), "server", Malformed, "field-duplicate"},
 		{"seq as string", with(`"seq":2`, `"seq":"2"`), "server", Malformed, "field-type"},
 		{"seq as float", with(`"seq":2`, `"seq":2.0`), "server", Malformed, "field-type"},
@@ -79,6 +88,10 @@ func TestAppendLine(t *testing.T) {
 				evAfter, _ := k.files()
 				assert.Equal(t, evBefore+c.line+"\n", evAfter, "the line is written byte for byte")
 				assert.Empty(t, Validate(k.dir).Errors)
+				fresh, err := OpenLog(k.dir)
+				require.NoError(t, err)
+				assert.Nil(t, fresh.historyBad, "an accepted line replays cleanly")
+				assert.Equal(t, k.log.Snapshot(), fresh.Snapshot())
 				return
 			}
 			require.Error(t, err)

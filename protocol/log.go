@@ -133,7 +133,9 @@ func (l *Log) Folder() string { return l.folder }
 // AppendLine validates one complete event line (without its trailing
 // newline) written by participant and, if it is accepted, appends it and
 // updates protocol.json. If participant is non-empty the event's "from"
-// must equal it. The returned error is an *Error.
+// must equal it. The line is written as given followed by "\n": a final
+// "\r" (a CRLF line end) is accepted and kept, and so are fields the
+// schema does not define. The returned error is an *Error.
 func (l *Log) AppendLine(line []byte, participant string) (Event, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 )
 
 // requiredFiles must exist in every collaboration folder.
@@ -80,7 +82,16 @@ func validateFolder(folder string) Result {
 			v.err(name, "forbidden-file", "%s is not part of ACP schema v2; remove it and use events.jsonl and readiness.md", name)
 		}
 	}
-	p, err := LoadProtocol(abs)
+	// review.md is read first: the replay notes the events its headings
+	// name. Its findings are reported after protocol.json's, as before.
+	docs := &validator{folder: abs}
+	reviewText, _ := docs.readText(filepath.Join(abs, reviewFile), reviewFile)
+	headings := reviewHeadings(reviewText)
+
+	// protocol.json and events.jsonl are read as one consistent pair,
+	// under the shared lock every appender excludes (see readPair).
+	events := &validator{folder: abs}
+	p, facts, err := events.readPair(headings)
 	if err != nil {
 		var pe *Error
 		msg := err.Error()
@@ -92,10 +103,9 @@ func validateFolder(folder string) Result {
 	}
 	v.protocolFields(p)
 	schemaOK := v.deliverablesSchema(p)
-
-	reviewText, _ := v.readText(filepath.Join(abs, reviewFile), reviewFile)
-	headings := reviewHeadings(reviewText)
-	facts := v.replay(p, headings)
+	v.res.Errors = append(v.res.Errors, docs.res.Errors...)
+	v.res.Errors = append(v.res.Errors, events.res.Errors...)
+	v.res.Warnings = append(v.res.Warnings, events.res.Warnings...)
 	v.reviewLinks(p, reviewText, headings, facts)
 	frozenDocs := v.frozenEvents(p, facts.frozenEvents)
 	st := &facts.state
@@ -324,26 +334,68 @@ func isAncestorOrSelf(dir, path string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
-// replay runs the state machine over the whole events.jsonl, collecting
-// every problem (it does not stop at the first) and the facts the
-// folder-level rules need.
-func (v *validator) replay(p *Protocol, headings map[string]string) historyFacts {
+// readPair loads protocol.json and replays events.jsonl while holding a
+// shared flock on events.jsonl. Every acpfs appender (Log, so every mount
+// and `acpfs append`) holds the exclusive lock from before it reads the
+// history until protocol.json is replaced, so the pair read here is one
+// that some append left behind, never the new events with the old
+// protocol.json. A folder without events.jsonl is read without a lock.
+// err is set only when protocol.json cannot be used.
+//
+// The documents (review.md, readiness.md, the deliverables) are not part
+// of the pair: an agent writes them before the event that needs them.
+func (v *validator) readPair(headings map[string]string) (*Protocol, historyFacts, error) {
 	facts := historyFacts{headingEvents: map[string]evInfo{}}
 	f, err := os.Open(filepath.Join(v.folder, eventsFile))
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			v.err(eventsFile, "events-read", "cannot read events.jsonl: %v", err)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		f = nil // reported as a missing required file
+	case err != nil:
+		v.err(eventsFile, "events-read", "cannot read events.jsonl: %v", err)
+		f = nil
+	default:
+		defer f.Close()
+		// A filesystem without flock support (ENOLCK, EOPNOTSUPP) is
+		// read without the lock rather than not validated at all.
+		if err := flock(f, unix.LOCK_SH); err == nil {
+			defer flock(f, unix.LOCK_UN)
 		}
-		return facts
 	}
-	defer f.Close()
+	p, err := LoadProtocol(v.folder)
+	if err != nil {
+		return nil, facts, err
+	}
+	if f != nil {
+		facts = v.replay(f, p, headings)
+	}
+	return p, facts, nil
+}
+
+// replay runs the state machine over the whole events.jsonl, collecting
+// every problem (it does not stop at the first) and the facts the
+// folder-level rules need. A last line without its newline is not read:
+// it is an append in progress (by a writer that does not take the lock)
+// or a torn write, and is reported as a warning. Fields the schema does
+// not define are kept by every acpfs writer and reported here once per
+// field name, as a warning.
+func (v *validator) replay(f *os.File, p *Protocol, headings map[string]string) historyFacts {
+	facts := historyFacts{headingEvents: map[string]evInfo{}}
 	rs := newRules(p)
 	var seen seqSet
 	var scratch record
 	intern := interner{}
+	type unknownField struct{ line, seq, count int }
+	unknown := map[string]*unknownField{}
+	var unknownOrder []string
 	lineNo := 0
-	err = forEachLine(f, func(line []byte, _ bool) {
+	err := forEachLine(f, func(line []byte, complete bool) {
 		lineNo++
+		if !complete {
+			v.res.Warnings = append(v.res.Warnings, Violation{File: eventsFile, Line: lineNo, Rule: "partial-line",
+				Msg: "the last line has no newline yet, so it was not validated (an append in progress or a torn write; " +
+					"appends are refused until it ends with a newline)"}.String())
+			return
+		}
 		if utf8.Valid(line) && isBlank(line) {
 			return
 		}
@@ -351,6 +403,14 @@ func (v *validator) replay(p *Protocol, headings map[string]string) historyFacts
 		parseLineInto(rec, line, lineNo, intern)
 		for _, b := range rec.bad {
 			v.res.Errors = append(v.res.Errors, b.String())
+		}
+		for _, name := range rec.unknown {
+			if u, ok := unknown[name]; ok {
+				u.count++
+				continue
+			}
+			unknown[name] = &unknownField{line: lineNo, seq: rec.Seq, count: 1}
+			unknownOrder = append(unknownOrder, name)
 		}
 		if !rec.object {
 			return
@@ -378,6 +438,15 @@ func (v *validator) replay(p *Protocol, headings map[string]string) historyFacts
 	})
 	if err != nil {
 		v.err(eventsFile, "events-read", "cannot read events.jsonl: %v", err)
+	}
+	for _, name := range unknownOrder {
+		u := unknown[name]
+		where := "this line only"
+		if u.count > 1 {
+			where = fmt.Sprintf("%d lines, the first here", u.count)
+		}
+		v.res.Warnings = append(v.res.Warnings, Violation{File: eventsFile, Line: u.line, Seq: u.seq, Rule: "field-unknown",
+			Msg: fmt.Sprintf("field %q is not part of ACP schema v2; it is kept but not checked (%s)", name, where)}.String())
 	}
 	return facts
 }

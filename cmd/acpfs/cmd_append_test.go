@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -67,6 +68,62 @@ func TestAppendCommand(t *testing.T) {
 	r = runCLI(t, "append", "--folder", t.TempDir(), "--participant", "a", "--event", "blocked", "--summary", "s", "--reply-to", "1")
 	assert.Equal(t, exitFailed, r.code)
 	assert.ErrorContains(t, r.err, "protocol.json")
+}
+
+// TestAppendForeignHistory appends with acpfs append to histories other
+// ACP writers leave: CRLF line ends (a trailing "\r" on each line) and
+// unknown fields are extended; a torn last line or a broken history is
+// not, and nothing is written then.
+func TestAppendForeignHistory(t *testing.T) {
+	crlf := func(s string) string { return strings.ReplaceAll(s, "\n", "\r\n") }
+	tests := []struct {
+		name    string
+		edit    func(events string) string
+		summary string
+		rule    string // "" = accepted
+	}{
+		{"CRLF history", crlf, "draft", ""},
+		{"CRLF history, summary ending in CR", crlf, "draft\r", ""},
+		{"summary ending in CRLF", func(s string) string { return s }, "draft\r\n", ""},
+		{"unknown field in the history", func(s string) string {
+			return strings.Replace(s, `}`+"\n", `,"x-writer":{"name":"other"}}`+"\r\n", 1)
+		}, "draft", ""},
+		{"torn last line", func(s string) string { return s + `{"seq":2,"from":"ser` }, "draft", "[partial-line]"},
+		{"carriage return inside a line", func(s string) string { return strings.Replace(s, `,"from"`, ",\r\"from\"", 1) }, "draft", "[history]"},
+		{"duplicate key in the history", func(s string) string { return strings.Replace(s, `}`+"\n", `,"seq":1}`+"\n", 1) }, "draft", "[history]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := protoInitFolder(t)
+			path := filepath.Join(dir, "events.jsonl")
+			ev, _ := protoFiles(t, dir)
+			require.NoError(t, os.WriteFile(path, []byte(tt.edit(ev)), 0o644))
+			evBefore, pjBefore := protoFiles(t, dir)
+			r := runCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "deliverable_drafted",
+				"--summary", tt.summary, "--doc", "deliverables/design-spec.md", "--reply-to", "1", "--role", "primary")
+			evAfter, pjAfter := protoFiles(t, dir)
+			if tt.rule != "" {
+				assert.Equal(t, exitFailed, r.code)
+				require.Error(t, r.err)
+				assert.Contains(t, r.err.Error(), tt.rule)
+				assert.Equal(t, evBefore, evAfter)
+				assert.Equal(t, pjBefore, pjAfter)
+				return
+			}
+			require.Equal(t, exitOK, r.code, "%v", r.err)
+			assert.Equal(t, "appended seq 2: deliverable_drafted\n", r.out)
+			require.True(t, strings.HasPrefix(evAfter, evBefore), "the history is kept byte for byte")
+			added := strings.TrimPrefix(evAfter, evBefore)
+			assert.Equal(t, 1, strings.Count(added, "\n"), "one line: %q", added)
+			assert.NotContains(t, added, "\r", "a CR in the summary is written escaped")
+			var e protocol.Event
+			require.NoError(t, json.Unmarshal([]byte(added), &e))
+			assert.Equal(t, tt.summary, e.Summary)
+			assert.Contains(t, pjAfter, `"waitingFor": [`)
+			v := runCLI(t, "validate", "--folder", dir)
+			assert.NotEqual(t, exitFailed, v.code, v.out)
+		})
+	}
 }
 
 // TestAppendBinaryRefusal checks the refusal as an agent sees it: exit

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -23,9 +24,13 @@ func newHandoffCmd() *cobra.Command {
 		Long: `A handoff copies one file that the producer's grant can read to
 DIR/artifacts/<sha256> (read-only) and records it in DIR/handoffs/H-<id>.json
 and in the ledger. The consumer's view shows the handed-over bytes, even if
-the original changes afterwards.`,
+the original changes afterwards.
+
+Handing a path to an agent that already received it supersedes the earlier
+handoff: the new record names it ("supersedes"), the view shows the new
+copy, and list and verify treat the old one as superseded.`,
 	}
-	cmd.AddCommand(newHandoffCreateCmd(), newHandoffVerifyCmd())
+	cmd.AddCommand(newHandoffCreateCmd(), newHandoffListCmd(), newHandoffVerifyCmd())
 	return cmd
 }
 
@@ -76,6 +81,9 @@ func newHandoffCreateCmd() *cobra.Command {
 				return err
 			}
 			detail := fmt.Sprintf("%s: %s (%s) to %s (%s)", h.HandoffID, h.ProducerAgentID, h.SourceGrantID, h.ConsumerAgentID, h.TargetGrantID)
+			if h.Supersedes != "" {
+				detail += "; supersedes " + h.Supersedes
+			}
 			if err := grantRecord(rd, ledger.Record{
 				Kind: ledger.KindHandoffRecorded, Agent: h.ProducerAgentID, Grant: h.SourceGrantID,
 				Path: h.ArtifactPath, SHA256: h.ArtifactSHA256, Detail: detail,
@@ -88,6 +96,9 @@ func newHandoffCreateCmd() *cobra.Command {
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: grant %s does not cover %s; its view may not show the handed-over copy\n", dst.GrantID, h.ArtifactPath)
 			}
 			fmt.Fprintf(out, "  sha256:   %s\n  copy:     %s\n  handoff:  %s\n", h.ArtifactSHA256, rd.ArtifactPath(h.ArtifactSHA256), rd.HandoffPath(h.HandoffID))
+			if h.Supersedes != "" {
+				fmt.Fprintf(out, "  supersedes: %s (%s no longer sees its copy)\n", h.Supersedes, h.ConsumerAgentID)
+			}
 			return nil
 		},
 	}
@@ -107,36 +118,124 @@ func newHandoffCreateCmd() *cobra.Command {
 	return cmd
 }
 
+// handoffListEntry is one element of handoff list --json.
+type handoffListEntry struct {
+	Handoff      *grants.HandoffArtifact `json:"handoff"`
+	Current      bool                    `json:"current"`
+	SupersededBy string                  `json:"superseded_by,omitempty"`
+	Superseded   []string                `json:"superseded,omitempty"` // newest first
+}
+
+func newHandoffListCmd() *cobra.Command {
+	var runs string
+	var all, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list [--all] [--json]",
+		Short: "List the current handoffs and what each one superseded",
+		Long: `list shows, for every consumer agent and artifact path, the handoff in
+force (the one its view shows) and the earlier handoffs it superseded,
+newest first. --all also lists the superseded handoffs themselves.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rd := grants.NewRunDir(runs)
+			states, loadErr := rd.LoadHandoffStates()
+			out := cmd.OutOrStdout()
+			var shown []grants.HandoffState
+			for _, st := range states {
+				if all || st.Current() {
+					shown = append(shown, st)
+				}
+			}
+			if asJSON {
+				entries := make([]handoffListEntry, 0, len(shown))
+				for _, st := range shown {
+					entries = append(entries, handoffListEntry{Handoff: st.Handoff, Current: st.Current(), SupersededBy: st.SupersededBy, Superseded: st.Replaced})
+				}
+				if err := protoPrintJSON(out, entries); err != nil {
+					return err
+				}
+			} else {
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "HANDOFF\tFROM\tTO\tPATH\tSHA256\tCREATED\tSTATE\tSUPERSEDES")
+				for _, st := range shown {
+					h := st.Handoff
+					state := "current"
+					if !st.Current() {
+						state = "superseded by " + st.SupersededBy
+					}
+					replaced := "-"
+					if len(st.Replaced) > 0 {
+						replaced = strings.Join(st.Replaced, ", ")
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.HandoffID, h.ProducerAgentID, h.ConsumerAgentID,
+						h.ArtifactPath, shortSHA(h.ArtifactSHA256), h.CreatedAt, state, replaced)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
+			if loadErr != nil {
+				return withCode(exitFailed, loadErr)
+			}
+			return nil
+		},
+	}
+	grantRunsFlag(cmd, &runs)
+	cmd.Flags().BoolVar(&all, "all", false, "also list the superseded handoffs")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// shortSHA abbreviates a hash for tables.
+func shortSHA(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
 func newHandoffVerifyCmd() *cobra.Command {
 	var runs, folder, ref string
 	cmd := &cobra.Command{
 		Use:   "verify [--handoff H] [--folder F]",
-		Short: "Re-hash handed-over artifacts and their stored copies; exit 2 on drift or corruption",
-		Long: `verify re-hashes the stored copy of each handoff (or of --handoff H) and,
-with --folder, the original file. A changed original is drift: the
+		Short: "Re-hash the current handoffs' artifacts and stored copies; exit 2 on drift or corruption",
+		Long: `verify re-hashes the stored copy of each current handoff (or of --handoff H)
+and, with --folder, the original file. A changed original is drift: the
 consumer still reads the bytes handed over, which may no longer be current.
-A changed or missing copy is corruption of the run directory.`,
+A changed or missing copy is corruption of the run directory.
+
+A superseded handoff (the same path was handed to the same agent again)
+is listed as superseded and not checked: no view shows its copy any more.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rd := grants.NewRunDir(runs)
-			var hs []*grants.HandoffArtifact
-			var loadErr error
+			states, loadErr := rd.LoadHandoffStates()
 			if ref != "" {
 				h, err := rd.FindHandoff(ref)
 				if err != nil {
 					return err
 				}
-				hs = []*grants.HandoffArtifact{h}
-			} else {
-				hs, loadErr = rd.LoadHandoffs()
+				one := grants.HandoffState{Handoff: h}
+				for _, st := range states {
+					if st.Handoff.HandoffID == h.HandoffID {
+						one = st
+					}
+				}
+				states, loadErr = []grants.HandoffState{one}, nil
 			}
 			out := cmd.OutOrStdout()
-			bad := 0
+			bad, checked := 0, 0
 			var errs []error
 			if loadErr != nil {
 				errs = append(errs, loadErr)
 			}
-			for _, h := range hs {
+			for _, st := range states {
+				h := st.Handoff
+				if !st.Current() {
+					fmt.Fprintf(out, "superseded %s  %s  by %s (not checked)\n", h.HandoffID, h.ArtifactPath, st.SupersededBy)
+					continue
+				}
+				checked++
 				c, err := rd.VerifyHandoff(h, folder)
 				if err != nil {
 					errs = append(errs, err)
@@ -151,10 +250,10 @@ A changed or missing copy is corruption of the run directory.`,
 					fmt.Fprintf(out, "drift: %s\n", p)
 				}
 			}
-			if folder == "" && len(hs) > 0 {
+			if folder == "" && checked > 0 {
 				fmt.Fprintln(out, "note: originals not checked (no --folder)")
 			}
-			if len(hs) == 0 && loadErr == nil {
+			if len(states) == 0 && loadErr == nil {
 				fmt.Fprintf(out, "no handoffs in %s\n", rd.HandoffsDir())
 			}
 			if err := errors.Join(errs...); err != nil {
@@ -168,6 +267,6 @@ A changed or missing copy is corruption of the run directory.`,
 	}
 	grantRunsFlag(cmd, &runs)
 	cmd.Flags().StringVar(&folder, "folder", "", "collaboration folder, to check the originals too")
-	cmd.Flags().StringVar(&ref, "handoff", "", "one handoff (id or file); default: all")
+	cmd.Flags().StringVar(&ref, "handoff", "", "one handoff (id or file); default: all current ones")
 	return cmd
 }
