@@ -293,10 +293,20 @@ type snapshotFile struct {
 }
 
 var (
-	_ gofs.NodeOpener    = (*snapshotFile)(nil)
-	_ gofs.NodeGetattrer = (*snapshotFile)(nil)
-	_ gofs.NodeSetattrer = (*snapshotFile)(nil)
+	_ gofs.NodeOpener        = (*snapshotFile)(nil)
+	_ gofs.NodeGetattrer     = (*snapshotFile)(nil)
+	_ gofs.NodeSetattrer     = (*snapshotFile)(nil)
+	_ gofs.NodeSetxattrer    = (*snapshotFile)(nil)
+	_ gofs.NodeRemovexattrer = (*snapshotFile)(nil)
 )
+
+func (s *snapshotFile) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return s.fsys.deny(ctx, ledger.KindDenied, "setxattr", s.rel, syscall.EACCES, "a handed-over artifact is read-only")
+}
+
+func (s *snapshotFile) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return s.fsys.deny(ctx, ledger.KindDenied, "removexattr", s.rel, syscall.EACCES, "a handed-over artifact is read-only")
+}
 
 func (f *FS) snapshotNode(ctx context.Context, parent *gofs.Inode, rel, src string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	var st unix.Stat_t

@@ -3,7 +3,6 @@ package fs
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -50,7 +49,14 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	if err != nil {
 		return nil, 0, errnoOf(err)
 	}
+	var ver fileVersion
 	if acc != syscall.O_WRONLY {
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return nil, 0, errnoOf(err)
+		}
+		ver = versionOf(&st)
 		sha, err := f.contentHash(rel, fd)
 		if err != nil {
 			unix.Close(fd)
@@ -62,6 +68,9 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		}
 	}
 	h := f.newHandle(fd, rel, n)
+	if acc != syscall.O_WRONLY && rel != EventsFile {
+		h.readVer = &ver
+	}
 	switch {
 	case rel == EventsFile:
 		return &eventsFile{handle: f.track(h)}, fuse.FOPEN_DIRECT_IO, 0
@@ -132,6 +141,12 @@ type handle struct {
 	writable    bool
 	passthrough bool
 	audit       bool
+
+	// readVer is the version of the content whose hash the ledger holds
+	// for this descriptor; a served read of another version records it
+	// too. nil when the open recorded no read.
+	verMu   sync.Mutex
+	readVer *fileVersion
 }
 
 var (
@@ -221,6 +236,9 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (res fuse.Rea
 	if errno := h.readable(ctx); errno != 0 {
 		return nil, errno
 	}
+	if errno := h.recordNewVersion(ctx); errno != 0 {
+		return nil, errno
+	}
 	if h.audit {
 		h.fsys.record(ctx, ledger.KindReadRequest, "read", h.path(), "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
 	}
@@ -229,6 +247,50 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (res fuse.Rea
 		return nil, errnoOf(err)
 	}
 	return fuse.ReadResultData(dest[:k]), 0
+}
+
+// recordNewVersion keeps the ledger true to what a descriptor reads: when
+// the file changed since the content hash the ledger holds for it (a
+// writer elsewhere rewrote it), the new version is recorded as a read
+// before any byte of it is served.
+func (h *handle) recordNewVersion(ctx context.Context) syscall.Errno {
+	h.verMu.Lock()
+	defer h.verMu.Unlock()
+	if h.readVer == nil {
+		return 0
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(h.fd(), &st); err != nil {
+		return errnoOf(err)
+	}
+	v := versionOf(&st)
+	if v == *h.readVer {
+		return 0
+	}
+	sha, err := h.fsys.hashes.sum(h.fd())
+	if err != nil {
+		return errnoOf(err)
+	}
+	if errno := h.fsys.recordRead(ctx, h.path(), sha, "content changed since the open"); errno != 0 {
+		return errno
+	}
+	h.readVer = &v
+	return 0
+}
+
+// ownChange notes that this descriptor changed the file itself: reading
+// back its own bytes is no new version for the ledger.
+func (h *handle) ownChange() {
+	h.verMu.Lock()
+	defer h.verMu.Unlock()
+	if h.readVer == nil {
+		return
+	}
+	var st syscall.Stat_t
+	if syscall.Fstat(h.fd(), &st) == nil {
+		v := versionOf(&st)
+		h.readVer = &v
+	}
 }
 
 // writeCheck runs before every data change: the grant may have changed
@@ -260,6 +322,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (n uint32, e
 	} else {
 		k, err = unix.Pwrite(h.fd(), data, off)
 	}
+	h.ownChange()
 	return uint32(k), errnoOf(err)
 }
 
@@ -395,12 +458,11 @@ func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
 	e.pending, e.discard = nil, false
 	e.mu.Unlock()
 	if len(pending) > 0 {
-		if !json.Valid(pending) {
-			return e.fsys.rejectLine(ctx, syscall.EINVAL, "incomplete line at close: an event must be one complete JSON object")
+		ev, err := e.fsys.log.AppendPending(pending, e.fsys.participant())
+		if err != nil {
+			return e.fsys.refuseAppend(ctx, err)
 		}
-		if errno := e.fsys.appendLine(ctx, pending); errno != 0 {
-			return errno
-		}
+		e.fsys.accepted(ctx, ev)
 	}
 	return e.handle.Flush(ctx)
 }
@@ -433,20 +495,30 @@ func (e *eventsFile) Read(ctx context.Context, dest []byte, off int64) (res fuse
 func (f *FS) appendLine(ctx context.Context, line []byte) syscall.Errno {
 	ev, err := f.log.AppendLine(line, f.participant())
 	if err != nil {
-		errno := syscall.EPERM
-		switch protocol.KindOf(err) {
-		case protocol.Malformed:
-			errno = syscall.EINVAL
-		case protocol.Unavailable:
-			// The folder itself is broken (unreadable files, a history
-			// that already violates the protocol): not this line's fault.
-			errno = syscall.EIO
-		}
-		return f.rejectLine(ctx, errno, err.Error())
+		return f.refuseAppend(ctx, err)
 	}
+	f.accepted(ctx, ev)
+	return 0
+}
+
+// refuseAppend answers a line the protocol log refused.
+func (f *FS) refuseAppend(ctx context.Context, err error) syscall.Errno {
+	errno := syscall.EPERM
+	switch protocol.KindOf(err) {
+	case protocol.Malformed:
+		errno = syscall.EINVAL
+	case protocol.Unavailable:
+		// The folder itself is broken (unreadable files, a history
+		// that already violates the protocol): not this line's fault.
+		errno = syscall.EIO
+	}
+	return f.rejectLine(ctx, errno, err.Error())
+}
+
+// accepted records an appended event and wakes .acpfs/wait readers.
+func (f *FS) accepted(ctx context.Context, ev protocol.Event) {
 	f.record(ctx, ledger.KindAppendAccepted, "append", EventsFile, "", fmt.Sprintf("seq %d %s", ev.Seq, ev.Event))
 	f.wake()
-	return 0
 }
 
 func (f *FS) rejectLine(ctx context.Context, errno syscall.Errno, why string) syscall.Errno {

@@ -388,16 +388,21 @@ func cleanSymlinkTarget(rel, target string) (string, bool) {
 	if d := path.Dir(rel); d != "." {
 		out = strings.Split(d, "/")
 	}
+	named := false // a name of the target itself came before
 	for _, seg := range strings.Split(target, "/") {
 		switch seg {
 		case "", ".":
 		case "..":
-			if len(out) == 0 {
+			if len(out) == 0 || named {
+				// "a/../b" means b only if a is a directory, not a
+				// symlink leading elsewhere: the kernel resolves it
+				// physically, so a lexical judgement could be wrong.
 				return "", false
 			}
 			out = out[:len(out)-1]
 		default:
 			out = append(out, seg)
+			named = true
 		}
 	}
 	return strings.Join(out, "/"), true

@@ -25,6 +25,8 @@ func TestCleanSymlinkTarget(t *testing.T) {
 		{"dir/a.md", "../../folder/oracle", "", false},
 		{"a.md", "/etc/passwd", "", false},
 		{"dir/a.md", "./././c", "dir/c", true},
+		{"dir/a.md", "me/../../oracle", "", false},
+		{"dir/a.md", "sub/../x", "", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.rel+"->"+tc.target, func(t *testing.T) {

@@ -420,6 +420,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	defer n.fsys.guard(ctx, "rename", from, &errno)
 	n.fsys.enter("rename", from)
 	f := n.fsys
+	if flags&^uint32(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) != 0 {
+		// RENAME_WHITEOUT would make the daemon create a device node.
+		return syscall.EINVAL
+	}
 	src, errno := f.at(ctx, opRenameFrom, from)
 	if errno != 0 {
 		return errno

@@ -180,6 +180,13 @@ func decide(o op, rel string, e entry, p policy) verdict {
 			// appends and identical rewrites only.
 			return managedChange(o, rel)
 		}
+		if o == opRenameFrom && e.kind == kindDir && !p.m.ShowsAll(rel) {
+			// Paths are what the grant judges: moving a directory moves
+			// what lies below it, hidden entries included (another
+			// agent's scratch, the run directory), to paths the grant
+			// may show.
+			return refuse(syscall.EACCES, ledger.KindDenied, "a directory holding entries the view does not show cannot be renamed")
+		}
 		if requiredDocs[rel] && (o == opUnlink || o == opRenameFrom) {
 			// Renaming another file over it (an editor's save) is fine.
 			return refuse(syscall.EPERM, ledger.KindDenied, "a document the protocol requires can be edited, not removed or renamed away")
