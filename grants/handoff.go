@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/acpfs/acpfs/internal/digest"
 )
 
@@ -65,10 +67,11 @@ type HandoffRequest struct {
 // verify). Creations are serialized by a lock on the handoffs directory,
 // so two concurrent handoffs of one path to one agent form a chain.
 func (r RunDir) CreateHandoff(req HandoffRequest) (*HandoffArtifact, error) {
-	h, full, err := r.prepareHandoff(req)
+	h, in, err := r.prepareHandoff(req)
 	if err != nil {
 		return nil, err
 	}
+	defer in.Close()
 	if err := r.Init(); err != nil {
 		return nil, err
 	}
@@ -88,7 +91,7 @@ func (r RunDir) CreateHandoff(req HandoffRequest) (*HandoffArtifact, error) {
 			h.Supersedes = st.Handoff.HandoffID
 		}
 	}
-	sum, err := r.storeArtifact(full)
+	sum, err := r.storeArtifact(in)
 	if err != nil {
 		return nil, fmt.Errorf("handoff %s: store %s: %w", h.HandoffID, h.ArtifactPath, err)
 	}
@@ -104,15 +107,15 @@ func (r RunDir) CreateHandoff(req HandoffRequest) (*HandoffArtifact, error) {
 }
 
 // prepareHandoff validates the request and returns the record (without
-// its hash) and the artifact's path on disk.
-func (r RunDir) prepareHandoff(req HandoffRequest) (*HandoffArtifact, string, error) {
+// its hash) and the artifact, open.
+func (r RunDir) prepareHandoff(req HandoffRequest) (*HandoffArtifact, *os.File, error) {
 	src, dst := req.Source, req.Target
 	if src == nil || dst == nil {
-		return nil, "", errors.New("handoff: source and target grants are required")
+		return nil, nil, errors.New("handoff: source and target grants are required")
 	}
 	for _, g := range []*Grant{src, dst} {
 		if g.Revoked {
-			return nil, "", fmt.Errorf("handoff: grant %s is revoked", g.GrantID)
+			return nil, nil, fmt.Errorf("handoff: grant %s is revoked", g.GrantID)
 		}
 	}
 	id := req.ID
@@ -120,30 +123,30 @@ func (r RunDir) prepareHandoff(req HandoffRequest) (*HandoffArtifact, string, er
 		id = NewID("H", src.AgentID+"-to-"+dst.AgentID)
 	}
 	if err := CheckID(id, "H"); err != nil {
-		return nil, "", fmt.Errorf("handoff id: %w", err)
+		return nil, nil, fmt.Errorf("handoff id: %w", err)
 	}
 	rel, err := cleanRel(filepath.ToSlash(req.ArtifactPath))
 	if err != nil || rel == "" {
 		if err == nil {
 			err = errRootOnly
 		}
-		return nil, "", fmt.Errorf("handoff artifact path %q: %w", req.ArtifactPath, err)
+		return nil, nil, fmt.Errorf("handoff artifact path %q: %w", req.ArtifactPath, err)
 	}
 	hidden, err := r.HiddenIn(req.Folder)
 	if err != nil {
-		return nil, "", fmt.Errorf("handoff: %w", err)
+		return nil, nil, fmt.Errorf("handoff: %w", err)
 	}
 	m, err := Compile(src, MatcherOptions{Hidden: hidden})
 	if err != nil {
-		return nil, "", fmt.Errorf("handoff: %w", err)
+		return nil, nil, fmt.Errorf("handoff: %w", err)
 	}
 	if !m.Readable(rel) {
-		return nil, "", fmt.Errorf("handoff: grant %s (agent %s) may not read %s, so it cannot hand it over (%s)",
+		return nil, nil, fmt.Errorf("handoff: grant %s (agent %s) may not read %s, so it cannot hand it over (%s)",
 			src.GrantID, src.AgentID, rel, m.Explain(rel).Rule)
 	}
-	full, err := regularFileIn(req.Folder, rel)
+	in, err := openArtifact(req.Folder, rel)
 	if err != nil {
-		return nil, "", fmt.Errorf("handoff: %w", err)
+		return nil, nil, fmt.Errorf("handoff: %w", err)
 	}
 	now := req.Now
 	if now.IsZero() {
@@ -160,46 +163,56 @@ func (r RunDir) prepareHandoff(req HandoffRequest) (*HandoffArtifact, string, er
 		SourceGrantID:           src.GrantID,
 		TargetGrantID:           dst.GrantID,
 		CreatedAt:               now.UTC().Format(time.RFC3339),
-	}, full, nil
+	}, in, nil
 }
 
-// regularFileIn returns folder/rel after checking that it is a regular
-// file (not a link) whose directory resolves inside the folder.
-func regularFileIn(folder, rel string) (string, error) {
-	base, err := realAbs(folder)
+// openArtifact opens folder/rel for reading without following any
+// symlink on the way (the folder is written by agents, and a handoff is
+// made with the coordinator's rights), and checks that it is a regular
+// file with a single name: another name could be one the producer's
+// grant hides.
+func openArtifact(folder, rel string) (*os.File, error) {
+	root, err := unix.Open(folder, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", fmt.Errorf("resolve folder: %w", err)
+		return nil, fmt.Errorf("open folder: %w", err)
 	}
-	full := filepath.Join(folder, filepath.FromSlash(rel))
-	dir, err := realAbs(filepath.Dir(full))
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case err == unix.ELOOP || err == unix.EXDEV:
+		return nil, fmt.Errorf("artifact %s: a symlink or a mount point is on the way; hand over the file itself", rel)
+	case err != nil:
+		return nil, fmt.Errorf("artifact %s: %w", rel, err)
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	fi, err := f.Stat()
 	if err != nil {
-		return "", fmt.Errorf("resolve %s: %w", rel, err)
+		f.Close()
+		return nil, fmt.Errorf("artifact %s: %w", rel, err)
 	}
-	if d, err := filepath.Rel(base, dir); err != nil || d == ".." || strings.HasPrefix(d, "../") {
-		return "", fmt.Errorf("%s resolves outside the collaboration folder", rel)
-	}
-	fi, err := os.Lstat(full)
-	if err != nil {
-		return "", fmt.Errorf("artifact %s: %w", rel, err)
-	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
 	switch {
 	case fi.IsDir():
-		return "", fmt.Errorf("artifact %s is a directory; hand over files one by one", rel)
+		err = fmt.Errorf("artifact %s is a directory; hand over files one by one", rel)
 	case !fi.Mode().IsRegular():
-		return "", fmt.Errorf("artifact %s is not a regular file", rel)
+		err = fmt.Errorf("artifact %s is not a regular file", rel)
+	case st != nil && st.Nlink > 1:
+		err = fmt.Errorf("artifact %s has several names (hard links), which may be hidden from its producer; copy it first", rel)
 	}
-	return full, nil
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // storeArtifact copies src to artifacts/<sha256> (mode 0444) while hashing
 // it, and returns the hash. An intact existing copy is kept; a corrupted
 // one is replaced.
-func (r RunDir) storeArtifact(src string) (string, error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return "", err
-	}
-	defer in.Close()
+func (r RunDir) storeArtifact(in *os.File) (string, error) {
 	tmp, err := os.CreateTemp(r.ArtifactsDir(), ".incoming-*")
 	if err != nil {
 		return "", err

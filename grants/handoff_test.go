@@ -149,7 +149,18 @@ func TestHandoffRefusals(t *testing.T) {
 	t.Run("symbolic link", func(t *testing.T) {
 		require.NoError(t, os.Symlink(filepath.Join(e.folder, "oracle/answers.md"), filepath.Join(e.folder, "notes/link.md")))
 		_, err := e.runs.CreateHandoff(req("notes/link.md"))
-		assert.ErrorContains(t, err, "not a regular file")
+		assert.ErrorContains(t, err, "symlink")
+	})
+	t.Run("a directory symlink on the way", func(t *testing.T) {
+		// Lexically notes/via/answers.md; physically the oracle.
+		require.NoError(t, os.Symlink("../oracle", filepath.Join(e.folder, "notes/via")))
+		_, err := e.runs.CreateHandoff(req("notes/via/answers.md"))
+		assert.ErrorContains(t, err, "symlink")
+	})
+	t.Run("hard link", func(t *testing.T) {
+		require.NoError(t, os.Link(filepath.Join(e.folder, "oracle/answers.md"), filepath.Join(e.folder, "notes/hard.md")))
+		_, err := e.runs.CreateHandoff(req("notes/hard.md"))
+		assert.ErrorContains(t, err, "several names")
 	})
 	t.Run("duplicate id", func(t *testing.T) {
 		r := req("notes/private.md")
