@@ -233,13 +233,16 @@ func (f *FS) statusText(ctx context.Context) ([]byte, syscall.Errno) {
 	fmt.Fprintf(&b, "agent: %s\ngrant: %s\nparticipant: %s\n", g.AgentID, g.GrantID, me)
 	fmt.Fprintf(&b, "phase: %s\nproposal owner: %s\nwaiting for: %s\n", orNone(s.Phase), orNone(s.Owner), orNone(strings.Join(s.WaitingFor, ", ")))
 	fmt.Fprintf(&b, "last seq: %d\n", s.LastSeq)
+	if p := f.log.HistoryProblem(); p != "" {
+		fmt.Fprintf(&b, "history: broken, every append fails with EIO until it is repaired (%s)\n", p)
+	}
 	turn := "no"
 	if ready {
 		turn = "yes"
 	}
 	fmt.Fprintf(&b, "your turn: %s (%s)\n", turn, reason)
 	if st, err := f.log.Status(me); err == nil {
-		fmt.Fprintf(&b, "next action: %s\n", st.Action)
+		fmt.Fprintf(&b, "next action: %s\n", strings.TrimRight(st.Action, "\n"))
 	}
 	return []byte(b.String()), 0
 }

@@ -283,3 +283,16 @@ func (r Result) ExitCode() int {
 // Validate checks a whole collaboration folder as the reference validator
 // does.
 func Validate(folder string) Result { return validateFolder(folder) }
+
+// HistoryProblem describes the first problem of events.jsonl as replayed,
+// or returns "" for a clean history. While there is one, every append is
+// refused as Unavailable.
+func (l *Log) HistoryProblem() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.historyBad == nil {
+		return ""
+	}
+	h := l.historyBad
+	return fmt.Sprintf("%d problem(s), first at line %d: %s [%s]", l.historyProblems, h.Line, h.Msg, h.Rule)
+}
