@@ -107,31 +107,6 @@ func trimSlash(p string) string {
 	return p
 }
 
-// lstat is lstat(2) of rel without following any symlink on the way.
-func (b *backing) lstat(rel string) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	if rel == "" {
-		return st, unix.Fstat(b.rootFd(), &st)
-	}
-	d, err := b.parent(rel)
-	if err != nil {
-		return st, err
-	}
-	defer d.close()
-	err = unix.Fstatat(d.fd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	return st, err
-}
-
-// readlink reads the symlink at rel.
-func (b *backing) readlink(rel string) (string, error) {
-	d, err := b.parent(rel)
-	if err != nil {
-		return "", err
-	}
-	defer d.close()
-	return readlinkat(d.fd, d.name)
-}
-
 func readlinkat(dirfd int, name string) (string, error) {
 	buf := make([]byte, 256)
 	for {

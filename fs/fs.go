@@ -269,14 +269,6 @@ func (f *FS) deny(ctx context.Context, kind, op, rel string, errno syscall.Errno
 	return errno
 }
 
-// hide records an attempt on a hidden name and answers ENOENT. Unlike
-// deny it leaves .acpfs/last-error alone: the agent must not learn that
-// the name exists.
-func (f *FS) hide(ctx context.Context, op, rel, why string) syscall.Errno {
-	f.record(ctx, ledger.KindDenied, op, rel, "", why)
-	return syscall.ENOENT
-}
-
 func (f *FS) setLastError(msg string) {
 	s := time.Now().UTC().Format(time.RFC3339) + " " + msg + "\n"
 	f.lastErr.Store(&s)
