@@ -72,25 +72,58 @@ func TestAuditReadsRecordsEachRequest(t *testing.T) {
 func TestWritesOutsideGrantAreRefused(t *testing.T) {
 	c := newCollab(t)
 	v := c.mountView(reviewerGrant())
+	other := c.mountView(ownerGrant())
 	before := readFile(t, filepath.Join(c.folder, "proposal.md"))
-	cases := []struct{ name, script string }{
-		{"overwrite", "echo hacked > proposal.md"},
-		{"append", "echo hacked >> proposal.md"},
-		{"create", "touch new.md"},
-		{"mkdir", "mkdir newdir"},
-		{"rm", "rm proposal.md"},
-		{"mv", "mv proposal.md p2.md"},
-		{"truncate", "truncate -s 0 proposal.md"},
-		{"chmod", "chmod 600 proposal.md"},
-		{"sed -i", "sed -i s/Proposal/Hacked/ proposal.md"},
-		{"cp over", "cp review.md proposal.md"},
-		{"ln", "ln review.md hard.md"},
-		{"ln -s", "ln -s proposal.md link.md"},
+	cases := []struct {
+		name, script string
+		// private is the name of a file the script makes privately: the
+		// grant does not let the agent write it, but it may write other
+		// names in the directory, so the file exists in this view only
+		// (fs/staging.go) and the script succeeds.
+		private string
+	}{
+		{name: "overwrite", script: "echo hacked > proposal.md"},
+		{name: "append", script: "echo hacked >> proposal.md"},
+		{name: "create", script: "touch new.md", private: "new.md"},
+		{name: "mkdir", script: "mkdir newdir"},
+		{name: "rm", script: "rm proposal.md"},
+		{name: "mv", script: "mv proposal.md p2.md"},
+		{name: "truncate", script: "truncate -s 0 proposal.md"},
+		{name: "chmod", script: "chmod 600 proposal.md"},
+		{name: "sed -i", script: "sed -i s/Proposal/Hacked/ proposal.md"},
+		{name: "cp over", script: "cp review.md proposal.md"},
+		{name: "ln", script: "ln review.md hard.md"},
+		{name: "ln -s", script: "ln -s proposal.md link.md"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			nrec := len(c.records())
 			out, code := v.sh(tc.script)
-			assert.NotEqual(t, 0, code, "%s succeeded: %s", tc.script, out)
+			if tc.private == "" {
+				assert.NotEqual(t, 0, code, "%s succeeded: %s", tc.script, out)
+				return
+			}
+			require.Equal(t, 0, code, "%s: %s", tc.script, out)
+			var mine ledger.Record
+			for _, r := range c.records()[nrec:] {
+				if r.Kind == ledger.KindWrite && r.Path == tc.private && r.Op == "create" {
+					mine = r
+				}
+			}
+			assert.Equal(t, "private temporary file of this view", mine.Detail, "the create is recorded as private")
+			assert.Equal(t, reviewer, mine.Agent)
+			_, err := os.Stat(v.path(tc.private))
+			assert.NoError(t, err, "the view that made it shows it")
+			_, err = os.Lstat(filepath.Join(c.folder, tc.private))
+			assert.ErrorIs(t, err, os.ErrNotExist, "it is in the backing folder under its name")
+			_, err = os.Lstat(other.path(tc.private))
+			assert.ErrorIs(t, err, syscall.ENOENT, "another view shows it")
+			out, code = other.sh("ls -a")
+			require.Equal(t, 0, code, out)
+			assert.NotContains(t, out, tc.private, "another view lists it")
+			require.NoError(t, os.Remove(v.path(tc.private)))
+			_, err = os.Lstat(v.path(tc.private))
+			assert.ErrorIs(t, err, syscall.ENOENT)
 		})
 	}
 	assert.Equal(t, before, readFile(t, filepath.Join(c.folder, "proposal.md")))
@@ -223,7 +256,8 @@ func TestEventsFileIsAppendOnly(t *testing.T) {
 }
 
 // A line split across many writes is appended once its newline arrives;
-// a line left unterminated is refused when the file is closed.
+// a complete event left without its newline is appended when the file is
+// closed, as if the newline were there; a cut-off one is refused then.
 func TestSplitAndPartialLines(t *testing.T) {
 	r := newRun(t)
 	require.NoError(t, os.WriteFile(r.alice.path(primary), []byte(designSpec("In Review")), 0o644))
@@ -237,15 +271,27 @@ func TestSplitAndPartialLines(t *testing.T) {
 	require.NoError(t, f.Close())
 	assert.Equal(t, 2, r.c.snapshot().LastSeq)
 
-	before := r.c.snapshotFiles()
+	events := filepath.Join(r.c.folder, "events.jsonl")
+	before := readFile(t, events)
+	complete := r.c.event(owner, "proposal_submitted", nil)
 	f, err = os.OpenFile(r.alice.path("events.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
 	require.NoError(t, err)
-	_, err = f.Write([]byte(`{"seq":3`))
+	_, err = f.Write([]byte(complete))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	assert.Equal(t, before+complete+"\n", readFile(t, events), "appended once, with its newline")
+	assert.Equal(t, 3, r.c.snapshot().LastSeq)
+	assert.Equal(t, "reviewing", r.c.snapshot().Phase)
+
+	snap := r.c.snapshotFiles()
+	f, err = os.OpenFile(r.alice.path("events.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.Write([]byte(`{"seq":4`))
 	require.NoError(t, err)
 	err = f.Close()
 	assert.ErrorIs(t, err, syscall.EINVAL)
-	assert.Equal(t, before, r.c.snapshotFiles())
-	assert.Contains(t, readFile(t, r.alice.path(".acpfs/last-error")), "incomplete line")
+	assert.Equal(t, snap, r.c.snapshotFiles())
+	assert.Contains(t, readFile(t, r.alice.path(".acpfs/last-error")), "the event was cut off")
 }
 
 func TestProtocolJSONIsMaintained(t *testing.T) {

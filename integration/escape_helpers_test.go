@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	acpfsfs "github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
@@ -31,6 +32,13 @@ import (
 // frozen deliverable or to forge protocol state. Each attempt is one
 // escAttempt, run by escRun, which checks the refusal, the ledger record
 // it left, .acpfs/last-error, and that the backing folder did not change.
+//
+// A few attempts are not refused: a new file under a name the grant does
+// not let the agent write, in a directory where it may write something,
+// is made privately (fs/staging.go). For those escRun checks that the
+// file exists in the attempting view only, never in another view nor in
+// the backing folder under its name, and that whatever the name hid on
+// the backing folder is untouched and unread.
 
 // escSecret is the oracle's content; no output of an attempt may hold it.
 const escSecret = "the secret answer"
@@ -50,7 +58,17 @@ const (
 	escSymlinkHidden = "symlink target hidden or outside the folder"
 	// A descriptor served by the daemon after the grant took its file.
 	escNoLongerReadable = "the grant no longer lets this agent read the file"
+	// The detail of the write record of a file made privately.
+	escPrivateFile = "private temporary file of this view"
+	// A required protocol document moved away or removed.
+	escRequiredDoc = "a document the protocol requires can be edited, not removed or renamed away"
+	// A directory whose content the grant does not show entirely.
+	escDirHoldsHidden = "a directory holding entries the view does not show cannot be renamed"
 )
+
+// escPrivateMarker is what escRun writes into a private file to tell it
+// from anything else under its name.
+const escPrivateMarker = "private draft of this view\n"
 
 // escHiddenWords are fragments of hidden paths that an agent which never
 // named them must not find in .acpfs/last-error.
@@ -89,6 +107,19 @@ type escAttempt struct {
 	echoes string
 	// as is the view making the attempt when it is not the group's.
 	as *view
+	// private, when set, says that the attempt is not refused: it makes
+	// a private file of the view under this folder-relative name (see
+	// fs/staging.go). errno and explain must then be unset; record, if
+	// set, is a quiet lookup refusal the attempt leaves on its way (the
+	// name was held by an entry the view conceals). escRun checks the
+	// file and removes it through the view afterwards, so that later
+	// attempts find the name free again.
+	private string
+	// privateTemp, when set, says that the refused attempt made a private
+	// temporary file whose name starts with this prefix on its way (sed
+	// -i, whose rename onto the target is the refused step). escRun
+	// checks its record and removes it if the tool left it.
+	privateTemp string
 	// bug, when set, marks an attempt that acpfs does not refuse as
 	// expected yet (it succeeds, or answers, records or explains the
 	// refusal wrongly): the subtest is skipped with "BUG: <bug>" unless
@@ -147,9 +178,12 @@ func escBug(t *testing.T, bug string) {
 }
 
 // escEnv is the collaboration and the view a group of attempts shares.
+// other is another agent's view of the same folder: it must never see
+// what an attempt made privately.
 type escEnv struct {
-	c *collab
-	v *view
+	c     *collab
+	v     *view
+	other *view
 }
 
 // escRun runs each attempt as a subtest.
@@ -166,27 +200,51 @@ func escRun(t *testing.T, e escEnv, attempts []escAttempt) {
 func escCheck(t *testing.T, e escEnv, a escAttempt) {
 	escBug(t, a.bug)
 	if a.as != nil {
+		if e.other == a.as {
+			e.other = e.v
+		}
 		e.v = a.as
 	}
 	before := escTree(t, e.c.folder)
+	stagedBefore := escStaged(t, e.c.folder)
+	var otherBefore string
+	if a.private != "" {
+		require.NotNil(t, e.other, "a private create needs another view to check")
+		otherBefore = escSees(t, e.other, a.private)
+	}
 	nrec := len(e.c.records())
 	lastBefore := escLastError(t, e.v)
 
 	err := a.do(t)
 
-	// The refusal.
-	require.Error(t, err, "the attempt succeeded")
-	var se *escShellError
-	if errors.As(err, &se) {
-		assert.Contains(t, strings.ToLower(se.out), strings.ToLower(a.errno.Error()), "shell refusal: %v", err)
+	if a.private != "" {
+		// Not refused: the file is made privately.
+		require.Zero(t, a.errno, "a private create expects no errno")
+		require.Empty(t, a.explain, "a private create explains nothing")
+		require.NoError(t, err, "the private create of %q failed", a.private)
 	} else {
-		assert.ErrorIs(t, err, a.errno, "got %v", err)
+		// The refusal.
+		require.Error(t, err, "the attempt succeeded")
+		var se *escShellError
+		if errors.As(err, &se) {
+			assert.Contains(t, strings.ToLower(se.out), strings.ToLower(a.errno.Error()), "shell refusal: %v", err)
+		} else {
+			assert.ErrorIs(t, err, a.errno, "got %v", err)
+		}
 	}
 
 	// Nothing changed on the backing folder: every file's bytes, mode,
 	// mtime and xattrs, every symlink's target, every directory's
-	// entries (events.jsonl and protocol.json included).
+	// entries (events.jsonl and protocol.json included). The views'
+	// private files live under .acpfs-staging, which escTree leaves out
+	// and escStaged describes.
 	escRequireSameTree(t, before, escTree(t, e.c.folder))
+	switch {
+	case a.private != "":
+		assert.Len(t, escStaged(t, e.c.folder), len(stagedBefore)+1, "one private file is made")
+	case a.privateTemp == "":
+		assert.Equal(t, stagedBefore, escStaged(t, e.c.folder), "a refused attempt made or changed a private file")
+	}
 
 	// The ledger record.
 	var refusals []ledger.Record
@@ -205,6 +263,13 @@ func escCheck(t *testing.T, e escEnv, a escAttempt) {
 			assert.Equal(t, e.v.m.FS.Grant().GrantID, r.Grant)
 		}
 	}
+	if a.private != "" {
+		// Only the quiet refusal of the lookup that found the name
+		// concealed: the create itself is not refused.
+		for _, r := range refusals {
+			assert.Equal(t, "lookup", r.Op, "a private create was refused: %s", escFmtRecords([]ledger.Record{r}))
+		}
+	}
 
 	// The explanation.
 	lastAfter := escLastError(t, e.v)
@@ -220,6 +285,163 @@ func escCheck(t *testing.T, e escEnv, a escAttempt) {
 		}
 		escNoHiddenWords(t, echoed)
 	}
+
+	switch {
+	case a.private != "":
+		escCheckPrivate(t, e, a.private, before, stagedBefore, otherBefore, nrec)
+	case a.privateTemp != "":
+		escDropPrivateTemps(t, e, a.privateTemp, stagedBefore, nrec)
+	}
+}
+
+// escCheckPrivate checks the private file an attempt made at rel, then
+// removes it through the view: it is recorded as a private create, it
+// is shown in the attempting view only, its bytes go to the view's
+// staging directory and never to the backing entry its name may hide,
+// and it leaves nothing behind once removed.
+func escCheckPrivate(t *testing.T, e escEnv, rel string, before, stagedBefore map[string]string, otherBefore string, nrec int) {
+	t.Helper()
+	recs := e.c.records()[nrec:]
+	want := escRecord{kind: ledger.KindWrite, path: rel, op: "create", detail: escPrivateFile}
+	assert.True(t, escHasRecord(recs, want), "no ledger record %+v among %s", want, escFmtRecords(recs))
+	for _, r := range recs {
+		if r.Kind == ledger.KindWrite {
+			assert.Equal(t, e.v.m.FS.Grant().AgentID, r.Agent)
+			assert.Equal(t, e.v.m.FS.Grant().GrantID, r.Grant)
+		}
+		// Nothing the name hid on the backing folder was read.
+		assert.NotEqual(t, ledger.KindRead, r.Kind, "a read was recorded: %+v", r)
+	}
+
+	dir, base := filepath.Dir(rel), filepath.Base(rel)
+	if dir == "." {
+		dir = ""
+	}
+	// The attempting view shows it, under its name, as a regular file
+	// with what was written to it, and never the bytes its name hides.
+	var st unix.Stat_t
+	require.NoError(t, unix.Lstat(e.v.path(rel), &st), "the private file is not shown in its view")
+	assert.EqualValues(t, unix.S_IFREG, st.Mode&unix.S_IFMT)
+	assert.EqualValues(t, 1, st.Nlink)
+	assert.Contains(t, escGetdents(t, e.v.path(dir)), base, "the private file is not listed in its view")
+	b, err := os.ReadFile(e.v.path(rel))
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), escSecret)
+	require.NoError(t, os.WriteFile(e.v.path(rel), []byte(escPrivateMarker), 0o644))
+	assert.Equal(t, escPrivateMarker, readFile(t, e.v.path(rel)))
+	// Its bytes are in the staging directory only.
+	escRequireSameTree(t, before, escTree(t, e.c.folder))
+	staged := escStaged(t, e.c.folder)
+	assert.Len(t, staged, len(stagedBefore)+1)
+	assert.Contains(t, escValues(staged), escDigest([]byte(escPrivateMarker)), "the private file's bytes are not in the staging directory")
+
+	// Another view sees under its name what it saw before (nothing, or
+	// the backing entry), and never reads the private file.
+	assert.Equal(t, otherBefore, escSees(t, e.other, rel), "another view sees the private file")
+	if ob, err := os.ReadFile(e.other.path(rel)); err == nil {
+		assert.NotContains(t, string(ob), escPrivateMarker, "another view reads the private file")
+	}
+
+	// Removed through its view, it is gone, and so is its staged copy.
+	require.NoError(t, os.Remove(e.v.path(rel)))
+	_, err = os.Lstat(e.v.path(rel))
+	assert.ErrorIs(t, err, syscall.ENOENT, "the private file is still shown after its removal")
+	assert.NotContains(t, escGetdents(t, e.v.path(dir)), base)
+	assert.Equal(t, stagedBefore, escStaged(t, e.c.folder), "the private file's staged copy is left")
+	escRequireSameTree(t, before, escTree(t, e.c.folder))
+}
+
+// escSees describes what v shows at rel: the entry's type, inode, size
+// and mtime (or the lookup's error), and the names listed in its
+// directory (or the listing's error).
+func escSees(t *testing.T, v *view, rel string) string {
+	t.Helper()
+	var b strings.Builder
+	var st unix.Stat_t
+	if err := unix.Lstat(v.path(rel), &st); err != nil {
+		fmt.Fprintf(&b, "lstat: %v", err)
+	} else {
+		fmt.Fprintf(&b, "type=%o ino=%d size=%d mtime=%d", st.Mode&unix.S_IFMT, st.Ino, st.Size, st.Mtim.Nano())
+	}
+	entries, err := os.ReadDir(filepath.Dir(v.path(rel)))
+	if err != nil {
+		fmt.Fprintf(&b, "; readdir: %v", err)
+	} else {
+		var names []string
+		for _, en := range entries {
+			names = append(names, en.Name())
+		}
+		fmt.Fprintf(&b, "; listed: %q", names)
+	}
+	return b.String()
+}
+
+// escDropPrivateTemps checks that the attempt made a private temporary
+// file named prefix* (recorded, shown in no other view) and removes what
+// the tool left of it through the view, so that the staging directory is
+// as it was.
+func escDropPrivateTemps(t *testing.T, e escEnv, prefix string, stagedBefore map[string]string, nrec int) {
+	t.Helper()
+	var temps []string
+	for _, r := range e.c.records()[nrec:] {
+		if r.Kind == ledger.KindWrite && r.Op == "create" && r.Detail == escPrivateFile && strings.HasPrefix(filepath.Base(r.Path), prefix) {
+			temps = append(temps, r.Path)
+		}
+	}
+	require.NotEmpty(t, temps, "no private temporary file %s* was recorded", prefix)
+	for _, rel := range temps {
+		_, err := os.Lstat(filepath.Join(e.c.folder, rel))
+		assert.ErrorIs(t, err, os.ErrNotExist, "the temporary file %s is in the backing folder", rel)
+		if e.other != nil {
+			_, err = os.Lstat(e.other.path(rel))
+			assert.ErrorIs(t, err, syscall.ENOENT, "another view shows the temporary file %s", rel)
+		}
+		if _, err := os.Lstat(e.v.path(rel)); err == nil {
+			require.NoError(t, os.Remove(e.v.path(rel)))
+		}
+	}
+	assert.Equal(t, stagedBefore, escStaged(t, e.c.folder), "private temporary files are left")
+}
+
+// escStaged describes the views' private files under the folder's
+// staging directory: path (below it) -> content digest.
+func escStaged(t *testing.T, folder string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	root := filepath.Join(folder, acpfsfs.StagingDir)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		out[rel] = escDigest(b)
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+func escDigest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+func escValues(m map[string]string) []string {
+	var out []string
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
 }
 
 // escNoHiddenWords fails if text names a hidden path.
@@ -259,6 +481,8 @@ func escLastError(t *testing.T, v *view) string {
 }
 
 // escTree describes every entry below dir, for before/after comparisons.
+// The views' private files (dir/.acpfs-staging) are left out: escStaged
+// describes them.
 func escTree(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
@@ -267,6 +491,9 @@ func escTree(t *testing.T, dir string) map[string]string {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)
+		if rel == acpfsfs.StagingDir && d.IsDir() {
+			return filepath.SkipDir
+		}
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
 			return err
@@ -328,8 +555,12 @@ func escRequireSameTree(t *testing.T, before, after map[string]string) {
 // are read by the kernel straight from the backing folder.
 func escWithPassthrough() viewOpt { return func(c *mount.Config) { c.Passthrough = true } }
 
-// escMount mounts g and returns it with the collaboration as an escEnv.
-func escMount(c *collab, g *grants.Grant) escEnv { return escEnv{c: c, v: c.mountView(g)} }
+// escMount mounts g and returns it with the collaboration as an escEnv,
+// with the owner's view as the other view.
+func escMount(c *collab, g *grants.Grant) escEnv {
+	require.NotEqual(c.t, owner, g.AgentID, "the other view is the owner's")
+	return escEnv{c: c, v: c.mountView(g), other: c.mountView(ownerGrant())}
+}
 
 // escRec is the expected ledger record of an attempt.
 func escRec(kind, path, op string) *escRecord { return &escRecord{kind: kind, path: path, op: op} }

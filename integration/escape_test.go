@@ -194,10 +194,13 @@ func TestEscapeHiddenReads(t *testing.T) {
 			return err
 		}, errno: syscall.ENOENT, record: hardLinked("scratch/hard-w.md")},
 		{name: "stat of the readable hard link", do: func(*testing.T) error { var st unix.Stat_t; return unix.Lstat(p("hard.md"), &st) }, errno: syscall.ENOENT, record: hardLinked("hard.md")},
-		// A new name where a concealed entry sits: EACCES, never EEXIST,
-		// with the detail depending on whether the grant could write it.
+		// A new name where a concealed entry sits is never EEXIST. Where
+		// the grant could write the name it is EACCES; where it cannot
+		// (but may write elsewhere in the directory) the new file is
+		// private to this view and shadows the concealed entry here
+		// only, which stays untouched and unread.
 		{name: "O_CREAT|O_EXCL over the writable hard link", do: func(*testing.T) error { return escOpen(p("scratch/hard-w.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-w.md", "create", escNameHeld), explain: escNameHeld},
-		{name: "O_CREAT|O_EXCL over the readable hard link the grant cannot write", do: func(*testing.T) error { return escOpen(p("hard.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "hard.md", "create", "not writable under the grant"), explain: "create hard.md: not writable under the grant"},
+		{name: "O_CREAT|O_EXCL over the readable hard link the grant cannot write", do: func(*testing.T) error { return escOpen(p("hard.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, private: "hard.md", record: hardLinked("hard.md")},
 		{name: "mkdir over the writable hard link", do: func(*testing.T) error { return os.Mkdir(p("scratch/hard-w.md"), 0o755) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-w.md", "mkdir", escNameHeld), explain: "mkdir scratch/hard-w.md: " + escNameHeld},
 		{name: "mv of a visible file onto the writable hard link", do: func(*testing.T) error { return os.Rename(p("scratch/mine.md"), p("scratch/hard-w.md")) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-w.md", "rename", escNameHeld), explain: "rename scratch/hard-w.md: " + escNameHeld},
 		{name: "ln -s onto the writable hard link", do: func(*testing.T) error { return os.Symlink("mine.md", p("scratch/hard-w.md")) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-w.md", "symlink", escNameHeld), explain: "symlink scratch/hard-w.md: " + escNameHeld},
@@ -218,7 +221,15 @@ func TestEscapeHiddenReads(t *testing.T) {
 		}, errno: syscall.ENOENT, record: deniedLookup("scratch/private")},
 		{name: "mkdir over a hidden directory is EACCES, not EEXIST", do: func(*testing.T) error { return os.Mkdir(p("scratch/private"), 0o755) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/private", "mkdir"), explain: "mkdir scratch/private: not writable under the grant", echoes: "scratch/private"},
 		{name: "mkdir over a hidden name that does not exist answers the same", do: func(*testing.T) error { return os.Mkdir(p("scratch/ghost"), 0o755) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/ghost", "mkdir"), explain: "mkdir scratch/ghost: not writable under the grant"},
-		{name: "O_CREAT|O_EXCL over a hidden directory is EACCES, not EEXIST", do: func(*testing.T) error { return escOpen(p("scratch/private"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/private", "create"), explain: "not writable under the grant", echoes: "scratch/private"},
+		// The name is not writable, scratch is: the file is private, and
+		// the hidden directory neither answers EEXIST nor changes.
+		{name: "O_CREAT|O_EXCL over a hidden directory makes a private file, not EEXIST", do: func(*testing.T) error { return escOpen(p("scratch/private"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, private: "scratch/private", record: deniedLookup("scratch/private")},
+		// Moving a directory moves what it hides to paths the grant may
+		// show.
+		{name: "mv of a directory holding a hidden subdirectory", do: func(*testing.T) error { return os.Rename(p("scratch"), p("scratch-moved")) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch", "rename", escDirHoldsHidden), explain: "rename scratch: " + escDirHoldsHidden},
+		{name: "RENAME_EXCHANGE of a directory holding a hidden subdirectory", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch"), unix.AT_FDCWD, p("deliverables"), unix.RENAME_EXCHANGE)
+		}, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch", "rename", escDirHoldsHidden), explain: "rename scratch: " + escDirHoldsHidden},
 
 		// File handles and xattrs.
 		{name: "name_to_handle_at on the hidden file", do: func(*testing.T) error {
@@ -414,6 +425,20 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 	notWritable := "not writable under the grant"
 	denied := func(path, op string) *escRecord { return escRec(ledger.KindDenied, path, op) }
 	hardLinked := func(path string) *escRecord { return escConcealed(path, escHardLinked) }
+	// withPrivate makes a private file of the view at name (a name the
+	// grant cannot write), runs fn, and removes the file again through
+	// the view whatever fn did, so that the staging directory ends as it
+	// began.
+	withPrivate := func(name string, fn func() error) func(*testing.T) error {
+		return func(t *testing.T) error {
+			require.NoError(t, os.WriteFile(p(name), []byte(escPrivateMarker), 0o644))
+			_, err := os.Lstat(filepath.Join(c.folder, name))
+			require.ErrorIs(t, err, os.ErrNotExist, "the private file is in the folder")
+			ferr := fn()
+			require.NoError(t, os.Remove(p(name)), "the private file stays the view's own after a refused change")
+			return ferr
+		}
+	}
 	// withRO runs fn on a read-only descriptor of proposal.md.
 	withRO := func(fn func(fd int) error) func(*testing.T) error {
 		return func(t *testing.T) error {
@@ -441,7 +466,9 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 		{name: "read the hard-linked file under its readable name", do: func(*testing.T) error { return escReadErr(p("README.md")) }, errno: syscall.ENOENT, record: hardLinked("README.md")},
 		{name: "O_CREAT open of the planted hard link", do: func(*testing.T) error { return escOpen(p("scratch/hard-readme.md"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld), explain: escNameHeld},
 		{name: "O_CREAT|O_EXCL of the planted hard link", do: func(*testing.T) error { return escOpen(p("scratch/hard-readme.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld), explain: escNameHeld},
-		{name: "O_CREAT|O_EXCL of the hard-linked name the grant cannot write", do: func(*testing.T) error { return escOpen(p("README.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "README.md", "create", notWritable), explain: "create README.md: " + notWritable},
+		// README.md is not writable, but the root is writable somewhere:
+		// a private file of this view shadows the concealed name here.
+		{name: "O_CREAT|O_EXCL of the hard-linked name the grant cannot write", do: func(*testing.T) error { return escOpen(p("README.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) }, private: "README.md", record: hardLinked("README.md")},
 		{name: "O_WRONLY open of the planted hard link", do: func(*testing.T) error { return escOpen(p("scratch/hard-readme.md"), os.O_WRONLY) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
 		{name: "truncate(2) of the planted hard link", do: func(*testing.T) error { return os.Truncate(p("scratch/hard-readme.md"), 0) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
 		{name: "chmod of the planted hard link", do: func(*testing.T) error { return os.Chmod(p("scratch/hard-readme.md"), 0o600) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
@@ -487,9 +514,17 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 		{name: "rmdir of a directory the grant cannot write", do: func(*testing.T) error { return unix.Rmdir(p("deliverables")) }, errno: syscall.EACCES, record: denied("deliverables", "rmdir"), explain: notWritable},
 		{name: "mv a read-only file into scratch", do: escSh(v, "mv proposal.md scratch/p.md"), errno: syscall.EACCES, record: denied("proposal.md", "rename"), explain: notWritable},
 		{name: "mv a writable file over a read-only one", do: func(*testing.T) error { return os.Rename(p("scratch/mine.md"), p("proposal.md")) }, errno: syscall.EACCES, record: denied("proposal.md", "rename"), explain: notWritable},
+		// review.md is a required document: exchanging it away is
+		// refused before the read-only name is judged.
 		{name: "RENAME_EXCHANGE of writable and read-only files", do: func(*testing.T) error {
 			return unix.Renameat2(unix.AT_FDCWD, p("review.md"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE)
-		}, errno: syscall.EACCES, record: denied("proposal.md", "rename"), explain: notWritable},
+		}, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "review.md", "rename", escRequiredDoc), explain: "rename review.md: " + escRequiredDoc},
+		{name: "RENAME_EXCHANGE of a writable scratch file and a read-only file", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE)
+		}, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "proposal.md", "rename", notWritable), explain: "rename proposal.md: " + notWritable},
+		{name: "RENAME_WHITEOUT of a writable file", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("scratch/w.md"), unix.RENAME_WHITEOUT)
+		}, errno: syscall.EINVAL},
 		{name: "RENAME_NOREPLACE into a read-only directory", do: func(*testing.T) error {
 			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("deliverables/new.md"), unix.RENAME_NOREPLACE)
 		}, errno: syscall.EACCES, record: denied("deliverables/new.md", "rename"), explain: notWritable},
@@ -499,13 +534,29 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 		{name: "ln of the planted hard link to a third name", do: func(*testing.T) error { return os.Link(p("scratch/hard-readme.md"), p("scratch/h3.md")) }, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
 		{name: "linkat through /proc/self/fd (AT_SYMLINK_FOLLOW)", do: escSh(v, "exec 3<scratch/mine.md && ln -L /proc/self/fd/3 scratch/via-proc.md"), errno: syscall.EACCES, record: denied("scratch/via-proc.md", "link"), explain: escNoLinks},
 		{name: "ln -s in a read-only directory", do: escSh(v, "ln -s design-spec.md deliverables/s.md"), errno: syscall.EACCES, record: denied("deliverables/s.md", "symlink"), explain: notWritable},
-		{name: "create at the root", do: escSh(v, "touch new.md"), errno: syscall.EACCES, record: denied("new.md", "create"), explain: notWritable},
+		// A new name the grant cannot write, where it may write others:
+		// private to this view, never in the folder.
+		{name: "create at the root", do: escSh(v, "touch new.md"), private: "new.md"},
 		{name: "cp over a read-only file", do: escSh(v, "cp review.md proposal.md"), errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
-		{name: "sed -i on a read-only file", do: escSh(v, "sed -i s/Proposal/Hacked/ proposal.md"), errno: syscall.EACCES, record: escRec(ledger.KindDenied, "", "create"), explain: notWritable},
+		// sed writes its temporary file privately; renaming it over the
+		// read-only file is the refused step.
+		{name: "sed -i on a read-only file", do: escSh(v, "sed -i s/Proposal/Hacked/ proposal.md"), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "proposal.md", "rename", notWritable), explain: "rename proposal.md: " + notWritable, privateTemp: "sed"},
+		{name: "a private file renamed over the planted hard link", do: withPrivate("draft.tmp", func() error {
+			return os.Rename(p("draft.tmp"), p("scratch/hard-readme.md"))
+		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "rename", escNameHeld), explain: "rename scratch/hard-readme.md: " + escNameHeld},
+		{name: "a private file renamed over a read-only file", do: withPrivate("draft.tmp", func() error {
+			return os.Rename(p("draft.tmp"), p("proposal.md"))
+		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "proposal.md", "rename", notWritable), explain: "rename proposal.md: " + notWritable},
+		{name: "RENAME_EXCHANGE of a private file with a read-only file", do: withPrivate("draft.tmp", func() error {
+			return unix.Renameat2(unix.AT_FDCWD, p("draft.tmp"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE)
+		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "proposal.md", "rename", notWritable), explain: "rename proposal.md: " + notWritable},
+		{name: "ln of a private file into a writable directory", do: withPrivate("draft.tmp", func() error {
+			return os.Link(p("draft.tmp"), p("scratch/draft-link.md"))
+		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/draft-link.md", "link", escNoLinks), explain: escNoLinks},
 		{name: "mkdir in a read-only directory", do: func(*testing.T) error { return os.Mkdir(p("deliverables/x"), 0o755) }, errno: syscall.EACCES, record: denied("deliverables/x", "mkdir"), explain: notWritable},
 		{name: "mkfifo where writing is allowed", do: func(*testing.T) error { return unix.Mkfifo(p("scratch/fifo"), 0o644) }, errno: syscall.EPERM, record: denied("scratch/fifo", "mknod"), explain: "only regular files"},
 		{name: "mknod at the root", do: func(*testing.T) error { return unix.Mknod(p("node"), unix.S_IFREG|0o644, 0) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "node", ""), explain: notWritable},
-		{name: "255-byte name at the root", do: func(*testing.T) error { return escOpen(p(long), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: denied(long, "create"), explain: notWritable},
+		{name: "255-byte name at the root", do: func(*testing.T) error { return escOpen(p(long), os.O_CREATE|os.O_WRONLY) }, private: long},
 		{name: "256-byte name in scratch", do: func(*testing.T) error { return escOpen(p("scratch/"+long+"x"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.ENAMETOOLONG},
 		{name: "create below a hidden directory", do: func(*testing.T) error { return escOpen(p("scratch/private/new.md"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.ENOENT, record: escRec(ledger.KindDenied, "scratch/private", "lookup")},
 		{name: "create below the oracle", do: escSh(v, "echo x > oracle/new.md"), errno: syscall.ENOENT, record: escRec(ledger.KindDenied, "oracle", "lookup")},
@@ -580,7 +631,7 @@ func TestEscapeFrozenDeliverable(t *testing.T) {
 	mapping := escMapFile(t, a.path(primary))
 	r.must(a, owner, "deliverable_frozen", map[string]any{"doc": primary, "role": "primary", "sha256": fileSHA(t, a.path(primary))})
 
-	e := escEnv{c: r.c, v: a}
+	e := escEnv{c: r.c, v: a, other: r.bob}
 	p := a.path
 	frozen := func(op string) *escRecord { return escRec(ledger.KindFrozenRefused, primary, op) }
 	why := "frozen deliverable (EROFS)"
@@ -739,7 +790,7 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		"scratch/.acpfs/wait":  "ready\n",
 		"scratch/.acpfs/x.txt": "x\n",
 	}, nil)
-	e := escEnv{c: c, v: a}
+	e := escEnv{c: c, v: a, other: b}
 	p := a.path
 	drafted := func() string {
 		return c.event(owner, "deliverable_drafted", map[string]any{"doc": primary, "role": "primary"})
@@ -794,7 +845,12 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		{name: "at earlier than the previous event", do: appendAs(a, edit("at", "2001-01-01T00:00:00Z")), errno: syscall.EPERM, record: rejected, explain: "at-order"},
 		{name: "reply_to naming no earlier event", do: appendAs(a, edit("reply_to", 99)), errno: syscall.EPERM, record: rejected, explain: "reply-to-range"},
 		{name: "reply_to missing", do: appendAs(a, edit("reply_to", nil)), errno: syscall.EPERM, record: rejected, explain: "reply-to-required"},
-		{name: "an extra phase field", do: appendAs(a, edit("phase", "completed")), errno: syscall.EINVAL, record: rejected, explain: `unknown field "phase"`},
+		// Unknown fields are kept (other ACP tools write them; see "an
+		// extra phase field" below); a field given twice is refused: two
+		// readers could take different values.
+		{name: "a duplicated seq field", do: appendAs(a, func() string {
+			return `{"seq":1,` + strings.TrimPrefix(drafted(), "{")
+		}), errno: syscall.EINVAL, record: rejected, explain: `field "seq" appears twice`},
 		{name: "invalid UTF-8", do: appendAs(a, func() string { return strings.Replace(drafted(), "by alice", "by \xff\xfe", 1) }), errno: syscall.EINVAL, record: rejected, explain: "UTF-8"},
 		{name: "a raw U+2028 inside the line", do: appendAs(a, func() string { return strings.Replace(drafted(), "by alice", "by\u2028alice", 1) }), errno: syscall.EINVAL, record: rejected, explain: "U+2028"},
 		{name: "not JSON", do: appendAs(a, func() string { return "phase=completed" }), errno: syscall.EINVAL, record: rejected, explain: "not one JSON value"},
@@ -806,9 +862,16 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		{name: "two events, the refused one first", do: func(*testing.T) error {
 			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(c.event(reviewer, "blocked", nil)+"\n"+drafted()+"\n"))
 		}, errno: syscall.EPERM, record: rejected, explain: "from-mismatch"},
+		// A complete event left without its newline is judged at close
+		// like any other line (see "an event without its final newline"
+		// below); a cut-off one is refused.
 		{name: "an unterminated line at close", do: func(*testing.T) error {
-			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(drafted()))
-		}, errno: syscall.EINVAL, record: rejected, explain: "incomplete line"},
+			line := drafted()
+			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(line[:len(line)-10]))
+		}, errno: syscall.EINVAL, record: rejected, explain: "the event was cut off"},
+		{name: "an unterminated forged event at close", do: func(*testing.T) error {
+			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(c.event(reviewer, "blocked", nil)))
+		}, errno: syscall.EPERM, record: rejected, explain: "from-mismatch"},
 		{name: "10 MiB line (the writer must see EINVAL)", do: func(*testing.T) error {
 			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(`{"summary":"`+strings.Repeat("x", 10<<20)+"\"}\n"))
 		}, errno: syscall.EINVAL, record: rejected, explain: "line longer than"},
@@ -959,9 +1022,13 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		{name: "mv a forged protocol.json over it", do: func(*testing.T) error { return os.Rename(p("scratch/fake.json"), p("protocol.json")) }, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "protocol.json", "rename", cannotReplace), explain: "rename protocol.json: " + cannotReplace},
 		{name: "mv protocol.json away", do: func(*testing.T) error { return os.Rename(p("protocol.json"), p("scratch/p.json")) }, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "protocol.json", "rename", cannotReplace), explain: cannotReplace},
 		{name: "shared writable mmap of protocol.json", do: escMapShared(p("protocol.json")), errno: syscall.ENODEV},
-		{name: "create a look-alike events.jsonl (Cyrillic e)", do: func(*testing.T) error { return escOpen(p("ev\u0435nts.jsonl"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "ev\u0435nts.jsonl", "create"), explain: "not writable under the grant"},
-		{name: "create a case variant Events.jsonl", do: func(*testing.T) error { return escOpen(p("Events.jsonl"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "Events.jsonl", "create"), explain: "not writable under the grant"},
-		{name: "create a case variant PROTOCOL.json", do: func(*testing.T) error { return escOpen(p("PROTOCOL.json"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "PROTOCOL.json", "create"), explain: "not writable under the grant"},
+		// Look-alike names are ordinary names the grant cannot write: a
+		// file made under one is private to this view, where it is an
+		// ordinary file, and no other view or reader of the folder sees
+		// it.
+		{name: "create a look-alike events.jsonl (Cyrillic e)", do: func(*testing.T) error { return escOpen(p("ev\u0435nts.jsonl"), os.O_CREATE|os.O_WRONLY) }, private: "ev\u0435nts.jsonl"},
+		{name: "create a case variant Events.jsonl", do: func(*testing.T) error { return escOpen(p("Events.jsonl"), os.O_CREATE|os.O_WRONLY) }, private: "Events.jsonl"},
+		{name: "create a case variant PROTOCOL.json", do: func(*testing.T) error { return escOpen(p("PROTOCOL.json"), os.O_CREATE|os.O_WRONLY) }, private: "PROTOCOL.json"},
 
 		// The control directory.
 		{name: "write .acpfs/status", do: func(*testing.T) error {
@@ -994,8 +1061,8 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		{name: "rmdir of a control file is ENOTDIR from the kernel", do: func(*testing.T) error { return unix.Rmdir(p(".acpfs/status")) }, errno: syscall.ENOTDIR},
 		{name: "mkdir .acpfs", do: func(*testing.T) error { return os.Mkdir(p(".acpfs"), 0o755) }, errno: syscall.EEXIST},
 		{name: "the planted .acpfs/planted stays shadowed", do: func(*testing.T) error { return escReadErr(p(".acpfs/planted")) }, errno: syscall.ENOENT},
-		{name: "create .ACPFS", do: func(*testing.T) error { return escOpen(p(".ACPFS"), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, ".ACPFS", "create"), explain: "not writable under the grant"},
-		{name: "create '.acpfs ' with a trailing space", do: func(*testing.T) error { return escOpen(p(".acpfs "), os.O_CREATE|os.O_WRONLY) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, ".acpfs ", "create"), explain: "not writable under the grant"},
+		{name: "create .ACPFS", do: func(*testing.T) error { return escOpen(p(".ACPFS"), os.O_CREATE|os.O_WRONLY) }, private: ".ACPFS"},
+		{name: "create '.acpfs ' with a trailing space", do: func(*testing.T) error { return escOpen(p(".acpfs "), os.O_CREATE|os.O_WRONLY) }, private: ".acpfs "},
 		{name: "mkdir a fullwidth-dot look-alike of .acpfs", do: func(*testing.T) error { return os.Mkdir(p("\uff0eacpfs"), 0o755) }, errno: syscall.EACCES, record: escRec(ledger.KindDenied, "\uff0eacpfs", "mkdir"), explain: "not writable under the grant"},
 		{name: "rm .acpfs/grant.md", do: func(*testing.T) error { return os.Remove(p(".acpfs/grant.md")) }, errno: syscall.EACCES, record: ctlDenied(".acpfs/grant.md", "unlink"), explain: "unlink .acpfs/grant.md: " + ctlRO},
 		{name: "rm -rf .acpfs", do: escSh(a, "rm -rf .acpfs"), errno: syscall.EACCES, record: ctlDenied("", "unlink"), explain: ctlRO},
@@ -1010,7 +1077,13 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		for _, n := range names {
 			got = append(got, n.Name())
 		}
-		assert.Subset(t, got, []string{"grant.md", "last-error", "status", "wait"})
+		assert.Subset(t, got, []string{"grant.md", "last-error", "status"})
+		// wait is not listed (its reads block, and globs must not open
+		// it), but it is there.
+		assert.NotContains(t, got, "wait")
+		var st unix.Stat_t
+		require.NoError(t, unix.Lstat(p(".acpfs/wait"), &st))
+		assert.EqualValues(t, unix.S_IFREG, st.Mode&unix.S_IFMT)
 		assert.Contains(t, readFile(t, p(".acpfs/grant.md")), "G-")
 		assert.Contains(t, readFile(t, p(".acpfs/last-error")), ctlRO)
 	})
@@ -1084,6 +1157,24 @@ func TestEscapeProtocolForgery(t *testing.T) {
 			}
 			require.NoError(t, f.Close())
 		})
+	})
+	t.Run("an event without its final newline is appended at close", func(t *testing.T) {
+		accepted(t, false, func(valid, _ string) {
+			require.NoError(t, escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(valid)))
+		})
+	})
+	t.Run("an extra phase field is kept as other tools write it, and moves no phase", func(t *testing.T) {
+		// Forward compatibility: unknown fields are accepted. The phase is
+		// the state machine's, never a field of an event.
+		line := edit("phase", "completed")()
+		before := readFile(t, eventsPath)
+		seq := c.snapshot().LastSeq
+		require.NoError(t, escAppend(a, line))
+		assert.Equal(t, before+line+"\n", readFile(t, eventsPath))
+		assert.Equal(t, seq+1, c.snapshot().LastSeq)
+		assert.Equal(t, "drafting", c.snapshot().Phase)
+		assert.Contains(t, readFile(t, p(".acpfs/status")), "phase: drafting")
+		assert.Contains(t, readFile(t, filepath.Join(c.folder, "protocol.json")), `"currentPhase": "drafting"`)
 	})
 	t.Run("two events in one write: Go sees a short write, then EPERM", func(t *testing.T) {
 		accepted(t, true, func(valid, forged string) {

@@ -355,10 +355,18 @@ func TestSealHiddenAliases(t *testing.T) {
 			sealErrno(t, err, "lgetxattr", unix.ENOENT)
 			sealErrno(t, escReadErr(p), "cat", unix.ENOENT)
 
-			sealErrno(t, sealOpen(t, p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL), "open O_CREAT|O_EXCL", unix.EACCES)
+			if name == "scratch/notes.hidden" {
+				// A name the grant may not write: the file is made
+				// private to this view (a tool's temporary file) and
+				// shadows the hidden one here only.
+				require.NoError(t, sealOpen(t, p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL))
+				require.NoError(t, os.Remove(p))
+			} else {
+				sealErrno(t, sealOpen(t, p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL), "open O_CREAT|O_EXCL", unix.EACCES)
+				sealErrno(t, sealOpen(t, p, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC), "open O_CREAT|O_TRUNC",
+					unix.ENOENT, unix.EACCES)
+			}
 			sealErrno(t, unix.Mkdir(p, 0o755), "mkdir", unix.EACCES)
-			sealErrno(t, sealOpen(t, p, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC), "open O_CREAT|O_TRUNC",
-				unix.ENOENT, unix.EACCES)
 
 			escRequireSameTree(t, before, escTree(t, c.folder))
 		})
