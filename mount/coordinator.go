@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 
 	acpfs "github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/grants"
@@ -35,34 +37,66 @@ type CoordinatorConfig struct {
 	// Participants are the ACP participants of the folder; a grant for
 	// anyone else is refused.
 	Participants []string
+	// Notify receives one line per event an operator should see: a view
+	// unmounted because its grant was revoked or removed, a new grant
+	// mounted, a dead view of a killed coordinator detached. Nil means
+	// os.Stderr.
+	Notify io.Writer
 }
 
 // StatusFile is written in the run directory so that `acpfs status` (a
 // separate process) can list what the coordinator serves.
 const StatusFile = "acpfs-up.json"
 
+// LockFile, in the run directory, is held (flock) by the one coordinator
+// of that run directory; it contains that coordinator's pid.
+const LockFile = ".acpfs-up.lock"
+
+// Coordinator states, as ReadStatus reports them.
+const (
+	StateRunning = "running"
+	StateDead    = "dead"  // the pid no longer runs
+	StateStale   = "stale" // the pid now belongs to another process
+)
+
 // ViewStatus is one mounted view as listed by `acpfs status`.
 type ViewStatus struct {
 	Agent      string `json:"agent"`
 	Grant      string `json:"grant"`
 	Mountpoint string `json:"mountpoint"`
+	// Dev is the view's device (major:minor in mountinfo): after a
+	// crash, the next coordinator detaches exactly these mounts.
+	Dev string `json:"dev,omitempty"`
 }
 
 // CoordinatorStatus is the content of StatusFile.
 type CoordinatorStatus struct {
-	PID     int          `json:"pid"`
-	Folder  string       `json:"folder"`
-	Root    string       `json:"root"`
-	Started string       `json:"started"`
-	Views   []ViewStatus `json:"views"`
+	PID int `json:"pid"`
+	// PIDStart is the coordinator's start time (field 22 of
+	// /proc/PID/stat) and BootID the boot it ran in: together with the
+	// pid they tell a live coordinator from a reused pid.
+	PIDStart uint64       `json:"pid_start,omitempty"`
+	BootID   string       `json:"boot_id,omitempty"`
+	Folder   string       `json:"folder"`
+	Root     string       `json:"root"`
+	Started  string       `json:"started"`
+	Views    []ViewStatus `json:"views"`
+	// State and StateDetail are not stored: ReadStatus fills them from
+	// the process table (StateRunning, StateDead, StateStale).
+	State       string `json:"state,omitempty"`
+	StateDetail string `json:"state_detail,omitempty"`
 }
 
 // Coordinator keeps the mounted views in line with the grant files.
 type Coordinator struct {
-	cfg     CoordinatorConfig
-	watcher *acpfs.Watcher
-	fsw     *fsnotify.Watcher
-	started time.Time
+	cfg      CoordinatorConfig
+	watcher  *acpfs.Watcher
+	fsw      *fsnotify.Watcher
+	started  time.Time
+	pidStart uint64
+	bootID   string
+	lock     *os.File // flock on LockFile, held until Stop
+	notify   io.Writer
 
 	mu    sync.Mutex
 	views map[string]*coordView // by agent id
@@ -75,12 +109,32 @@ type coordView struct {
 	m       *Mount
 }
 
-// StartCoordinator checks the run directory and the mount root, mounts
-// every active grant and starts following changes. Any problem found
-// before mounting (an unknown participant, two grants for one agent, a
-// mount root that is not empty) is returned with nothing mounted.
-func StartCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
-	if err := checkEmptyRoot(cfg.Root); err != nil {
+// StartCoordinator takes the run directory's lock, checks the run
+// directory and the mount root, mounts every active grant and starts
+// following changes. Any problem found before mounting (another
+// coordinator on the run directory, an unknown participant, two grants
+// for one agent, a mount root that is not empty) is returned with nothing
+// mounted. What a killed coordinator left behind (its status file, dead
+// views under the root, the empty directories they were mounted on) is
+// cleared or reused.
+func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
+	notify := cfg.Notify
+	if notify == nil {
+		notify = os.Stderr
+	}
+	if err := os.MkdirAll(cfg.Runs.Root, 0o755); err != nil {
+		return nil, err
+	}
+	lock, err := lockRunDir(cfg.Runs.Root)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	if err := checkRootPlace(cfg); err != nil {
 		return nil, err
 	}
 	gs, err := cfg.Runs.LoadGrants()
@@ -92,6 +146,30 @@ func StartCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 			return nil, fmt.Errorf("%s: %w", gf.Path, err)
 		}
 	}
+	// The previous coordinator of this run directory is dead (we hold
+	// its lock); the views it listed under this root are ours to clear.
+	reusable := map[string]bool{}
+	for _, gf := range gs {
+		reusable[gf.Grant.AgentID] = true
+	}
+	deadViews := map[string]string{} // agent -> device of its dead view
+	if prev, err := ReadStatus(cfg.Runs); err == nil {
+		if prev.State == StateRunning && prev.PID != os.Getpid() {
+			return nil, fmt.Errorf("a coordinator (pid %d) is still running on run directory %s; stop it first", prev.PID, cfg.Runs.Root)
+		}
+		if realPath(prev.Root) == realPath(cfg.Root) {
+			for _, v := range prev.Views {
+				name := filepath.Base(v.Mountpoint)
+				reusable[name] = true
+				if v.Dev != "" {
+					deadViews[name] = v.Dev
+				}
+			}
+		}
+	}
+	if err := prepareRoot(cfg.Root, cfg.Folder, reusable, deadViews, notify); err != nil {
+		return nil, err
+	}
 	hidden, err := cfg.Runs.HiddenIn(cfg.Folder)
 	if err != nil {
 		return nil, err
@@ -100,7 +178,10 @@ func StartCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Coordinator{cfg: cfg, watcher: w, started: time.Now().UTC(), views: map[string]*coordView{}, done: make(chan struct{}), stop: make(chan struct{})}
+	c = &Coordinator{cfg: cfg, watcher: w, started: time.Now().UTC(), lock: lock, notify: notify,
+		views: map[string]*coordView{}, done: make(chan struct{}), stop: make(chan struct{})}
+	c.pidStart, _ = procStartTime(os.Getpid())
+	c.bootID = bootID()
 	if err := os.MkdirAll(cfg.Runs.GrantsDir(), 0o755); err != nil {
 		w.Close()
 		return nil, err
@@ -120,15 +201,124 @@ func StartCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 			return nil, fmt.Errorf("watch %s: %w", d, err)
 		}
 	}
+	// Replace a dead coordinator's status at once, before mounting.
+	c.mu.Lock()
+	err = c.writeStatus()
+	c.mu.Unlock()
+	if err != nil {
+		c.fsw.Close()
+		w.Close()
+		return nil, err
+	}
 	go c.loop()
-	if err := c.reconcile(); err != nil {
-		c.Stop()
+	if err := c.reconcile(true); err != nil {
+		c.Stop() // releases the lock
+		c = nil
 		return nil, err
 	}
 	return c, nil
 }
 
-func checkEmptyRoot(root string) error {
+// ErrRunDirBusy means another coordinator holds the run directory.
+var ErrRunDirBusy = errors.New("run directory is in use by another acpfs up")
+
+// lockRunDir takes the run directory's lock without waiting. The lock is
+// an flock, so the kernel releases it when its holder dies, even by
+// SIGKILL.
+func lockRunDir(root string) (*os.File, error) {
+	p := filepath.Join(root, LockFile)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock run directory: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		defer f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			holder := "another process"
+			pid := lockHolder(f)
+			if pid > 0 {
+				holder = fmt.Sprintf("pid %d", pid)
+			}
+			if state, _, err := procStat(pid); err == nil && state == 'Z' {
+				return nil, fmt.Errorf("%w: acpfs up (%s) on %s has exited but cannot finish (stuck in one of its views); run `acpfs umount --force` on each view under its root", ErrRunDirBusy, holder, root)
+			}
+			return nil, fmt.Errorf("%w: acpfs up (%s) already runs on %s (lock %s); one coordinator per run directory", ErrRunDirBusy, holder, root, p)
+		}
+		return nil, fmt.Errorf("lock run directory: %w", err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+	}
+	return f, nil
+}
+
+// lockHolder finds the pid holding an flock on f: from /proc/locks, which
+// the kernel keeps exact, or else from the pid the holder wrote in it.
+func lockHolder(f *os.File) int {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err == nil {
+		if b, err := os.ReadFile("/proc/locks"); err == nil {
+			if pid := flockHolder(string(b), unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino); pid > 0 {
+				return pid
+			}
+		}
+	}
+	b := make([]byte, 32)
+	n, _ := f.ReadAt(b, 0)
+	var pid int
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(b[:n])), "%d", &pid); err == nil && processAlive(pid) {
+		return pid
+	}
+	return 0
+}
+
+// flockHolder parses /proc/locks ("1: FLOCK  ADVISORY  WRITE 1234
+// 00:2d:5678 0 EOF") for the holder of an flock on the given inode.
+func flockHolder(locks string, major, minor uint32, ino uint64) int {
+	want := fmt.Sprintf("%02x:%02x:%d", major, minor, ino)
+	for _, line := range strings.Split(locks, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 6 || fields[1] != "FLOCK" {
+			continue
+		}
+		if fields[5] != want {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscanf(fields[4], "%d", &pid); err == nil {
+			return pid
+		}
+	}
+	return 0
+}
+
+// checkRootPlace refuses a mount root inside the folder or the run
+// directory, before anything is mounted.
+func checkRootPlace(cfg CoordinatorConfig) error {
+	root, folder, runs := realPath(cfg.Root), realPath(cfg.Folder), realPath(cfg.Runs.Root)
+	switch {
+	case root == folder || within(root, folder):
+		return fmt.Errorf("mount root %s is inside the collaboration folder %s; choose a root outside it", cfg.Root, cfg.Folder)
+	case root == runs || within(root, runs):
+		return fmt.Errorf("mount root %s is inside the run directory %s; choose a root outside it", cfg.Root, cfg.Runs.Root)
+	}
+	if cfg.Ledger != nil {
+		if ld := realPath(filepath.Dir(cfg.Ledger.Path())); root == ld || within(root, ld) {
+			return fmt.Errorf("mount root %s is inside the ledger's directory %s; choose a root outside it", cfg.Root, ld)
+		}
+	}
+	return nil
+}
+
+// prepareRoot makes sure the mount root exists and holds nothing but
+// what a killed coordinator of this folder left: its dead views
+// (detached here, one line each on notify) and the empty directories
+// they were mounted on, when named after an agent in reusable. A view is
+// dead when it answers ENOTCONN, or when it hangs and is the very mount
+// (same device, in deadViews) that the dead coordinator recorded.
+// Anything else (a file, a non-empty or unknown directory, a live mount)
+// is refused.
+func prepareRoot(root, folder string, reusable map[string]bool, deadViews map[string]string, notify io.Writer) error {
 	entries, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
 		return os.MkdirAll(root, 0o755)
@@ -136,10 +326,60 @@ func checkEmptyRoot(root string) error {
 	if err != nil {
 		return fmt.Errorf("mount root: %w", err)
 	}
-	if len(entries) > 0 {
-		return fmt.Errorf("mount root %s is not empty; views are mounted at <root>/<agent_id>", root)
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return fmt.Errorf("mount root: %w", err)
+	}
+	notEmpty := fmt.Errorf("mount root %s is not empty; views are mounted at <root>/<agent_id>", root)
+	for _, e := range entries {
+		p := filepath.Join(realRoot, e.Name())
+		mi, mounted, err := mountAt(p)
+		if err != nil {
+			return fmt.Errorf("mount root: %w", err)
+		}
+		if mounted {
+			ours := mi.IsView() && mi.Source == ViewSourcePrefix+folder && reusable[e.Name()]
+			recorded := ours && deadViews[e.Name()] != "" && deadViews[e.Name()] == mi.Dev
+			state := mountAlive
+			if ours {
+				state = probeMount(p)
+			}
+			// A dead view answers ENOTCONN. One the dead coordinator
+			// recorded may hang instead, when its process cannot finish
+			// dying: aborting its connection frees it.
+			if state == mountAlive || (state == mountHung && !recorded) {
+				return fmt.Errorf("mount root %s is not empty: %s is a mount point (%s); unmount it or choose another root", root, p, mi.describe())
+			}
+			if err := detachDeadView(p, state == mountHung); err != nil {
+				return err
+			}
+			fmt.Fprintf(notify, "acpfs up: detached the dead view at %s (left by a coordinator that was killed)\n", p)
+		}
+		if !e.IsDir() || !reusable[e.Name()] {
+			return notEmpty
+		}
+		if empty, err := emptyDir(p); err != nil || !empty {
+			return notEmpty
+		}
 	}
 	return nil
+}
+
+// emptyDir tells whether the directory p has no entries.
+func emptyDir(p string) (bool, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if len(names) > 0 {
+		return false, nil
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	return true, nil
 }
 
 func checkParticipant(g *grants.Grant, participants []string) error {
@@ -177,7 +417,7 @@ func (c *Coordinator) loop() {
 			slog.Warn("grant watcher", "err", err)
 		case <-timer:
 			timer = nil
-			if err := c.reconcile(); err != nil {
+			if err := c.reconcile(false); err != nil {
 				slog.Warn("reconcile grants", "err", err)
 			}
 		}
@@ -185,10 +425,12 @@ func (c *Coordinator) loop() {
 }
 
 // reconcile mounts new grants, applies changed ones, and unmounts revoked
-// or removed ones.
-func (c *Coordinator) reconcile() error {
+// or removed ones, saying so on Notify. Mounts made at start are listed
+// by the caller instead.
+func (c *Coordinator) reconcile(starting bool) error {
 	gs, loadErr := c.cfg.Runs.LoadGrants()
 	want := map[string]grants.GrantFile{}
+	fate := map[string]string{} // grant id -> why it has no view
 	var errs []error
 	if loadErr != nil {
 		errs = append(errs, loadErr)
@@ -196,10 +438,12 @@ func (c *Coordinator) reconcile() error {
 	for _, gf := range gs {
 		g := gf.Grant
 		if g.Revoked {
+			fate[g.GrantID] = "revoked"
 			continue
 		}
 		if err := checkParticipant(g, c.cfg.Participants); err != nil {
 			errs = append(errs, err)
+			fate[g.GrantID] = "refused: " + err.Error()
 			continue
 		}
 		if _, dup := want[g.AgentID]; dup {
@@ -217,11 +461,25 @@ func (c *Coordinator) reconcile() error {
 			closed := *v.m.FS.Grant()
 			closed.Revoked = true
 			_ = v.m.FS.SetGrant(&closed, nil)
-			if err := v.m.Stop(); err != nil {
+			err := v.m.Stop()
+			if err != nil {
 				errs = append(errs, err)
 			}
 			os.Remove(v.m.cfg.Mountpoint)
 			delete(c.views, agent)
+			reason := fmt.Sprintf("grant %s removed", v.grantID)
+			if ok {
+				reason = fmt.Sprintf("grant %s replaced by %s", v.grantID, gf.Grant.GrantID)
+			} else if f, known := fate[v.grantID]; known {
+				reason = fmt.Sprintf("grant %s %s", v.grantID, f)
+			} else if _, serr := os.Stat(c.cfg.Runs.GrantPath(v.grantID)); serr == nil {
+				reason = fmt.Sprintf("grant %s no longer loads", v.grantID)
+			}
+			if err != nil {
+				c.notifyf("unmounted %s's view at %s (%s), with an error: %v", agent, v.m.cfg.Mountpoint, reason, err)
+			} else {
+				c.notifyf("unmounted %s's view at %s (%s)", agent, v.m.cfg.Mountpoint, reason)
+			}
 		}
 	}
 	for agent, gf := range want {
@@ -248,11 +506,19 @@ func (c *Coordinator) reconcile() error {
 			continue
 		}
 		c.views[agent] = &coordView{grantID: gf.Grant.GrantID, m: m}
+		if !starting {
+			c.notifyf("mounted %s's view at %s (grant %s)", agent, mp, gf.Grant.GrantID)
+		}
 	}
 	if err := c.writeStatus(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// notifyf writes one line for the operator.
+func (c *Coordinator) notifyf(format string, args ...any) {
+	fmt.Fprintf(c.notify, "acpfs up: "+format+"\n", args...)
 }
 
 // handoffsFor maps each artifact handed to g's agent to its stored copy.
@@ -279,9 +545,9 @@ func (c *Coordinator) Status() CoordinatorStatus {
 }
 
 func (c *Coordinator) statusLocked() CoordinatorStatus {
-	st := CoordinatorStatus{PID: os.Getpid(), Folder: c.cfg.Folder, Root: c.cfg.Root, Started: c.started.Format(time.RFC3339)}
+	st := CoordinatorStatus{PID: os.Getpid(), PIDStart: c.pidStart, BootID: c.bootID, Folder: c.cfg.Folder, Root: c.cfg.Root, Started: c.started.Format(time.RFC3339)}
 	for agent, v := range c.views {
-		st.Views = append(st.Views, ViewStatus{Agent: agent, Grant: v.grantID, Mountpoint: v.m.cfg.Mountpoint})
+		st.Views = append(st.Views, ViewStatus{Agent: agent, Grant: v.grantID, Mountpoint: v.m.cfg.Mountpoint, Dev: v.m.dev})
 	}
 	sort.Slice(st.Views, func(i, j int) bool { return st.Views[i].Agent < st.Views[j].Agent })
 	return st
@@ -292,15 +558,51 @@ func (c *Coordinator) writeStatus() error {
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(c.cfg.Runs.Root, StatusFile)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
+	return writeFileAtomic(filepath.Join(c.cfg.Runs.Root, StatusFile), append(b, '\n'), 0o644)
 }
 
-// ReadStatus reads the status a coordinator left in a run directory.
+// writeFileAtomic replaces p with data so that a reader sees the old
+// content or the new, even across a crash: a temporary file with a unique
+// name in the same directory, fsynced, renamed over p, then the
+// directory fsynced.
+func writeFileAtomic(p string, data []byte, perm os.FileMode) (err error) {
+	dir := filepath.Dir(p)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(p)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err == nil {
+		if err = f.Chmod(perm); err == nil {
+			err = f.Sync()
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, p); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// ReadStatus reads the status a coordinator left in a run directory and
+// tells whether that coordinator still runs: State is StateRunning only
+// when its pid is alive and is the same process (same start time, same
+// boot).
 func ReadStatus(runs grants.RunDir) (CoordinatorStatus, error) {
 	var st CoordinatorStatus
 	b, err := os.ReadFile(filepath.Join(runs.Root, StatusFile))
@@ -310,11 +612,44 @@ func ReadStatus(runs grants.RunDir) (CoordinatorStatus, error) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return st, fmt.Errorf("coordinator status: %w", err)
 	}
+	st.State, st.StateDetail = st.liveness()
 	return st, nil
 }
 
-// Stop unmounts every view, flushes the ledger and removes the status
-// file.
+// liveness judges the recorded coordinator against the process table.
+func (st CoordinatorStatus) liveness() (state, detail string) {
+	if st.PID <= 0 {
+		return StateDead, "the status file names no pid"
+	}
+	if st.BootID != "" {
+		if cur := bootID(); cur != "" && cur != st.BootID {
+			return StateDead, fmt.Sprintf("pid %d ran before the machine rebooted", st.PID)
+		}
+	}
+	if !processAlive(st.PID) {
+		return StateDead, fmt.Sprintf("pid %d is not running", st.PID)
+	}
+	pstate, start, err := procStat(st.PID)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return StateDead, fmt.Sprintf("pid %d is not running", st.PID)
+		}
+		return StateRunning, ""
+	}
+	if st.PIDStart != 0 && start != st.PIDStart {
+		return StateStale, fmt.Sprintf("pid %d is now another process (the coordinator died and its pid was reused)", st.PID)
+	}
+	if pstate == 'Z' || pstate == 'X' {
+		return StateDead, fmt.Sprintf("pid %d has exited", st.PID)
+	}
+	return StateRunning, ""
+}
+
+// Running tells whether ReadStatus found the coordinator alive.
+func (st CoordinatorStatus) Running() bool { return st.State == StateRunning }
+
+// Stop unmounts every view, flushes the ledger, removes the status file
+// if it is still this coordinator's, and releases the run directory.
 func (c *Coordinator) Stop() error {
 	select {
 	case <-c.stop:
@@ -335,7 +670,25 @@ func (c *Coordinator) Stop() error {
 		delete(c.views, agent)
 	}
 	c.watcher.Close()
-	os.Remove(filepath.Join(c.cfg.Runs.Root, StatusFile))
+	c.removeOwnStatus()
 	errs = append(errs, c.cfg.Ledger.Sync())
+	if c.lock != nil {
+		c.lock.Close() // releases the flock
+	}
 	return errors.Join(errs...)
+}
+
+// removeOwnStatus removes the status file only when it still describes
+// this process.
+func (c *Coordinator) removeOwnStatus() {
+	p := filepath.Join(c.cfg.Runs.Root, StatusFile)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return
+	}
+	var st CoordinatorStatus
+	if json.Unmarshal(b, &st) != nil || st.PID != os.Getpid() || st.PIDStart != c.pidStart {
+		return
+	}
+	os.Remove(p)
 }

@@ -7,6 +7,7 @@ package mount
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -65,6 +66,13 @@ type Mount struct {
 	grantW   *fsnotify.Watcher
 	stopOnce sync.Once
 	stopErr  error
+	// served is closed when the serve loop ends: the kernel unmounted
+	// the view (acpfs umount) or its connection was aborted.
+	served chan struct{}
+	// realMP is the mountpoint with symbolic links resolved, as
+	// mountinfo lists it; dev is the view's device (major:minor), which
+	// tells our mount from anything mounted there later.
+	realMP, dev string
 }
 
 // Start mounts the view and returns once the kernel serves it.
@@ -74,8 +82,17 @@ func Start(cfg Config) (*Mount, error) {
 		return nil, err
 	}
 	cfg.Folder = folder
+	if err := CheckMountpointPlace(cfg.Mountpoint, folder, cfg.Hidden); err != nil {
+		return nil, err
+	}
 	if err := CheckMountpoint(cfg.Mountpoint); err != nil {
 		return nil, err
+	}
+	// Resolved now, while it is a plain directory: mountinfo lists the
+	// view under this path.
+	realMP, err := filepath.EvalSymlinks(cfg.Mountpoint)
+	if err != nil {
+		return nil, fmt.Errorf("mountpoint: %w", err)
 	}
 	// A daemon killed between an event line and its protocol.json
 	// rewrite leaves the two out of step; put them back before serving.
@@ -136,6 +153,11 @@ func Start(cfg Config) (*Mount, error) {
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
 	m.server = server
+	m.served = make(chan struct{})
+	go func() { server.Wait(); close(m.served) }()
+	if mi, ok, _ := mountAt(realMP); ok && mi.IsView() {
+		m.realMP, m.dev = realMP, mi.Dev
+	}
 	// go-fuse's direct mount opens /dev/fuse without O_CLOEXEC: every
 	// command this process started afterwards (the sandboxed command of
 	// `acpfs run` first of all) would inherit the device and could answer
@@ -234,14 +256,15 @@ func (m *Mount) ReloadGrant() {
 func (m *Mount) Wait() { m.server.Wait() }
 
 // Stop unmounts the view, records it and flushes the ledger. It is safe
-// to call more than once.
+// to call more than once. A view the kernel already unmounted (`acpfs
+// umount`) is not unmounted again.
 func (m *Mount) Stop() error {
 	m.stopOnce.Do(func() {
 		if m.grantW != nil {
 			m.grantW.Close()
 		}
 		if m.server != nil {
-			m.stopErr = unmountServer(m.server, m.cfg.Mountpoint)
+			m.stopErr = m.unmount()
 		}
 		m.watcher.Remove(m.FS)
 		if m.ownWatch {
@@ -259,15 +282,99 @@ func (m *Mount) Stop() error {
 	return m.stopErr
 }
 
-// unmountServer retries while the mount is busy (a shell still sitting in
-// it), then detaches it lazily so that Stop never leaves it behind.
-func unmountServer(s *fuse.Server, mountpoint string) error {
+// Unmounted reports whether the serve loop has ended: the view is no
+// longer mounted, or its connection was aborted.
+func (m *Mount) Unmounted() bool {
+	select {
+	case <-m.served:
+		return true
+	default:
+		return false
+	}
+}
+
+// serveGrace bounds how long Stop waits for the serve loop to end after
+// the kernel accepted the unmount.
+const serveGrace = 5 * time.Second
+
+// unmount takes the view off its mountpoint. It acts only on the mount
+// this process made (same device at the same place), treats "already
+// unmounted" as success, retries while the view is busy (a shell still
+// sitting in it), then detaches it lazily so that Stop never leaves it
+// behind.
+func (m *Mount) unmount() error {
+	if m.dev == "" || os.Geteuid() != 0 {
+		// Mounted through fusermount, or not found in mountinfo: let
+		// go-fuse unmount it.
+		if m.Unmounted() {
+			return nil
+		}
+		return unmountServer(m.server, m.cfg.Mountpoint, m.Unmounted)
+	}
+	for i := 0; i < 20; i++ {
+		if m.Unmounted() || !m.stillMounted() {
+			// Unmounted from outside (`acpfs umount`), or aborted: there
+			// is nothing to unmount, only a dead mount to detach.
+			m.detachIfDead()
+			return nil
+		}
+		err := syscall.Unmount(m.realMP, 0)
+		if err == nil || errors.Is(err, syscall.EINVAL) {
+			// Unmounted now (or just before, from outside): the serve
+			// loop ends once the kernel has said goodbye.
+			select {
+			case <-m.served:
+			case <-time.After(serveGrace):
+			}
+			return nil
+		}
+		select {
+		case <-m.served:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if !m.stillMounted() {
+		return nil
+	}
+	if err := syscall.Unmount(m.realMP, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("unmount %s: %w", m.cfg.Mountpoint, err)
+	}
+	return nil
+}
+
+// stillMounted tells whether our view is still the mount at realMP.
+func (m *Mount) stillMounted() bool {
+	mi, ok, err := mountAt(m.realMP)
+	if err != nil {
+		return true // cannot tell: try to unmount
+	}
+	return ok && mi.Dev == m.dev
+}
+
+// detachIfDead detaches the view when its serve loop ended but it is
+// still mounted (its connection was aborted): a dead mount must not stay.
+func (m *Mount) detachIfDead() {
+	if m.Unmounted() && m.stillMounted() {
+		_ = syscall.Unmount(m.realMP, syscall.MNT_DETACH)
+	}
+}
+
+// unmountServer unmounts through go-fuse (fusermount when not root),
+// retrying while the mount is busy, then detaches it lazily. gone tells
+// whether the kernel has already unmounted it, which is success.
+func unmountServer(s *fuse.Server, mountpoint string, gone func() bool) error {
 	var err error
 	for i := 0; i < 20; i++ {
+		if gone() {
+			return nil
+		}
 		if err = s.Unmount(); err == nil {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if gone() {
+		return nil
 	}
 	if derr := syscall.Unmount(mountpoint, syscall.MNT_DETACH); derr != nil {
 		return fmt.Errorf("unmount %s: %w", mountpoint, err)
@@ -278,46 +385,237 @@ func unmountServer(s *fuse.Server, mountpoint string) error {
 // ErrStale means the mountpoint belongs to a FUSE daemon that is gone.
 var ErrStale = errors.New("transport endpoint is not connected: a previous acpfs mount died; run `acpfs umount` on it")
 
-// CheckMountpoint verifies that p is an existing directory that is not a
-// dead mount.
+// ErrMountpoint marks a mountpoint that acpfs refuses to mount on.
+var ErrMountpoint = errors.New("unusable mountpoint")
+
+// mountpointError is a refusal of a mountpoint, with one clear line.
+type mountpointError struct{ msg string }
+
+func (e *mountpointError) Error() string        { return e.msg }
+func (e *mountpointError) Is(target error) bool { return target == ErrMountpoint }
+
+func refuseMountpoint(format string, args ...any) error {
+	return &mountpointError{msg: fmt.Sprintf(format, args...)}
+}
+
+// CheckMountpoint verifies that p is an existing, empty directory that is
+// not a mount point already (of anything: another view, a dead view, a
+// tmpfs). A dead view is reported as ErrStale, with the command that
+// clears it; every other refusal is an ErrMountpoint.
 func CheckMountpoint(p string) error {
 	st, err := os.Stat(p)
 	if err != nil {
 		if errors.Is(err, syscall.ENOTCONN) {
 			return fmt.Errorf("mountpoint %s: %w", p, ErrStale)
 		}
+		if errors.Is(err, os.ErrNotExist) {
+			return refuseMountpoint("mountpoint %s does not exist (create an empty directory for the view)", p)
+		}
 		return fmt.Errorf("mountpoint: %w", err)
 	}
 	if !st.IsDir() {
-		return fmt.Errorf("mountpoint %s is not a directory", p)
+		return refuseMountpoint("mountpoint %s is not a directory", p)
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return fmt.Errorf("mountpoint: %w", err)
+	}
+	if mi, ok, err := isMountpoint(real); err != nil {
+		return fmt.Errorf("mountpoint: %w", err)
+	} else if ok {
+		what := "a mount point"
+		if mi.IsView() {
+			what = "an acpfs view"
+		}
+		return refuseMountpoint("mountpoint %s is already %s (%s); unmount it first or choose another directory", p, what, mi.describe())
+	}
+	f, err := os.Open(real)
+	if err != nil {
+		return fmt.Errorf("mountpoint: %w", err)
+	}
+	names, err := f.Readdirnames(1)
+	f.Close()
+	if len(names) > 0 {
+		return refuseMountpoint("mountpoint %s is not empty (it holds %s); mount views on an empty directory", p, names[0])
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("mountpoint: %w", err)
 	}
 	return nil
 }
 
-// Unmount unmounts p, including a stale mount whose daemon died and a
-// mount whose daemon hangs: when a plain unmount fails, the FUSE
-// connection is aborted first (so processes blocked in it get an error
-// instead of hanging forever), then the mount is detached.
-func Unmount(p string) error {
-	err := syscall.Unmount(p, 0)
-	if err == nil {
-		return nil
+// CheckMountpointPlace refuses a mountpoint that is the folder itself or
+// lies inside it, or inside one of the hidden directories (the run
+// directory, the ledger's directory): a view there would shadow the files
+// it serves or show what must stay hidden.
+func CheckMountpointPlace(p, folder string, hidden []string) error {
+	mp := realPath(p)
+	f := realPath(folder)
+	switch {
+	case mp == f:
+		return refuseMountpoint("mountpoint %s is the collaboration folder itself; mount the view on an empty directory outside it", p)
+	case within(mp, f):
+		return refuseMountpoint("mountpoint %s is inside the collaboration folder %s; mount the view outside it", p, folder)
 	}
-	if errors.Is(err, syscall.EINVAL) {
-		return fmt.Errorf("%s is not mounted", p)
+	for _, h := range hidden {
+		if h == "" {
+			continue
+		}
+		if hr := realPath(h); mp == hr || within(mp, hr) {
+			return refuseMountpoint("mountpoint %s is inside %s, which no view may show (run directory or ledger directory); mount the view elsewhere", p, h)
+		}
 	}
-	if aerr := abortConnection(p); aerr != nil {
-		slog.Debug("abort FUSE connection", "mountpoint", p, "err", aerr)
+	return nil
+}
+
+// realPath is p made absolute, with symbolic links resolved as far as it
+// exists.
+func realPath(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return p
 	}
-	if derr := syscall.Unmount(p, syscall.MNT_DETACH); derr == nil {
-		return nil
+	rest := ""
+	for cur := abs; ; {
+		if r, err := filepath.EvalSymlinks(cur); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return abs
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
 	}
-	if os.Geteuid() != 0 {
-		for _, tool := range []string{"fusermount3", "fusermount"} {
-			if path, lerr := lookPath(tool); lerr == nil {
-				return runQuiet(path, "-u", "-z", p)
+}
+
+// within tells whether p lies strictly below dir (both absolute, clean).
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}
+
+// ErrNotView marks a path that `acpfs umount` refuses: not a mount point,
+// or a mount that is not an acpfs view.
+var ErrNotView = errors.New("not an acpfs view")
+
+// ErrBusy marks a view that a process still uses (an open file, a
+// working directory), so that a plain unmount fails.
+var ErrBusy = errors.New("view is busy")
+
+type umountError struct {
+	msg  string
+	kind error
+}
+
+func (e *umountError) Error() string        { return e.msg }
+func (e *umountError) Is(target error) bool { return target == e.kind }
+
+// UnmountView unmounts the acpfs view at p, and nothing else: p must be
+// the mount point of a FUSE mount whose type and source say acpfs, as
+// /proc/self/mountinfo lists it; anything else is refused with
+// ErrNotView. The mount is never touched before that check.
+//
+// A plain unmount comes first. A view whose daemon died (stat answers
+// ENOTCONN) is detached even when something still holds it. A live view
+// that is busy is refused with ErrBusy unless force is set; force aborts
+// the FUSE connection (processes blocked in it get an error instead of
+// hanging) and detaches the mount lazily.
+func UnmountView(p string, force bool) error {
+	abs, err := resolveMountpointPath(p)
+	if err != nil {
+		return &umountError{msg: fmt.Sprintf("%s: %v", p, err), kind: ErrNotView}
+	}
+	mi, ok, err := mountAt(abs)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", mountinfoPath, err)
+	}
+	if !ok {
+		// p may be a symbolic link to a mountpoint; it is not one itself,
+		// so resolving it touches no mount.
+		if real, rerr := filepath.EvalSymlinks(abs); rerr == nil && real != abs {
+			abs = real
+			mi, ok, err = mountAt(abs)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", mountinfoPath, err)
 			}
 		}
 	}
-	return fmt.Errorf("unmount %s: %w", p, err)
+	if !ok {
+		return &umountError{msg: fmt.Sprintf("%s is not a mount point; nothing to unmount", p), kind: ErrNotView}
+	}
+	if !mi.IsView() {
+		return &umountError{msg: fmt.Sprintf("%s is not an acpfs view (it is a %s mount); refusing to unmount it", p, mi.describe()), kind: ErrNotView}
+	}
+	if os.Geteuid() != 0 {
+		return unmountWithFusermount(p, abs, force)
+	}
+	err = syscall.Unmount(abs, 0)
+	if err == nil || errors.Is(err, syscall.EINVAL) {
+		return nil // EINVAL: unmounted meanwhile
+	}
+	if !errors.Is(err, syscall.EBUSY) {
+		return fmt.Errorf("unmount %s: %w", p, err)
+	}
+	if !force && !deadMount(abs) {
+		return &umountError{kind: ErrBusy, msg: fmt.Sprintf("%s is busy (a process has a file open or its working directory in it); "+
+			"stop it, or run `acpfs umount --force %s` to abort the view's connection and detach it", p, p)}
+	}
+	if aerr := abortConnection(abs); aerr != nil {
+		slog.Debug("abort FUSE connection", "mountpoint", abs, "err", aerr)
+	}
+	if derr := syscall.Unmount(abs, syscall.MNT_DETACH); derr != nil && !errors.Is(derr, syscall.EINVAL) {
+		return fmt.Errorf("unmount %s: %w", p, derr)
+	}
+	return nil
+}
+
+// Unmount unmounts the acpfs view at p whatever holds it: UnmountView
+// with force. Anything that is not an acpfs view is refused.
+func Unmount(p string) error { return UnmountView(p, true) }
+
+// unmountWithFusermount unmounts as an unprivileged user, through
+// fusermount3 (which itself only unmounts the caller's FUSE mounts).
+func unmountWithFusermount(p, abs string, force bool) error {
+	tool := ""
+	for _, name := range []string{"fusermount3", "fusermount"} {
+		if path, err := lookPath(name); err == nil {
+			tool = path
+			break
+		}
+	}
+	if tool == "" {
+		return fmt.Errorf("unmount %s: not root and fusermount3 is not installed", p)
+	}
+	err := runQuiet(tool, "-u", abs)
+	if err == nil {
+		return nil
+	}
+	if !force && !deadMount(abs) {
+		if strings.Contains(err.Error(), "busy") {
+			return &umountError{kind: ErrBusy, msg: fmt.Sprintf("%s is busy (a process has a file open or its working directory in it); "+
+				"stop it, or run `acpfs umount --force %s` to detach it", p, p)}
+		}
+		return err
+	}
+	return runQuiet(tool, "-u", "-z", abs)
+}
+
+// detachDeadView detaches the dead view at abs: unmounted normally when
+// nothing holds it, lazily otherwise. With abort, its FUSE connection is
+// aborted first, which frees any process stuck waiting for the daemon.
+func detachDeadView(abs string, abort bool) error {
+	if abort {
+		if err := abortConnection(abs); err != nil {
+			slog.Debug("abort FUSE connection", "mountpoint", abs, "err", err)
+		}
+	}
+	err := syscall.Unmount(abs, 0)
+	if err == nil || errors.Is(err, syscall.EINVAL) {
+		return nil
+	}
+	if err := syscall.Unmount(abs, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("detach dead view %s: %w", abs, err)
+	}
+	return nil
 }

@@ -1,8 +1,12 @@
 package mount
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -29,14 +33,37 @@ func TestRebase(t *testing.T) {
 	assert.Equal(t, []string{"/proc/self/fd/7/runs", "/proc/self/fd/7"}, got)
 }
 
-func TestCheckEmptyRoot(t *testing.T) {
+func TestPrepareRoot(t *testing.T) {
 	d := t.TempDir()
+	var log strings.Builder
 	missing := filepath.Join(d, "new")
-	require.NoError(t, checkEmptyRoot(missing))
+	require.NoError(t, prepareRoot(missing, "/f", nil, nil, &log))
 	assert.DirExists(t, missing)
-	require.NoError(t, checkEmptyRoot(missing))
+	require.NoError(t, prepareRoot(missing, "/f", nil, nil, &log))
+
+	// Empty directories named after an agent (what a killed coordinator
+	// leaves once its dead views are gone) are reused.
+	require.NoError(t, os.Mkdir(filepath.Join(missing, "alice"), 0o755))
+	require.NoError(t, prepareRoot(missing, "/f", map[string]bool{"alice": true}, nil, &log))
+	// Any other name, or a non-empty agent directory, is refused.
+	assert.ErrorContains(t, prepareRoot(missing, "/f", map[string]bool{"bob": true}, nil, &log), "not empty")
+	require.NoError(t, os.WriteFile(filepath.Join(missing, "alice", "x"), nil, 0o644))
+	assert.ErrorContains(t, prepareRoot(missing, "/f", map[string]bool{"alice": true}, nil, &log), "not empty")
+	require.NoError(t, os.Remove(filepath.Join(missing, "alice", "x")))
 	require.NoError(t, os.WriteFile(filepath.Join(missing, "x"), nil, 0o644))
-	assert.ErrorContains(t, checkEmptyRoot(missing), "not empty")
+	assert.ErrorContains(t, prepareRoot(missing, "/f", map[string]bool{"alice": true, "x": true}, nil, &log), "not empty")
+	assert.Empty(t, log.String())
+}
+
+func TestCheckRootPlace(t *testing.T) {
+	d := t.TempDir()
+	cfg := CoordinatorConfig{Folder: filepath.Join(d, "collab"), Runs: grants.NewRunDir(filepath.Join(d, "runs"))}
+	for _, bad := range []string{cfg.Folder, filepath.Join(cfg.Folder, "mnt"), filepath.Join(d, "runs", "mnt")} {
+		cfg.Root = bad
+		assert.Error(t, checkRootPlace(cfg), bad)
+	}
+	cfg.Root = filepath.Join(d, "mnt")
+	assert.NoError(t, checkRootPlace(cfg))
 }
 
 func TestCheckParticipant(t *testing.T) {
@@ -52,6 +79,182 @@ func TestCheckMountpoint(t *testing.T) {
 	assert.NoError(t, CheckMountpoint(d))
 	f := filepath.Join(d, "file")
 	require.NoError(t, os.WriteFile(f, nil, 0o644))
-	assert.ErrorContains(t, CheckMountpoint(f), "not a directory")
-	assert.Error(t, CheckMountpoint(filepath.Join(d, "missing")))
+	err := CheckMountpoint(f)
+	assert.ErrorContains(t, err, "not a directory")
+	assert.ErrorIs(t, err, ErrMountpoint)
+	err = CheckMountpoint(filepath.Join(d, "missing"))
+	assert.ErrorContains(t, err, "does not exist")
+	assert.ErrorIs(t, err, ErrMountpoint)
+	// Not empty.
+	err = CheckMountpoint(d)
+	assert.ErrorContains(t, err, "not empty")
+	assert.ErrorIs(t, err, ErrMountpoint)
+	assert.NotContains(t, err.Error(), "\n")
+}
+
+func TestCheckMountpointPlace(t *testing.T) {
+	d := t.TempDir()
+	folder := filepath.Join(d, "collab")
+	runs := filepath.Join(d, "runs")
+	ledgerDir := filepath.Join(d, "ledgers")
+	for _, p := range []string{folder, runs, ledgerDir} {
+		require.NoError(t, os.MkdirAll(filepath.Join(p, "sub"), 0o755))
+	}
+	require.NoError(t, os.Symlink(folder, filepath.Join(d, "alias")))
+	hidden := []string{runs, ledgerDir}
+	for p, want := range map[string]string{
+		folder:                               "collaboration folder itself",
+		filepath.Join(folder, "sub"):         "inside the collaboration folder",
+		filepath.Join(d, "alias", "sub"):     "inside the collaboration folder",
+		filepath.Join(runs, "sub"):           "no view may show",
+		runs:                                 "no view may show",
+		filepath.Join(ledgerDir, "sub"):      "no view may show",
+		filepath.Join(ledgerDir, "sub", "x"): "no view may show",
+	} {
+		err := CheckMountpointPlace(p, folder, hidden)
+		assert.ErrorContains(t, err, want, p)
+		assert.ErrorIs(t, err, ErrMountpoint, p)
+	}
+	assert.NoError(t, CheckMountpointPlace(filepath.Join(d, "mnt"), folder, hidden))
+	assert.NoError(t, CheckMountpointPlace(filepath.Join(d, "collab2"), folder, hidden), "a sibling sharing a prefix is not inside")
+}
+
+func TestParseMountInfo(t *testing.T) {
+	text := `22 1 0:21 / /proc rw,nosuid shared:5 - proc proc rw
+30 22 0:44 / /tmp/a\040b rw,nosuid,nodev,relatime - fuse.acpfs acpfs:/tmp/col\040x rw,user_id=0
+31 30 0:45 / /tmp/a\040b rw - tmpfs tmpfs rw
+malformed line
+40 1 0:46 / /mnt/v rw master:1 propagation:2 - fuse.loopback /src rw
+`
+	mis := parseMountInfo(text)
+	require.Len(t, mis, 4)
+	assert.Equal(t, MountInfo{ID: 30, Parent: 22, Dev: "0:44", Mountpoint: "/tmp/a b", FSType: "fuse.acpfs", Source: "acpfs:/tmp/col x"}, mis[1])
+	assert.True(t, mis[1].IsView())
+	assert.False(t, mis[0].IsView())
+	assert.False(t, mis[3].IsView(), "another FUSE filesystem is not a view")
+	assert.Equal(t, "fuse.loopback", mis[3].FSType)
+	// The tmpfs mounted over the view is the one on top.
+	top, ok := topmostAt(mis, "/tmp/a b")
+	require.True(t, ok)
+	assert.Equal(t, "tmpfs", top.FSType)
+	_, ok = topmostAt(mis, "/nowhere")
+	assert.False(t, ok)
+	assert.Equal(t, `a\b`, unescapeMountinfo(`a\134b`))
+	assert.Equal(t, `a\9`, unescapeMountinfo(`a\9`))
+}
+
+func TestFlockHolder(t *testing.T) {
+	locks := `1: POSIX  ADVISORY  WRITE 99 00:2d:5678 0 EOF
+2: FLOCK  ADVISORY  WRITE 1234 00:2d:5678 0 EOF
+2: -> FLOCK  ADVISORY  WRITE 777 00:2d:5678 0 EOF
+3: FLOCK  ADVISORY  WRITE 4321 fd:01:42 0 EOF
+`
+	assert.Equal(t, 1234, flockHolder(locks, 0, 0x2d, 5678))
+	assert.Equal(t, 4321, flockHolder(locks, 0xfd, 1, 42))
+	assert.Equal(t, 0, flockHolder(locks, 0, 0x2d, 1))
+}
+
+func TestLockRunDir(t *testing.T) {
+	d := t.TempDir()
+	first, err := lockRunDir(d)
+	require.NoError(t, err)
+	// flock belongs to the open file, so a second open conflicts even in
+	// this process, and names the holder.
+	_, err = lockRunDir(d)
+	require.ErrorIs(t, err, ErrRunDirBusy)
+	assert.Contains(t, err.Error(), fmt.Sprintf("pid %d", os.Getpid()))
+	assert.NotContains(t, err.Error(), "\n")
+	require.NoError(t, first.Close())
+	again, err := lockRunDir(d)
+	require.NoError(t, err, "a released lock (a dead holder) is free")
+	again.Close()
+}
+
+func TestWriteFileAtomic(t *testing.T) {
+	d := t.TempDir()
+	p := filepath.Join(d, StatusFile)
+	require.NoError(t, writeFileAtomic(p, []byte("one\n"), 0o644))
+	require.NoError(t, writeFileAtomic(p, []byte("two\n"), 0o644))
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	assert.Equal(t, "two\n", string(b))
+	st, err := os.Stat(p)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o644), st.Mode().Perm())
+	entries, err := os.ReadDir(d)
+	require.NoError(t, err)
+	assert.Len(t, entries, 1, "no temporary file left behind")
+}
+
+func TestStatusLiveness(t *testing.T) {
+	self := os.Getpid()
+	start, err := procStartTime(self)
+	require.NoError(t, err)
+	require.NotZero(t, start)
+
+	st := CoordinatorStatus{PID: self, PIDStart: start, BootID: bootID()}
+	state, _ := st.liveness()
+	assert.Equal(t, StateRunning, state)
+
+	// The same pid with another start time: the pid was reused.
+	st.PIDStart = start + 1
+	state, detail := st.liveness()
+	assert.Equal(t, StateStale, state)
+	assert.Contains(t, detail, "reused")
+
+	// Another boot.
+	st = CoordinatorStatus{PID: self, PIDStart: start, BootID: "not-this-boot"}
+	state, _ = st.liveness()
+	assert.Equal(t, StateDead, state)
+
+	// A pid that no longer runs.
+	cmd := exec.Command("true")
+	require.NoError(t, cmd.Run())
+	st = CoordinatorStatus{PID: cmd.Process.Pid, PIDStart: 1}
+	state, detail = st.liveness()
+	assert.Equal(t, StateDead, state)
+	assert.Contains(t, detail, "not running")
+
+	st = CoordinatorStatus{}
+	state, _ = st.liveness()
+	assert.Equal(t, StateDead, state)
+}
+
+func TestReadStatusReportsDeadCoordinator(t *testing.T) {
+	d := t.TempDir()
+	cmd := exec.Command("true")
+	require.NoError(t, cmd.Run())
+	b, err := json.Marshal(CoordinatorStatus{PID: cmd.Process.Pid, PIDStart: 12345, BootID: bootID(), Folder: "/f", Root: "/r"})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(d, StatusFile), b, 0o644))
+	st, err := ReadStatus(grants.NewRunDir(d))
+	require.NoError(t, err)
+	assert.Equal(t, StateDead, st.State)
+	assert.False(t, st.Running())
+}
+
+func TestProcStartTimeOddName(t *testing.T) {
+	// A command name with spaces and parentheses does not shift fields.
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "a) (b c")
+	require.NoError(t, os.Symlink("/bin/sleep", exe))
+	cmd := exec.Command(exe, "5")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	st, err := procStartTime(cmd.Process.Pid)
+	require.NoError(t, err)
+	self, err := procStartTime(os.Getpid())
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, st, self)
+}
+
+func TestUnmountViewRefusesPlainDirectory(t *testing.T) {
+	d := t.TempDir()
+	err := UnmountView(d, false)
+	assert.ErrorIs(t, err, ErrNotView)
+	assert.ErrorContains(t, err, "not a mount point")
+	err = UnmountView(d, true)
+	assert.ErrorIs(t, err, ErrNotView, "--force does not widen what umount acts on")
+	err = UnmountView(filepath.Join(d, "missing", "x"), false)
+	assert.ErrorIs(t, err, ErrNotView)
 }

@@ -1,7 +1,7 @@
 package mount
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func lookPath(name string) (string, error) { return exec.LookPath(name) }
@@ -82,28 +83,280 @@ func abortConnection(mountpoint string) error {
 // fuseMinor returns the device minor (the fusectl connection number) of
 // the FUSE mount at abs.
 func fuseMinor(abs string) (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mi, ok, err := mountAt(abs)
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		// id parent major:minor root mountpoint options ... - fstype source
-		fields := strings.Fields(s.Text())
-		if len(fields) < 5 || fields[4] != abs {
+	if !ok || !strings.HasPrefix(mi.FSType, "fuse") {
+		return "", fmt.Errorf("%s is not a FUSE mount", abs)
+	}
+	_, minor, ok := strings.Cut(mi.Dev, ":")
+	if !ok {
+		return "", fmt.Errorf("%s: bad device %q in mountinfo", abs, mi.Dev)
+	}
+	return minor, nil
+}
+
+// MountInfo is one line of /proc/self/mountinfo.
+type MountInfo struct {
+	ID, Parent int
+	Dev        string // major:minor
+	Mountpoint string // unescaped
+	FSType     string // "fuse.acpfs" for a view
+	Source     string // "acpfs:<folder>" for a view
+}
+
+// ViewFSType and ViewSourcePrefix are how a view shows in mountinfo.
+const (
+	ViewFSType       = "fuse.acpfs"
+	ViewSourcePrefix = "acpfs:"
+)
+
+// IsView tells whether the mount is an acpfs view.
+func (mi MountInfo) IsView() bool {
+	return mi.FSType == ViewFSType && strings.HasPrefix(mi.Source, ViewSourcePrefix)
+}
+
+// describe names the mount for messages: "tmpfs (source tmpfs)".
+func (mi MountInfo) describe() string {
+	return fmt.Sprintf("%s (source %s)", mi.FSType, mi.Source)
+}
+
+const mountinfoPath = "/proc/self/mountinfo"
+
+// readMountInfo lists the mounts of this mount namespace, parents before
+// children, as the kernel orders them.
+func readMountInfo() ([]MountInfo, error) {
+	b, err := os.ReadFile(mountinfoPath)
+	if err != nil {
+		return nil, err
+	}
+	return parseMountInfo(string(b)), nil
+}
+
+// parseMountInfo parses mountinfo text; malformed lines are skipped.
+func parseMountInfo(text string) []MountInfo {
+	var out []MountInfo
+	for _, line := range strings.Split(text, "\n") {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
+		fields := strings.Fields(line)
+		if len(fields) < 7 {
 			continue
 		}
-		for i, fl := range fields {
-			if fl == "-" && i+1 < len(fields) && strings.HasPrefix(fields[i+1], "fuse") {
-				_, minor, ok := strings.Cut(fields[2], ":")
-				if ok {
-					return minor, nil
-				}
+		sep := -1
+		for i := 6; i < len(fields); i++ {
+			if fields[i] == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+1 >= len(fields) {
+			continue
+		}
+		mi := MountInfo{Dev: fields[2], Mountpoint: unescapeMountinfo(fields[4]), FSType: fields[sep+1]}
+		if sep+2 < len(fields) {
+			mi.Source = unescapeMountinfo(fields[sep+2])
+		}
+		fmt.Sscanf(fields[0], "%d", &mi.ID)
+		fmt.Sscanf(fields[1], "%d", &mi.Parent)
+		out = append(out, mi)
+	}
+	return out
+}
+
+// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space,
+// \011, \012, \134) in mountinfo paths.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
+
+// mountAt returns the topmost mount whose mountpoint is abs (an absolute
+// path with symbolic links resolved), if any.
+func mountAt(abs string) (MountInfo, bool, error) {
+	mis, err := readMountInfo()
+	if err != nil {
+		return MountInfo{}, false, err
+	}
+	mi, ok := topmostAt(mis, abs)
+	return mi, ok, nil
+}
+
+// topmostAt picks, among the mounts at abs, the one stacked last: a mount
+// made over another is its child, so it comes later in mountinfo.
+func topmostAt(mis []MountInfo, abs string) (MountInfo, bool) {
+	var found MountInfo
+	ok := false
+	for _, mi := range mis {
+		if mi.Mountpoint == abs {
+			if !ok || isAbove(mis, mi, found) {
+				found, ok = mi, true
 			}
 		}
 	}
-	return "", fmt.Errorf("%s is not a FUSE mount", abs)
+	return found, ok
+}
+
+// isAbove tells whether a is b or stacked over it (b is among a's
+// ancestors).
+func isAbove(mis []MountInfo, a, b MountInfo) bool {
+	byID := make(map[int]MountInfo, len(mis))
+	for _, mi := range mis {
+		byID[mi.ID] = mi
+	}
+	seen := map[int]bool{}
+	for cur := a; !seen[cur.ID]; {
+		if cur.ID == b.ID {
+			return true
+		}
+		seen[cur.ID] = true
+		p, ok := byID[cur.Parent]
+		if !ok {
+			break
+		}
+		cur = p
+	}
+	return false
+}
+
+// isMountpoint tells whether the existing directory abs is a mount point:
+// listed in mountinfo, or on another device than its parent.
+func isMountpoint(abs string) (MountInfo, bool, error) {
+	mi, ok, err := mountAt(abs)
+	if err != nil || ok {
+		return mi, ok, err
+	}
+	parent := filepath.Dir(abs)
+	if parent == abs {
+		return MountInfo{Mountpoint: abs}, true, nil
+	}
+	var st, pst syscall.Stat_t
+	if err := syscall.Lstat(abs, &st); err != nil {
+		return mi, false, err
+	}
+	if err := syscall.Lstat(parent, &pst); err != nil {
+		return mi, false, err
+	}
+	if st.Dev != pst.Dev {
+		return MountInfo{Mountpoint: abs, FSType: "unknown", Source: "another device"}, true, nil
+	}
+	return mi, false, nil
+}
+
+// resolveMountpointPath makes p absolute and resolves symbolic links in
+// its parent only, so that the mount at p itself (which may be dead or
+// hung) is never touched.
+func resolveMountpointPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if abs == "/" {
+		return abs, nil
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, filepath.Base(abs)), nil
+}
+
+// deadMountTimeout bounds how long deadMount waits for an answer.
+const deadMountTimeout = 2 * time.Second
+
+// deadMount tells whether the FUSE mount at p has lost its daemon: stat
+// answers ENOTCONN. A daemon that does not answer within deadMountTimeout
+// is taken as alive (hung), never as dead.
+func deadMount(p string) bool { return probeMount(p) == mountDead }
+
+// Results of probeMount.
+const (
+	mountAlive = iota // answers
+	mountDead         // ENOTCONN: its daemon is gone
+	mountHung         // no answer within deadMountTimeout
+)
+
+// probeMount stats p, without waiting more than deadMountTimeout for a
+// daemon that does not answer.
+func probeMount(p string) int {
+	ch := make(chan error, 1)
+	go func() {
+		var st syscall.Stat_t
+		ch <- syscall.Stat(p, &st)
+	}()
+	select {
+	case err := <-ch:
+		if errors.Is(err, syscall.ENOTCONN) {
+			return mountDead
+		}
+		return mountAlive
+	case <-time.After(deadMountTimeout):
+		return mountHung
+	}
+}
+
+// procStartTime returns the start time of process pid, in clock ticks
+// after boot (field 22 of /proc/PID/stat): with the pid it identifies a
+// process, since pids are reused.
+func procStartTime(pid int) (uint64, error) {
+	_, start, err := procStat(pid)
+	return start, err
+}
+
+// procStat returns the state (field 3 of /proc/PID/stat: R, S, D, Z...)
+// and the start time (field 22) of process pid.
+func procStat(pid int) (state byte, start uint64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces
+	// and parentheses itself: count fields after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	const stateField, startField = 3 - 3, 22 - 3 // fields after ')' start with field 3
+	if len(fields) <= startField || len(fields[stateField]) != 1 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	if _, err := fmt.Sscanf(fields[startField], "%d", &start); err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	return fields[stateField][0], start, nil
+}
+
+// bootID identifies the current boot: a start time only means something
+// within one boot.
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// processAlive tells whether a process with this pid exists.
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // closeOnExecFUSE marks every open /dev/fuse descriptor of this process

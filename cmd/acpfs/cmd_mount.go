@@ -151,13 +151,19 @@ func newMountCmd() *cobra.Command {
 		Short: "Mount one grant's view of a collaboration folder (foreground; Ctrl-C unmounts)",
 		Example: `  acpfs mount --folder collab --runs agent_runs --grant G-reviewer /mnt/reviewer
   acpfs mount --folder collab --grant grants/G-owner.json --ledger ledger.jsonl --audit reads /mnt/owner`,
-		Args: cobra.ExactArgs(1),
+		Args: oneMountpoint,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, err := mf.prepare()
 			if err != nil {
 				return err
 			}
 			folder, ledgerPath, gp, g := v.folder, v.ledgerPath, v.grantPath, v.grant
+			// Refuse a bad mountpoint before opening anything: not an
+			// empty directory, already a mount (another view included),
+			// the folder or inside it, inside the run or ledger directory.
+			if err := checkMountpoint(args[0], folder, mf.hiddenDirs(ledgerPath)); err != nil {
+				return err
+			}
 			log, err := protocol.OpenLog(folder)
 			if err != nil {
 				return err
@@ -179,6 +185,9 @@ func newMountCmd() *cobra.Command {
 				Hidden: mf.hiddenDirs(ledgerPath), AuditReads: mf.audit == "reads", Passthrough: mf.passthrough, AllowOther: mf.allowOther, Debug: mf.debug,
 			})
 			if err != nil {
+				if errors.Is(err, mount.ErrMountpoint) {
+					return err
+				}
 				return withCode(exitMount, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "mounted %s for %s (grant %s) at %s\n", folder, g.AgentID, g.GrantID, args[0])
@@ -186,7 +195,9 @@ func newMountCmd() *cobra.Command {
 			go func() { m.Wait(); close(done) }()
 			select {
 			case <-sig:
-			case <-done: // unmounted from outside (acpfs umount)
+			case <-done:
+				// Unmounted from outside (acpfs umount): Stop only
+				// records it; there is nothing left to unmount.
 			}
 			if err := m.Stop(); err != nil {
 				return withCode(exitMount, err)
@@ -199,18 +210,59 @@ func newMountCmd() *cobra.Command {
 }
 
 func newUmountCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "umount MOUNTPOINT",
-		Short:   "Unmount a view, including a stale one whose daemon died",
-		Example: "  acpfs umount /mnt/reviewer",
-		Args:    cobra.ExactArgs(1),
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "umount [--force] MOUNTPOINT",
+		Short: "Unmount an acpfs view, including a stale one whose daemon died (refuses anything else)",
+		Long: `umount unmounts an acpfs view and nothing else: MOUNTPOINT must be listed in
+/proc/self/mountinfo as a FUSE mount of type fuse.acpfs. A view whose daemon
+died ("transport endpoint is not connected") is unmounted too. A view still in
+use (an open file, a shell inside it) is refused unless --force, which aborts
+its connection (blocked processes get an error) and detaches it.`,
+		Example: "  acpfs umount /mnt/reviewer\n  acpfs umount --force /mnt/reviewer",
+		Args:    oneMountpoint,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := mount.Unmount(args[0]); err != nil {
-				return withCode(exitMount, err)
+			err := mount.UnmountView(args[0], force)
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, mount.ErrNotView):
+				return withCode(exitFailed, err)
 			}
-			return nil
+			return withCode(exitMount, err)
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "abort the view's FUSE connection and detach it even while it is in use")
+	return cmd
+}
+
+// oneMountpoint is the Args check of mount and umount: exactly one
+// MOUNTPOINT, with a message that says which argument is missing.
+func oneMountpoint(cmd *cobra.Command, args []string) error {
+	switch {
+	case len(args) == 0:
+		return fmt.Errorf("%s: missing MOUNTPOINT (usage: acpfs %s)", cmd.Name(), cmd.Use)
+	case len(args) > 1:
+		return fmt.Errorf("%s: one MOUNTPOINT expected, got %d arguments (usage: acpfs %s)", cmd.Name(), len(args), cmd.Use)
+	}
+	return nil
+}
+
+// checkMountpoint applies mount.CheckMountpointPlace and
+// mount.CheckMountpoint, with the exit code of each refusal: a dead
+// view (fixed by acpfs umount) is a mount failure, the rest are refused.
+func checkMountpoint(p, folder string, hidden []string) error {
+	err := mount.CheckMountpointPlace(p, folder, hidden)
+	if err == nil {
+		err = mount.CheckMountpoint(p)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, mount.ErrStale):
+		return withCode(exitMount, err)
+	}
+	return withCode(exitFailed, err)
 }
 
 func newDoctorCmd() *cobra.Command {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -31,8 +32,13 @@ func newUpCmd() *cobra.Command {
 		Long: `up mounts one view per active grant in DIR/context_grants at R/<agent_id>.
 The views share one protocol state and one ledger writer. A new grant is
 mounted, a changed grant applies to its live view, a revoked or removed
-grant is unmounted. SIGINT or SIGTERM unmounts everything and flushes the
-ledger.`,
+grant is unmounted (one line on stderr each time). SIGINT or SIGTERM
+unmounts everything and flushes the ledger.
+
+One coordinator runs per run directory: up holds a lock on DIR/.acpfs-up.lock
+and a second one fails at once, naming the first one's pid. After a crash
+(even SIGKILL), up restarts on the same root with no cleanup: the dead views
+the killed coordinator left are detached, and their empty directories reused.`,
 		Example: "  acpfs up --runs agent_runs --folder collab --root /mnt/agents",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -75,7 +81,11 @@ ledger.`,
 			c, err := mount.StartCoordinator(mount.CoordinatorConfig{
 				Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
 				AuditReads: audit == "reads", Passthrough: passthrough, AllowOther: allowOther, Participants: participants,
+				Notify: cmd.ErrOrStderr(),
 			})
+			if errors.Is(err, mount.ErrRunDirBusy) {
+				return err
+			}
 			if err != nil {
 				return withCode(exitMount, err)
 			}
@@ -159,17 +169,26 @@ func newStatusCmd() *cobra.Command {
 				log.Close()
 			}
 			w := cmd.OutOrStdout()
+			// A coordinator that died (or whose pid now names another
+			// process) left this status behind: say so, and fail.
+			var dead error
+			if !st.Running() {
+				dead = fmt.Errorf("coordinator %s: %s; its views are dead (run `acpfs up` again: it clears them)", st.State, st.StateDetail)
+			}
 			if asJSON {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
-				return enc.Encode(o)
+				if err := enc.Encode(o); err != nil {
+					return err
+				}
+				return dead
 			}
-			fmt.Fprintf(w, "coordinator pid %d since %s\nfolder: %s\nphase: %s\nproposal owner: %s\nwaiting for: %s\nlast seq: %d\n",
-				o.PID, o.Started, o.Folder, o.Phase, o.Owner, strings.Join(o.WaitingFor, ", "), o.LastSeq)
+			fmt.Fprintf(w, "coordinator pid %d since %s: %s\nfolder: %s\nphase: %s\nproposal owner: %s\nwaiting for: %s\nlast seq: %d\n",
+				o.PID, o.Started, o.State, o.Folder, o.Phase, o.Owner, strings.Join(o.WaitingFor, ", "), o.LastSeq)
 			for _, v := range o.Views {
 				fmt.Fprintf(w, "  %-16s %-16s %s\n", v.Agent, v.Grant, v.Mountpoint)
 			}
-			return nil
+			return dead
 		},
 	}
 	cmd.Flags().StringVar(&runs, "runs", "agent_runs", "run directory of the coordinator")
