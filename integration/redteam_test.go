@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -98,4 +99,31 @@ func TestALaterVersionReadThroughAnOpenDescriptorIsRecorded(t *testing.T) {
 		}
 	}
 	assert.True(t, found, "a read record holds the hash of the version read")
+}
+
+// TestGrantAndLedgerInsideTheFolderAreHidden: a grant file and a ledger
+// that the coordinator keeps inside the folder are never shown, since the
+// agent could otherwise widen its own grant or rewrite the evidence.
+func TestGrantAndLedgerInsideTheFolderAreHidden(t *testing.T) {
+	c := newCollab(t)
+	g := &grants.Grant{GrantID: "G-all", AgentID: reviewer, Role: "r", Objective: "o",
+		MayRead: []string{"**"}, MayWrite: []string{"**"}, ForbiddenRead: []string{"oracle/**"}}
+	data, err := json.Marshal(g)
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Join(c.folder, "grants"), 0o755))
+	grantFile := filepath.Join(c.folder, "grants", "G-all.json")
+	require.NoError(t, os.WriteFile(grantFile, data, 0o644))
+	mnt := filepath.Join(c.root, "mnt-inside")
+	require.NoError(t, os.Mkdir(mnt, 0o755))
+	pmStart(t, []string{mnt}, []string{filepath.Join(mnt, ".acpfs/status")},
+		"mount", "--folder", c.folder, "--grant", grantFile, "--ledger", filepath.Join(c.folder, "ledger.jsonl"), mnt)
+	for _, name := range []string{"grants", "grants/G-all.json", "ledger.jsonl"} {
+		_, err := os.Lstat(filepath.Join(mnt, name))
+		assert.ErrorIs(t, err, syscall.ENOENT, name)
+	}
+	entries, err := os.ReadDir(mnt)
+	require.NoError(t, err)
+	for _, e := range entries {
+		assert.NotContains(t, []string{"grants", "ledger.jsonl"}, e.Name())
+	}
 }

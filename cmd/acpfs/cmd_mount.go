@@ -76,10 +76,17 @@ func (mf *mountFlags) resolve() (folder, ledgerPath string, err error) {
 	return folder, ledgerPath, nil
 }
 
-// hiddenDirs is what no view may show: the run directory and the
-// ledger's directory.
-func (mf *mountFlags) hiddenDirs(ledgerPath string) []string {
-	h := []string{filepath.Dir(ledgerPath)}
+// hiddenDirs is what no view may show: the run directory, the ledger and
+// the grant file, and their directories. When one of them lies directly in
+// the folder, its directory is the folder itself, which cannot be hidden;
+// the file itself is then.
+func (mf *mountFlags) hiddenDirs(ledgerPath, grantPath string) []string {
+	h := []string{filepath.Dir(ledgerPath), ledgerPath}
+	if grantPath != "" {
+		if g, err := filepath.Abs(grantPath); err == nil {
+			h = append(h, filepath.Dir(g), g)
+		}
+	}
 	if mf.runs != "" {
 		if r, err := filepath.Abs(mf.runs); err == nil {
 			h = append(h, r)
@@ -161,7 +168,7 @@ func newMountCmd() *cobra.Command {
 			// Refuse a bad mountpoint before opening anything: not an
 			// empty directory, already a mount (another view included),
 			// the folder or inside it, inside the run or ledger directory.
-			if err := checkMountpoint(args[0], folder, mf.hiddenDirs(ledgerPath)); err != nil {
+			if err := checkMountpoint(args[0], folder, mf.hiddenDirs(ledgerPath, gp)); err != nil {
 				return err
 			}
 			log, err := protocol.OpenLog(folder)
@@ -182,7 +189,7 @@ func newMountCmd() *cobra.Command {
 			defer signal.Stop(sig)
 			m, err := mount.Start(mount.Config{
 				Folder: folder, Mountpoint: args[0], Grant: g, GrantPath: gp, Log: log, Ledger: lw,
-				Hidden: mf.hiddenDirs(ledgerPath), AuditReads: mf.audit == "reads", Passthrough: mf.passthrough, AllowOther: mf.allowOther, Debug: mf.debug,
+				Hidden: mf.hiddenDirs(ledgerPath, gp), AuditReads: mf.audit == "reads", Passthrough: mf.passthrough, AllowOther: mf.allowOther, Debug: mf.debug,
 			})
 			if err != nil {
 				if errors.Is(err, mount.ErrMountpoint) {
