@@ -127,6 +127,9 @@ func Start(cfg Config) (*Mount, error) {
 		EntryTimeout:    &sec,
 		AttrTimeout:     &sec,
 		NegativeTimeout: &zero,
+		// A file whose mode is 0000 shows 0000 (go-fuse would show
+		// 0644): the kernel checks permissions on what the view says.
+		NullPermissions: true,
 		MountOptions: fuse.MountOptions{
 			FsName:     "acpfs:" + folder,
 			Name:       "acpfs",
