@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -257,4 +258,20 @@ func TestUnmountViewRefusesPlainDirectory(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotView, "--force does not widen what umount acts on")
 	err = UnmountView(filepath.Join(d, "missing", "x"), false)
 	assert.ErrorIs(t, err, ErrNotView)
+}
+
+func TestFuseFixMatchesTheError(t *testing.T) {
+	tests := []struct {
+		err  error
+		root bool
+		want string
+	}{
+		{syscall.EACCES, false, "chmod 0666 /dev/fuse"},
+		{syscall.EPERM, true, "--device /dev/fuse"},
+		{syscall.ENOENT, false, "modprobe fuse"},
+		{syscall.ENODEV, true, "modprobe fuse"},
+	}
+	for _, tc := range tests {
+		assert.Contains(t, fuseFix(&os.PathError{Op: "open", Path: "/dev/fuse", Err: tc.err}, tc.root), tc.want)
+	}
 }

@@ -49,12 +49,26 @@ func Check() Doctor {
 // Usable returns nil when views can be mounted, or the reason they cannot.
 func (d Doctor) Usable() error {
 	if d.DevFUSE != nil {
-		return fmt.Errorf("/dev/fuse is not usable: %w (load the fuse module or give the container the device)", d.DevFUSE)
+		return fmt.Errorf("/dev/fuse is not usable: %w (%s)", d.DevFUSE, fuseFix(d.DevFUSE, d.Root))
 	}
 	if !d.Root && d.Fusermount == "" {
-		return errors.New("not root and fusermount3 is not installed (apt-get install fuse3)")
+		return errors.New("not root and fusermount3 is not installed: install fuse3 (apt-get install fuse3) or run acpfs as root")
 	}
 	return nil
+}
+
+// fuseFix is the fix that matches why /dev/fuse could not be opened.
+func fuseFix(err error, root bool) string {
+	switch {
+	case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM):
+		if root {
+			return "the container denies the device: start it with --device /dev/fuse"
+		}
+		return `this user may not open it: run acpfs as root, or give users access with "chmod 0666 /dev/fuse", the mode fuse3's udev rule sets`
+	case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.ENXIO):
+		return `load the module with "modprobe fuse", or start the container with --device /dev/fuse`
+	}
+	return "check that the fuse module is loaded and the device is available"
 }
 
 const fusectl = "/sys/fs/fuse/connections"
