@@ -461,9 +461,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if err := unix.Renameat2(src.d.fd, src.d.name, dst.d.fd, dst.d.name, uint(flags)); err != nil {
 		return errnoOf(err)
 	}
-	if fromStaged || toStaged {
-		f.renamedStaged(from, to, fromStaged, toStaged, flags&unix.RENAME_EXCHANGE != 0)
-	}
+	f.renamedStaged(from, fromStaged, flags&unix.RENAME_EXCHANGE != 0)
 	return 0
 }
 

@@ -166,19 +166,18 @@ func (f *FS) stagedTarget(o op, rel, name string) (*target, syscall.Errno) {
 }
 
 // renamedStaged updates the private names after a rename of from onto to
-// on the backing folder.
-func (f *FS) renamedStaged(from, to string, fromStaged, toStaged bool, exchange bool) {
-	f.stage.mu.Lock()
-	defer f.stage.mu.Unlock()
-	fromName, toName := f.stage.names[from], f.stage.names[to]
-	delete(f.stage.names, from)
-	delete(f.stage.names, to)
-	if fromStaged && toStaged {
-		f.stage.names[to] = fromName
-		if exchange {
-			f.stage.names[from] = toName
-		}
+// on the backing folder. A private name maps to a file in the staging
+// directory, and renameat2 moved files between those places: after a
+// plain rename the file of a private to is wherever to's staging name
+// is, and a private from is gone; an exchange swaps contents and keeps
+// every name where it was.
+func (f *FS) renamedStaged(from string, fromStaged, exchange bool) {
+	if exchange || !fromStaged {
+		return
 	}
+	f.stage.mu.Lock()
+	delete(f.stage.names, from)
+	f.stage.mu.Unlock()
 }
 
 // unstage forgets a private file that was removed.

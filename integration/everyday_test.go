@@ -104,6 +104,14 @@ func TestPrivateTemporaryFiles(t *testing.T) {
 	// Onto a name the grant does not let it write: refused.
 	assert.ErrorIs(t, os.Rename(v.path(".proposal.md.tmp2"), v.path("review.md")), syscall.EACCES)
 
+	// A file of the folder renamed onto a private name becomes private.
+	require.NoError(t, os.MkdirAll(v.path("scratch"), 0o755))
+	require.NoError(t, os.WriteFile(v.path("scratch/notes.md"), []byte("notes\n"), 0o644))
+	require.NoError(t, os.Rename(v.path("scratch/notes.md"), v.path(".proposal.md.tmp2")))
+	assert.Equal(t, "notes\n", readFile(t, v.path(".proposal.md.tmp2")))
+	_, err = os.Stat(filepath.Join(c.folder, "scratch/notes.md"))
+	assert.ErrorIs(t, err, syscall.ENOENT)
+
 	require.NoError(t, v.m.Stop())
 	assert.Empty(t, stagedFiles(t, c.folder), "leftovers go when the view stops")
 }
