@@ -50,7 +50,10 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		return nil, 0, errnoOf(err)
 	}
 	var ver fileVersion
-	if acc != syscall.O_WRONLY {
+	_, private := f.stagedName(rel)
+	// A private temporary file holds only what the agent wrote itself:
+	// reading it back is no read of the folder.
+	if acc != syscall.O_WRONLY && !private {
 		var st syscall.Stat_t
 		if err := syscall.Fstat(fd, &st); err != nil {
 			unix.Close(fd)
@@ -68,7 +71,7 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		}
 	}
 	h := f.newHandle(fd, rel, n)
-	if acc != syscall.O_WRONLY && rel != EventsFile {
+	if acc != syscall.O_WRONLY && rel != EventsFile && !private {
 		h.readVer = &ver
 	}
 	switch {

@@ -431,6 +431,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	defer src.close()
 	_, fromStaged := f.stagedName(from)
 	_, toStaged := f.stagedName(to)
+	if toStaged && !fromStaged {
+		// A private name only ever holds what the agent wrote there: a
+		// file of the folder moved onto it would leave the folder.
+		return f.deny(ctx, ledger.KindDenied, "rename", to, syscall.EACCES, "a file of the folder cannot be moved onto a private temporary file")
+	}
+	if fromStaged && !toStaged && flags&unix.RENAME_EXCHANGE != 0 {
+		return f.deny(ctx, ledger.KindDenied, "rename", from, syscall.EACCES, "a private temporary file cannot be exchanged with a file of the folder")
+	}
 	if fromStaged && !toStaged && flags == 0 && f.stageable(to) && !f.shows(to) {
 		// One private file renamed to another private name: only the
 		// view's own map changes.
@@ -490,7 +498,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		return nil, errno
 	}
 	defer t.close()
-	if tr, ok := cleanSymlinkTarget(rel, target); !ok || (tr != "" && !f.matcher().Visible(tr)) {
+	if tr, ok := cleanSymlinkTarget(rel, target); !ok || !targetVisible(f.matcher(), tr) {
 		return nil, f.deny(ctx, ledger.KindDenied, "symlink", rel, syscall.EACCES, "symlink target is outside the visible folder")
 	}
 	f.record(ctx, ledger.KindWrite, "symlink", rel, "", "to "+target)

@@ -255,6 +255,15 @@ func checkName(o op, rel string, p policy) verdict {
 	return allow
 }
 
+// targetVisible reports whether a symlink target (folder-relative, as
+// cleanSymlinkTarget gives it) leads to something the view shows.
+func targetVisible(m *grants.Matcher, t string) bool {
+	if t == StagingDir || strings.HasPrefix(t, StagingDir+"/") {
+		return false
+	}
+	return t == "" || m.Visible(t)
+}
+
 // classify judges a backing entry found as name in the directory dirfd,
 // at the folder-relative path rel. Symlinks are judged here, at every
 // lookup, from where they are now: a rename cannot turn a harmless link
@@ -276,7 +285,7 @@ func classify(m *grants.Matcher, dirfd int, name, rel string, st *unix.Stat_t) e
 			e.kind, e.why = kindConcealed, "unreadable symlink"
 			break
 		}
-		if t, ok := cleanSymlinkTarget(rel, target); !ok || (t != "" && !m.Visible(t)) {
+		if t, ok := cleanSymlinkTarget(rel, target); !ok || !targetVisible(m, t) {
 			e.kind, e.why = kindConcealed, "symlink target hidden or outside the folder"
 		}
 	default:

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -202,7 +203,7 @@ func (f *FS) removeStaging() {
 	unix.Close(s.fd)
 	s.fd = -1
 	if top, err := f.b.open(StagingDir, unix.O_PATH|unix.O_DIRECTORY, 0); err == nil {
-		removeTree(top, s.id)
+		removeTree(top, s.id, 4)
 		unix.Unlinkat(f.b.rootFd(), StagingDir, unix.AT_REMOVEDIR) // fails while other views use it
 		unix.Close(top)
 	}
@@ -226,23 +227,36 @@ func (f *FS) sweepStaging() {
 		if !ok || err != nil || p <= 0 || p == unix.Getpid() {
 			continue
 		}
-		if unix.Kill(p, 0) == unix.ESRCH {
-			removeTree(top, n)
+		if !alive(p) {
+			removeTree(top, n, 4)
 		}
 	}
 }
 
-// removeTree removes the directory name in dirfd and the files directly
-// in it (a staging directory holds nothing else).
-func removeTree(dirfd int, name string) {
+// alive reports whether pid is a running process: a zombie (killed, not
+// yet reaped) is not.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	s := string(b)
+	k := strings.LastIndexByte(s, ')')
+	return k < 0 || k+2 >= len(s) || s[k+2] != 'Z'
+}
+
+// removeTree removes the directory name in dirfd and what it holds, at
+// most depth levels down; it never follows a symlink.
+func removeTree(dirfd int, name string, depth int) {
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return
 	}
 	names, _ := readNames(fd)
 	for _, n := range names {
-		if unix.Unlinkat(fd, n, 0) == unix.EISDIR {
-			unix.Unlinkat(fd, n, unix.AT_REMOVEDIR)
+		if unix.Unlinkat(fd, n, 0) == unix.EISDIR && depth > 0 {
+			removeTree(fd, n, depth-1)
 		}
 	}
 	unix.Close(fd)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/ledger"
@@ -104,16 +105,42 @@ func TestPrivateTemporaryFiles(t *testing.T) {
 	// Onto a name the grant does not let it write: refused.
 	assert.ErrorIs(t, os.Rename(v.path(".proposal.md.tmp2"), v.path("review.md")), syscall.EACCES)
 
-	// A file of the folder renamed onto a private name becomes private.
+	// A file of the folder is never moved onto a private name (it would
+	// leave the folder), nor exchanged with one.
 	require.NoError(t, os.MkdirAll(v.path("scratch"), 0o755))
 	require.NoError(t, os.WriteFile(v.path("scratch/notes.md"), []byte("notes\n"), 0o644))
-	require.NoError(t, os.Rename(v.path("scratch/notes.md"), v.path(".proposal.md.tmp2")))
-	assert.Equal(t, "notes\n", readFile(t, v.path(".proposal.md.tmp2")))
-	_, err = os.Stat(filepath.Join(c.folder, "scratch/notes.md"))
+	assert.ErrorIs(t, os.Rename(v.path("scratch/notes.md"), v.path(".proposal.md.tmp2")), syscall.EACCES)
+	assert.ErrorIs(t, unix.Renameat2(unix.AT_FDCWD, v.path(".proposal.md.tmp2"), unix.AT_FDCWD, v.path("scratch/notes.md"),
+		unix.RENAME_EXCHANGE), syscall.EACCES)
+	assert.Equal(t, "notes\n", readFile(t, filepath.Join(c.folder, "scratch/notes.md")))
+	assert.Equal(t, "draft in progress\n", readFile(t, v.path(".proposal.md.tmp2")))
+
+	// Reading its own private file back is no read of the folder, even
+	// under a name the grant hides.
+	require.NoError(t, os.WriteFile(v.path("oracle.tmp"), []byte("mine"), 0o600))
+	assert.Equal(t, "mine", readFile(t, v.path("oracle.tmp")))
+	for _, r := range c.records() {
+		assert.False(t, r.Kind == ledger.KindRead && r.Path == "oracle.tmp", "a read record for a private file")
+	}
+
+	// A symlink to the staging directory leads nowhere and is not shown.
+	assert.ErrorIs(t, os.Symlink("../"+fs.StagingDir, v.path("scratch/stg")), syscall.EACCES)
+	require.NoError(t, os.Symlink("../"+fs.StagingDir, filepath.Join(c.folder, "scratch/stg")))
+	_, err = os.Lstat(other.path("scratch/stg"))
 	assert.ErrorIs(t, err, syscall.ENOENT)
 
 	require.NoError(t, v.m.Stop())
 	assert.Empty(t, stagedFiles(t, c.folder), "leftovers go when the view stops")
+
+	// What a daemon that died left (a pid that no longer runs) goes when
+	// the next view of the folder starts.
+	orphan := filepath.Join(c.folder, fs.StagingDir, "2147483646-dead", "t1")
+	require.NoError(t, os.MkdirAll(filepath.Dir(orphan), 0o700))
+	require.NoError(t, os.WriteFile(orphan, []byte("left over"), 0o600))
+	third := reviewerGrant()
+	third.GrantID, third.AgentID = "G-third", "third"
+	c.mountView(third)
+	assert.NoFileExists(t, orphan)
 }
 
 // TestProtocolFilesBehaveLikeFiles covers what a shell user expects of
