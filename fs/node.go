@@ -434,10 +434,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if toStaged && !fromStaged {
 		// A private name only ever holds what the agent wrote there: a
 		// file of the folder moved onto it would leave the folder.
-		return f.deny(ctx, ledger.KindDenied, "rename", to, syscall.EACCES, "a file of the folder cannot be moved onto a private temporary file")
+		return f.deny(ctx, ledger.KindDenied, "rename", to, syscall.EACCES, "a file of the folder cannot be moved onto a temporary file of this view")
 	}
 	if fromStaged && !toStaged && flags&unix.RENAME_EXCHANGE != 0 {
-		return f.deny(ctx, ledger.KindDenied, "rename", from, syscall.EACCES, "a private temporary file cannot be exchanged with a file of the folder")
+		return f.deny(ctx, ledger.KindDenied, "rename", from, syscall.EACCES, "a temporary file of this view cannot be exchanged with a file of the folder")
 	}
 	if fromStaged && !toStaged && flags == 0 && f.stageable(to) && !f.shows(to) {
 		// One private file renamed to another private name: only the

@@ -549,7 +549,8 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "proposal.md", "rename", notWritable), explain: "rename proposal.md: " + notWritable},
 		{name: "RENAME_EXCHANGE of a private file with a read-only file", do: withPrivate("draft.tmp", func() error {
 			return unix.Renameat2(unix.AT_FDCWD, p("draft.tmp"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE)
-		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "proposal.md", "rename", notWritable), explain: "rename proposal.md: " + notWritable},
+		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "draft.tmp", "rename", "a temporary file of this view cannot be exchanged with a file of the folder"),
+			explain: "rename draft.tmp: a temporary file of this view cannot be exchanged"},
 		{name: "ln of a private file into a writable directory", do: withPrivate("draft.tmp", func() error {
 			return os.Link(p("draft.tmp"), p("scratch/draft-link.md"))
 		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/draft-link.md", "link", escNoLinks), explain: escNoLinks},
