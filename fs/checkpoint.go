@@ -7,6 +7,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/grants"
 )
 
 // target is a path that passed the checkpoint: its parent directory,
@@ -34,30 +36,9 @@ func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) 
 		return f.stagedTarget(o, rel, name)
 	}
 	v := f.view.Load()
-	t := &target{rel: rel, d: dir{fd: -1}}
-	if rel == "" {
-		if err := unix.Fstat(f.b.rootFd(), &t.e.st); err != nil {
-			return nil, errnoOf(err)
-		}
-		t.e.kind = kindDir
-	} else {
-		d, err := f.b.parent(rel)
-		if err != nil {
-			// The way to rel is gone, or leads through a symlink: for
-			// the view nothing is there.
-			return nil, errnoOf(err)
-		}
-		t.d = d
-		var st unix.Stat_t
-		switch err := unix.Fstatat(d.fd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW); err {
-		case nil:
-			t.e = classify(v.matcher, d.fd, d.name, rel, &st)
-		case unix.ENOENT:
-			t.e.kind = kindAbsent
-		default:
-			d.close()
-			return nil, errnoOf(err)
-		}
+	t, errno := f.resolve(v.matcher, rel)
+	if errno != 0 {
+		return nil, errno
 	}
 	verdict := decide(o, rel, t.e, policy{m: v.matcher, handoffs: v.handoffs, frozen: f.frozen})
 	if verdict.errno != 0 {
@@ -80,17 +61,44 @@ func (f *FS) shows(rel string) bool {
 	if _, ok := f.stagedName(rel); ok {
 		return true
 	}
+	m := f.matcher()
+	t, errno := f.resolve(m, rel)
+	if errno != 0 {
+		return false
+	}
+	t.close()
+	return t.e.shownBy(m, rel)
+}
+
+// resolve finds rel beneath the folder root without following symlinks
+// and classifies what is there under m.
+func (f *FS) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
+	t := &target{rel: rel, d: dir{fd: -1}}
+	if rel == "" {
+		if err := unix.Fstat(f.b.rootFd(), &t.e.st); err != nil {
+			return nil, errnoOf(err)
+		}
+		t.e.kind = kindDir
+		return t, 0
+	}
 	d, err := f.b.parent(rel)
 	if err != nil {
-		return false
+		// The way to rel is gone, or leads through a symlink: for the
+		// view nothing is there.
+		return nil, errnoOf(err)
 	}
-	defer d.close()
+	t.d = d
 	var st unix.Stat_t
-	if unix.Fstatat(d.fd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
-		return false
+	switch err := unix.Fstatat(d.fd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW); err {
+	case nil:
+		t.e = classify(m, d.fd, d.name, rel, &st)
+	case unix.ENOENT:
+		t.e.kind = kindAbsent
+	default:
+		d.close()
+		return nil, errnoOf(err)
 	}
-	e := classify(f.matcher(), d.fd, d.name, rel, &st)
-	return e.kind != kindConcealed && f.matcher().VisibleEntry(rel, e.kind == kindDir)
+	return t, 0
 }
 
 // openSame opens the judged entry relative to its parent and checks that

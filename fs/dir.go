@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"syscall"
-	"unsafe"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -28,45 +27,32 @@ func (f *FS) visibleEntries(rel string) ([]dirEntry, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
+	names, err := readNames(fd)
+	if err != nil {
+		return nil, err
+	}
 	v := f.view.Load()
 	var out []dirEntry
-	buf := make([]byte, 32<<10)
-	for {
-		k, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
+	for _, name := range names {
+		if rel == "" && (name == ControlDir || name == StagingDir) {
+			// A backing .acpfs is shadowed by the control directory; the
+			// staging directory is never shown.
 			continue
 		}
-		if err != nil {
-			return nil, err
+		crel := join(rel, name)
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue // gone since getdents
 		}
-		if k <= 0 {
-			return f.withStaged(rel, out), nil
+		if _, ok := v.handoffs[crel]; ok {
+			out = append(out, dirEntry{name: name, st: st, handoff: true})
+			continue
 		}
-		for b := buf[:k]; len(b) > 0; {
-			reclen := int(*(*uint16)(unsafe.Pointer(&b[16])))
-			name := direntName(b[19:reclen])
-			b = b[reclen:]
-			if name == "." || name == ".." || (rel == "" && (name == ControlDir || name == StagingDir)) {
-				// A backing .acpfs is shadowed by the control directory;
-				// the staging directory is never shown.
-				continue
-			}
-			crel := join(rel, name)
-			var st unix.Stat_t
-			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				continue // gone since getdents
-			}
-			if _, ok := v.handoffs[crel]; ok {
-				out = append(out, dirEntry{name: name, st: st, handoff: true})
-				continue
-			}
-			e := classify(v.matcher, fd, name, crel, &st)
-			if e.kind == kindConcealed || !v.matcher.VisibleEntry(crel, e.kind == kindDir) {
-				continue
-			}
+		if e := classify(v.matcher, fd, name, crel, &st); e.shownBy(v.matcher, crel) {
 			out = append(out, dirEntry{name: name, st: st})
 		}
 	}
+	return f.withStaged(rel, out), nil
 }
 
 // withStaged shows the view's private files of dir in its listing, in
@@ -94,6 +80,32 @@ func (f *FS) withStaged(dir string, entries []dirEntry) []dirEntry {
 		}
 	}
 	return kept
+}
+
+// readNames lists the names in the open directory fd.
+func readNames(fd int) ([]string, error) {
+	var out []string
+	buf := make([]byte, 8<<10)
+	for {
+		k, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		if k <= 0 {
+			return out, nil
+		}
+		for b := buf[:k]; len(b) > 0; {
+			reclen := int(uint16(b[16]) | uint16(b[17])<<8)
+			name := direntName(b[19:reclen])
+			b = b[reclen:]
+			if name != "." && name != ".." {
+				out = append(out, name)
+			}
+		}
+	}
 }
 
 func direntName(b []byte) string {

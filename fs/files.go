@@ -90,7 +90,8 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	case writing:
 		f.record(ctx, ledger.KindWrite, "open", rel, "", "")
 		h.writable = true
-		if flags&syscall.O_APPEND != 0 {
+		h.appending = flags&syscall.O_APPEND != 0
+		if h.appending {
 			// The kernel turns O_APPEND into writes at the size it has
 			// cached, which is stale when another view or process has
 			// appended since. Appending on the backing descriptor puts
@@ -142,6 +143,7 @@ type handle struct {
 	node        *node  // nil for handed-over snapshots
 	rel         string // path at open, for records when the node is gone
 	writable    bool
+	appending   bool // opened O_APPEND: writes go to the true end of the file
 	passthrough bool
 	audit       bool
 
@@ -320,21 +322,13 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (n uint32, e
 	}
 	var k int
 	var err error
-	if h.fileFlags()&unix.O_APPEND != 0 {
+	if h.appending {
 		k, err = unix.Write(h.fd(), data) // at the true end of the file
 	} else {
 		k, err = unix.Pwrite(h.fd(), data, off)
 	}
 	h.ownChange()
 	return uint32(k), errnoOf(err)
-}
-
-func (h *handle) fileFlags() int {
-	fl, err := unix.FcntlInt(uintptr(h.fd()), unix.F_GETFL, 0)
-	if err != nil {
-		return 0
-	}
-	return fl
 }
 
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (errno syscall.Errno) {

@@ -313,6 +313,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	cn, _ := ch.Operations().(*node)
 	h := f.newHandle(fd, rel, cn)
 	h.writable = true
+	h.appending = flags&syscall.O_APPEND != 0
 	return ch, f.track(h), 0, 0
 }
 

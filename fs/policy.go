@@ -94,6 +94,25 @@ type entry struct {
 	why  string // for kindConcealed
 }
 
+// shownBy reports whether a view under m shows the entry found at rel.
+func (e entry) shownBy(m *grants.Matcher, rel string) bool {
+	return e.kind != kindAbsent && e.kind != kindConcealed && m.VisibleEntry(rel, e.kind == kindDir)
+}
+
+// present answers an op that needs an existing entry: ENOENT when it is
+// absent, and, recorded quietly, when the view does not show it.
+func present(e entry, visible bool) (verdict, bool) {
+	switch {
+	case e.kind == kindAbsent:
+		return verdict{errno: syscall.ENOENT}, false
+	case e.kind == kindConcealed:
+		return hidden(e.why), false
+	case !visible:
+		return hidden("hidden by grant"), false
+	}
+	return allow, true
+}
+
 // policy is what a verdict depends on besides the entry: the grant in
 // force and the protocol's view of the path.
 type policy struct {
@@ -147,16 +166,13 @@ func decide(o op, rel string, e entry, p policy) verdict {
 		}
 		return hidden("private temporary files of the views")
 	}
-	visible := e.kind != kindAbsent && e.kind != kindConcealed && p.m.VisibleEntry(rel, e.kind == kindDir)
+	visible := e.shownBy(p.m, rel)
 	switch o.class() {
 	case classRead:
+		if v, ok := present(e, visible); !ok {
+			return v
+		}
 		switch {
-		case e.kind == kindAbsent:
-			return verdict{errno: syscall.ENOENT}
-		case e.kind == kindConcealed:
-			return hidden(e.why)
-		case !visible:
-			return hidden("hidden by grant")
 		case o == opOpenRead && !p.m.Readable(rel):
 			return refuse(syscall.EACCES, ledger.KindDenied, "not readable under the grant")
 		case o == opReadlink && e.kind != kindSymlink:
@@ -164,13 +180,8 @@ func decide(o op, rel string, e entry, p policy) verdict {
 		}
 		return allow
 	case classChange:
-		switch {
-		case e.kind == kindAbsent:
-			return verdict{errno: syscall.ENOENT}
-		case e.kind == kindConcealed:
-			return hidden(e.why)
-		case !visible:
-			return hidden("hidden by grant")
+		if v, ok := present(e, visible); !ok {
+			return v
 		}
 		if v := checkName(o, rel, p); v.errno != 0 {
 			return v

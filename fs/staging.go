@@ -262,29 +262,3 @@ func removeTree(dirfd int, name string, depth int) {
 	unix.Close(fd)
 	unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
 }
-
-// readNames lists the names in the open directory fd.
-func readNames(fd int) ([]string, error) {
-	var out []string
-	buf := make([]byte, 8<<10)
-	for {
-		k, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return out, err
-		}
-		if k <= 0 {
-			return out, nil
-		}
-		for b := buf[:k]; len(b) > 0; {
-			reclen := int(uint16(b[16]) | uint16(b[17])<<8)
-			name := direntName(b[19:reclen])
-			b = b[reclen:]
-			if name != "." && name != ".." {
-				out = append(out, name)
-			}
-		}
-	}
-}

@@ -728,14 +728,28 @@ for line in sys.stdin:
 
 func escMapFile(t *testing.T, path string) *escMapper {
 	t.Helper()
-	cmd := exec.Command("python3", "-c", escMapperProg, path)
+	return escStartMapper(t, escMapperProg, path, false)
+}
+
+// escStartMapper runs a mapper program on path and waits until it has
+// mapped the file. With kill, cleanup kills it (a mapping that faulted
+// may leave it unable to read its input).
+func escStartMapper(t *testing.T, prog, path string, kill bool) *escMapper {
+	t.Helper()
+	cmd := exec.Command("python3", "-c", prog, path)
 	in, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	m := &escMapper{cmd: cmd, in: in, out: bufio.NewReader(out)}
-	t.Cleanup(func() { m.in.Close(); _ = m.cmd.Wait() })
+	t.Cleanup(func() {
+		m.in.Close()
+		if kill {
+			_ = m.cmd.Process.Kill()
+		}
+		_ = m.cmd.Wait()
+	})
 	line, err := m.out.ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "ready\n", line)
@@ -780,18 +794,7 @@ for line in sys.stdin:
 // escMapper).
 func escMapFileRO(t *testing.T, path string) *escMapper {
 	t.Helper()
-	cmd := exec.Command("python3", "-c", escROMapperProg, path)
-	in, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	m := &escMapper{cmd: cmd, in: in, out: bufio.NewReader(out)}
-	t.Cleanup(func() { m.in.Close(); _ = m.cmd.Process.Kill(); _ = m.cmd.Wait() })
-	line, err := m.out.ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "ready\n", line)
-	return m
+	return escStartMapper(t, escROMapperProg, path, true)
 }
 
 // readMapped returns the first bytes of a read-only mapping, or the
