@@ -63,6 +63,15 @@ const (
 	KindFrozenRefused   = "frozen_refused"
 	KindPanic           = "panic"
 	KindRepair          = "repair"
+
+	KindReadRepeat      = "read_repeat"      // repeats of a read already recorded in full, aggregated
+	KindDeniedRepeat    = "denied_repeat"    // repeats of a refusal already recorded in full, aggregated
+	KindAppendRecovered = "append_recovered" // an appended line found at start-up without its record
+	KindCheckpoint      = "checkpoint"       // a signed checkpoint over the chain
+	KindGap             = "gap"              // an operator's acknowledgement of lost records
+	KindSegmentEnd      = "segment_end"      // the last record of a sealed segment
+	KindSegmentStart    = "segment_start"    // the first record of a new segment
+	KindLedgerRecovered = "ledger_recovered" // a writer resumed after an operator restored the ledger
 )
 
 // Record is one ledger line. Seq, At, Prev and Hash are set by the Writer.
@@ -76,9 +85,26 @@ type Record struct {
 	Op     string `json:"op,omitempty"`   // lookup, open, readdir, write, rename, ...
 	PID    uint32 `json:"pid,omitempty"`
 	SHA256 string `json:"sha256,omitempty"` // content hash for reads, handoffs
+	Count  int64  `json:"count,omitempty"`  // read_repeat, denied_repeat: how many repeats; gap: records lost
+	// First and Last bound the repeats a read_repeat or denied_repeat
+	// record counts (same layout as At).
+	First  string `json:"first,omitempty"`
+	Last   string `json:"last,omitempty"`
 	Detail string `json:"detail,omitempty"`
-	Prev   string `json:"prev"`
-	Hash   string `json:"hash"`
+	// Key names the signing key (KeyID) of a record that carries MAC or
+	// Sig.
+	Key string `json:"key,omitempty"`
+	// MAC authenticates the last record of every batch to the other
+	// writers sharing the ledger (HMAC-SHA256 under a key derived from
+	// the signing key), so that a writer never continues a chain that
+	// someone without the key appended to.
+	MAC string `json:"mac,omitempty"`
+	// Sig is the Ed25519 signature of a checkpoint (and of segment and
+	// gap records); it covers the whole chain up to the record. Anyone
+	// holding the public key can check it; only a writer can make one.
+	Sig  string `json:"sig,omitempty"`
+	Prev string `json:"prev"`
+	Hash string `json:"hash"`
 }
 
 // SyncMode says when the writer calls fsync.
