@@ -1,0 +1,285 @@
+package ledger
+
+import (
+	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Key file names, kept in the ledger's own directory (the run directory),
+// which no view and no sandbox ever shows.
+const (
+	KeyFile       = "ledger.key" // Ed25519 seed, mode 0600: writers only
+	PublicKeyFile = "ledger.pub" // the public key: what a reviewer needs
+)
+
+const (
+	keyHeader = "acpfs-ledger-key v1 ed25519 "
+	pubHeader = "acpfs-ledger-pub v1 ed25519 "
+)
+
+// Key signs checkpoints and authenticates batches. The private half never
+// leaves the writers' processes.
+type Key struct {
+	priv ed25519.PrivateKey
+	pub  ed25519.PublicKey
+	id   string
+	mac  []byte
+}
+
+// PublicKey is what a reviewer holds: it checks signatures and cannot make
+// them.
+type PublicKey struct {
+	pub ed25519.PublicKey
+	id  string
+}
+
+// ID names the key in records: the first 16 hex digits of the SHA-256 of
+// the public key.
+func (k *Key) ID() string { return k.id }
+
+// Public returns the verifying half.
+func (k *Key) Public() PublicKey { return PublicKey{pub: k.pub, id: k.id} }
+
+// ID names the key as records do.
+func (p PublicKey) ID() string { return p.id }
+
+// NewKey makes a key from a 32-byte seed (tests) or, with a nil seed,
+// from the system's random source.
+func NewKey(seed []byte) (*Key, error) {
+	if seed == nil {
+		seed = make([]byte, ed25519.SeedSize)
+		if _, err := rand.Read(seed); err != nil {
+			return nil, fmt.Errorf("new ledger key: %w", err)
+		}
+	}
+	if len(seed) != ed25519.SeedSize {
+		return nil, fmt.Errorf("new ledger key: seed is %d bytes, want %d", len(seed), ed25519.SeedSize)
+	}
+	priv := ed25519.NewKeyFromSeed(seed)
+	pub := priv.Public().(ed25519.PublicKey)
+	// The MAC key is derived, so one secret file serves both jobs.
+	m := hmac.New(sha256.New, seed)
+	m.Write([]byte("acpfs ledger batch mac v1"))
+	return &Key{priv: priv, pub: pub, id: keyID(pub), mac: m.Sum(nil)}, nil
+}
+
+func keyID(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return hex.EncodeToString(sum[:8])
+}
+
+// LoadOrCreateKey returns the key kept in dir, creating it (and the public
+// key beside it) on first use. The key file must be a regular file of
+// this user with no permission for group or others: a key anyone else
+// could read would let them forge records.
+func LoadOrCreateKey(dir string) (*Key, error) {
+	path := filepath.Join(dir, KeyFile)
+	k, err := loadKey(path)
+	if err == nil {
+		return k, ensurePublic(dir, k)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	k, err = NewKey(nil)
+	if err != nil {
+		return nil, err
+	}
+	seed := k.priv.Seed()
+	content := keyHeader + base64.StdEncoding.EncodeToString(seed) + "\n"
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, unix.EEXIST) {
+		// Another writer created it meanwhile: use theirs.
+		return LoadOrCreateKey(dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create ledger key %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write ledger key %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("fsync ledger key %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("close ledger key %s: %w", path, err)
+	}
+	syncDir(dir)
+	return k, ensurePublic(dir, k)
+}
+
+func loadKey(path string) (*Key, error) {
+	b, err := readSmallFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := strings.CutPrefix(strings.TrimSpace(string(b)), keyHeader)
+	if !ok {
+		return nil, fmt.Errorf("ledger key %s: not an acpfs ledger key", path)
+	}
+	seed, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("ledger key %s: %w", path, err)
+	}
+	return NewKey(seed)
+}
+
+// readSmallFile reads a key file without following a symlink, and refuses
+// one that group or others may read or that another user owns.
+func readSmallFile(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("ledger key %s: %w", path, fs.ErrNotExist)
+		}
+		return nil, fmt.Errorf("open ledger key %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat ledger key %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("ledger key %s: not a regular file", path)
+	}
+	if st.Mode&0o077 != 0 || int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("ledger key %s: must be mode 0600 and owned by uid %d (is %04o, uid %d): anyone who reads it can forge records",
+			path, os.Geteuid(), st.Mode&0o7777, st.Uid)
+	}
+	b := make([]byte, 256)
+	n, err := f.Read(b)
+	if err != nil {
+		return nil, fmt.Errorf("read ledger key %s: %w", path, err)
+	}
+	return b[:n], nil
+}
+
+// ensurePublic writes the public key beside the key when it is missing.
+func ensurePublic(dir string, k *Key) error {
+	path := filepath.Join(dir, PublicKeyFile)
+	if p, err := LoadPublicKey(path); err == nil {
+		if p.id != k.id {
+			return fmt.Errorf("ledger public key %s (%s) does not match the ledger key (%s)", path, p.id, k.id)
+		}
+		return nil
+	}
+	content := pubHeader + base64.StdEncoding.EncodeToString(k.pub) + "\n"
+	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("write ledger public key: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write ledger public key: %w", err)
+	}
+	return nil
+}
+
+// LoadPublicKey reads a public key file (ledger.pub).
+func LoadPublicKey(path string) (PublicKey, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return PublicKey{}, fmt.Errorf("open ledger public key %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	b := make([]byte, 256)
+	n, _ := f.Read(b)
+	s, ok := strings.CutPrefix(strings.TrimSpace(string(b[:n])), pubHeader)
+	if !ok {
+		return PublicKey{}, fmt.Errorf("ledger public key %s: not an acpfs ledger public key", path)
+	}
+	pub, err := base64.StdEncoding.DecodeString(s)
+	if err != nil || len(pub) != ed25519.PublicKeySize {
+		return PublicKey{}, fmt.Errorf("ledger public key %s: malformed", path)
+	}
+	return PublicKey{pub: pub, id: keyID(pub)}, nil
+}
+
+// signingMessage is what MAC and Sig cover: the canonical encoding of r
+// with MAC, Sig and Hash empty. It includes Prev, so it covers the chain.
+func signingMessage(e *encoder, r *Record) ([]byte, error) {
+	mac, sig := r.MAC, r.Sig
+	r.MAC, r.Sig = "", ""
+	b, err := e.canonical(r)
+	r.MAC, r.Sig = mac, sig
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte("acpfs-ledger-v1\x00"), b...), nil
+}
+
+func (k *Key) macOf(msg []byte) string {
+	m := hmac.New(sha256.New, k.mac)
+	m.Write(msg)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// checkMAC reports whether r's MAC is this key's.
+func (k *Key) checkMAC(e *encoder, r *Record) bool {
+	if r.Key != k.id || r.MAC == "" {
+		return false
+	}
+	msg, err := signingMessage(e, r)
+	if err != nil {
+		return false
+	}
+	return hmac.Equal([]byte(k.macOf(msg)), []byte(r.MAC))
+}
+
+// checkSig reports whether r carries a valid signature by p.
+func (p PublicKey) checkSig(e *encoder, r *Record) bool {
+	if r.Key != p.id || r.Sig == "" {
+		return false
+	}
+	sig, err := base64.StdEncoding.DecodeString(r.Sig)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return false
+	}
+	msg, err := signingMessage(e, r)
+	if err != nil {
+		return false
+	}
+	return ed25519.Verify(p.pub, msg, sig)
+}
+
+// authentic reports whether a writer holding k may continue after r: it
+// was sealed by a writer holding the same key.
+func (k *Key) authentic(e *encoder, r *Record) bool {
+	if r.Sig != "" {
+		return k.Public().checkSig(e, r)
+	}
+	return k.checkMAC(e, r)
+}
+
+// seal sets Key and MAC (mac) or Sig (sign) on r; the caller then computes
+// the hash.
+func (k *Key) seal(e *encoder, r *Record, sign bool) error {
+	r.Key, r.MAC, r.Sig = k.id, "", ""
+	msg, err := signingMessage(e, r)
+	if err != nil {
+		return err
+	}
+	if sign {
+		r.Sig = base64.StdEncoding.EncodeToString(ed25519.Sign(k.priv, msg))
+	} else {
+		r.MAC = k.macOf(msg)
+	}
+	return nil
+}
