@@ -97,30 +97,41 @@ func LoadOrCreateKey(dir string) (*Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	seed := k.priv.Seed()
-	content := keyHeader + base64.StdEncoding.EncodeToString(seed) + "\n"
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if errors.Is(err, unix.EEXIST) {
+	if err := writeKeyFile(dir, k); errors.Is(err, fs.ErrExist) {
 		// Another writer created it meanwhile: use theirs.
 		return LoadOrCreateKey(dir)
+	} else if err != nil {
+		return nil, err
+	}
+	return k, ensurePublic(dir, k)
+}
+
+// writeKeyFile stores k's seed in dir, failing with fs.ErrExist when a
+// key is already there.
+func writeKeyFile(dir string, k *Key) error {
+	path := filepath.Join(dir, KeyFile)
+	content := keyHeader + base64.StdEncoding.EncodeToString(k.priv.Seed()) + "\n"
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, unix.EEXIST) {
+		return fs.ErrExist
 	}
 	if err != nil {
-		return nil, fmt.Errorf("create ledger key %s: %w", path, err)
+		return fmt.Errorf("create ledger key %s: %w", path, err)
 	}
 	f := os.NewFile(uintptr(fd), path)
 	if _, err := f.WriteString(content); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("write ledger key %s: %w", path, err)
+		return fmt.Errorf("write ledger key %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("fsync ledger key %s: %w", path, err)
+		return fmt.Errorf("fsync ledger key %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("close ledger key %s: %w", path, err)
+		return fmt.Errorf("close ledger key %s: %w", path, err)
 	}
 	syncDir(dir)
-	return k, ensurePublic(dir, k)
+	return nil
 }
 
 func loadKey(path string) (*Key, error) {

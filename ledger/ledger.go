@@ -154,6 +154,16 @@ type Options struct {
 	BatchRecords int
 	// Clock stamps records (default time.Now); tests set it.
 	Clock func() time.Time
+
+	// Key seals records. The default is the key kept in the ledger's
+	// directory (KeyFile), created on first use.
+	Key *Key
+	// SignEvery adds a signed checkpoint once that many records are
+	// not yet covered by a signature (default 1024).
+	SignEvery int
+	// SignAfter bounds how long a record waits for a signature when the
+	// ledger goes quiet (default 1s).
+	SignAfter time.Duration
 }
 
 // Writer appends records. It is safe for concurrent use by goroutines and,
@@ -184,6 +194,11 @@ func (w *Writer) Sync() error { return w.sync() }
 // Close waits for queued Appends, syncs (unless SyncOff) and closes the
 // ledger. Append after Close returns ErrClosed.
 func (w *Writer) Close() error { return w.close() }
+
+// Broken returns why the writer stopped, or nil while it is writing. A
+// broken writer refuses every Append (the error wraps ErrBroken) until
+// the ledger is repaired; see BrokenFile.
+func (w *Writer) Broken() *Broken { return w.broken.Load() }
 
 // Path returns the ledger file's path as given to Open.
 func (w *Writer) Path() string { return w.path }

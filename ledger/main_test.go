@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -72,7 +73,9 @@ func fixedClock() func() time.Time {
 func writeLedger(t testing.TB, n int) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "communication_ledger.jsonl")
-	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock()})
+	k := testKey(t)
+	require.NoError(t, writeKeyFile(filepath.Dir(path), k))
+	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock(), Key: k})
 	require.NoError(t, err)
 	for i := 1; i <= n; i++ {
 		_, err := w.Append(Record{Kind: KindRead, Agent: "a", Grant: "G-a", Path: fmt.Sprintf("docs/%d.md", i), PID: 42})
@@ -80,4 +83,13 @@ func writeLedger(t testing.TB, n int) string {
 	}
 	require.NoError(t, w.Close())
 	return path
+}
+
+// testKey is a fixed key, so that ledgers written by tests are the same
+// bytes on every run.
+func testKey(t testing.TB) *Key {
+	t.Helper()
+	k, err := NewKey(bytes.Repeat([]byte{7}, 32))
+	require.NoError(t, err)
+	return k
 }

@@ -41,7 +41,7 @@ func TestFilter(t *testing.T) {
 		f    Filter
 		want []int64
 	}{
-		{"all", Filter{}, []int64{1, 2, 3, 4, 5, 6}},
+		{"all", Filter{}, []int64{1, 2, 3, 4, 5, 6, 7}}, // 7: the closing checkpoint
 		{"agent", Filter{Agent: "bob"}, []int64{3, 4, 5}},
 		{"grant", Filter{Grant: "G-bob2"}, []int64{5}},
 		{"kinds", Filter{Kinds: []string{KindDenied, KindFrozenRefused}}, []int64{3, 6}},
@@ -49,7 +49,7 @@ func TestFilter(t *testing.T) {
 		{"prefix slash", Filter{Path: "docs/"}, []int64{1, 2, 4}},
 		{"glob", Filter{Path: "**/*.md"}, []int64{1, 3, 4, 5, 6}},
 		{"glob one level", Filter{Path: "docs/*"}, []int64{1}},
-		{"since inclusive", Filter{Since: ms(4)}, []int64{4, 5, 6}},
+		{"since inclusive", Filter{Since: ms(4)}, []int64{4, 5, 6, 7}},
 		{"until exclusive", Filter{Until: ms(3)}, []int64{1, 2}},
 		{"window and agent", Filter{Agent: "bob", Since: ms(4), Until: ms(5)}, []int64{4}},
 	}

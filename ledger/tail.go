@@ -23,6 +23,8 @@ type tailInfo struct {
 	hash string // its hash ("" for none)
 	end  int64  // offset just after the last complete line
 	cut  []byte // bytes after end when the file does not end with "\n"; nil otherwise
+	last Record // the last complete record
+	line []byte // its line, newline included
 }
 
 // readTail reads the last complete line of a file of the given size by
@@ -92,7 +94,8 @@ func parseTail(buf []byte, lo int64) (t tailInfo, ok bool, err error) {
 		// the edited record.
 		slog.Warn("ledger: the last record does not match its hash", "seq", r.Seq)
 	}
-	t.seq, t.hash = r.Seq, r.Hash
+	t.seq, t.hash, t.last = r.Seq, r.Hash, r
+	t.line = bytes.Clone(buf[startNL+1 : lastNL+1])
 	return t, true, nil
 }
 

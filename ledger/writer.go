@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -16,6 +18,8 @@ var ErrClosed = errors.New("ledger writer is closed")
 const (
 	defaultBatchInterval = 5 * time.Millisecond
 	defaultBatchRecords  = 256
+	defaultSignEvery     = 1024
+	defaultSignAfter     = time.Second
 )
 
 // writerState is the body of Writer (declared in ledger.go).
@@ -41,6 +45,15 @@ type writerState struct {
 	hash       string // last hash in the file
 	size       int64  // file size right after our last write or check; -1 unknown
 	lastRepair *RepairInfo
+	lastLine   []byte // the last line (newline included) this writer wrote or checked
+	signedSeq  int64  // seq of the last signed record this writer knows of
+	resumed    *Broken
+
+	key    *Key
+	broken atomic.Pointer[Broken]
+	// signTimer signs a checkpoint SignAfter after the first record
+	// that no signature covers yet. Guarded by mu.
+	signTimer *time.Timer
 
 	// Batched fsync (SyncBatch). unsynced and syncErr are guarded by mu.
 	unsynced    int
@@ -78,11 +91,26 @@ func open(path string, opts Options) (*Writer, error) {
 	if opts.BatchRecords <= 0 {
 		opts.BatchRecords = defaultBatchRecords
 	}
+	if opts.SignEvery <= 0 {
+		opts.SignEvery = defaultSignEvery
+	}
+	if opts.SignAfter <= 0 {
+		opts.SignAfter = defaultSignAfter
+	}
 	clock := opts.Clock
 	if clock == nil {
 		clock = time.Now
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	key := opts.Key
+	if key == nil {
+		var err error
+		if key, err = LoadOrCreateKey(filepath.Dir(path)); err != nil {
+			return nil, fmt.Errorf("open ledger %s: %w", path, err)
+		}
+	}
+	// The ledger's directory belongs to the daemon; O_NOFOLLOW still
+	// refuses a symlink planted at its name.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
@@ -95,6 +123,7 @@ func open(path string, opts Options) (*Writer, error) {
 		pid:   uint32(os.Getpid()),
 		enc:   newEncoder(),
 		size:  -1,
+		key:   key,
 	}}
 	w.cond.L = &w.mu
 	if err := w.checkTail(); err != nil {
@@ -212,46 +241,15 @@ func (w *Writer) writeBatch(batch []*request) int {
 			slog.Error("unlock ledger", "path", w.path, "err", err)
 		}
 	}()
+	if b := w.broken.Load(); b != nil && !w.resume(b) {
+		return fail(b)
+	} else if b != nil {
+		w.resumed = b
+	}
 	if err := w.syncTail(); err != nil {
 		return fail(err)
 	}
-
-	start := w.size
-	seq, prev := w.seq, w.hash
-	w.buf = w.buf[:0]
-	n := 0
-	for _, q := range batch {
-		r := q.rec
-		if r.Kind == "" {
-			q.err = errors.New("append to ledger: record has no kind")
-			continue
-		}
-		r.Seq, r.Prev, r.Hash = seq+1, prev, ""
-		r.At = w.clock().UTC().Format(timeLayout)
-		sanitize(&r)
-		buf, err := w.enc.appendLine(w.buf, &r)
-		if err != nil {
-			q.err = fmt.Errorf("append seq %d: %w", r.Seq, err)
-			continue
-		}
-		w.buf = buf
-		seq, prev = r.Seq, r.Hash
-		q.rec, q.written = r, true
-		n++
-	}
-	if n == 0 {
-		return 0
-	}
-	if _, err := w.f.Write(w.buf); err != nil {
-		w.rollback(start)
-		return fail(fmt.Errorf("append seq %d..%d to ledger %s: %w", w.seq+1, seq, w.path, err))
-	}
-	w.size = start + int64(len(w.buf))
-	w.seq, w.hash = seq, prev
-	if cap(w.buf) > 1<<20 {
-		w.buf = nil // do not keep a huge buffer after a burst
-	}
-	return n
+	return w.sealAndWrite(batch, fail)
 }
 
 // rollback cuts a failed (possibly partial) write back to size. If that
@@ -263,29 +261,6 @@ func (w *Writer) rollback(size int64) {
 		return
 	}
 	w.size = size
-}
-
-// syncTail makes seq, hash and size describe the file as it is now. Called
-// with the file lock held. It re-reads only when another writer changed
-// the file, and then only its last line.
-func (w *Writer) syncTail() error {
-	size, err := fstatSize(w.fd)
-	if err != nil {
-		return fmt.Errorf("stat ledger %s: %w", w.path, err)
-	}
-	if size == w.size {
-		return nil
-	}
-	t, err := readTail(w.f, size)
-	if err != nil {
-		w.size = -1
-		return fmt.Errorf("ledger %s: %w; run `acpfs ledger verify --ledger %s` to find the damage", w.path, err, w.path)
-	}
-	w.seq, w.hash, w.size = t.seq, t.hash, size
-	if t.cut != nil {
-		return w.repairTail(t)
-	}
-	return nil
 }
 
 // repairTail cuts the torn bytes after t.end and appends a repair record
@@ -309,6 +284,9 @@ func (w *Writer) repairTail(t tailInfo) error {
 		Prev: w.hash,
 	}
 	sanitize(&r)
+	if err := w.key.seal(w.enc, &r, false); err != nil {
+		return fmt.Errorf("repair ledger %s: %w", w.path, err)
+	}
 	line, err := w.enc.appendLine(nil, &r)
 	if err != nil {
 		return fmt.Errorf("repair ledger %s: %w", w.path, err)
@@ -318,7 +296,7 @@ func (w *Writer) repairTail(t tailInfo) error {
 		return fmt.Errorf("repair ledger %s: write repair record: %w", w.path, err)
 	}
 	w.size += int64(len(line))
-	w.seq, w.hash = r.Seq, r.Hash
+	w.seq, w.hash, w.lastLine = r.Seq, r.Hash, line
 	if err := w.f.Sync(); err != nil {
 		return fmt.Errorf("repair ledger %s: fsync: %w", w.path, err)
 	}
@@ -409,7 +387,29 @@ func (w *Writer) close() error {
 		w.mu.Unlock()
 		return ErrClosed
 	}
+	if w.signTimer != nil {
+		w.signTimer.Stop()
+		w.signTimer = nil
+	}
+	w.mu.Unlock()
+	// A writer always ends with a signature over everything it wrote, so
+	// that a stopped ledger has no unauthenticated tail.
+	var errs []error
+	if w.broken.Load() == nil {
+		if _, err := w.append(Record{Kind: KindCheckpoint}); err != nil && !errors.Is(err, ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
 	w.closed = true
+	if w.signTimer != nil {
+		w.signTimer.Stop()
+		w.signTimer = nil
+	}
 	// Queued callers still lead their batches; wait for them.
 	for w.writing || len(w.queue) > 0 {
 		w.cond.Wait()
@@ -420,7 +420,6 @@ func (w *Writer) close() error {
 		close(w.stop)
 		<-w.flusherDone
 	}
-	var errs []error
 	if w.opts.Sync != SyncOff {
 		if err := w.fsync(); err != nil {
 			errs = append(errs, fmt.Errorf("fsync ledger %s: %w", w.path, err))
