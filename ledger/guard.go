@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -69,13 +71,10 @@ func (w *Writer) checkFile() (size int64, reason string, err error) {
 	if err != nil {
 		return 0, "", fmt.Errorf("stat ledger %s: %w", w.path, err)
 	}
-	if st.Nlink == 0 {
-		return 0, "the ledger file was deleted while this writer had it open", nil
-	}
 	var pst unix.Stat_t
 	if err := unix.Lstat(w.path, &pst); err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return 0, "the ledger's name no longer exists (moved away)", nil
+			return 0, "the ledger file was deleted (or moved away) while this writer had it open", nil
 		}
 		return 0, "", fmt.Errorf("stat ledger %s: %w", w.path, err)
 	}
@@ -85,6 +84,9 @@ func (w *Writer) checkFile() (size int64, reason string, err error) {
 			what = "a symbolic link"
 		}
 		return 0, "the ledger's name was replaced by " + what, nil
+	}
+	if st.Nlink == 0 {
+		return 0, "the ledger file was deleted while this writer had it open", nil
 	}
 	return st.Size, "", nil
 }
@@ -108,9 +110,10 @@ func (w *Writer) breakOff(reason string) *Broken {
 	return b
 }
 
-// preserve links the writer's own inode under a new name when the
-// ledger's name no longer leads to it. linkat(AT_EMPTY_PATH) works on a
-// deleted file too, which is the point.
+// preserve keeps the writer's own records under a new name when the
+// ledger's name no longer leads to them: a hard link when the file still
+// has one elsewhere, a copy when it was deleted (the kernel does not
+// link a file whose last name is gone).
 func (w *Writer) preserve() (string, bool) {
 	st, err := fstatID(w.fd)
 	if err != nil {
@@ -121,11 +124,30 @@ func (w *Writer) preserve() (string, bool) {
 		return "", false // still reachable by its name
 	}
 	name := fmt.Sprintf("%s%s-%d", w.path, PreservedSuffix, w.seq)
-	if err := unix.Linkat(w.fd, "", unix.AT_FDCWD, name, unix.AT_EMPTY_PATH); err != nil {
+	if st.Nlink > 0 {
+		if err := unix.Linkat(w.fd, "", unix.AT_FDCWD, name, unix.AT_EMPTY_PATH); err == nil {
+			return name, true
+		}
+	}
+	if err := copyOut(w.f, st.Size, name); err != nil {
 		slog.Error("ledger: cannot keep the records of a lost ledger file", "path", name, "err", err)
 		return "", false
 	}
 	return name, true
+}
+
+func copyOut(f *os.File, size int64, name string) error {
+	out, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, cerr := io.Copy(out, io.NewSectionReader(f, 0, size))
+	serr := out.Sync()
+	if err := errors.Join(cerr, serr, out.Close()); err != nil {
+		os.Remove(name)
+		return err
+	}
+	return nil
 }
 
 // resume reports whether a broken writer may carry on: the ledger's name
@@ -134,16 +156,30 @@ func (w *Writer) preserve() (string, bool) {
 // the file lock held.
 func (w *Writer) resume(b *Broken) bool {
 	size, reason, err := w.checkFile()
-	if err != nil || reason != "" {
+	if err != nil {
 		return false
+	}
+	if reason != "" {
+		// The operator may have put a copy back (the writer's own file
+		// had lost its name): continue in it, if it ends where this
+		// writer stopped.
+		if !w.adopt() {
+			return false
+		}
+		if size, reason, err = w.checkFile(); err != nil || reason != "" {
+			return false
+		}
 	}
 	t, err := readTail(w.f, size)
 	if err != nil || t.cut != nil {
 		return false
 	}
 	switch {
-	case t.seq == b.Seq && t.hash == b.Hash:
+	case t.seq == b.Seq && t.hash == b.Hash && (len(w.lastLine) == 0 || bytes.Equal(t.line, w.lastLine)):
 	case t.last.Kind == KindGap && t.last.SHA256 == b.Hash && w.key.Public().checkSig(w.enc, &t.last):
+		// Records lost from the end, acknowledged by the operator.
+	case t.last.Seq == b.Seq+1 && t.last.Prev == b.Hash && w.key.Public().checkSig(w.enc, &t.last):
+		// An operator's signed repair right after this writer's chain.
 	default:
 		return false
 	}
@@ -153,6 +189,28 @@ func (w *Writer) resume(b *Broken) bool {
 		slog.Warn("ledger: cannot remove the broken-ledger note", "err", err)
 	}
 	slog.Warn("ledger: resumed after repair", "path", w.path, "seq", t.seq)
+	return true
+}
+
+// adopt switches the writer to the file now at its path, locked. The
+// caller then checks that the file continues the writer's chain.
+func (w *Writer) adopt() bool {
+	f, err := os.OpenFile(w.path, os.O_RDWR|os.O_APPEND|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	fd := int(f.Fd())
+	if st, err := fstatID(fd); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		f.Close()
+		return false
+	}
+	if err := lockFile(fd); err != nil {
+		f.Close()
+		return false
+	}
+	old := w.f
+	w.f, w.fd = f, fd
+	_ = old.Close() // releases its lock
 	return true
 }
 
@@ -171,7 +229,7 @@ func (w *Writer) syncTail() error {
 	}
 	switch {
 	case w.size < 0:
-		return w.loadTail(size)
+		return w.loadTail(size, true)
 	case size == w.size:
 		if !w.tailIntact(size) {
 			return w.breakOff(fmt.Sprintf("the last record (seq %d) was rewritten", w.seq))
@@ -195,20 +253,23 @@ func (w *Writer) syncTail() error {
 	if !w.tailIntact(w.size) {
 		return w.breakOff(fmt.Sprintf("the last record (seq %d) was rewritten", w.seq))
 	}
-	return w.loadTail(size)
+	return w.loadTail(size, false)
 }
 
 // loadTail reads the file's last line and requires it to be sealed by a
 // writer holding the key (or the file to be empty, or to end with a torn
 // line after such a record, which is repaired).
-func (w *Writer) loadTail(size int64) error {
+func (w *Writer) loadTail(size int64, opening bool) error {
 	t, err := readTail(w.f, size)
 	if err != nil {
 		w.size = -1
 		return fmt.Errorf("ledger %s: %w; run `acpfs ledger verify --ledger %s` to find the damage", w.path, err, w.path)
 	}
 	if t.seq > 0 && !w.key.authentic(w.enc, &t.last) {
-		w.seq, w.hash = t.seq, t.hash
+		if opening {
+			// Nothing better is known: name the record found.
+			w.seq, w.hash = t.seq, t.hash
+		}
 		return w.breakOff(fmt.Sprintf("the last record (seq %d) is not sealed with this ledger's key: it was written by someone else", t.seq))
 	}
 	w.seq, w.hash, w.size, w.lastLine = t.seq, t.hash, size, t.line

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 )
 
 // Problem kinds reported by Verify.
@@ -111,23 +110,4 @@ func VerifyStream(src io.Reader) (*VerifyReport, error) {
 			rep.Repairs = append(rep.Repairs, r)
 		}
 	}
-}
-
-// Repair cuts a torn last line off the ledger at path and appends a
-// KindRepair record saying how many bytes were cut and their SHA-256. It
-// never rewrites complete records: other damage is for a human to judge.
-// It returns nil when the ledger did not end with a torn line.
-func Repair(path string) (*RepairInfo, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("repair ledger: %w", err)
-	}
-	w, err := Open(path, Options{Sync: SyncAlways})
-	if err != nil {
-		return nil, err
-	}
-	info := w.lastRepair
-	if err := w.Close(); err != nil {
-		return info, err
-	}
-	return info, nil
 }

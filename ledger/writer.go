@@ -75,6 +75,8 @@ type request struct {
 
 // RepairInfo describes a torn tail that was cut off.
 type RepairInfo struct {
+	Action string // one of the Repair* constants
+	Detail string // what was done, for people
 	Offset int64  // where the torn bytes started (the new file size before the repair record)
 	Bytes  int64  // how many bytes were cut
 	SHA256 string // hex SHA-256 of the cut bytes

@@ -1,0 +1,226 @@
+package ledger
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// openTamperable opens a writer over a ledger with a few records, the
+// key kept beside it as in a run directory.
+func openTamperable(t *testing.T) (*Writer, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ledger.jsonl")
+	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	for i := 0; i < 3; i++ {
+		_, err := w.Append(Record{Kind: KindRead, Agent: "a", Path: "docs/x.md"})
+		require.NoError(t, err)
+	}
+	return w, path
+}
+
+// forge appends a record with a correctly recomputed chain, as someone
+// who can write the file but does not hold the key would.
+func forge(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	st, err := f.Stat()
+	require.NoError(t, err)
+	tail, err := readTail(f, st.Size())
+	require.NoError(t, f.Close())
+	require.NoError(t, err)
+	r := Record{Seq: tail.seq + 1, At: "2026-03-01T13:00:00.000000000Z", Kind: KindRead, Agent: "bob", Path: "oracle/answer.md", Prev: tail.hash}
+	line, err := newEncoder().appendLine(nil, &r)
+	require.NoError(t, err)
+	appendRaw(t, path, string(line))
+}
+
+func TestWriterStopsOnTampering(t *testing.T) {
+	tests := []struct {
+		name   string
+		tamper func(t *testing.T, path string)
+		reason string
+	}{
+		{"deleted", func(t *testing.T, path string) { require.NoError(t, os.Remove(path)) }, "deleted"},
+		{"replaced by a new file", func(t *testing.T, path string) {
+			require.NoError(t, os.Remove(path))
+			require.NoError(t, os.WriteFile(path, nil, 0o600))
+		}, "replaced by another file"},
+		{"replaced by a symlink", func(t *testing.T, path string) {
+			other := filepath.Join(t.TempDir(), "other.jsonl")
+			require.NoError(t, os.WriteFile(other, nil, 0o600))
+			require.NoError(t, os.Rename(path, path+".old"))
+			require.NoError(t, os.Symlink(other, path))
+		}, "symbolic link"},
+		{"truncated at a record boundary", func(t *testing.T, path string) {
+			b := fileBytes(t, path)
+			lines := strings.SplitAfter(string(b), "\n")
+			require.NoError(t, os.Truncate(path, int64(len(lines[0]))))
+		}, "truncated"},
+		{"last record rewritten", func(t *testing.T, path string) {
+			b := fileBytes(t, path)
+			i := strings.LastIndex(string(b), "docs/x.md")
+			b[i] = 'D'
+			require.NoError(t, os.WriteFile(path, b, 0o600))
+		}, "rewritten"},
+		{"forged record with a recomputed chain", forge, "not sealed with this ledger's key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, path := openTamperable(t)
+			tt.tamper(t, path)
+			_, err := w.Append(Record{Kind: KindRead, Agent: "a", Path: "docs/y.md"})
+			require.ErrorIs(t, err, ErrBroken)
+			assert.ErrorContains(t, err, tt.reason)
+			require.NotNil(t, w.Broken())
+			assert.Equal(t, int64(3), w.Broken().Seq)
+
+			// Every later append fails too: no silent second chain.
+			_, err = w.Append(Record{Kind: KindWrite, Agent: "a", Path: "docs/z.md"})
+			require.ErrorIs(t, err, ErrBroken)
+
+			var note Broken
+			require.NoError(t, json.Unmarshal(fileBytes(t, path+BrokenFile), &note))
+			assert.Contains(t, note.Reason, tt.reason)
+			if note.Preserved != "" {
+				rep, err := Verify(note.Preserved)
+				require.NoError(t, err)
+				assert.True(t, rep.OK(), "the preserved copy is the writer's chain")
+				assert.Equal(t, int64(3), rep.LastSeq)
+			}
+		})
+	}
+}
+
+func TestWriterKeepsADeletedLedger(t *testing.T) {
+	w, path := openTamperable(t)
+	require.NoError(t, os.Remove(path))
+	_, err := w.Append(Record{Kind: KindRead, Agent: "a"})
+	require.ErrorIs(t, err, ErrBroken)
+	kept := w.Broken().Preserved
+	require.NotEmpty(t, kept)
+
+	// The operator puts the file back: the writer carries on from where
+	// it stopped and says that it did.
+	require.NoError(t, os.Rename(kept, path))
+	r, err := w.Append(Record{Kind: KindRead, Agent: "a", Path: "after"})
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), r.Seq, "seq 4 is the ledger_recovered record")
+	assert.Nil(t, w.Broken())
+	assert.NoFileExists(t, path+BrokenFile)
+	require.NoError(t, w.Close())
+	var kinds []string
+	require.NoError(t, Scan(path, Filter{}, func(r Record) error { kinds = append(kinds, r.Kind); return nil }))
+	assert.Equal(t, []string{KindRead, KindRead, KindRead, KindLedgerRecovered, KindRead, KindCheckpoint}, kinds)
+	assertValid(t, path, 5)
+}
+
+func TestOpenRefusesAForgedTail(t *testing.T) {
+	w, path := openTamperable(t)
+	require.NoError(t, w.Close())
+	forge(t, path)
+	_, err := Open(path, Options{Sync: SyncOff})
+	require.ErrorIs(t, err, ErrBroken)
+	assert.ErrorContains(t, err, "seq 5")
+}
+
+func TestOpenSeesTruncationThroughTheHead(t *testing.T) {
+	w, path := openTamperable(t)
+	require.NoError(t, w.Close()) // seq 4 is the closing checkpoint, copied to the head
+	b := fileBytes(t, path)
+	lines := strings.SplitAfter(string(b), "\n")
+	// Cut back to seq 3, whose record is sealed: only the head can tell.
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines[:3], "")), 0o600))
+	_, err := Open(path, Options{Sync: SyncOff})
+	require.ErrorIs(t, err, ErrBroken)
+	assert.ErrorContains(t, err, "records were removed from the end")
+}
+
+func TestWritersShareALedger(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.jsonl")
+	a, err := Open(path, Options{Sync: SyncOff})
+	require.NoError(t, err)
+	b, err := Open(path, Options{Sync: SyncOff})
+	require.NoError(t, err)
+	for i := 0; i < 50; i++ {
+		w := a
+		if i%3 == 0 {
+			w = b
+		}
+		_, err := w.Append(Record{Kind: KindRead, Agent: "a"})
+		require.NoError(t, err, "record %d", i)
+	}
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Close())
+	assertValid(t, path, 50)
+}
+
+func TestRepairBringsABrokenWriterBack(t *testing.T) {
+	tests := []struct {
+		name   string
+		tamper func(t *testing.T, path string)
+		action string
+		kinds  []string // after the writer's three reads
+	}{
+		{"deleted", func(t *testing.T, path string) { require.NoError(t, os.Remove(path)) },
+			RepairRestored, []string{KindLedgerRecovered, KindList, KindCheckpoint}},
+		{"replaced by a symlink", func(t *testing.T, path string) {
+			require.NoError(t, os.Remove(path))
+			require.NoError(t, os.Symlink("/etc/hostname", path))
+		}, RepairRestored, []string{KindLedgerRecovered, KindList, KindCheckpoint}},
+		{"forged", forge, RepairCutForeign, []string{KindRepair, KindLedgerRecovered, KindList, KindCheckpoint}},
+		{"truncated", func(t *testing.T, path string) {
+			lines := strings.SplitAfter(string(fileBytes(t, path)), "\n")
+			require.NoError(t, os.WriteFile(path, []byte(lines[0]), 0o600))
+		}, RepairGap, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, path := openTamperable(t)
+			tt.tamper(t, path)
+			_, err := w.Append(Record{Kind: KindRead, Agent: "a"})
+			require.ErrorIs(t, err, ErrBroken)
+
+			info, err := Repair(path)
+			require.NoError(t, err)
+			require.NotNil(t, info)
+			assert.Equal(t, tt.action, info.Action, info.Summary())
+
+			_, err = w.Append(Record{Kind: KindList, Agent: "a"})
+			require.NoError(t, err, "the writer resumes once the ledger is repaired")
+			require.NoError(t, w.Close())
+			var kinds []string
+			require.NoError(t, Scan(path, Filter{}, func(r Record) error { kinds = append(kinds, r.Kind); return nil }))
+			if tt.kinds != nil {
+				assert.Equal(t, append([]string{KindRead, KindRead, KindRead}, tt.kinds...), kinds)
+			} else {
+				assert.Equal(t, []string{KindRead, KindGap, KindLedgerRecovered, KindList, KindCheckpoint}, kinds)
+			}
+			rep, err := Verify(path)
+			require.NoError(t, err)
+			assert.True(t, rep.OK(), "%+v", rep.Problem)
+			_, err = Open(path, Options{Sync: SyncOff})
+			require.NoError(t, err, "a new writer accepts the repaired ledger")
+		})
+	}
+}
+
+func TestRepairRefusesAnEditedRecord(t *testing.T) {
+	w, path := openTamperable(t)
+	b := fileBytes(t, path)
+	i := strings.LastIndex(string(b), "docs/x.md")
+	b[i] = 'D'
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	_, err := w.Append(Record{Kind: KindRead, Agent: "a"})
+	require.ErrorIs(t, err, ErrBroken)
+	_, err = Repair(path)
+	require.Error(t, err)
+}
