@@ -32,6 +32,13 @@ func (t *target) close() {
 // acts on the returned parent directory with *at calls and
 // AT_SYMLINK_NOFOLLOW / O_NOFOLLOW, never on a path.
 func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) {
+	if b := f.ledger.Broken(); b != nil {
+		// Fail closed, and alike for every name: answers that differed
+		// between hidden and absent names would tell what the view
+		// hides while the ledger cannot record the probes.
+		f.ledgerDown(o.String(), rel, b)
+		return nil, syscall.EIO
+	}
 	if name, ok := f.stagedName(rel); ok {
 		return f.stagedTarget(o, rel, name)
 	}
@@ -45,9 +52,12 @@ func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) 
 		t.close()
 		if verdict.record != "" {
 			if verdict.quiet {
-				f.record(ctx, verdict.record, o.String(), rel, "", verdict.why)
+				if err := f.record(ctx, verdict.record, o.String(), rel, "", verdict.why); err != nil {
+					f.ledgerDown(o.String(), rel, err)
+					return nil, syscall.EIO
+				}
 			} else {
-				f.deny(ctx, verdict.record, o.String(), rel, verdict.errno, verdict.why)
+				return nil, f.deny(ctx, verdict.record, o.String(), rel, verdict.errno, verdict.why)
 			}
 		}
 		return nil, verdict.errno

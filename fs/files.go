@@ -88,7 +88,10 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		f.track(h)
 		return pf, fuse.FOPEN_DIRECT_IO, 0
 	case writing:
-		f.record(ctx, ledger.KindWrite, "open", rel, "", "")
+		if errno := f.recordChange(ctx, "open", rel, ""); errno != 0 {
+			h.Release(ctx)
+			return nil, 0, errno
+		}
 		h.writable = true
 		h.appending = flags&syscall.O_APPEND != 0
 		if h.appending {
@@ -455,11 +458,13 @@ func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
 	e.pending, e.discard = nil, false
 	e.mu.Unlock()
 	if len(pending) > 0 {
-		ev, err := e.fsys.log.AppendPending(pending, e.fsys.participant())
-		if err != nil {
+		if protocol.ClassifyPending(pending) != protocol.PendingPartial {
+			if errno := e.fsys.appendLine(ctx, pending); errno != 0 {
+				return errno
+			}
+		} else if _, err := e.fsys.log.AppendPending(pending, e.fsys.participant()); err != nil {
 			return e.fsys.refuseAppend(ctx, err)
 		}
-		e.fsys.accepted(ctx, ev)
 	}
 	return e.handle.Flush(ctx)
 }
@@ -489,12 +494,33 @@ func (e *eventsFile) Read(ctx context.Context, dest []byte, off int64) (res fuse
 }
 
 // appendLine hands one complete line to the protocol log.
+//
+// The acceptance is recorded after the line is validated and before it is
+// written, under the log's lock: a crash between the two leaves a record
+// of an event that is not in events.jsonl (the audit shows it as
+// accepted but never written, see append_failed), never an event without
+// its record.
 func (f *FS) appendLine(ctx context.Context, line []byte) syscall.Errno {
-	ev, err := f.log.AppendLine(line, f.participant())
+	recorded := false
+	_, err := f.log.AppendLineRecorded(line, f.participant(), func(ev protocol.Event) error {
+		if err := f.record(ctx, ledger.KindAppendAccepted, "append", EventsFile, "", fmt.Sprintf("seq %d %s", ev.Seq, ev.Event)); err != nil {
+			return err
+		}
+		recorded = true
+		return nil
+	})
 	if err != nil {
+		if recorded {
+			// Recorded, then the write failed: say that it did not land.
+			f.record(ctx, ledger.KindAppendFailed, "append", EventsFile, "", err.Error())
+		}
+		if protocol.RuleOf(err) == "record" {
+			f.ledgerDown("append", EventsFile, err)
+			return syscall.EIO
+		}
 		return f.refuseAppend(ctx, err)
 	}
-	f.accepted(ctx, ev)
+	f.wake()
 	return 0
 }
 
@@ -510,12 +536,6 @@ func (f *FS) refuseAppend(ctx context.Context, err error) syscall.Errno {
 		errno = syscall.EIO
 	}
 	return f.rejectLine(ctx, errno, err.Error())
-}
-
-// accepted records an appended event and wakes .acpfs/wait readers.
-func (f *FS) accepted(ctx context.Context, ev protocol.Event) {
-	f.record(ctx, ledger.KindAppendAccepted, "append", EventsFile, "", fmt.Sprintf("seq %d %s", ev.Seq, ev.Event))
-	f.wake()
 }
 
 func (f *FS) rejectLine(ctx context.Context, errno syscall.Errno, why string) syscall.Errno {
@@ -603,6 +623,5 @@ func (p *protocolFile) Flush(ctx context.Context) (errno syscall.Errno) {
 	if err := p.fsys.log.CheckProtocolWrite(buf); err != nil {
 		return p.fsys.deny(ctx, ledger.KindDenied, "write", ProtocolFile, syscall.EPERM, err.Error())
 	}
-	p.fsys.record(ctx, ledger.KindWrite, "rewrite", ProtocolFile, "", "content equals the derived state")
-	return 0
+	return p.fsys.recordChange(ctx, "rewrite", ProtocolFile, "content equals the derived state")
 }

@@ -250,12 +250,32 @@ func (f *FS) record(ctx context.Context, kind, op, rel, sha, detail string) erro
 	return nil
 }
 
+// recordChange records a change before it is made. Without its record
+// the change does not happen: the ledger must hold every write an agent
+// made, so a ledger that cannot be written refuses them all (EIO).
+func (f *FS) recordChange(ctx context.Context, op, rel, detail string) syscall.Errno {
+	if err := f.record(ctx, ledger.KindWrite, op, rel, "", detail); err != nil {
+		f.ledgerDown(op, rel, err)
+		return syscall.EIO
+	}
+	return 0
+}
+
+// ledgerDown says why a recorded operation was refused.
+func (f *FS) ledgerDown(op, rel string, err error) {
+	what := "the ledger cannot be written"
+	if errors.Is(err, ledger.ErrBroken) {
+		what = "the ledger was tampered with and is stopped until an operator repairs it"
+	}
+	f.setLastError(fmt.Sprintf("%s %s: %s; recorded operations are refused (EIO): %v", op, displayPath(rel), what, err))
+}
+
 // recordRead records a read before the open returns. Without its record
 // the read does not happen: an agent must never see content the ledger
 // cannot prove it saw.
 func (f *FS) recordRead(ctx context.Context, rel, sha, detail string) syscall.Errno {
 	if err := f.record(ctx, ledger.KindRead, "open", rel, sha, detail); err != nil {
-		f.setLastError(fmt.Sprintf("open %s: the ledger is unavailable, reads are refused (EIO)", displayPath(rel)))
+		f.ledgerDown("open", rel, err)
 		return syscall.EIO
 	}
 	return 0
@@ -263,8 +283,15 @@ func (f *FS) recordRead(ctx context.Context, rel, sha, detail string) syscall.Er
 
 // deny records a refusal, remembers it for .acpfs/last-error and returns
 // errno so call sites read `return f.deny(...)`.
+//
+// A refusal whose record cannot be written is answered with EIO: the
+// ledger must show every refusal, and an agent probing hidden names must
+// not learn more from a broken ledger than from a working one.
 func (f *FS) deny(ctx context.Context, kind, op, rel string, errno syscall.Errno, why string) syscall.Errno {
-	f.record(ctx, kind, op, rel, "", why)
+	if err := f.record(ctx, kind, op, rel, "", why); err != nil {
+		f.ledgerDown(op, rel, err)
+		return syscall.EIO
+	}
 	f.setLastError(fmt.Sprintf("%s %s: %s (%s)", op, displayPath(rel), why, errnoName(errno)))
 	return errno
 }

@@ -140,10 +140,12 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		return errno
 	}
 	defer t.close()
+	op := "setattr"
 	if sizeSet {
-		f.record(ctx, ledger.KindWrite, "truncate", rel, "", "")
-	} else {
-		f.record(ctx, ledger.KindWrite, "setattr", rel, "", "")
+		op = "truncate"
+	}
+	if errno := f.recordChange(ctx, op, rel, ""); errno != 0 {
+		return errno
 	}
 	// The descriptor to act on: the open file when the kernel names one,
 	// else the entry the checkpoint judged, opened relative to its
@@ -287,7 +289,10 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		if t, errno = f.at(ctx, opCreate, rel); errno != 0 {
 			return nil, nil, 0, errno
 		}
-		f.record(ctx, ledger.KindWrite, "create", rel, "", "")
+		if errno := f.recordChange(ctx, "create", rel, ""); errno != 0 {
+			t.close()
+			return nil, nil, 0, errno
+		}
 		// O_EXCL always: the name was judged free, and if anyone took it
 		// since, the new file must not be opened in its place.
 		oflags := int(flags)&^(unix.O_TRUNC|unix.O_EXCL|unix.O_CREAT|unix.O_NOCTTY) | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
@@ -356,7 +361,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, errno
 	}
 	defer t.close()
-	n.fsys.record(ctx, ledger.KindWrite, "mkdir", rel, "", "")
+	if errno := n.fsys.recordChange(ctx, "mkdir", rel, ""); errno != 0 {
+		return nil, errno
+	}
 	if err := unix.Mkdirat(t.d.fd, t.d.name, mode&0o7777); err != nil {
 		return nil, errnoOf(err)
 	}
@@ -375,7 +382,9 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	if mode&syscall.S_IFMT != syscall.S_IFREG {
 		return nil, n.fsys.deny(ctx, ledger.KindDenied, "mknod", rel, syscall.EPERM, "only regular files may be created")
 	}
-	n.fsys.record(ctx, ledger.KindWrite, "mknod", rel, "", "")
+	if errno := n.fsys.recordChange(ctx, "mknod", rel, ""); errno != 0 {
+		return nil, errno
+	}
 	if err := unix.Mknodat(t.d.fd, t.d.name, mode, 0); err != nil {
 		return nil, errnoOf(err)
 	}
@@ -391,7 +400,9 @@ func (n *node) Rmdir(ctx context.Context, name string) (errno syscall.Errno) {
 		return errno
 	}
 	defer t.close()
-	n.fsys.record(ctx, ledger.KindWrite, "rmdir", rel, "", "")
+	if errno := n.fsys.recordChange(ctx, "rmdir", rel, ""); errno != 0 {
+		return errno
+	}
 	return errnoOf(unix.Unlinkat(t.d.fd, t.d.name, unix.AT_REMOVEDIR))
 }
 
@@ -407,7 +418,9 @@ func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
 	if t.e.kind == kindDir {
 		return syscall.EISDIR
 	}
-	n.fsys.record(ctx, ledger.KindWrite, "unlink", rel, "", "")
+	if errno := n.fsys.recordChange(ctx, "unlink", rel, ""); errno != 0 {
+		return errno
+	}
 	if err := unix.Unlinkat(t.d.fd, t.d.name, 0); err != nil {
 		return errnoOf(err)
 	}
@@ -463,9 +476,12 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	defer dst.close()
 	if fromStaged && !toStaged {
 		// The commit of a temporary file: a write of the target.
-		f.record(ctx, ledger.KindWrite, "rename", to, "", "committed from a private temporary file ("+from+")")
+		errno = f.recordChange(ctx, "rename", to, "committed from a private temporary file ("+from+")")
 	} else {
-		f.record(ctx, ledger.KindWrite, "rename", from, "", "to "+to)
+		errno = f.recordChange(ctx, "rename", from, "to "+to)
+	}
+	if errno != 0 {
+		return errno
 	}
 	if err := unix.Renameat2(src.d.fd, src.d.name, dst.d.fd, dst.d.name, uint(flags)); err != nil {
 		return errnoOf(err)
@@ -502,7 +518,9 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if tr, ok := cleanSymlinkTarget(rel, target); !ok || !targetVisible(f.matcher(), tr) {
 		return nil, f.deny(ctx, ledger.KindDenied, "symlink", rel, syscall.EACCES, "symlink target is outside the visible folder")
 	}
-	f.record(ctx, ledger.KindWrite, "symlink", rel, "", "to "+target)
+	if errno := f.recordChange(ctx, "symlink", rel, "to "+target); errno != 0 {
+		return nil, errno
+	}
 	if err := unix.Symlinkat(target, t.d.fd, t.d.name); err != nil {
 		return nil, errnoOf(err)
 	}
@@ -566,7 +584,9 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		return errno
 	}
 	defer t.close()
-	n.fsys.record(ctx, ledger.KindWrite, "setxattr", rel, "", attr)
+	if errno := n.fsys.recordChange(ctx, "setxattr", rel, attr); errno != 0 {
+		return errno
+	}
 	return errnoOf(setxattrat(t.d.fd, t.d.name, attr, data, flags))
 }
 
@@ -579,7 +599,9 @@ func (n *node) Removexattr(ctx context.Context, attr string) (errno syscall.Errn
 		return errno
 	}
 	defer t.close()
-	n.fsys.record(ctx, ledger.KindWrite, "removexattr", rel, "", attr)
+	if errno := n.fsys.recordChange(ctx, "removexattr", rel, attr); errno != 0 {
+		return errno
+	}
 	return errnoOf(removexattrat(t.d.fd, t.d.name, attr))
 }
 

@@ -14,8 +14,6 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/acpfs/acpfs/ledger"
 )
 
 // StagingDir is the folder-relative directory holding each view's private
@@ -123,6 +121,10 @@ func (f *FS) createStaged(ctx context.Context, rel string, flags, mode uint32) (
 	f.stage.seq++
 	name := "t" + strconv.FormatUint(f.stage.seq, 10)
 	f.stage.mu.Unlock()
+	if errno := f.recordChange(ctx, "create", rel, "private temporary file of this view"); errno != 0 {
+		unix.Close(dfd)
+		return nil, -1, errno
+	}
 	oflags := int(flags)&^(unix.O_TRUNC|unix.O_EXCL|unix.O_CREAT|unix.O_NOCTTY) | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	fd, err := unix.Openat(dfd, name, oflags, mode&0o7777)
 	if err != nil {
@@ -138,7 +140,6 @@ func (f *FS) createStaged(ctx context.Context, rel string, flags, mode uint32) (
 	f.stage.mu.Lock()
 	f.stage.names[rel] = name
 	f.stage.mu.Unlock()
-	f.record(ctx, ledger.KindWrite, "create", rel, "", "private temporary file of this view")
 	return t, fd, 0
 }
 

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -72,7 +71,7 @@ func (w *Writer) checkFile() (size int64, reason string, err error) {
 		return 0, "", fmt.Errorf("stat ledger %s: %w", w.path, err)
 	}
 	var pst unix.Stat_t
-	if err := unix.Lstat(w.path, &pst); err != nil {
+	if err := w.dir.lstat(w.dir.base, &pst); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return 0, "the ledger file was deleted (or moved away) while this writer had it open", nil
 		}
@@ -100,7 +99,7 @@ func (w *Writer) breakOff(reason string) *Broken {
 		b.Preserved = p
 	}
 	if data, err := json.MarshalIndent(b, "", "  "); err == nil {
-		if err := writeFileAtomic(w.path+BrokenFile, append(data, '\n')); err != nil {
+		if err := w.dir.writeAtomic(w.dir.base+BrokenFile, append(data, '\n')); err != nil {
 			slog.Error("ledger: cannot write the broken-ledger note", "path", w.path+BrokenFile, "err", err)
 		}
 	}
@@ -120,31 +119,32 @@ func (w *Writer) preserve() (string, bool) {
 		return "", false
 	}
 	var pst unix.Stat_t
-	if unix.Lstat(w.path, &pst) == nil && pst.Dev == st.Dev && pst.Ino == st.Ino && st.Nlink > 0 {
+	if w.dir.lstat(w.dir.base, &pst) == nil && pst.Dev == st.Dev && pst.Ino == st.Ino && st.Nlink > 0 {
 		return "", false // still reachable by its name
 	}
-	name := fmt.Sprintf("%s%s-%d", w.path, PreservedSuffix, w.seq)
+	name := fmt.Sprintf("%s%s-%d", w.dir.base, PreservedSuffix, w.seq)
+	full := filepath.Join(filepath.Dir(w.path), name)
 	if st.Nlink > 0 {
-		if err := unix.Linkat(w.fd, "", unix.AT_FDCWD, name, unix.AT_EMPTY_PATH); err == nil {
-			return name, true
+		if err := unix.Linkat(w.fd, "", w.dir.fd, name, unix.AT_EMPTY_PATH); err == nil {
+			return full, true
 		}
 	}
-	if err := copyOut(w.f, st.Size, name); err != nil {
-		slog.Error("ledger: cannot keep the records of a lost ledger file", "path", name, "err", err)
+	if err := w.copyOut(st.Size, name); err != nil {
+		slog.Error("ledger: cannot keep the records of a lost ledger file", "path", full, "err", err)
 		return "", false
 	}
-	return name, true
+	return full, true
 }
 
-func copyOut(f *os.File, size int64, name string) error {
-	out, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+func (w *Writer) copyOut(size int64, name string) error {
+	out, err := w.dir.open(name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	_, cerr := io.Copy(out, io.NewSectionReader(f, 0, size))
+	_, cerr := io.Copy(out, io.NewSectionReader(w.f, 0, size))
 	serr := out.Sync()
 	if err := errors.Join(cerr, serr, out.Close()); err != nil {
-		os.Remove(name)
+		_ = w.dir.remove(name)
 		return err
 	}
 	return nil
@@ -185,7 +185,7 @@ func (w *Writer) resume(b *Broken) bool {
 	}
 	w.seq, w.hash, w.size, w.lastLine = t.seq, t.hash, size, t.line
 	w.broken.Store(nil)
-	if err := os.Remove(w.path + BrokenFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := w.dir.remove(w.dir.base + BrokenFile); err != nil {
 		slog.Warn("ledger: cannot remove the broken-ledger note", "err", err)
 	}
 	slog.Warn("ledger: resumed after repair", "path", w.path, "seq", t.seq)
@@ -195,7 +195,7 @@ func (w *Writer) resume(b *Broken) bool {
 // adopt switches the writer to the file now at its path, locked. The
 // caller then checks that the file continues the writer's chain.
 func (w *Writer) adopt() bool {
-	f, err := os.OpenFile(w.path, os.O_RDWR|os.O_APPEND|syscall.O_NOFOLLOW, 0)
+	f, err := w.dir.open(w.dir.base, unix.O_RDWR|unix.O_APPEND, 0)
 	if err != nil {
 		return false
 	}
@@ -323,12 +323,14 @@ func readLineAt(f *os.File, off, size int64) ([]byte, error) {
 
 // headPath is where the latest checkpoint is copied, so that removing
 // records from the end is seen even when no writer is running.
-func headPath(ledger string) string { return ledger + ".head" }
+func headPath(ledger string) string { return ledger + headSuffix }
+
+const headSuffix = ".head"
 
 // checkHead compares the file's tail with the last checkpoint written to
 // the head file: a ledger that ends before it lost records.
 func (w *Writer) checkHead() error {
-	data, err := os.ReadFile(headPath(w.path))
+	data, err := w.dir.readFile(w.dir.base + headSuffix)
 	if err != nil {
 		return nil // no checkpoint yet, or kept elsewhere: verify reports it
 	}
@@ -345,7 +347,7 @@ func (w *Writer) checkHead() error {
 
 // writeHead copies a checkpoint's line to the head file.
 func (w *Writer) writeHead(line []byte) {
-	if err := writeFileAtomic(headPath(w.path), line); err != nil {
+	if err := w.dir.writeAtomic(w.dir.base+headSuffix, line); err != nil {
 		slog.Error("ledger: cannot write the head file", "path", headPath(w.path), "err", err)
 	}
 }

@@ -67,6 +67,7 @@ const (
 	KindReadRepeat      = "read_repeat"      // repeats of a read already recorded in full, aggregated
 	KindDeniedRepeat    = "denied_repeat"    // repeats of a refusal already recorded in full, aggregated
 	KindAppendRecovered = "append_recovered" // an appended line found at start-up without its record
+	KindAppendFailed    = "append_failed"    // an accepted and recorded append whose write then failed
 	KindCheckpoint      = "checkpoint"       // a signed checkpoint over the chain
 	KindGap             = "gap"              // an operator's acknowledgement of lost records
 	KindSegmentEnd      = "segment_end"      // the last record of a sealed segment

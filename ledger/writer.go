@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -50,6 +49,7 @@ type writerState struct {
 	resumed    *Broken
 
 	key    *Key
+	dir    ledgerDir
 	broken atomic.Pointer[Broken]
 	// signTimer signs a checkpoint SignAfter after the first record
 	// that no signature covers yet. Guarded by mu.
@@ -110,10 +110,15 @@ func open(path string, opts Options) (*Writer, error) {
 			return nil, fmt.Errorf("open ledger %s: %w", path, err)
 		}
 	}
+	dir, err := openLedgerDir(filepath.Dir(path), filepath.Base(path))
+	if err != nil {
+		return nil, err
+	}
 	// The ledger's directory belongs to the daemon; O_NOFOLLOW still
 	// refuses a symlink planted at its name.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	f, err := dir.open(dir.base, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
+		dir.close()
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	w := &Writer{writerState{
@@ -126,10 +131,12 @@ func open(path string, opts Options) (*Writer, error) {
 		enc:   newEncoder(),
 		size:  -1,
 		key:   key,
+		dir:   dir,
 	}}
 	w.cond.L = &w.mu
 	if err := w.checkTail(); err != nil {
-		_ = f.Close()
+		_ = w.f.Close()
+		dir.close()
 		return nil, err
 	}
 	if w.size == 0 && opts.Sync != SyncOff {
@@ -434,6 +441,7 @@ func (w *Writer) close() error {
 	if err := w.f.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close ledger %s: %w", w.path, err))
 	}
+	w.dir.close()
 	return errors.Join(errs...)
 }
 

@@ -62,6 +62,15 @@ func KindOf(err error) ErrorKind {
 	return Unavailable
 }
 
+// RuleOf returns the rule an *Error names, or "".
+func RuleOf(err error) string {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Rule
+	}
+	return ""
+}
+
 // Snapshot is the derived collaboration state after the last applied event.
 type Snapshot struct {
 	Phase      string   // "" before initialized
@@ -137,6 +146,16 @@ func (l *Log) Folder() string { return l.folder }
 // "\r" (a CRLF line end) is accepted and kept, and so are fields the
 // schema does not define. The returned error is an *Error.
 func (l *Log) AppendLine(line []byte, participant string) (Event, error) {
+	return l.AppendLineRecorded(line, participant, nil)
+}
+
+// AppendLineRecorded is AppendLine with a hook that runs once the line is
+// accepted and before it is written, under the log's lock. If record
+// fails the line is not written and the error (of kind Unavailable, rule
+// "record") says why. A caller that must account for every line (the
+// ledger of a view) records the acceptance there, so that no crash can
+// leave a line on disk without its record.
+func (l *Log) AppendLineRecorded(line []byte, participant string, record func(Event) error) (Event, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lk, err := l.lockLocked()
@@ -144,7 +163,7 @@ func (l *Log) AppendLine(line []byte, participant string) (Event, error) {
 		return Event{}, err
 	}
 	defer lk.Unlock()
-	return l.commitLocked(lk.File(), line, participant)
+	return l.commitLocked(lk.File(), line, participant, record)
 }
 
 // lockLocked takes the cross-process lock and catches up under it.
@@ -180,7 +199,7 @@ func (l *Log) Append(participant, event, summary, doc string, replyTo *int, role
 	}
 	defer lk.Unlock()
 	ev := l.newEventLocked(participant, event, summary, doc, replyTo, role, sha256)
-	return l.commitLocked(lk.File(), encodeLine(ev), participant)
+	return l.commitLocked(lk.File(), encodeLine(ev), participant, nil)
 }
 
 // Refresh catches up with lines appended by other processes. It is cheap

@@ -155,7 +155,7 @@ func refuse(v Violation) error { return v.asError() }
 // commitLocked checks line as the next event and, if it is accepted,
 // writes it and protocol.json. f is the locked events.jsonl and the state
 // is caught up with it.
-func (l *Log) commitLocked(f *os.File, line []byte, participant string) (Event, error) {
+func (l *Log) commitLocked(f *os.File, line []byte, participant string, record func(Event) error) (Event, error) {
 	lineNo := l.lines + 1
 	if l.evID.size != l.offset {
 		return Event{}, &Error{Kind: Unavailable, Line: l.lines + 1, Rule: "partial-line",
@@ -187,6 +187,12 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string) (Event, 
 		return Event{}, refuse(viol[0])
 	}
 
+	if record != nil {
+		if err := record(rec.Event); err != nil {
+			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "record",
+				Msg: fmt.Sprintf("the event was valid but could not be recorded, so it was not appended: %v", err)}
+		}
+	}
 	buf := make([]byte, 0, len(line)+1)
 	buf = append(append(buf, line...), '\n')
 	n, err := f.Write(buf)

@@ -1,0 +1,87 @@
+package ledger
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// ledgerDir is the ledger's directory, held open. A writer reaches its
+// file's name, the head, the broken note and the preserved copy through
+// it, so that it keeps working inside a mount namespace that hides the
+// run directory (acpfs run), and never resolves a path someone else may
+// have changed.
+type ledgerDir struct {
+	fd   int
+	base string // the ledger's file name in it
+}
+
+func openLedgerDir(dir, base string) (ledgerDir, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return ledgerDir{fd: -1}, fmt.Errorf("open ledger directory %s: %w", dir, err)
+	}
+	return ledgerDir{fd: fd, base: base}, nil
+}
+
+func (d ledgerDir) close() {
+	if d.fd >= 0 {
+		unix.Close(d.fd)
+	}
+}
+
+func (d ledgerDir) lstat(name string, st *unix.Stat_t) error {
+	return unix.Fstatat(d.fd, name, st, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+func (d ledgerDir) open(name string, flags int, mode uint32) (*os.File, error) {
+	fd, err := unix.Openat(d.fd, name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+func (d ledgerDir) readFile(name string) ([]byte, error) {
+	f, err := d.open(name, unix.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, MaxLineBytes+1))
+}
+
+func (d ledgerDir) remove(name string) error {
+	err := unix.Unlinkat(d.fd, name, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
+}
+
+// writeAtomic replaces name with data: a temporary file and a rename in
+// the same directory, so that a reader sees the old content or the new.
+func (d ledgerDir) writeAtomic(name string, data []byte) error {
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := "." + name + ".tmp-" + hex.EncodeToString(rnd[:])
+	f, err := d.open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		_ = unix.Unlinkat(d.fd, tmp, 0)
+		return err
+	}
+	if err := unix.Renameat(d.fd, tmp, d.fd, name); err != nil {
+		_ = unix.Unlinkat(d.fd, tmp, 0)
+		return err
+	}
+	return nil
+}
