@@ -236,6 +236,11 @@ func (f *FS) statusText(ctx context.Context) ([]byte, syscall.Errno) {
 	if p := f.log.HistoryProblem(); p != "" {
 		fmt.Fprintf(&b, "history: broken, every append fails with EIO until it is repaired (%s)\n", p)
 	}
+	if br := f.ledger.Broken(); br != nil {
+		fmt.Fprintf(&b, "ledger: stopped, every recorded operation fails with EIO until an operator repairs it (%s)\n", br.Reason)
+	} else {
+		b.WriteString("ledger: recording\n")
+	}
 	turn := "no"
 	if ready {
 		turn = "yes"

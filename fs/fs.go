@@ -60,6 +60,8 @@ type Options struct {
 	// AuditReads records every read request (offset, length) in addition
 	// to the open; it disables passthrough so that reads reach the daemon.
 	AuditReads bool
+	// Audit is AuditCompact (default), AuditOpens or AuditReads.
+	Audit string
 	// Handoffs maps folder-relative paths to content-addressed copies
 	// (absolute paths) that this agent must see instead of the live file:
 	// an artifact handed to it reads exactly as it was handed over.
@@ -86,6 +88,8 @@ type FS struct {
 	log        *protocol.Log
 	ledger     *ledger.Writer
 	auditReads bool
+	audit      string   // AuditCompact, AuditOpens or AuditReads
+	repeats    *repeats // aggregation of repeated reads and refusals (AuditCompact)
 	fault      func(op, rel string)
 	hidden     []string
 
@@ -140,7 +144,9 @@ func New(opts Options) (*FS, error) {
 		passthrough: opts.Passthrough,
 		log:         opts.Log,
 		ledger:      opts.Ledger,
-		auditReads:  opts.AuditReads,
+		auditReads:  opts.AuditReads || opts.Audit == AuditReads,
+		audit:       opts.Audit,
+		repeats:     newRepeats(),
 		fault:       opts.Fault,
 		hidden:      opts.Hidden,
 		turn:        make(chan struct{}),
@@ -152,6 +158,10 @@ func New(opts Options) (*FS, error) {
 	f.root = &node{fsys: f}
 	f.stage.fd, f.stage.names = -1, map[string]string{}
 	f.sweepStaging()
+	if opts.AuditReads {
+		f.audit = AuditReads
+	}
+	f.startRepeats()
 	return f, nil
 }
 
@@ -161,6 +171,7 @@ func (f *FS) Root() gofs.InodeEmbedder { return f.root }
 // Close releases the folder descriptor once the view is unmounted.
 // Its private temporary files go with it.
 func (f *FS) Close() error {
+	f.stopRepeats()
 	f.removeStaging()
 	return f.b.root.Close()
 }
@@ -274,7 +285,8 @@ func (f *FS) ledgerDown(op, rel string, err error) {
 // the read does not happen: an agent must never see content the ledger
 // cannot prove it saw.
 func (f *FS) recordRead(ctx context.Context, rel, sha, detail string) syscall.Errno {
-	if err := f.record(ctx, ledger.KindRead, "open", rel, sha, detail); err != nil {
+	k := repeatKey{kind: ledger.KindRead, op: "open", path: rel, sha: sha}
+	if err := f.recordOnce(ctx, k, func() error { return f.record(ctx, ledger.KindRead, "open", rel, sha, detail) }); err != nil {
 		f.ledgerDown("open", rel, err)
 		return syscall.EIO
 	}
@@ -288,12 +300,19 @@ func (f *FS) recordRead(ctx context.Context, rel, sha, detail string) syscall.Er
 // ledger must show every refusal, and an agent probing hidden names must
 // not learn more from a broken ledger than from a working one.
 func (f *FS) deny(ctx context.Context, kind, op, rel string, errno syscall.Errno, why string) syscall.Errno {
-	if err := f.record(ctx, kind, op, rel, "", why); err != nil {
+	if err := f.recordRefusal(ctx, kind, op, rel, why); err != nil {
 		f.ledgerDown(op, rel, err)
 		return syscall.EIO
 	}
 	f.setLastError(fmt.Sprintf("%s %s: %s (%s)", op, displayPath(rel), why, errnoName(errno)))
 	return errno
+}
+
+// recordRefusal records a refusal once per (kind, op, path, reason) in
+// full and counts its repeats (see recordOnce).
+func (f *FS) recordRefusal(ctx context.Context, kind, op, rel, why string) error {
+	k := repeatKey{kind: kind, op: op, path: rel, why: why}
+	return f.recordOnce(ctx, k, func() error { return f.record(ctx, kind, op, rel, "", why) })
 }
 
 func (f *FS) setLastError(msg string) {

@@ -92,7 +92,7 @@ type collabRun struct {
 
 func newRun(t testing.TB) *collabRun {
 	c := newCollab(t)
-	return &collabRun{t: t, c: c, alice: c.mountView(ownerGrant()), bob: c.mountView(reviewerGrant())}
+	return &collabRun{t: t, c: c, alice: c.mountView(ownerGrant(), withAuditOpens()), bob: c.mountView(reviewerGrant(), withAuditOpens())}
 }
 
 func (r *collabRun) must(v *view, from, name string, extra map[string]any) {

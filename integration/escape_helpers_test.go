@@ -559,7 +559,7 @@ func escWithPassthrough() viewOpt { return func(c *mount.Config) { c.Passthrough
 // with the owner's view as the other view.
 func escMount(c *collab, g *grants.Grant) escEnv {
 	require.NotEqual(c.t, owner, g.AgentID, "the other view is the owner's")
-	return escEnv{c: c, v: c.mountView(g), other: c.mountView(ownerGrant())}
+	return escEnv{c: c, v: c.mountView(g, withAuditOpens()), other: c.mountView(ownerGrant(), withAuditOpens())}
 }
 
 // escRec is the expected ledger record of an attempt.

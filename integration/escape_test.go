@@ -1281,7 +1281,7 @@ func TestEscapeRevokedGrant(t *testing.T) {
 		"scratch/later-rw.md": "visible and writable before the narrowing\n",
 	}, nil)
 	g := escWriterGrant()
-	v := c.mountView(g)
+	v := c.mountView(g, withAuditOpens())
 	p := v.path
 	backing := func(rel string) string { return filepath.Join(c.folder, rel) }
 	// noRead fails if any record since nrec is a read of rel.
@@ -1572,7 +1572,7 @@ func TestEscapeSwappedDirectory(t *testing.T) {
 	c := newCollab(t)
 	escPlant(t, c.folder, nil, map[string]string{"scratch/mine.md": "mine\n"}, nil)
 	require.NoError(t, unix.Setxattr(filepath.Join(c.folder, "oracle/answer.md"), "user.secret", []byte(escSecret), 0))
-	v := c.mountView(escReaderGrant())
+	v := c.mountView(escReaderGrant(), withAuditOpens())
 	p := v.path
 	dirfd, err := unix.Open(p("scratch"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	require.NoError(t, err)

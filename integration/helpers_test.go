@@ -156,6 +156,10 @@ type viewOpt func(*mount.Config)
 
 func withFault(fn func(op, rel string)) viewOpt { return func(c *mount.Config) { c.Fault = fn } }
 func withAuditReads() viewOpt                   { return func(c *mount.Config) { c.AuditReads = true } }
+
+// withAuditOpens records every open and refusal in full, for tests that
+// look for the record of each attempt.
+func withAuditOpens() viewOpt { return func(c *mount.Config) { c.Audit = "opens" } }
 func withHandoffs(h map[string]string) viewOpt {
 	return func(c *mount.Config) { c.Handoffs = h }
 }

@@ -32,6 +32,7 @@ type CoordinatorConfig struct {
 	Log         *protocol.Log
 	Ledger      *ledger.Writer
 	AuditReads  bool
+	Audit       string // see Config.Audit
 	Passthrough bool
 	AllowOther  bool
 	// Participants are the ACP participants of the folder; a grant for
@@ -499,7 +500,7 @@ func (c *Coordinator) reconcile(starting bool) error {
 		hidden := []string{c.cfg.Runs.Root, filepath.Dir(c.cfg.Ledger.Path())}
 		m, err := Start(Config{
 			Folder: c.cfg.Folder, Mountpoint: mp, Grant: gf.Grant, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
-			Hidden: hidden, AuditReads: c.cfg.AuditReads, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher,
+			Hidden: hidden, AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher,
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("mount %s: %w", agent, err))

@@ -45,7 +45,7 @@ func (mf *mountFlags) register(cmd *cobra.Command, withGrant bool) {
 	}
 	cmd.Flags().StringVar(&mf.ledgerPath, "ledger", "", "ledger file (default: RUNS/communication_ledger.jsonl)")
 	cmd.Flags().StringVar(&mf.ledgerSync, "ledger-sync", "batch", "when the ledger is fsynced: always, batch or off")
-	cmd.Flags().StringVar(&mf.audit, "audit", "", `"reads" also records every read request (offset, length); disables passthrough`)
+	cmd.Flags().StringVar(&mf.audit, "audit", "", `"" (default) records the first read of each file version and each distinct refusal in full and counts repeats; "opens" records every open; "reads" also every read request (offset, length) and disables passthrough`)
 	cmd.Flags().BoolVar(&mf.passthrough, "passthrough", false, passthroughHelp)
 	cmd.Flags().BoolVar(&mf.allowOther, "allow-other", false, "let other uids use the mount (with default_permissions)")
 	cmd.Flags().BoolVar(&mf.debug, "debug", false, "log every FUSE request")
@@ -60,8 +60,8 @@ func (mf *mountFlags) resolve() (folder, ledgerPath string, err error) {
 	if st, err := os.Stat(folder); err != nil || !st.IsDir() {
 		return "", "", fmt.Errorf("folder %s is not a directory", folder)
 	}
-	if mf.audit != "" && mf.audit != "reads" {
-		return "", "", fmt.Errorf(`--audit: unknown mode %q (only "reads")`, mf.audit)
+	if err := checkAudit(mf.audit); err != nil {
+		return "", "", err
 	}
 	ledgerPath = mf.ledgerPath
 	if ledgerPath == "" {
@@ -189,7 +189,7 @@ func newMountCmd() *cobra.Command {
 			defer signal.Stop(sig)
 			m, err := mount.Start(mount.Config{
 				Folder: folder, Mountpoint: args[0], Grant: g, GrantPath: gp, Log: log, Ledger: lw,
-				Hidden: mf.hiddenDirs(ledgerPath, gp), AuditReads: mf.audit == "reads", Passthrough: mf.passthrough, AllowOther: mf.allowOther, Debug: mf.debug,
+				Hidden: mf.hiddenDirs(ledgerPath, gp), AuditReads: mf.audit == "reads", Audit: mf.audit, Passthrough: mf.passthrough, AllowOther: mf.allowOther, Debug: mf.debug,
 			})
 			if err != nil {
 				if errors.Is(err, mount.ErrMountpoint) {
@@ -300,4 +300,13 @@ func newDoctorCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// checkAudit accepts the --audit levels.
+func checkAudit(level string) error {
+	switch level {
+	case "", "opens", "reads":
+		return nil
+	}
+	return fmt.Errorf(`--audit: unknown level %q (want "opens" or "reads", or leave it out for compact records)`, level)
 }

@@ -45,8 +45,8 @@ the killed coordinator left are detached, and their empty directories reused.`,
 			if err := mount.Check().Usable(); err != nil {
 				return withCode(exitNoFUSE, err)
 			}
-			if audit != "" && audit != "reads" {
-				return fmt.Errorf(`--audit: unknown mode %q (only "reads")`, audit)
+			if err := checkAudit(audit); err != nil {
+				return err
 			}
 			folderAbs, err := filepath.Abs(folder)
 			if err != nil {
@@ -80,7 +80,7 @@ the killed coordinator left are detached, and their empty directories reused.`,
 			defer signal.Stop(sig)
 			c, err := mount.StartCoordinator(mount.CoordinatorConfig{
 				Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
-				AuditReads: audit == "reads", Passthrough: passthrough, AllowOther: allowOther, Participants: participants,
+				AuditReads: audit == "reads", Audit: audit, Passthrough: passthrough, AllowOther: allowOther, Participants: participants,
 				Notify: cmd.ErrOrStderr(),
 			})
 			if errors.Is(err, mount.ErrRunDirBusy) {
@@ -105,7 +105,7 @@ the killed coordinator left are detached, and their empty directories reused.`,
 	cmd.Flags().StringVar(&folder, "folder", "", "collaboration folder (required)")
 	cmd.Flags().StringVar(&root, "root", "", "directory under which each agent's view is mounted (required, empty)")
 	cmd.Flags().StringVar(&sync, "ledger-sync", "batch", "when the ledger is fsynced: always, batch or off")
-	cmd.Flags().StringVar(&audit, "audit", "", `"reads" also records every read request`)
+	cmd.Flags().StringVar(&audit, "audit", "", `"" (default) records the first read of each file version and each distinct refusal in full and counts repeats; "opens" records every open; "reads" also every read request (offset, length) and disables passthrough`)
 	cmd.Flags().BoolVar(&allowOther, "allow-other", false, "let other uids use the mounts (with default_permissions)")
 	cmd.Flags().BoolVar(&passthrough, "passthrough", false, passthroughHelp)
 	_ = cmd.MarkFlagRequired("folder")
