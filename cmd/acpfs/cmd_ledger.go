@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/acpfs/acpfs/audit"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -184,11 +185,11 @@ func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string
 	if err := protoChoice("format", af.format, []string{"md", "json", "html"}); err != nil {
 		return err
 	}
-	gs, err := ledger.LoadAuditGrants(grantsDir)
+	gs, err := audit.LoadGrants(grantsDir)
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
-	rep, err := ledger.Audit(ledgerPath, gs, ledger.AuditOptions{Folder: af.folder})
+	rep, err := ledgerAudit(ledgerPath, gs, af.folder)
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
@@ -199,12 +200,12 @@ func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string
 	} else if err := ledgerWriteReport(af.out, rep, af.format); err != nil {
 		return err
 	}
-	if rep.Verdict == ledger.VerdictIsolated {
+	if rep.Verdict == audit.VerdictIsolated {
 		return nil
 	}
 	var bad []string
 	for _, ag := range rep.Agents {
-		if ag.Verdict != ledger.VerdictIsolated {
+		if ag.Verdict != audit.VerdictIsolated {
 			bad = append(bad, fmt.Sprintf("%s %s (%s)", ag.Agent, ag.Verdict, ag.Reason))
 		}
 	}
@@ -214,9 +215,23 @@ func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string
 	return withCode(exitFailed, fmt.Errorf("audit %s: %s", rep.Verdict, strings.Join(bad, "; ")))
 }
 
+// ledgerAudit checks the chain of the ledger at path, then feeds its
+// records to the audit.
+func ledgerAudit(path string, gs []audit.Grant, folder string) (*audit.Report, error) {
+	chain, err := ledger.Verify(path)
+	if err != nil {
+		return nil, err
+	}
+	a := audit.New(gs, audit.Options{Ledger: path, Chain: chain, Folder: folder})
+	if err := a.AddFile(path); err != nil {
+		return nil, err
+	}
+	return a.Report()
+}
+
 // ledgerWriteReport writes the report next to its destination and renames
 // it into place, so that a reviewer never picks up half a report.
-func ledgerWriteReport(dst string, rep *ledger.AuditReport, format string) error {
+func ledgerWriteReport(dst string, rep *audit.Report, format string) error {
 	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*")
 	if err != nil {
 		return fmt.Errorf("write report: %w", err)

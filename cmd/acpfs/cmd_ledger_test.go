@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acpfs/acpfs/audit"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -31,7 +32,7 @@ func ledgerTestRun(t *testing.T, cheat bool) string {
 	runs := t.TempDir()
 	grantsDir := filepath.Join(runs, "context_grants")
 	require.NoError(t, os.MkdirAll(grantsDir, 0o755))
-	src := filepath.Join("..", "..", "testdata", "ledger", "run", "context_grants")
+	src := filepath.Join("..", "..", "testdata", "audit", "run", "context_grants")
 	for _, name := range []string{"G-alice.json", "G-bob.json"} {
 		data, err := os.ReadFile(filepath.Join(src, name))
 		require.NoError(t, err)
@@ -155,9 +156,9 @@ func TestLedgerAudit(t *testing.T) {
 	out, code, err = ledgerRunCLI(t, "audit", "--runs", cheat, "--format", "json")
 	assert.Equal(t, exitFailed, code)
 	require.ErrorContains(t, err, "bob violated")
-	var rep ledger.AuditReport
+	var rep audit.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
-	assert.Equal(t, ledger.VerdictViolated, rep.Verdict)
+	assert.Equal(t, audit.VerdictViolated, rep.Verdict)
 
 	html := filepath.Join(t.TempDir(), "audit.html")
 	out, code, _ = ledgerRunCLI(t, "audit", "--runs", cheat, "--format", "html", "--out", html)

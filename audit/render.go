@@ -1,4 +1,4 @@
-package ledger
+package audit
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 
 // Render writes the report in format "md" (or "markdown"), "json" or
 // "html".
-func (r *AuditReport) Render(w io.Writer, format string) error {
+func (r *Report) Render(w io.Writer, format string) error {
 	switch strings.ToLower(format) {
 	case "md", "markdown", "":
 		return r.WriteMarkdown(w)
@@ -25,7 +25,7 @@ func (r *AuditReport) Render(w io.Writer, format string) error {
 }
 
 // WriteJSON writes the report as indented JSON.
-func (r *AuditReport) WriteJSON(w io.Writer) error {
+func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
@@ -36,7 +36,7 @@ func (r *AuditReport) WriteJSON(w io.Writer) error {
 }
 
 // ChainSummary is one sentence on the ledger's integrity.
-func (r *AuditReport) ChainSummary() string {
+func (r *Report) ChainSummary() string {
 	c := r.Chain
 	if c == nil {
 		return "not checked"
@@ -90,7 +90,7 @@ func md(s string) string {
 }
 
 // WriteMarkdown writes the report as Markdown.
-func (r *AuditReport) WriteMarkdown(out io.Writer) error {
+func (r *Report) WriteMarkdown(out io.Writer) error {
 	w := bufio.NewWriter(out)
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("# Ledger audit\n\n")
@@ -194,7 +194,7 @@ var auditTemplate = template.Must(template.New("audit").Funcs(template.FuncMap{
 
 // WriteHTML writes the report as one self-contained HTML page (inline CSS,
 // no scripts, everything escaped by html/template).
-func (r *AuditReport) WriteHTML(w io.Writer) error {
+func (r *Report) WriteHTML(w io.Writer) error {
 	if err := auditTemplate.Execute(w, r); err != nil {
 		return fmt.Errorf("write audit HTML: %w", err)
 	}

@@ -1,9 +1,16 @@
-package ledger
+// Package audit judges what agents did, as a ledger recorded it, against
+// the grants they held: per agent, every path it read or listed (each
+// checked against its grant), every refused attempt, and a verdict, with
+// an agent × file matrix; rendered as Markdown, JSON or HTML.
+//
+// The audit reads records; it does not check the chain. Its caller passes
+// the chain check (ledger.Verify) in Options.Chain, and feeds the records
+// of every segment in order through Auditor.Add or Auditor.AddFile.
+package audit
 
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -15,6 +22,7 @@ import (
 	"time"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
 )
 
 // Audit verdicts.
@@ -30,8 +38,8 @@ type Explainer interface {
 	Explain(rel string) grants.Decision
 }
 
-// AuditGrant is one grant as the audit judges it.
-type AuditGrant struct {
+// Grant is one grant as the audit judges it.
+type Grant struct {
 	GrantID string
 	AgentID string
 	// Rules are the grant's rules without its revocation, so that what an
@@ -41,8 +49,8 @@ type AuditGrant struct {
 	RevokedAt time.Time // zero when unknown
 }
 
-// LoadAuditGrants loads and compiles every G-*.json grant file in dir.
-func LoadAuditGrants(dir string) ([]AuditGrant, error) {
+// LoadGrants loads and compiles every G-*.json grant file in dir.
+func LoadGrants(dir string) ([]Grant, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "G-*.json"))
 	if err != nil {
 		return nil, fmt.Errorf("list grants in %s: %w", dir, err)
@@ -53,13 +61,13 @@ func LoadAuditGrants(dir string) ([]AuditGrant, error) {
 		}
 	}
 	sort.Strings(files)
-	out := make([]AuditGrant, 0, len(files))
+	out := make([]Grant, 0, len(files))
 	for _, f := range files {
 		g, err := grants.Load(f)
 		if err != nil {
 			return nil, fmt.Errorf("load grant %s: %w", f, err)
 		}
-		ag, err := NewAuditGrant(g)
+		ag, err := NewGrant(g)
 		if err != nil {
 			return nil, fmt.Errorf("grant %s: %w", f, err)
 		}
@@ -68,15 +76,15 @@ func LoadAuditGrants(dir string) ([]AuditGrant, error) {
 	return out, nil
 }
 
-// NewAuditGrant compiles g for the audit.
-func NewAuditGrant(g *grants.Grant) (AuditGrant, error) {
+// NewGrant compiles g for the audit.
+func NewGrant(g *grants.Grant) (Grant, error) {
 	active := *g
 	active.Revoked = false
 	m, err := grants.Compile(&active, grants.MatcherOptions{})
 	if err != nil {
-		return AuditGrant{}, err
+		return Grant{}, err
 	}
-	ag := AuditGrant{GrantID: g.GrantID, AgentID: g.AgentID, Rules: m, Revoked: g.Revoked}
+	ag := Grant{GrantID: g.GrantID, AgentID: g.AgentID, Rules: m, Revoked: g.Revoked}
 	if g.RevokedAt != "" {
 		if t, err := time.Parse(time.RFC3339Nano, g.RevokedAt); err == nil {
 			ag.RevokedAt = t
@@ -85,28 +93,37 @@ func NewAuditGrant(g *grants.Grant) (AuditGrant, error) {
 	return ag, nil
 }
 
-// AuditOptions adjusts an audit.
-type AuditOptions struct {
+// Options adjusts an audit.
+type Options struct {
+	// Ledger names what was audited in the report: the ledger's path, or
+	// its segments'.
+	Ledger string
+	// Chain is the chain check of the records fed to the audit. A broken
+	// chain makes an otherwise isolated verdict unverified. Nil means not
+	// checked: the report says so, and the verdict is the records' alone.
+	Chain *ledger.VerifyReport
 	// Folder, when set, is the collaboration folder: its files become rows
 	// of the matrix even if nobody touched them.
 	Folder string
+	// Files are more matrix rows (folder-relative paths), as Folder adds.
+	Files []string
 	// Now stamps the report (default time.Now).
 	Now func() time.Time
 }
 
-// AuditReport is what an audit found, ready to render.
-type AuditReport struct {
-	Ledger      string        `json:"ledger"`
-	GeneratedAt string        `json:"generated_at"`
-	Verdict     string        `json:"verdict"` // isolated only when every agent is and the chain is valid
-	Chain       *VerifyReport `json:"chain"`
-	Records     int64         `json:"records"` // records read (up to the first unreadable line)
-	Agents      []*AgentAudit `json:"agents"`
-	Matrix      []MatrixRow   `json:"matrix"`
+// Report is what an audit found, ready to render.
+type Report struct {
+	Ledger      string               `json:"ledger"`
+	GeneratedAt string               `json:"generated_at"`
+	Verdict     string               `json:"verdict"` // isolated only when every agent is and the chain is valid
+	Chain       *ledger.VerifyReport `json:"chain"`
+	Records     int64                `json:"records"` // records read (up to the first unreadable line)
+	Agents      []*Agent             `json:"agents"`
+	Matrix      []MatrixRow          `json:"matrix"`
 }
 
-// AgentAudit is one agent's part of the report.
-type AgentAudit struct {
+// Agent is one agent's part of the report.
+type Agent struct {
 	Agent      string   `json:"agent"`
 	Grants     []string `json:"grants"`
 	Verdict    string   `json:"verdict"`
@@ -185,81 +202,30 @@ func (c MatrixCell) State() string {
 	return strings.Join(parts, ", ")
 }
 
-// Audit judges every read and listing in the ledger at path against the
-// grant it was made under. Grants revoked in the ledger (a grant_revoked
-// record) or with a revoked_at time deny everything after that point; a
-// grant revoked with no known time is judged by its rules.
-func Audit(path string, gs []AuditGrant, opts AuditOptions) (*AuditReport, error) {
-	chain, err := Verify(path)
-	if err != nil {
-		return nil, err
-	}
-	f, src, err := openSnapshot(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	a := newAuditor(gs)
-	rd := NewReader(src)
-	for {
-		rec, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		var le *LineError
-		if errors.As(err, &le) {
-			break // reported by the chain check; judge what precedes it
-		}
-		if err != nil {
-			return nil, fmt.Errorf("audit ledger %s: %w", path, err)
-		}
-		a.add(rec)
-	}
-	var folderFiles []string
-	if opts.Folder != "" {
-		if folderFiles, err = listFolder(opts.Folder); err != nil {
-			return nil, err
-		}
-	}
-	now := time.Now
-	if opts.Now != nil {
-		now = opts.Now
-	}
-	rep := a.report(folderFiles)
-	rep.Ledger = path
-	rep.Chain = chain
-	rep.GeneratedAt = now().UTC().Format(time.RFC3339)
-	if !chain.OK() && rep.Verdict == VerdictIsolated {
-		rep.Verdict = VerdictUnverified
-	}
-	return rep, nil
-}
-
-// AuditRecords judges records already in memory (no chain check); Audit
-// is the usual entry point.
-func AuditRecords(records []Record, gs []AuditGrant, folderFiles []string) *AuditReport {
-	a := newAuditor(gs)
-	for _, r := range records {
-		a.add(r)
-	}
-	return a.report(folderFiles)
-}
-
-type auditor struct {
-	grants    map[string]*AuditGrant
-	byAgent   map[string][]*AuditGrant
+// Auditor judges ledger records one at a time, so that a ledger of any
+// length (and of several segments, fed in order) can be audited in memory
+// proportional to what it found, not to the records it read. Grants
+// revoked in the ledger (a grant_revoked record) or with a revoked_at
+// time deny everything after that point; a grant revoked with no known
+// time is judged by its rules. An Auditor is not safe for concurrent use.
+type Auditor struct {
+	opts      Options
+	grants    map[string]*Grant
+	byAgent   map[string][]*Grant
 	revokedAt map[string]int64 // grant -> seq of its grant_revoked record
-	agents    map[string]*AgentAudit
+	agents    map[string]*Agent
 	cells     map[string]map[string]*MatrixCell // path -> agent -> cell
 	records   int64
 }
 
-func newAuditor(gs []AuditGrant) *auditor {
-	a := &auditor{
-		grants:    map[string]*AuditGrant{},
-		byAgent:   map[string][]*AuditGrant{},
+// New returns an Auditor judging against gs.
+func New(gs []Grant, opts Options) *Auditor {
+	a := &Auditor{
+		opts:      opts,
+		grants:    map[string]*Grant{},
+		byAgent:   map[string][]*Grant{},
 		revokedAt: map[string]int64{},
-		agents:    map[string]*AgentAudit{},
+		agents:    map[string]*Agent{},
 		cells:     map[string]map[string]*MatrixCell{},
 	}
 	for i := range gs {
@@ -271,16 +237,41 @@ func newAuditor(gs []AuditGrant) *auditor {
 	return a
 }
 
-func (a *auditor) agent(id string) *AgentAudit {
+// Build judges records already in memory: New, Add for each, Report.
+func Build(records []ledger.Record, gs []Grant, opts Options) (*Report, error) {
+	a := New(gs, opts)
+	for _, r := range records {
+		a.Add(r)
+	}
+	return a.Report()
+}
+
+// AddFile feeds every record of the ledger file (or segment) at path, in
+// order. It stops quietly at the first line that is not a record: the
+// chain check (Options.Chain) reports that line, and what precedes it is
+// still judged.
+func (a *Auditor) AddFile(path string) error {
+	err := ledger.Scan(path, ledger.Filter{}, func(r ledger.Record) error {
+		a.Add(r)
+		return nil
+	})
+	var le *ledger.LineError
+	if err != nil && !errors.As(err, &le) {
+		return fmt.Errorf("audit ledger %s: %w", path, err)
+	}
+	return nil
+}
+
+func (a *Auditor) agent(id string) *Agent {
 	ag := a.agents[id]
 	if ag == nil {
-		ag = &AgentAudit{Agent: id, reads: map[string]*Access{}, lists: map[string]*Access{}}
+		ag = &Agent{Agent: id, reads: map[string]*Access{}, lists: map[string]*Access{}}
 		a.agents[id] = ag
 	}
 	return ag
 }
 
-func (ag *AgentAudit) addGrant(id string) {
+func (ag *Agent) addGrant(id string) {
 	if id != "" && !slices.Contains(ag.Grants, id) {
 		ag.Grants = append(ag.Grants, id)
 	}
@@ -289,7 +280,7 @@ func (ag *AgentAudit) addGrant(id string) {
 	}
 }
 
-func (a *auditor) cell(path, agent string) *MatrixCell {
+func (a *Auditor) cell(path, agent string) *MatrixCell {
 	row := a.cells[path]
 	if row == nil {
 		row = map[string]*MatrixCell{}
@@ -304,7 +295,7 @@ func (a *auditor) cell(path, agent string) *MatrixCell {
 }
 
 // grantFor finds the grant a record was made under.
-func (a *auditor) grantFor(r Record) (*AuditGrant, string) {
+func (a *Auditor) grantFor(r ledger.Record) (*Grant, string) {
 	if r.Grant != "" {
 		if g := a.grants[r.Grant]; g != nil {
 			return g, ""
@@ -322,7 +313,7 @@ func (a *auditor) grantFor(r Record) (*AuditGrant, string) {
 }
 
 // judge decides whether r's access was allowed by the grant in force.
-func (a *auditor) judge(r Record, g *AuditGrant, wantRead bool) (allowed bool, rule string) {
+func (a *Auditor) judge(r ledger.Record, g *Grant, wantRead bool) (allowed bool, rule string) {
 	if seq, ok := a.revokedAt[g.GrantID]; ok {
 		return false, fmt.Sprintf("%s at seq %d", grants.RuleRevoked, seq)
 	}
@@ -345,9 +336,11 @@ func (a *auditor) judge(r Record, g *AuditGrant, wantRead bool) (allowed bool, r
 	return d.Visible, d.Rule
 }
 
-func (a *auditor) add(r Record) {
+// Add judges one record. Records must come in ledger order (seq order,
+// across segments): a revocation applies to the records after it.
+func (a *Auditor) Add(r ledger.Record) {
 	a.records++
-	if r.Kind == KindGrantRevoked && r.Grant != "" {
+	if r.Kind == ledger.KindGrantRevoked && r.Grant != "" {
 		if _, seen := a.revokedAt[r.Grant]; !seen {
 			a.revokedAt[r.Grant] = r.Seq
 		}
@@ -369,8 +362,8 @@ func (a *auditor) add(r Record) {
 		ag.addGrant(g.GrantID)
 	}
 	switch r.Kind {
-	case KindRead, KindReadRequest, KindList:
-		isRead := r.Kind != KindList
+	case ledger.KindRead, ledger.KindReadRequest, ledger.KindList:
+		isRead := r.Kind != ledger.KindList
 		m := ag.lists
 		if isRead {
 			m = ag.reads
@@ -408,7 +401,7 @@ func (a *auditor) add(r Record) {
 			}
 			ag.Violations = append(ag.Violations, eventOf(r, g.GrantID, rule, what))
 		}
-	case KindDenied, KindFrozenRefused, KindAppendRejected:
+	case ledger.KindDenied, ledger.KindFrozenRefused, ledger.KindAppendRejected:
 		if IsToolNoise(r) {
 			ag.Noise = append(ag.Noise, eventOf(r, r.Grant, "", r.Detail))
 			return
@@ -417,7 +410,7 @@ func (a *auditor) add(r Record) {
 		if r.Path != "" {
 			a.cell(r.Path, agentID).Refused = true
 		}
-	case KindWrite, KindAppendAccepted:
+	case ledger.KindWrite, ledger.KindAppendAccepted:
 		ag.Writes++
 		if r.Path != "" {
 			a.cell(r.Path, agentID).Written = true
@@ -425,12 +418,32 @@ func (a *auditor) add(r Record) {
 	}
 }
 
-func eventOf(r Record, grant, rule, detail string) Event {
+func eventOf(r ledger.Record, grant, rule, detail string) Event {
 	return Event{Seq: r.Seq, At: r.At, Kind: r.Kind, Grant: grant, Path: r.Path, Op: r.Op, Detail: detail, Rule: rule}
 }
 
-func (a *auditor) report(folderFiles []string) *AuditReport {
-	rep := &AuditReport{Records: a.records, Verdict: VerdictIsolated}
+// Report returns what the records fed so far show. It fails only when
+// Options.Folder cannot be listed.
+func (a *Auditor) Report() (*Report, error) {
+	folderFiles := slices.Clone(a.opts.Files)
+	if a.opts.Folder != "" {
+		files, err := listFolder(a.opts.Folder)
+		if err != nil {
+			return nil, err
+		}
+		folderFiles = append(folderFiles, files...)
+	}
+	now := time.Now
+	if a.opts.Now != nil {
+		now = a.opts.Now
+	}
+	rep := &Report{
+		Ledger:      a.opts.Ledger,
+		GeneratedAt: now().UTC().Format(time.RFC3339),
+		Chain:       a.opts.Chain,
+		Records:     a.records,
+		Verdict:     VerdictIsolated,
+	}
 	ids := make([]string, 0, len(a.agents))
 	for id := range a.agents {
 		ids = append(ids, id)
@@ -472,6 +485,7 @@ func (a *auditor) report(folderFiles []string) *AuditReport {
 		}
 	}
 	sort.Strings(paths)
+	paths = slices.Compact(paths)
 	for _, p := range paths {
 		row := MatrixRow{Path: p, Cells: make([]MatrixCell, len(rep.Agents))}
 		for i, ag := range rep.Agents {
@@ -497,7 +511,10 @@ func (a *auditor) report(folderFiles []string) *AuditReport {
 		}
 		rep.Matrix = append(rep.Matrix, row)
 	}
-	return rep
+	if rep.Chain != nil && !rep.Chain.OK() && rep.Verdict == VerdictIsolated {
+		rep.Verdict = VerdictUnverified
+	}
+	return rep, nil
 }
 
 func sortedAccesses(m map[string]*Access) []Access {
@@ -552,8 +569,8 @@ func statDir(dir string) (fs.FileInfo, error) {
 // object store, which git retries as a rename. Refused reads, lookups
 // and listings are never noise, whatever the name: those are what an
 // audit is for.
-func IsToolNoise(r Record) bool {
-	if r.Kind != KindDenied {
+func IsToolNoise(r ledger.Record) bool {
+	if r.Kind != ledger.KindDenied {
 		return false
 	}
 	switch r.Op {
