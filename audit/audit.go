@@ -115,54 +115,105 @@ type Options struct {
 type Report struct {
 	Ledger      string               `json:"ledger"`
 	GeneratedAt string               `json:"generated_at"`
-	Verdict     string               `json:"verdict"` // isolated only when every agent is and the chain is valid
+	Verdict     string               `json:"verdict"` // isolated only when every agent is, the chain is valid and no record was lost
 	Chain       *ledger.VerifyReport `json:"chain"`
 	Records     int64                `json:"records"` // records read (up to the first unreadable line)
-	Agents      []*Agent             `json:"agents"`
-	Matrix      []MatrixRow          `json:"matrix"`
+	// Gaps are the operators' acknowledgements of lost records (gap
+	// records). While any is present no agent is isolated: what it did
+	// in the lost records is unknown.
+	Gaps   []Gap       `json:"gaps,omitempty"`
+	Lost   int64       `json:"lost,omitempty"` // records acknowledged lost, all gaps together
+	Agents []*Agent    `json:"agents"`
+	Matrix []MatrixRow `json:"matrix"`
 }
 
-// Agent is one agent's part of the report.
+// Gap is one gap record: records acknowledged lost.
+type Gap struct {
+	Seq   int64  `json:"seq"` // the gap record's own seq
+	At    string `json:"at"`  // when the loss was acknowledged
+	Count int64  `json:"count"`
+	// FirstSeq and LastSeq are the seqs the lost records had: the Count
+	// seqs after the last record the audit read before the gap record.
+	// LastSeq is 0 when Count is unknown.
+	FirstSeq int64 `json:"first_seq"`
+	LastSeq  int64 `json:"last_seq,omitempty"`
+	// After is the time of the last record before the gap: the lost
+	// records were written between After and At.
+	After  string `json:"after,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// String is the sentence the reports show: "N records acknowledged lost
+// (seq A–B)".
+func (g Gap) String() string {
+	if g.LastSeq == 0 {
+		return fmt.Sprintf("an unknown number of records acknowledged lost (from seq %d, gap record seq %d)", g.FirstSeq, g.Seq)
+	}
+	return fmt.Sprintf("%d records acknowledged lost (seq %d–%d)", g.Count, g.FirstSeq, g.LastSeq)
+}
+
+// Period says when the lost records were written, as far as the ledger
+// tells.
+func (g Gap) Period() string {
+	if g.After == "" {
+		return "before " + g.At
+	}
+	return "between " + g.After + " and " + g.At
+}
+
+// Agent is one agent's part of the report. Reads, Lists, Refused, Noise
+// and Violations are aggregated: one entry per distinct path (and kind,
+// operation and grant), with a count, so that a report's size follows
+// what agents did, not how often.
 type Agent struct {
 	Agent      string   `json:"agent"`
 	Grants     []string `json:"grants"`
 	Verdict    string   `json:"verdict"`
 	Reason     string   `json:"reason"`
-	Reads      []Access `json:"reads"`   // paths read (read, read_request)
+	Reads      []Access `json:"reads"`   // paths read (read, read_request, read_repeat)
 	Lists      []Access `json:"lists"`   // directories listed
-	Refused    []Event  `json:"refused"` // denied, frozen_refused, append_rejected, but for noise
+	Refused    []Event  `json:"refused"` // denied, frozen_refused, append_rejected (and their denied_repeat), but for noise
 	Noise      []Event  `json:"noise"`   // refusals of temporary/tool noise, not of real paths (see IsToolNoise)
 	Violations []Event  `json:"violations"`
-	Writes     int      `json:"writes"` // write and append_accepted records
+	Writes     int64    `json:"writes"` // write, append_accepted and append_recovered records
 
-	lastGrant string
-	reads     map[string]*Access
-	lists     map[string]*Access
-	unknown   int // accesses that could not be judged
+	lastGrant  string
+	reads      map[string]*Access
+	lists      map[string]*Access
+	refused    events
+	noise      events
+	violations events
+	unknown    int // accesses that could not be judged
 }
 
 // Access is one path an agent read or listed, with the judgement.
 type Access struct {
 	Path     string `json:"path"`
 	Grant    string `json:"grant"`
-	Count    int    `json:"count"`
+	Count    int64  `json:"count"` // reads including aggregated repeats
 	FirstSeq int64  `json:"first_seq"`
 	LastSeq  int64  `json:"last_seq"`
 	Allowed  bool   `json:"allowed"`
 	Judged   bool   `json:"judged"` // false when the grant was unknown
 	Rule     string `json:"rule"`
+	// Hashes are the distinct content SHA-256s read, in the order first
+	// seen (empty for listings and for records without one).
+	Hashes []string `json:"sha256,omitempty"`
 }
 
-// Event is one ledger record quoted in the report.
+// Event is a refusal or a violation quoted in the report: the first
+// record of its kind, operation, path and grant, with how many there were.
 type Event struct {
-	Seq    int64  `json:"seq"`
-	At     string `json:"at"`
-	Kind   string `json:"kind"`
-	Grant  string `json:"grant,omitempty"`
-	Path   string `json:"path,omitempty"`
-	Op     string `json:"op,omitempty"`
-	Detail string `json:"detail,omitempty"`
-	Rule   string `json:"rule,omitempty"`
+	Seq     int64  `json:"seq"` // the first record's
+	At      string `json:"at"`
+	Kind    string `json:"kind"`
+	Grant   string `json:"grant,omitempty"`
+	Path    string `json:"path,omitempty"`
+	Op      string `json:"op,omitempty"`
+	Detail  string `json:"detail,omitempty"` // the first record's
+	Rule    string `json:"rule,omitempty"`
+	Count   int64  `json:"count"`              // records, repeats included
+	LastSeq int64  `json:"last_seq,omitempty"` // the last record's seq
 }
 
 // MatrixRow is one file (or directory) of the agent × file matrix.
@@ -204,18 +255,29 @@ func (c MatrixCell) State() string {
 
 // Auditor judges ledger records one at a time, so that a ledger of any
 // length (and of several segments, fed in order) can be audited in memory
-// proportional to what it found, not to the records it read. Grants
-// revoked in the ledger (a grant_revoked record) or with a revoked_at
-// time deny everything after that point; a grant revoked with no known
-// time is judged by its rules. An Auditor is not safe for concurrent use.
+// proportional to what it found, not to the records it read: one entry
+// per distinct (agent, path, content hash) read, per distinct refusal and
+// per distinct violation. Grants revoked in the ledger (a grant_revoked
+// record) or with a revoked_at time deny everything after that point; a
+// grant revoked with no known time is judged by its rules. An Auditor is
+// not safe for concurrent use.
 type Auditor struct {
 	opts      Options
 	grants    map[string]*Grant
 	byAgent   map[string][]*Grant
-	revokedAt map[string]int64 // grant -> seq of its grant_revoked record
+	revokedAt map[string]revocation // grant -> its first grant_revoked record
 	agents    map[string]*Agent
 	cells     map[string]map[string]*MatrixCell // path -> agent -> cell
+	gaps      []Gap
 	records   int64
+	lastSeq   int64  // seq of the last record fed
+	lastAt    string // and its time
+}
+
+// revocation is where a grant_revoked record stands in the ledger.
+type revocation struct {
+	seq int64
+	at  string
 }
 
 // New returns an Auditor judging against gs.
@@ -224,7 +286,7 @@ func New(gs []Grant, opts Options) *Auditor {
 		opts:      opts,
 		grants:    map[string]*Grant{},
 		byAgent:   map[string][]*Grant{},
-		revokedAt: map[string]int64{},
+		revokedAt: map[string]revocation{},
 		agents:    map[string]*Agent{},
 		cells:     map[string]map[string]*MatrixCell{},
 	}
@@ -312,10 +374,34 @@ func (a *Auditor) grantFor(r ledger.Record) (*Grant, string) {
 	}
 }
 
+// isRepeat reports whether r aggregates repeats of a record already
+// written in full.
+func isRepeat(r ledger.Record) bool {
+	return r.Kind == ledger.KindReadRepeat || r.Kind == ledger.KindDeniedRepeat
+}
+
+// repeats is how many accesses r stands for: its Count for an aggregate
+// (at least one: the record says there was a repeat), one otherwise.
+func repeats(r ledger.Record) int64 {
+	if isRepeat(r) && r.Count > 1 {
+		return r.Count
+	}
+	return 1
+}
+
+// latest is the time of the last access r stands for: Last for an
+// aggregate of repeats, At otherwise.
+func latest(r ledger.Record) string {
+	if isRepeat(r) && r.Last != "" {
+		return r.Last
+	}
+	return r.At
+}
+
 // judge decides whether r's access was allowed by the grant in force.
 func (a *Auditor) judge(r ledger.Record, g *Grant, wantRead bool) (allowed bool, rule string) {
-	if seq, ok := a.revokedAt[g.GrantID]; ok {
-		return false, fmt.Sprintf("%s at seq %d", grants.RuleRevoked, seq)
+	if rev, ok := a.revokedAt[g.GrantID]; ok && a.afterRevocation(r, rev) {
+		return false, fmt.Sprintf("%s at seq %d", grants.RuleRevoked, rev.seq)
 	}
 	if g.Revoked && !g.RevokedAt.IsZero() {
 		// A revoked_at written to the second (as acpfs did before it
@@ -325,7 +411,7 @@ func (a *Auditor) judge(r ledger.Record, g *Grant, wantRead bool) (allowed bool,
 		if limit.Nanosecond() == 0 {
 			limit = limit.Add(time.Second)
 		}
-		if at, err := time.Parse(time.RFC3339Nano, r.At); err == nil && !at.Before(limit) {
+		if at, err := time.Parse(time.RFC3339Nano, latest(r)); err == nil && !at.Before(limit) {
 			return false, fmt.Sprintf("%s at %s", grants.RuleRevoked, g.RevokedAt.UTC().Format(time.RFC3339Nano))
 		}
 	}
@@ -336,13 +422,39 @@ func (a *Auditor) judge(r ledger.Record, g *Grant, wantRead bool) (allowed bool,
 	return d.Visible, d.Rule
 }
 
+// afterRevocation reports whether r, fed after the grant_revoked record
+// rev, stands for an access after it. A record written in full is, by its
+// place in the chain. An aggregate of repeats is flushed later than the
+// repeats it counts, so its place proves nothing: its last repeat's time
+// decides, and a time that cannot be compared counts as after.
+func (a *Auditor) afterRevocation(r ledger.Record, rev revocation) bool {
+	if !isRepeat(r) {
+		return true
+	}
+	last, err1 := time.Parse(time.RFC3339Nano, latest(r))
+	revAt, err2 := time.Parse(time.RFC3339Nano, rev.at)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	return !last.Before(revAt)
+}
+
 // Add judges one record. Records must come in ledger order (seq order,
-// across segments): a revocation applies to the records after it.
+// across segments): a revocation applies to the records after it, and a
+// gap record stands for the records between it and the one before.
 func (a *Auditor) Add(r ledger.Record) {
 	a.records++
-	if r.Kind == ledger.KindGrantRevoked && r.Grant != "" {
-		if _, seen := a.revokedAt[r.Grant]; !seen {
-			a.revokedAt[r.Grant] = r.Seq
+	prevSeq, prevAt := a.lastSeq, a.lastAt
+	a.lastSeq, a.lastAt = r.Seq, r.At
+	switch r.Kind {
+	case ledger.KindCheckpoint, ledger.KindSegmentStart, ledger.KindSegmentEnd, ledger.KindLedgerRecovered:
+		return // the ledger's own bookkeeping, not anyone's activity
+	case ledger.KindGap:
+		a.addGap(r, prevSeq, prevAt)
+		return
+	case ledger.KindGrantRevoked:
+		if _, seen := a.revokedAt[r.Grant]; !seen && r.Grant != "" {
+			a.revokedAt[r.Grant] = revocation{seq: r.Seq, at: r.At}
 		}
 	}
 	if r.Agent == "" && r.Grant == "" {
@@ -362,64 +474,150 @@ func (a *Auditor) Add(r ledger.Record) {
 		ag.addGrant(g.GrantID)
 	}
 	switch r.Kind {
-	case ledger.KindRead, ledger.KindReadRequest, ledger.KindList:
-		isRead := r.Kind != ledger.KindList
-		m := ag.lists
-		if isRead {
-			m = ag.reads
-		}
-		acc := m[r.Path]
-		if acc == nil {
-			acc = &Access{Path: r.Path, FirstSeq: r.Seq, Allowed: true, Judged: true}
-			m[r.Path] = acc
-		}
-		acc.Count++
-		acc.LastSeq = r.Seq
-		c := a.cell(r.Path, agentID)
-		if isRead {
-			c.Read = true
-		} else {
-			c.Listed = true
-		}
-		if g == nil {
-			if acc.Judged {
-				ag.unknown++
-			}
-			acc.Judged, acc.Rule, acc.Grant = false, why, r.Grant
-			return
-		}
-		allowed, rule := a.judge(r, g, isRead)
-		if acc.Rule == "" || !allowed {
-			acc.Rule, acc.Grant = rule, g.GrantID
-		}
-		if !allowed {
-			acc.Allowed = false
-			c.Violation = true
-			what := "read a path its grant does not make readable"
-			if !isRead {
-				what = "listed a directory its grant does not make visible"
-			}
-			ag.Violations = append(ag.Violations, eventOf(r, g.GrantID, rule, what))
-		}
-	case ledger.KindDenied, ledger.KindFrozenRefused, ledger.KindAppendRejected:
-		if IsToolNoise(r) {
-			ag.Noise = append(ag.Noise, eventOf(r, r.Grant, "", r.Detail))
-			return
-		}
-		ag.Refused = append(ag.Refused, eventOf(r, r.Grant, "", r.Detail))
-		if r.Path != "" {
-			a.cell(r.Path, agentID).Refused = true
-		}
-	case ledger.KindWrite, ledger.KindAppendAccepted:
+	case ledger.KindRead, ledger.KindReadRequest, ledger.KindReadRepeat, ledger.KindList:
+		a.addAccess(ag, r, g, why)
+	case ledger.KindDenied, ledger.KindFrozenRefused, ledger.KindAppendRejected, ledger.KindDeniedRepeat:
+		a.addRefusal(ag, r)
+	case ledger.KindWrite, ledger.KindAppendAccepted, ledger.KindAppendRecovered:
 		ag.Writes++
 		if r.Path != "" {
-			a.cell(r.Path, agentID).Written = true
+			a.cell(r.Path, ag.Agent).Written = true
 		}
+	}
+}
+
+// addGap notes a gap record: the Count records after the one fed before
+// it (prevSeq, at prevAt) are lost.
+func (a *Auditor) addGap(r ledger.Record, prevSeq int64, prevAt string) {
+	g := Gap{Seq: r.Seq, At: r.At, Count: r.Count, FirstSeq: prevSeq + 1, After: prevAt, Detail: r.Detail}
+	if r.Count > 0 {
+		g.LastSeq = prevSeq + r.Count
+	}
+	a.gaps = append(a.gaps, g)
+}
+
+// addAccess counts a read (in full, per request, or repeats) or a listing
+// and judges it.
+func (a *Auditor) addAccess(ag *Agent, r ledger.Record, g *Grant, why string) {
+	isRead := r.Kind != ledger.KindList
+	m := ag.lists
+	if isRead {
+		m = ag.reads
+	}
+	acc := m[r.Path]
+	if acc == nil {
+		acc = &Access{Path: r.Path, FirstSeq: r.Seq, Allowed: true, Judged: true}
+		m[r.Path] = acc
+	}
+	n := repeats(r)
+	acc.Count += n
+	acc.LastSeq = r.Seq
+	if isRead && r.SHA256 != "" && !slices.Contains(acc.Hashes, r.SHA256) {
+		acc.Hashes = append(acc.Hashes, r.SHA256)
+	}
+	c := a.cell(r.Path, ag.Agent)
+	if isRead {
+		c.Read = true
+	} else {
+		c.Listed = true
+	}
+	if g == nil {
+		if acc.Judged {
+			ag.unknown++
+		}
+		acc.Judged, acc.Rule, acc.Grant = false, why, r.Grant
+		return
+	}
+	allowed, rule := a.judge(r, g, isRead)
+	if acc.Rule == "" || !allowed {
+		acc.Rule, acc.Grant = rule, g.GrantID
+	}
+	if allowed {
+		return
+	}
+	acc.Allowed = false
+	c.Violation = true
+	what := "read a path its grant does not make readable"
+	kind := ledger.KindRead
+	if !isRead {
+		what, kind = "listed a directory its grant does not make visible", ledger.KindList
+	}
+	// Repeats of a read join the violation of the read they repeat.
+	key := eventKey{kind: kind, grant: g.GrantID, path: r.Path, rule: rule}
+	ag.violations.add(key, r, n, func() Event { return eventOf(r, g.GrantID, rule, what) })
+}
+
+// addRefusal counts a refusal, or repeats of one.
+func (a *Auditor) addRefusal(ag *Agent, r ledger.Record) {
+	n := repeats(r)
+	key := eventKey{kind: r.Kind, grant: r.Grant, path: r.Path, op: r.Op}
+	if r.Kind == ledger.KindDeniedRepeat {
+		// Repeats join the refusal they repeat, of whichever kind; one
+		// whose refusal was not read (lost, or in a segment not given)
+		// stands for a denied record.
+		key.kind = ledger.KindDenied
+		for _, kind := range []string{ledger.KindDenied, ledger.KindFrozenRefused, ledger.KindAppendRejected} {
+			k := key
+			k.kind = kind
+			if ag.refused.has(k) || ag.noise.has(k) {
+				key = k
+				break
+			}
+		}
+	}
+	full := r
+	full.Kind = key.kind
+	first := func() Event { return eventOf(r, r.Grant, "", r.Detail) }
+	if IsToolNoise(full) {
+		ag.noise.add(key, r, n, first)
+		return
+	}
+	ag.refused.add(key, r, n, first)
+	if r.Path != "" {
+		a.cell(r.Path, ag.Agent).Refused = true
 	}
 }
 
 func eventOf(r ledger.Record, grant, rule, detail string) Event {
 	return Event{Seq: r.Seq, At: r.At, Kind: r.Kind, Grant: grant, Path: r.Path, Op: r.Op, Detail: detail, Rule: rule}
+}
+
+// eventKey is what makes two refusals (or two violations) the same entry.
+type eventKey struct{ kind, grant, path, op, rule string }
+
+// events aggregates Events by key, in the order first seen.
+type events struct {
+	index map[eventKey]int
+	list  []Event
+}
+
+func (e *events) has(k eventKey) bool {
+	_, ok := e.index[k]
+	return ok
+}
+
+// add counts n more records of k; first makes the entry of the first one.
+func (e *events) add(k eventKey, r ledger.Record, n int64, first func() Event) {
+	i, ok := e.index[k]
+	if !ok {
+		if e.index == nil {
+			e.index = map[eventKey]int{}
+		}
+		i = len(e.list)
+		e.index[k] = i
+		e.list = append(e.list, first())
+	}
+	e.list[i].Count += n
+	e.list[i].LastSeq = r.Seq
+}
+
+// total is how many records the entries stand for.
+func (e *events) total() int64 {
+	var n int64
+	for _, ev := range e.list {
+		n += ev.Count
+	}
+	return n
 }
 
 // Report returns what the records fed so far show. It fails only when
@@ -443,6 +641,10 @@ func (a *Auditor) Report() (*Report, error) {
 		Chain:       a.opts.Chain,
 		Records:     a.records,
 		Verdict:     VerdictIsolated,
+		Gaps:        slices.Clone(a.gaps),
+	}
+	for _, g := range rep.Gaps {
+		rep.Lost += g.Count
 	}
 	ids := make([]string, 0, len(a.agents))
 	for id := range a.agents {
@@ -450,23 +652,7 @@ func (a *Auditor) Report() (*Report, error) {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		ag := a.agents[id]
-		ag.Reads = sortedAccesses(ag.reads)
-		ag.Lists = sortedAccesses(ag.lists)
-		switch {
-		case len(ag.Violations) > 0:
-			ag.Verdict = VerdictViolated
-			ag.Reason = fmt.Sprintf("%d access(es) its grant does not allow, first at seq %d", len(ag.Violations), ag.Violations[0].Seq)
-		case ag.unknown > 0:
-			ag.Verdict = VerdictUnverified
-			ag.Reason = fmt.Sprintf("%d path(s) accessed under a grant that was not given to the audit", ag.unknown)
-		default:
-			ag.Verdict = VerdictIsolated
-			ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) allowed by its grant", len(ag.Reads), len(ag.Lists))
-		}
-		if n := len(ag.Noise); n > 0 {
-			ag.Reason += fmt.Sprintf("; %d refusal(s) of temporary/tool noise (editors' temporary files, git's link attempts) not counted as refused", n)
-		}
+		ag := judgeAgent(a.agents[id], rep.Gaps)
 		switch {
 		case ag.Verdict == VerdictViolated:
 			rep.Verdict = VerdictViolated
@@ -475,6 +661,49 @@ func (a *Auditor) Report() (*Report, error) {
 		}
 		rep.Agents = append(rep.Agents, ag)
 	}
+	rep.Matrix = a.matrix(rep.Agents, folderFiles)
+	if rep.Verdict == VerdictIsolated && (len(rep.Gaps) > 0 || rep.Chain != nil && !rep.Chain.OK()) {
+		rep.Verdict = VerdictUnverified
+	}
+	return rep, nil
+}
+
+// judgeAgent returns the agent's part of a report: its lists and its
+// verdict, in a copy that later records leave alone.
+func judgeAgent(live *Agent, gaps []Gap) *Agent {
+	ag := new(Agent)
+	*ag = *live
+	ag.Reads = sortedAccesses(ag.reads)
+	ag.Lists = sortedAccesses(ag.lists)
+	ag.Refused = slices.Clone(ag.refused.list)
+	ag.Noise = slices.Clone(ag.noise.list)
+	ag.Violations = slices.Clone(ag.violations.list)
+	switch {
+	case len(ag.Violations) > 0:
+		ag.Verdict = VerdictViolated
+		ag.Reason = fmt.Sprintf("%d access(es) its grant does not allow, first at seq %d", ag.violations.total(), ag.Violations[0].Seq)
+	case ag.unknown > 0:
+		ag.Verdict = VerdictUnverified
+		ag.Reason = fmt.Sprintf("%d path(s) accessed under a grant that was not given to the audit", ag.unknown)
+	case len(gaps) > 0:
+		// The lost records may hold anything this agent did then.
+		ag.Verdict = VerdictUnverified
+		ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) in the records kept allowed by its grant, but unverified for the records lost", len(ag.Reads), len(ag.Lists))
+	default:
+		ag.Verdict = VerdictIsolated
+		ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) allowed by its grant", len(ag.Reads), len(ag.Lists))
+	}
+	for _, g := range gaps {
+		ag.Reason += fmt.Sprintf("; %s, written %s: what it did then is unknown", g, g.Period())
+	}
+	if n := ag.noise.total(); n > 0 {
+		ag.Reason += fmt.Sprintf("; %d refusal(s) of temporary/tool noise (editors' temporary files, git's link attempts) not counted as refused", n)
+	}
+	return ag
+}
+
+// matrix makes one row per path touched or listed in the folder.
+func (a *Auditor) matrix(agents []*Agent, folderFiles []string) []MatrixRow {
 	paths := make([]string, 0, len(a.cells)+len(folderFiles))
 	for p := range a.cells {
 		paths = append(paths, p)
@@ -486,9 +715,10 @@ func (a *Auditor) Report() (*Report, error) {
 	}
 	sort.Strings(paths)
 	paths = slices.Compact(paths)
+	var rows []MatrixRow
 	for _, p := range paths {
-		row := MatrixRow{Path: p, Cells: make([]MatrixCell, len(rep.Agents))}
-		for i, ag := range rep.Agents {
+		row := MatrixRow{Path: p, Cells: make([]MatrixCell, len(agents))}
+		for i, ag := range agents {
 			var c MatrixCell
 			if got := a.cells[p][ag.Agent]; got != nil {
 				c = *got
@@ -509,12 +739,9 @@ func (a *Auditor) Report() (*Report, error) {
 			}
 			row.Cells[i] = c
 		}
-		rep.Matrix = append(rep.Matrix, row)
+		rows = append(rows, row)
 	}
-	if rep.Chain != nil && !rep.Chain.OK() && rep.Verdict == VerdictIsolated {
-		rep.Verdict = VerdictUnverified
-	}
-	return rep, nil
+	return rows
 }
 
 func sortedAccesses(m map[string]*Access) []Access {

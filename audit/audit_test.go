@@ -89,7 +89,7 @@ func TestAuditVerdicts(t *testing.T) {
 	assert.Len(t, alice.Lists, 2)
 	require.Len(t, alice.Refused, 2)
 	assert.Equal(t, int64(6), alice.Refused[0].Seq)
-	assert.Equal(t, 1, alice.Writes)
+	assert.Equal(t, int64(1), alice.Writes)
 
 	bob := byAgent["bob"]
 	assert.Equal(t, VerdictViolated, bob.Verdict)

@@ -56,6 +56,14 @@ func (r *Report) ChainSummary() string {
 	return s
 }
 
+// gapDetail is the operator's note on a gap, as a clause.
+func gapDetail(g Gap) string {
+	if g.Detail == "" {
+		return ""
+	}
+	return ": " + g.Detail
+}
+
 // displayPath shows the folder root as ".".
 func displayPath(p string) string {
 	if p == "" {
@@ -99,6 +107,10 @@ func (r *Report) WriteMarkdown(out io.Writer) error {
 	p("- Chain: %s\n", md(r.ChainSummary()))
 	p("- Records judged: %d\n", r.Records)
 	p("- Verdict: **%s**\n\n", md(r.Verdict))
+	for _, g := range r.Gaps {
+		p("> **Records lost: %s**, written %s (acknowledged by the gap record at seq %d%s). No agent can be shown isolated for that period.\n\n",
+			md(g.String()), md(g.Period()), g.Seq, md(gapDetail(g)))
+	}
 
 	p("## Summary\n\n")
 	p("| Agent | Grants | Verdict | Paths read | Listings | Refused | Temporary/tool noise | Violations |\n")
@@ -110,9 +122,9 @@ func (r *Report) WriteMarkdown(out io.Writer) error {
 	for _, ag := range r.Agents {
 		p("\n## Agent %s: %s\n\n%s\n", md(ag.Agent), md(ag.Verdict), md(ag.Reason))
 		if len(ag.Violations) > 0 {
-			p("\n### Violations\n\n| Seq | At | Kind | Path | Grant | Rule |\n|---:|---|---|---|---|---|\n")
+			p("\n### Violations\n\n| First seq | At | Kind | Path | Count | Grant | Rule |\n|---:|---|---|---|---:|---|---|\n")
 			for _, e := range ag.Violations {
-				p("| %d | %s | %s | %s | %s | %s |\n", e.Seq, md(e.At), md(e.Kind), md(displayPath(e.Path)), md(e.Grant), md(e.Rule))
+				p("| %d | %s | %s | %s | %d | %s | %s |\n", e.Seq, md(e.At), md(e.Kind), md(displayPath(e.Path)), e.Count, md(e.Grant), md(e.Rule))
 			}
 		}
 		writeAccessTable(p, "Paths read", ag.Reads)
@@ -149,9 +161,9 @@ func writeEventTable(p func(string, ...any), title, intro string, events []Event
 	if len(events) == 0 {
 		return
 	}
-	p("\n### %s\n\n%s| Seq | At | Kind | Op | Path | Detail |\n|---:|---|---|---|---|---|\n", title, intro)
+	p("\n### %s\n\n%s| First seq | At | Kind | Op | Path | Count | Detail |\n|---:|---|---|---|---|---:|---|\n", title, intro)
 	for _, e := range events {
-		p("| %d | %s | %s | %s | %s | %s |\n", e.Seq, md(e.At), md(e.Kind), md(e.Op), md(displayPath(e.Path)), md(e.Detail))
+		p("| %d | %s | %s | %s | %s | %d | %s |\n", e.Seq, md(e.At), md(e.Kind), md(e.Op), md(displayPath(e.Path)), e.Count, md(e.Detail))
 	}
 }
 
@@ -176,7 +188,8 @@ func writeAccessTable(p func(string, ...any), title string, accs []Access) {
 var auditHTML string
 
 var auditTemplate = template.Must(template.New("audit").Funcs(template.FuncMap{
-	"path": displayPath,
+	"path":      displayPath,
+	"gapDetail": gapDetail,
 	"cellClass": func(c MatrixCell) string {
 		switch {
 		case c.Violation:
