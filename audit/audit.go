@@ -149,6 +149,9 @@ func (g Gap) String() string {
 	if g.LastSeq == 0 {
 		return fmt.Sprintf("an unknown number of records acknowledged lost (from seq %d, gap record seq %d)", g.FirstSeq, g.Seq)
 	}
+	if g.Count == 1 {
+		return fmt.Sprintf("1 record acknowledged lost (seq %d)", g.FirstSeq)
+	}
 	return fmt.Sprintf("%d records acknowledged lost (seq %d–%d)", g.Count, g.FirstSeq, g.LastSeq)
 }
 
