@@ -180,6 +180,14 @@ func (af *ledgerAuditFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&af.folder, "folder", "", "collaboration folder: list its files in the matrix even if untouched")
 }
 
+// ledgerAuditExit is the exit-status paragraph of both audit commands.
+const ledgerAuditExit = `Exit status: 0 when the verdict is isolated; 2 when it is violated or
+unverified, which includes a broken chain, a record naming a grant not
+given to the audit, and a ledger holding a "gap" record (records an operator
+acknowledged as lost: no agent can be shown isolated for that period, and
+the report says "N records acknowledged lost (seq A–B)"); 2 also when the
+ledger or the grants cannot be read.`
+
 // run audits, writes the report and turns the verdict into the exit code.
 func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string) error {
 	if err := protoChoice("format", af.format, []string{"md", "json", "html"}); err != nil {
@@ -211,6 +219,9 @@ func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string
 	}
 	if rep.Chain != nil && rep.Chain.Problem != nil {
 		bad = append(bad, "ledger chain broken at seq "+fmt.Sprint(rep.Chain.Problem.Seq))
+	}
+	for _, g := range rep.Gaps {
+		bad = append(bad, g.String())
 	}
 	return withCode(exitFailed, fmt.Errorf("audit %s: %s", rep.Verdict, strings.Join(bad, "; ")))
 }
@@ -266,8 +277,13 @@ func newLedgerAuditCmd() *cobra.Command {
 every refused attempt, and checks each read against its grant as the grant
 files in DIR (G-*.json) say now. An agent is "isolated" when its grant allowed
 every read and listing, "violated" when it read or listed something its grant
-does not allow, "unverified" when a record names a grant that is not in DIR.
-The HTML report is one self-contained page with an agent × file matrix.`,
+does not allow, "unverified" when a record names a grant that is not in DIR
+or records were acknowledged lost. Aggregated repeats (read_repeat,
+denied_repeat) count as the reads and refusals they repeat: each path is
+listed once with its count. The HTML report is one self-contained page with
+an agent × file matrix.
+
+` + ledgerAuditExit,
 		Example: `  acpfs ledger audit --ledger agent_runs/communication_ledger.jsonl --grants agent_runs/context_grants --format html --out audit.html`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -289,8 +305,12 @@ func newLedgerRunAuditCmd() *cobra.Command {
 		runs string
 	)
 	cmd := &cobra.Command{
-		Use:     "audit --runs RUNDIR [--format md|json|html] [--out FILE] [--folder F]",
-		Short:   "Audit a run directory: its ledger against its context grants",
+		Use:   "audit --runs RUNDIR [--format md|json|html] [--out FILE] [--folder F]",
+		Short: "Audit a run directory: its ledger against its context grants (exit 0 isolated, 2 otherwise)",
+		Long: `Audit is "acpfs ledger audit" on a run directory: RUNDIR/communication_ledger.jsonl
+judged against RUNDIR/context_grants.
+
+` + ledgerAuditExit,
 		Example: `  acpfs audit --runs agent_runs --format html --out audit.html`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
