@@ -29,7 +29,7 @@ import (
 const (
 	VerdictIsolated   = "isolated"   // every read and listing was allowed by the grant in force
 	VerdictViolated   = "violated"   // at least one read or listing its grant does not allow
-	VerdictUnverified = "unverified" // no violation seen, but something could not be judged
+	VerdictUnverified = "unverified" // no violation seen, but something could not be judged: a grant not given, a broken chain, records lost
 )
 
 // Explainer is what the audit needs from a compiled grant; *grants.Matcher
