@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/acpfs/acpfs/audit"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -179,16 +180,24 @@ func (af *ledgerAuditFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&af.folder, "folder", "", "collaboration folder: list its files in the matrix even if untouched")
 }
 
+// ledgerAuditExit is the exit-status paragraph of both audit commands.
+const ledgerAuditExit = `Exit status: 0 when the verdict is isolated; 2 when it is violated or
+unverified, which includes a broken chain, a record naming a grant not
+given to the audit, and a ledger holding a "gap" record (records an operator
+acknowledged as lost: no agent can be shown isolated for that period, and
+the report says "N records acknowledged lost (seq A–B)"); 2 also when the
+ledger or the grants cannot be read.`
+
 // run audits, writes the report and turns the verdict into the exit code.
 func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string) error {
 	if err := protoChoice("format", af.format, []string{"md", "json", "html"}); err != nil {
 		return err
 	}
-	gs, err := ledger.LoadAuditGrants(grantsDir)
+	gs, err := audit.LoadGrants(grantsDir)
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
-	rep, err := ledger.Audit(ledgerPath, gs, ledger.AuditOptions{Folder: af.folder})
+	rep, err := ledgerAudit(ledgerPath, gs, af.folder)
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
@@ -199,24 +208,41 @@ func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string
 	} else if err := ledgerWriteReport(af.out, rep, af.format); err != nil {
 		return err
 	}
-	if rep.Verdict == ledger.VerdictIsolated {
+	if rep.Verdict == audit.VerdictIsolated {
 		return nil
 	}
 	var bad []string
 	for _, ag := range rep.Agents {
-		if ag.Verdict != ledger.VerdictIsolated {
+		if ag.Verdict != audit.VerdictIsolated {
 			bad = append(bad, fmt.Sprintf("%s %s (%s)", ag.Agent, ag.Verdict, ag.Reason))
 		}
 	}
 	if rep.Chain != nil && rep.Chain.Problem != nil {
 		bad = append(bad, "ledger chain broken at seq "+fmt.Sprint(rep.Chain.Problem.Seq))
 	}
+	for _, g := range rep.Gaps {
+		bad = append(bad, g.String())
+	}
 	return withCode(exitFailed, fmt.Errorf("audit %s: %s", rep.Verdict, strings.Join(bad, "; ")))
+}
+
+// ledgerAudit checks the chain of the ledger at path, then feeds its
+// records to the audit.
+func ledgerAudit(path string, gs []audit.Grant, folder string) (*audit.Report, error) {
+	chain, err := ledger.Verify(path)
+	if err != nil {
+		return nil, err
+	}
+	a := audit.New(gs, audit.Options{Ledger: path, Chain: chain, Folder: folder})
+	if err := a.AddFile(path); err != nil {
+		return nil, err
+	}
+	return a.Report()
 }
 
 // ledgerWriteReport writes the report next to its destination and renames
 // it into place, so that a reviewer never picks up half a report.
-func ledgerWriteReport(dst string, rep *ledger.AuditReport, format string) error {
+func ledgerWriteReport(dst string, rep *audit.Report, format string) error {
 	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*")
 	if err != nil {
 		return fmt.Errorf("write report: %w", err)
@@ -251,8 +277,13 @@ func newLedgerAuditCmd() *cobra.Command {
 every refused attempt, and checks each read against its grant as the grant
 files in DIR (G-*.json) say now. An agent is "isolated" when its grant allowed
 every read and listing, "violated" when it read or listed something its grant
-does not allow, "unverified" when a record names a grant that is not in DIR.
-The HTML report is one self-contained page with an agent × file matrix.`,
+does not allow, "unverified" when a record names a grant that is not in DIR
+or records were acknowledged lost. Aggregated repeats (read_repeat,
+denied_repeat) count as the reads and refusals they repeat: each path is
+listed once with its count. The HTML report is one self-contained page with
+an agent × file matrix.
+
+` + ledgerAuditExit,
 		Example: `  acpfs ledger audit --ledger agent_runs/communication_ledger.jsonl --grants agent_runs/context_grants --format html --out audit.html`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -274,8 +305,12 @@ func newLedgerRunAuditCmd() *cobra.Command {
 		runs string
 	)
 	cmd := &cobra.Command{
-		Use:     "audit --runs RUNDIR [--format md|json|html] [--out FILE] [--folder F]",
-		Short:   "Audit a run directory: its ledger against its context grants",
+		Use:   "audit --runs RUNDIR [--format md|json|html] [--out FILE] [--folder F]",
+		Short: "Audit a run directory: its ledger against its context grants (exit 0 isolated, 2 otherwise)",
+		Long: `Audit is "acpfs ledger audit" on a run directory: RUNDIR/communication_ledger.jsonl
+judged against RUNDIR/context_grants.
+
+` + ledgerAuditExit,
 		Example: `  acpfs audit --runs agent_runs --format html --out audit.html`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acpfs/acpfs/audit"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -31,7 +32,7 @@ func ledgerTestRun(t *testing.T, cheat bool) string {
 	runs := t.TempDir()
 	grantsDir := filepath.Join(runs, "context_grants")
 	require.NoError(t, os.MkdirAll(grantsDir, 0o755))
-	src := filepath.Join("..", "..", "testdata", "ledger", "run", "context_grants")
+	src := filepath.Join("..", "..", "testdata", "audit", "run", "context_grants")
 	for _, name := range []string{"G-alice.json", "G-bob.json"} {
 		data, err := os.ReadFile(filepath.Join(src, name))
 		require.NoError(t, err)
@@ -155,9 +156,9 @@ func TestLedgerAudit(t *testing.T) {
 	out, code, err = ledgerRunCLI(t, "audit", "--runs", cheat, "--format", "json")
 	assert.Equal(t, exitFailed, code)
 	require.ErrorContains(t, err, "bob violated")
-	var rep ledger.AuditReport
+	var rep audit.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
-	assert.Equal(t, ledger.VerdictViolated, rep.Verdict)
+	assert.Equal(t, audit.VerdictViolated, rep.Verdict)
 
 	html := filepath.Join(t.TempDir(), "audit.html")
 	out, code, _ = ledgerRunCLI(t, "audit", "--runs", cheat, "--format", "html", "--out", html)
@@ -173,6 +174,62 @@ func TestLedgerAudit(t *testing.T) {
 	require.Error(t, err)
 	_, code, _ = ledgerRunCLI(t, "audit", "--runs", filepath.Join(cheat, "nope"))
 	assert.Equal(t, exitFailed, code)
+}
+
+// TestLedgerAuditNewKinds: aggregated repeats count in the report, and a
+// gap record leaves an otherwise clean run unverified, with exit 2.
+func TestLedgerAuditNewKinds(t *testing.T) {
+	tests := []struct {
+		name    string
+		records []ledger.Record
+		code    int
+		errHas  string
+		outHas  []string
+	}{
+		{
+			name: "repeats and bookkeeping",
+			records: []ledger.Record{
+				{Kind: ledger.KindReadRepeat, Agent: "alice", Grant: "G-alice", Path: "docs/brief.md", Count: 41},
+				{Kind: ledger.KindDeniedRepeat, Agent: "alice", Grant: "G-alice", Path: "oracle/answers.md", Op: "create", Count: 2},
+				{Kind: ledger.KindAppendRecovered, Agent: "alice", Grant: "G-alice", Path: "events.jsonl"},
+				{Kind: ledger.KindCheckpoint},
+			},
+			code:   exitOK,
+			outHas: []string{"Verdict: **isolated**", "| docs/brief.md | 42 |", "| oracle/answers.md | 3 |"},
+		},
+		{
+			name: "a gap",
+			records: []ledger.Record{
+				{Kind: ledger.KindGap, Count: 7, Detail: "restored from backup"},
+			},
+			code:   exitFailed,
+			errHas: "audit unverified: alice unverified",
+			outHas: []string{"Verdict: **unverified**", "Records lost: 7 records acknowledged lost (seq 6–12)"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			runs := ledgerTestRun(t, false)
+			w, err := ledger.Open(filepath.Join(runs, "communication_ledger.jsonl"), ledger.Options{Sync: ledger.SyncOff})
+			require.NoError(t, err)
+			for _, r := range tt.records {
+				_, err := w.Append(r)
+				require.NoError(t, err)
+			}
+			require.NoError(t, w.Close())
+			out, code, err := ledgerRunCLI(t, "audit", "--runs", runs)
+			assert.Equal(t, tt.code, code)
+			if tt.errHas == "" {
+				require.NoError(t, err)
+			} else {
+				require.ErrorContains(t, err, tt.errHas)
+				assert.ErrorContains(t, err, "7 records acknowledged lost (seq 6–12)")
+			}
+			for _, want := range tt.outHas {
+				assert.Contains(t, out, want)
+			}
+		})
+	}
 }
 
 func TestLedgerParseTime(t *testing.T) {

@@ -1,4 +1,4 @@
-package ledger
+package audit
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 
 // Render writes the report in format "md" (or "markdown"), "json" or
 // "html".
-func (r *AuditReport) Render(w io.Writer, format string) error {
+func (r *Report) Render(w io.Writer, format string) error {
 	switch strings.ToLower(format) {
 	case "md", "markdown", "":
 		return r.WriteMarkdown(w)
@@ -25,7 +25,7 @@ func (r *AuditReport) Render(w io.Writer, format string) error {
 }
 
 // WriteJSON writes the report as indented JSON.
-func (r *AuditReport) WriteJSON(w io.Writer) error {
+func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
@@ -36,7 +36,7 @@ func (r *AuditReport) WriteJSON(w io.Writer) error {
 }
 
 // ChainSummary is one sentence on the ledger's integrity.
-func (r *AuditReport) ChainSummary() string {
+func (r *Report) ChainSummary() string {
 	c := r.Chain
 	if c == nil {
 		return "not checked"
@@ -54,6 +54,14 @@ func (r *AuditReport) ChainSummary() string {
 		s += fmt.Sprintf("; %d torn-tail repair(s) recorded at seq %s", n, strings.Join(seqs, ", "))
 	}
 	return s
+}
+
+// gapDetail is the operator's note on a gap, as a clause.
+func gapDetail(g Gap) string {
+	if g.Detail == "" {
+		return ""
+	}
+	return ": " + g.Detail
 }
 
 // displayPath shows the folder root as ".".
@@ -90,7 +98,7 @@ func md(s string) string {
 }
 
 // WriteMarkdown writes the report as Markdown.
-func (r *AuditReport) WriteMarkdown(out io.Writer) error {
+func (r *Report) WriteMarkdown(out io.Writer) error {
 	w := bufio.NewWriter(out)
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("# Ledger audit\n\n")
@@ -99,6 +107,10 @@ func (r *AuditReport) WriteMarkdown(out io.Writer) error {
 	p("- Chain: %s\n", md(r.ChainSummary()))
 	p("- Records judged: %d\n", r.Records)
 	p("- Verdict: **%s**\n\n", md(r.Verdict))
+	for _, g := range r.Gaps {
+		p("> **Records lost: %s**, written %s (acknowledged by the gap record at seq %d%s). No agent can be shown isolated for that period.\n\n",
+			md(g.String()), md(g.Period()), g.Seq, md(gapDetail(g)))
+	}
 
 	p("## Summary\n\n")
 	p("| Agent | Grants | Verdict | Paths read | Listings | Refused | Temporary/tool noise | Violations |\n")
@@ -110,9 +122,9 @@ func (r *AuditReport) WriteMarkdown(out io.Writer) error {
 	for _, ag := range r.Agents {
 		p("\n## Agent %s: %s\n\n%s\n", md(ag.Agent), md(ag.Verdict), md(ag.Reason))
 		if len(ag.Violations) > 0 {
-			p("\n### Violations\n\n| Seq | At | Kind | Path | Grant | Rule |\n|---:|---|---|---|---|---|\n")
+			p("\n### Violations\n\n| First seq | At | Kind | Path | Count | Grant | Rule |\n|---:|---|---|---|---:|---|---|\n")
 			for _, e := range ag.Violations {
-				p("| %d | %s | %s | %s | %s | %s |\n", e.Seq, md(e.At), md(e.Kind), md(displayPath(e.Path)), md(e.Grant), md(e.Rule))
+				p("| %d | %s | %s | %s | %d | %s | %s |\n", e.Seq, md(e.At), md(e.Kind), md(displayPath(e.Path)), e.Count, md(e.Grant), md(e.Rule))
 			}
 		}
 		writeAccessTable(p, "Paths read", ag.Reads)
@@ -149,9 +161,9 @@ func writeEventTable(p func(string, ...any), title, intro string, events []Event
 	if len(events) == 0 {
 		return
 	}
-	p("\n### %s\n\n%s| Seq | At | Kind | Op | Path | Detail |\n|---:|---|---|---|---|---|\n", title, intro)
+	p("\n### %s\n\n%s| First seq | At | Kind | Op | Path | Count | Detail |\n|---:|---|---|---|---|---:|---|\n", title, intro)
 	for _, e := range events {
-		p("| %d | %s | %s | %s | %s | %s |\n", e.Seq, md(e.At), md(e.Kind), md(e.Op), md(displayPath(e.Path)), md(e.Detail))
+		p("| %d | %s | %s | %s | %s | %d | %s |\n", e.Seq, md(e.At), md(e.Kind), md(e.Op), md(displayPath(e.Path)), e.Count, md(e.Detail))
 	}
 }
 
@@ -176,7 +188,8 @@ func writeAccessTable(p func(string, ...any), title string, accs []Access) {
 var auditHTML string
 
 var auditTemplate = template.Must(template.New("audit").Funcs(template.FuncMap{
-	"path": displayPath,
+	"path":      displayPath,
+	"gapDetail": gapDetail,
 	"cellClass": func(c MatrixCell) string {
 		switch {
 		case c.Violation:
@@ -194,7 +207,7 @@ var auditTemplate = template.Must(template.New("audit").Funcs(template.FuncMap{
 
 // WriteHTML writes the report as one self-contained HTML page (inline CSS,
 // no scripts, everything escaped by html/template).
-func (r *AuditReport) WriteHTML(w io.Writer) error {
+func (r *Report) WriteHTML(w io.Writer) error {
 	if err := auditTemplate.Execute(w, r); err != nil {
 		return fmt.Errorf("write audit HTML: %w", err)
 	}

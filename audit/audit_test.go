@@ -1,4 +1,4 @@
-package ledger
+package audit
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
 )
 
 // fakeRules grants by path prefix: write prefixes are writable (and
@@ -39,41 +40,41 @@ func (f fakeRules) Explain(rel string) grants.Decision {
 	return grants.Decision{Rule: "no rule matches"}
 }
 
-func fakeGrants() []AuditGrant {
-	return []AuditGrant{
+func fakeGrants() []Grant {
+	return []Grant{
 		{GrantID: "G-alice", AgentID: "alice", Rules: fakeRules{read: []string{"docs", "events.jsonl"}}},
 		{GrantID: "G-bob", AgentID: "bob", Rules: fakeRules{read: []string{"docs/public"}}},
 		{GrantID: "G-carol", AgentID: "carol", Rules: fakeRules{read: []string{"docs"}}},
 	}
 }
 
-func rec(seq int64, kind, agent, grant, path string) Record {
-	return Record{Seq: seq, At: "2026-03-01T12:00:00.000000000Z", Kind: kind, Agent: agent, Grant: grant, Path: path}
+func rec(seq int64, kind, agent, grant, path string) ledger.Record {
+	return ledger.Record{Seq: seq, At: "2026-03-01T12:00:00.000000000Z", Kind: kind, Agent: agent, Grant: grant, Path: path}
 }
 
 func TestAuditVerdicts(t *testing.T) {
-	records := []Record{
-		rec(1, KindGrantCreated, "alice", "G-alice", ""),
-		rec(2, KindList, "alice", "G-alice", ""),
-		rec(3, KindList, "alice", "G-alice", "docs"),
-		rec(4, KindRead, "alice", "G-alice", "docs/spec.md"),
-		rec(5, KindRead, "alice", "G-alice", "docs/spec.md"),
-		rec(6, KindDenied, "alice", "G-alice", "oracle/answers.md"),
-		rec(7, KindRead, "bob", "G-bob", "docs/public/a.md"),
-		rec(8, KindRead, "bob", "G-bob", "oracle/answers.md"), // the grant never allowed it
-		rec(9, KindList, "bob", "G-bob", "oracle"),
-		rec(10, KindReadRequest, "carol", "G-carol", "docs/a.md"),
-		rec(11, KindGrantRevoked, "carol", "G-carol", ""),
-		rec(12, KindRead, "carol", "G-carol", "docs/a.md"), // after revocation
-		rec(13, KindRead, "dave", "G-dave", "docs/a.md"),   // grant not given
-		rec(14, KindRepair, "", "", ""),
-		rec(15, KindAppendAccepted, "alice", "G-alice", "events.jsonl"),
-		rec(16, KindFrozenRefused, "alice", "G-alice", "docs/spec.md"),
+	records := []ledger.Record{
+		rec(1, ledger.KindGrantCreated, "alice", "G-alice", ""),
+		rec(2, ledger.KindList, "alice", "G-alice", ""),
+		rec(3, ledger.KindList, "alice", "G-alice", "docs"),
+		rec(4, ledger.KindRead, "alice", "G-alice", "docs/spec.md"),
+		rec(5, ledger.KindRead, "alice", "G-alice", "docs/spec.md"),
+		rec(6, ledger.KindDenied, "alice", "G-alice", "oracle/answers.md"),
+		rec(7, ledger.KindRead, "bob", "G-bob", "docs/public/a.md"),
+		rec(8, ledger.KindRead, "bob", "G-bob", "oracle/answers.md"), // the grant never allowed it
+		rec(9, ledger.KindList, "bob", "G-bob", "oracle"),
+		rec(10, ledger.KindReadRequest, "carol", "G-carol", "docs/a.md"),
+		rec(11, ledger.KindGrantRevoked, "carol", "G-carol", ""),
+		rec(12, ledger.KindRead, "carol", "G-carol", "docs/a.md"), // after revocation
+		rec(13, ledger.KindRead, "dave", "G-dave", "docs/a.md"),   // grant not given
+		rec(14, ledger.KindRepair, "", "", ""),
+		rec(15, ledger.KindAppendAccepted, "alice", "G-alice", "events.jsonl"),
+		rec(16, ledger.KindFrozenRefused, "alice", "G-alice", "docs/spec.md"),
 	}
-	rep := AuditRecords(records, fakeGrants(), []string{"oracle/answers.md", "oracle/other.md"})
+	rep := mustBuild(t, records, fakeGrants(), []string{"oracle/answers.md", "oracle/other.md"})
 	assert.Equal(t, VerdictViolated, rep.Verdict)
 	assert.Equal(t, int64(16), rep.Records)
-	byAgent := map[string]*AgentAudit{}
+	byAgent := map[string]*Agent{}
 	var order []string
 	for _, ag := range rep.Agents {
 		byAgent[ag.Agent] = ag
@@ -88,14 +89,14 @@ func TestAuditVerdicts(t *testing.T) {
 	assert.Len(t, alice.Lists, 2)
 	require.Len(t, alice.Refused, 2)
 	assert.Equal(t, int64(6), alice.Refused[0].Seq)
-	assert.Equal(t, 1, alice.Writes)
+	assert.Equal(t, int64(1), alice.Writes)
 
 	bob := byAgent["bob"]
 	assert.Equal(t, VerdictViolated, bob.Verdict)
 	require.Len(t, bob.Violations, 2)
 	assert.Equal(t, int64(8), bob.Violations[0].Seq)
 	assert.Equal(t, "no rule matches", bob.Violations[0].Rule)
-	assert.Equal(t, KindList, bob.Violations[1].Kind)
+	assert.Equal(t, ledger.KindList, bob.Violations[1].Kind)
 
 	carol := byAgent["carol"]
 	assert.Equal(t, VerdictViolated, carol.Verdict)
@@ -129,10 +130,10 @@ func TestAuditVerdicts(t *testing.T) {
 }
 
 func TestAuditIsolatedWhenAllAllowed(t *testing.T) {
-	rep := AuditRecords([]Record{
-		rec(1, KindRead, "alice", "G-alice", "docs/x.md"),
-		rec(2, KindRead, "", "G-bob", "docs/public/y.md"), // agent from the grant
-		rec(3, KindRead, "carol", "", "docs/z.md"),        // grant from the agent
+	rep := mustBuild(t, []ledger.Record{
+		rec(1, ledger.KindRead, "alice", "G-alice", "docs/x.md"),
+		rec(2, ledger.KindRead, "", "G-bob", "docs/public/y.md"), // agent from the grant
+		rec(3, ledger.KindRead, "carol", "", "docs/z.md"),        // grant from the agent
 	}, fakeGrants(), nil)
 	assert.Equal(t, VerdictIsolated, rep.Verdict)
 	for _, ag := range rep.Agents {
@@ -141,36 +142,36 @@ func TestAuditIsolatedWhenAllAllowed(t *testing.T) {
 }
 
 func TestAuditRevokedAtTime(t *testing.T) {
-	read := func(seq int64, at string) Record {
-		r := rec(seq, KindRead, "alice", "G-alice", "docs/a.md")
+	read := func(seq int64, at string) ledger.Record {
+		r := rec(seq, ledger.KindRead, "alice", "G-alice", "docs/a.md")
 		r.At = at
 		return r
 	}
 	tests := []struct {
 		name      string
 		revokedAt time.Time
-		records   []Record
+		records   []ledger.Record
 		want      string
 	}{
 		{"read before", time.Date(2026, 3, 1, 12, 0, 1, 0, time.UTC),
-			[]Record{read(1, "2026-03-01T12:00:00.000000000Z")}, VerdictIsolated},
+			[]ledger.Record{read(1, "2026-03-01T12:00:00.000000000Z")}, VerdictIsolated},
 		{"read after", time.Date(2026, 3, 1, 12, 0, 1, 0, time.UTC),
-			[]Record{read(1, "2026-03-01T12:00:00.000000000Z"), read(2, "2026-03-01T12:00:02.000000000Z")}, VerdictViolated},
+			[]ledger.Record{read(1, "2026-03-01T12:00:00.000000000Z"), read(2, "2026-03-01T12:00:02.000000000Z")}, VerdictViolated},
 		// revoked_at written to the second: within that second, only the
 		// grant_revoked record tells before from after.
 		{"read in the second of a revocation written to the second", time.Date(2026, 3, 1, 12, 0, 1, 0, time.UTC),
-			[]Record{read(1, "2026-03-01T12:00:01.400000000Z")}, VerdictIsolated},
+			[]ledger.Record{read(1, "2026-03-01T12:00:01.400000000Z")}, VerdictIsolated},
 		{"read after the grant_revoked record in that second", time.Date(2026, 3, 1, 12, 0, 1, 0, time.UTC),
-			[]Record{rec(1, KindGrantRevoked, "alice", "G-alice", ""), read(2, "2026-03-01T12:00:01.400000000Z")}, VerdictViolated},
+			[]ledger.Record{rec(1, ledger.KindGrantRevoked, "alice", "G-alice", ""), read(2, "2026-03-01T12:00:01.400000000Z")}, VerdictViolated},
 		{"read just after a revocation written to the nanosecond", time.Date(2026, 3, 1, 12, 0, 1, 300_000_000, time.UTC),
-			[]Record{read(1, "2026-03-01T12:00:01.200000000Z"), read(2, "2026-03-01T12:00:01.400000000Z")}, VerdictViolated},
+			[]ledger.Record{read(1, "2026-03-01T12:00:01.200000000Z"), read(2, "2026-03-01T12:00:01.400000000Z")}, VerdictViolated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			gs := fakeGrants()
 			gs[0].Revoked = true
 			gs[0].RevokedAt = tt.revokedAt
-			rep := AuditRecords(tt.records, gs, nil)
+			rep := mustBuild(t, tt.records, gs, nil)
 			assert.Equal(t, tt.want, rep.Verdict)
 		})
 	}
@@ -180,20 +181,20 @@ func TestAuditRevokedAtTime(t *testing.T) {
 // grant, bob (when cheat is set) reads the oracle.
 func writeRunLedger(t *testing.T, path string, cheat bool) {
 	t.Helper()
-	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock()})
+	w, err := ledger.Open(path, ledger.Options{Sync: ledger.SyncOff, Clock: fixedClock()})
 	require.NoError(t, err)
-	rs := []Record{
-		{Kind: KindMountStarted, Agent: "alice", Grant: "G-alice"},
-		{Kind: KindList, Agent: "alice", Grant: "G-alice", Path: ""},
-		{Kind: KindRead, Agent: "alice", Grant: "G-alice", Path: "docs/brief.md", SHA256: strings.Repeat("a", 64)},
-		{Kind: KindWrite, Agent: "alice", Grant: "G-alice", Path: "deliverables/design-spec.md"},
-		{Kind: KindDenied, Agent: "alice", Grant: "G-alice", Path: "oracle/answers.md", Op: "create", Detail: `not in may_write <"oracle/**">`},
-		{Kind: KindMountStarted, Agent: "bob", Grant: "G-bob"},
-		{Kind: KindRead, Agent: "bob", Grant: "G-bob", Path: "deliverables/design-spec.md"},
-		{Kind: KindAppendRejected, Agent: "bob", Grant: "G-bob", Path: "events.jsonl", Detail: "not your turn"},
+	rs := []ledger.Record{
+		{Kind: ledger.KindMountStarted, Agent: "alice", Grant: "G-alice"},
+		{Kind: ledger.KindList, Agent: "alice", Grant: "G-alice", Path: ""},
+		{Kind: ledger.KindRead, Agent: "alice", Grant: "G-alice", Path: "docs/brief.md", SHA256: strings.Repeat("a", 64)},
+		{Kind: ledger.KindWrite, Agent: "alice", Grant: "G-alice", Path: "deliverables/design-spec.md"},
+		{Kind: ledger.KindDenied, Agent: "alice", Grant: "G-alice", Path: "oracle/answers.md", Op: "create", Detail: `not in may_write <"oracle/**">`},
+		{Kind: ledger.KindMountStarted, Agent: "bob", Grant: "G-bob"},
+		{Kind: ledger.KindRead, Agent: "bob", Grant: "G-bob", Path: "deliverables/design-spec.md"},
+		{Kind: ledger.KindAppendRejected, Agent: "bob", Grant: "G-bob", Path: "events.jsonl", Detail: "not your turn"},
 	}
 	if cheat {
-		rs = append(rs, Record{Kind: KindRead, Agent: "bob", Grant: "G-bob", Path: "oracle/answers.md"})
+		rs = append(rs, ledger.Record{Kind: ledger.KindRead, Agent: "bob", Grant: "G-bob", Path: "oracle/answers.md"})
 	}
 	for _, r := range rs {
 		_, err := w.Append(r)
@@ -203,14 +204,14 @@ func writeRunLedger(t *testing.T, path string, cheat bool) {
 }
 
 func TestAuditWithRealGrants(t *testing.T) {
-	gs, err := LoadAuditGrants(filepath.Join("..", "testdata", "ledger", "run", "context_grants"))
+	gs, err := LoadGrants(filepath.Join("..", "testdata", "audit", "run", "context_grants"))
 	require.NoError(t, err)
 	require.Len(t, gs, 2)
 	dir := t.TempDir()
 	for _, cheat := range []bool{false, true} {
 		path := filepath.Join(dir, "ledger-"+map[bool]string{false: "clean", true: "cheat"}[cheat]+".jsonl")
 		writeRunLedger(t, path, cheat)
-		rep, err := Audit(path, gs, AuditOptions{})
+		rep, err := auditFile(path, gs, Options{})
 		require.NoError(t, err)
 		require.True(t, rep.Chain.OK())
 		require.Len(t, rep.Agents, 2)
@@ -231,12 +232,12 @@ func TestAuditWithRealGrants(t *testing.T) {
 	// A broken chain makes an otherwise clean audit unverified.
 	path := filepath.Join(dir, "ledger-clean.jsonl")
 	appendRaw(t, path, "garbage\n")
-	rep, err := Audit(path, gs, AuditOptions{})
+	rep, err := auditFile(path, gs, Options{})
 	require.NoError(t, err)
 	assert.Equal(t, VerdictUnverified, rep.Verdict)
 	assert.Contains(t, rep.ChainSummary(), "BROKEN at seq 9")
 
-	_, err = LoadAuditGrants(filepath.Join(dir, "nope"))
+	_, err = LoadGrants(filepath.Join(dir, "nope"))
 	require.Error(t, err)
 }
 
@@ -248,7 +249,7 @@ func TestAuditFolderListing(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(folder, ".acpfs", "status"), nil, 0o644))
 	path := filepath.Join(t.TempDir(), "l.jsonl")
 	writeRunLedger(t, path, false)
-	rep, err := Audit(path, fakeGrants(), AuditOptions{Folder: folder, Now: func() time.Time { return time.Unix(0, 0) }})
+	rep, err := auditFile(path, fakeGrants(), Options{Folder: folder, Now: func() time.Time { return time.Unix(0, 0) }})
 	require.NoError(t, err)
 	assert.Equal(t, "1970-01-01T00:00:00Z", rep.GeneratedAt)
 	var rows []string
@@ -261,22 +262,23 @@ func TestAuditFolderListing(t *testing.T) {
 
 // hostileReport has agent ids, paths and details that try to break out of
 // every output format.
-func hostileReport() *AuditReport {
+func hostileReport(t *testing.T) *Report {
+	t.Helper()
 	evil := `<script>alert(1)</script>"'&|*_[x](javascript:alert(2))` + "\n# heading"
-	records := []Record{
-		rec(1, KindRead, evil, "G-evil", evil),
-		{Seq: 2, At: "t", Kind: KindDenied, Agent: evil, Grant: "G-evil", Path: "p", Detail: evil},
+	records := []ledger.Record{
+		rec(1, ledger.KindRead, evil, "G-evil", evil),
+		{Seq: 2, At: "t", Kind: ledger.KindDenied, Agent: evil, Grant: "G-evil", Path: "p", Detail: evil},
 	}
-	gs := []AuditGrant{{GrantID: "G-evil", AgentID: evil, Rules: fakeRules{read: []string{"docs"}}}}
-	rep := AuditRecords(records, gs, nil)
+	gs := []Grant{{GrantID: "G-evil", AgentID: evil, Rules: fakeRules{read: []string{"docs"}}}}
+	rep := mustBuild(t, records, gs, nil)
 	rep.Ledger = evil
-	rep.Chain = &VerifyReport{Records: 2, LastSeq: 2, LastHash: strings.Repeat("f", 64)}
+	rep.Chain = &ledger.VerifyReport{Records: 2, LastSeq: 2, LastHash: strings.Repeat("f", 64)}
 	return rep
 }
 
 func TestRenderHTMLEscapes(t *testing.T) {
 	var buf bytes.Buffer
-	require.NoError(t, hostileReport().Render(&buf, "html"))
+	require.NoError(t, hostileReport(t).Render(&buf, "html"))
 	out := buf.String()
 	assert.NotContains(t, out, "<script>")
 	assert.Contains(t, out, "&lt;script&gt;alert(1)&lt;/script&gt;")
@@ -292,7 +294,7 @@ func TestRenderHTMLEscapes(t *testing.T) {
 
 func TestRenderMarkdownEscapes(t *testing.T) {
 	var buf bytes.Buffer
-	require.NoError(t, hostileReport().Render(&buf, "md"))
+	require.NoError(t, hostileReport(t).Render(&buf, "md"))
 	out := buf.String()
 	assert.NotContains(t, out, "<script>")
 	assert.Contains(t, out, `&lt;script&gt;`)
@@ -306,9 +308,9 @@ func TestRenderMarkdownEscapes(t *testing.T) {
 
 func TestRenderJSON(t *testing.T) {
 	var buf bytes.Buffer
-	rep := hostileReport()
+	rep := hostileReport(t)
 	require.NoError(t, rep.Render(&buf, "json"))
-	var back AuditReport
+	var back Report
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &back))
 	assert.Equal(t, rep.Verdict, back.Verdict)
 	assert.Equal(t, rep.Agents[0].Agent, back.Agents[0].Agent)
@@ -353,14 +355,14 @@ func TestIsToolNoise(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.op+" "+tt.path, func(t *testing.T) {
-			r := Record{Kind: KindDenied, Agent: "a", Grant: "G-a", Path: tt.path, Op: tt.op}
+			r := ledger.Record{Kind: ledger.KindDenied, Agent: "a", Grant: "G-a", Path: tt.path, Op: tt.op}
 			assert.Equal(t, tt.noise, IsToolNoise(r))
 		})
 	}
 	// Only denied records: a frozen deliverable or a rejected append is
 	// always a refusal of a real path.
-	for _, kind := range []string{KindFrozenRefused, KindAppendRejected} {
-		assert.False(t, IsToolNoise(Record{Kind: kind, Path: "deliverables/x.md~", Op: "create"}), kind)
+	for _, kind := range []string{ledger.KindFrozenRefused, ledger.KindAppendRejected} {
+		assert.False(t, IsToolNoise(ledger.Record{Kind: kind, Path: "deliverables/x.md~", Op: "create"}), kind)
 	}
 }
 
@@ -368,19 +370,19 @@ func TestIsToolNoise(t *testing.T) {
 // link attempts are counted as noise, not as refused attempts, and put
 // nothing in the matrix; the Markdown and HTML say so.
 func TestAuditCountsToolNoiseApart(t *testing.T) {
-	den := func(seq int64, path, op string) Record {
-		r := rec(seq, KindDenied, "alice", "G-alice", path)
+	den := func(seq int64, path, op string) ledger.Record {
+		r := rec(seq, ledger.KindDenied, "alice", "G-alice", path)
 		r.Op = op
 		return r
 	}
-	records := []Record{
+	records := []ledger.Record{
 		den(1, "docs/.spec.md.swp", "create"),
 		den(2, "docs/sedICqm3N", "create"),
 		den(3, ".git/objects/ab/"+strings.Repeat("c", 38), "link"),
 		den(4, "oracle/answers.md", "lookup"),
 		den(5, "oracle/new.md", "create"),
 	}
-	rep := AuditRecords(records, fakeGrants(), nil)
+	rep := mustBuild(t, records, fakeGrants(), nil)
 	alice := rep.Agents[0]
 	require.Equal(t, "alice", alice.Agent)
 	assert.Equal(t, VerdictIsolated, alice.Verdict)
@@ -421,12 +423,12 @@ func TestAuditCountsToolNoiseApart(t *testing.T) {
 // TestMatrixGrantLabels: the matrix says what the grant allows, and a
 // path the agent may write is not labelled "readable".
 func TestMatrixGrantLabels(t *testing.T) {
-	gs := []AuditGrant{{GrantID: "G-alice", AgentID: "alice", Rules: fakeRules{read: []string{"docs"}, write: []string{"docs/review.md"}}}}
-	records := []Record{
-		rec(1, KindWrite, "alice", "G-alice", "docs/review.md"),
-		rec(2, KindRead, "alice", "G-alice", "docs/spec.md"),
+	gs := []Grant{{GrantID: "G-alice", AgentID: "alice", Rules: fakeRules{read: []string{"docs"}, write: []string{"docs/review.md"}}}}
+	records := []ledger.Record{
+		rec(1, ledger.KindWrite, "alice", "G-alice", "docs/review.md"),
+		rec(2, ledger.KindRead, "alice", "G-alice", "docs/spec.md"),
 	}
-	rep := AuditRecords(records, gs, []string{"oracle/answers.md"})
+	rep := mustBuild(t, records, gs, []string{"oracle/answers.md"})
 	tests := []struct{ path, state, grant string }{
 		{"docs/review.md", "written", "read-write"},
 		{"docs/spec.md", "read", "readable"},

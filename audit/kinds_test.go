@@ -1,0 +1,536 @@
+package audit
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/ledger"
+)
+
+// at is a record time on the test day, seconds after noon.
+func at(sec int) string { return fmt.Sprintf("2026-03-01T12:00:%02d.000000000Z", sec) }
+
+func read(seq int64, agent, grant, path, sha string) ledger.Record {
+	r := rec(seq, ledger.KindRead, agent, grant, path)
+	r.SHA256 = sha
+	return r
+}
+
+// readRepeat is an aggregate of n repeats of a read, between first and
+// last (seconds after noon).
+func readRepeat(seq int64, agent, grant, path, sha string, n int64, first, last int) ledger.Record {
+	r := read(seq, agent, grant, path, sha)
+	r.Kind, r.Count, r.First, r.Last = ledger.KindReadRepeat, n, at(first), at(last)
+	r.At = at(last + 1)
+	return r
+}
+
+func refusal(seq int64, kind, path, op string) ledger.Record {
+	r := rec(seq, kind, "alice", "G-alice", path)
+	r.Op, r.Detail = op, "refused "+path
+	return r
+}
+
+func deniedRepeat(seq int64, path, op string, n int64) ledger.Record {
+	r := refusal(seq, ledger.KindDeniedRepeat, path, op)
+	r.Count, r.First, r.Last = n, at(1), at(2)
+	return r
+}
+
+func byAgent(rep *Report) map[string]*Agent {
+	m := map[string]*Agent{}
+	for _, ag := range rep.Agents {
+		m[ag.Agent] = ag
+	}
+	return m
+}
+
+// TestAuditReadRepeats: a read_repeat counts its repeats as reads of the
+// path it repeats, with the content hashes kept per path, and is judged
+// like the read.
+func TestAuditReadRepeats(t *testing.T) {
+	const shaA, shaB = "aaaa", "bbbb"
+	tests := []struct {
+		name       string
+		records    []ledger.Record
+		agent      string
+		want       Access
+		verdict    string
+		violations []int64 // counts of the violation entries
+	}{
+		{
+			name: "repeats add to the read",
+			records: []ledger.Record{
+				read(1, "alice", "G-alice", "docs/a.md", shaA),
+				readRepeat(2, "alice", "G-alice", "docs/a.md", shaA, 5, 1, 9),
+			},
+			agent:   "alice",
+			want:    Access{Path: "docs/a.md", Grant: "G-alice", Count: 6, FirstSeq: 1, LastSeq: 2, Allowed: true, Judged: true, Rule: "read docs", Hashes: []string{shaA}},
+			verdict: VerdictIsolated,
+		},
+		{
+			name: "another content of the same path is another hash of the same path",
+			records: []ledger.Record{
+				read(1, "alice", "G-alice", "docs/a.md", shaA),
+				readRepeat(2, "alice", "G-alice", "docs/a.md", shaA, 2, 1, 2),
+				read(3, "alice", "G-alice", "docs/a.md", shaB),
+				readRepeat(4, "alice", "G-alice", "docs/a.md", shaB, 3, 3, 4),
+			},
+			agent:   "alice",
+			want:    Access{Path: "docs/a.md", Grant: "G-alice", Count: 7, FirstSeq: 1, LastSeq: 4, Allowed: true, Judged: true, Rule: "read docs", Hashes: []string{shaA, shaB}},
+			verdict: VerdictIsolated,
+		},
+		{
+			name: "repeats whose full read was not fed still count",
+			records: []ledger.Record{
+				readRepeat(7, "alice", "G-alice", "docs/a.md", shaA, 4, 1, 2),
+			},
+			agent:   "alice",
+			want:    Access{Path: "docs/a.md", Grant: "G-alice", Count: 4, FirstSeq: 7, LastSeq: 7, Allowed: true, Judged: true, Rule: "read docs", Hashes: []string{shaA}},
+			verdict: VerdictIsolated,
+		},
+		{
+			name: "a count below one is one repeat",
+			records: []ledger.Record{
+				read(1, "alice", "G-alice", "docs/a.md", shaA),
+				readRepeat(2, "alice", "G-alice", "docs/a.md", shaA, 0, 1, 2),
+			},
+			agent:   "alice",
+			want:    Access{Path: "docs/a.md", Grant: "G-alice", Count: 2, FirstSeq: 1, LastSeq: 2, Allowed: true, Judged: true, Rule: "read docs", Hashes: []string{shaA}},
+			verdict: VerdictIsolated,
+		},
+		{
+			name: "repeats of a forbidden read join its violation",
+			records: []ledger.Record{
+				read(1, "bob", "G-bob", "oracle/answers.md", shaA),
+				readRepeat(2, "bob", "G-bob", "oracle/answers.md", shaA, 9, 1, 5),
+			},
+			agent:      "bob",
+			want:       Access{Path: "oracle/answers.md", Grant: "G-bob", Count: 10, FirstSeq: 1, LastSeq: 2, Allowed: false, Judged: true, Rule: "no rule matches", Hashes: []string{shaA}},
+			verdict:    VerdictViolated,
+			violations: []int64{10},
+		},
+		{
+			name: "repeats flushed after a revocation but made before it are allowed",
+			records: []ledger.Record{
+				read(1, "alice", "G-alice", "docs/a.md", shaA),
+				withAt(rec(2, ledger.KindGrantRevoked, "alice", "G-alice", ""), at(10)),
+				readRepeat(3, "alice", "G-alice", "docs/a.md", shaA, 3, 1, 9),
+			},
+			agent:   "alice",
+			want:    Access{Path: "docs/a.md", Grant: "G-alice", Count: 4, FirstSeq: 1, LastSeq: 3, Allowed: true, Judged: true, Rule: "read docs", Hashes: []string{shaA}},
+			verdict: VerdictIsolated,
+		},
+		{
+			name: "repeats that go on after a revocation are a violation",
+			records: []ledger.Record{
+				read(1, "alice", "G-alice", "docs/a.md", shaA),
+				withAt(rec(2, ledger.KindGrantRevoked, "alice", "G-alice", ""), at(10)),
+				readRepeat(3, "alice", "G-alice", "docs/a.md", shaA, 3, 9, 11),
+			},
+			agent:      "alice",
+			want:       Access{Path: "docs/a.md", Grant: "G-alice", Count: 4, FirstSeq: 1, LastSeq: 3, Allowed: false, Judged: true, Rule: "grant revoked at seq 2", Hashes: []string{shaA}},
+			verdict:    VerdictViolated,
+			violations: []int64{3},
+		},
+		{
+			name: "repeats under a grant not given are unjudged",
+			records: []ledger.Record{
+				readRepeat(1, "dave", "G-dave", "docs/a.md", shaA, 2, 1, 2),
+			},
+			agent:   "dave",
+			want:    Access{Path: "docs/a.md", Grant: "G-dave", Count: 2, FirstSeq: 1, LastSeq: 1, Allowed: true, Judged: false, Rule: "grant G-dave not found", Hashes: []string{shaA}},
+			verdict: VerdictUnverified,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := mustBuild(t, tt.records, fakeGrants(), nil)
+			ag := byAgent(rep)[tt.agent]
+			require.NotNil(t, ag)
+			require.Len(t, ag.Reads, 1)
+			assert.Equal(t, tt.want, ag.Reads[0])
+			assert.Equal(t, tt.verdict, ag.Verdict, ag.Reason)
+			var counts []int64
+			for _, v := range ag.Violations {
+				counts = append(counts, v.Count)
+			}
+			assert.Equal(t, tt.violations, counts)
+			assert.Equal(t, int64(len(tt.records)), rep.Records)
+		})
+	}
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	tm, err := time.Parse(time.RFC3339Nano, s)
+	require.NoError(t, err)
+	return tm
+}
+
+func withAt(r ledger.Record, t string) ledger.Record {
+	r.At = t
+	return r
+}
+
+// TestAuditRevokedAtTimeRepeats: against a grant file's revoked_at, an
+// aggregate is judged by its last repeat, not by when it was flushed.
+func TestAuditRevokedAtTimeRepeats(t *testing.T) {
+	tests := []struct {
+		name        string
+		first, last int
+		want        string
+	}{
+		{"all repeats before", 1, 4, VerdictIsolated},
+		{"the last repeat after", 1, 6, VerdictViolated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gs := fakeGrants()
+			gs[0].Revoked = true
+			gs[0].RevokedAt = mustTime(t, at(5))
+			rep := mustBuild(t, []ledger.Record{readRepeat(1, "alice", "G-alice", "docs/a.md", "aa", 2, tt.first, tt.last)}, gs, nil)
+			assert.Equal(t, tt.want, byAgent(rep)["alice"].Verdict)
+		})
+	}
+}
+
+// TestAuditRefusalRepeats: a denied_repeat counts as refusals of the
+// refusal it repeats, and the audit lists every distinct refused path
+// once, with its count.
+func TestAuditRefusalRepeats(t *testing.T) {
+	type entry struct {
+		kind, path, op string
+		count          int64
+		seq            int64
+	}
+	tests := []struct {
+		name           string
+		records        []ledger.Record
+		refused, noise []entry
+	}{
+		{
+			name: "repeats add to the refusal",
+			records: []ledger.Record{
+				refusal(1, ledger.KindDenied, "oracle/answers.md", "lookup"),
+				deniedRepeat(2, "oracle/answers.md", "lookup", 4),
+			},
+			refused: []entry{{ledger.KindDenied, "oracle/answers.md", "lookup", 5, 1}},
+		},
+		{
+			name: "every distinct path once, in the order first refused",
+			records: []ledger.Record{
+				refusal(1, ledger.KindDenied, "oracle/b.md", "lookup"),
+				refusal(2, ledger.KindDenied, "oracle/a.md", "lookup"),
+				refusal(3, ledger.KindDenied, "oracle/b.md", "lookup"),
+				deniedRepeat(4, "oracle/a.md", "lookup", 2),
+				refusal(5, ledger.KindDenied, "oracle/a.md", "create"),
+			},
+			refused: []entry{
+				{ledger.KindDenied, "oracle/b.md", "lookup", 2, 1},
+				{ledger.KindDenied, "oracle/a.md", "lookup", 3, 2},
+				{ledger.KindDenied, "oracle/a.md", "create", 1, 5},
+			},
+		},
+		{
+			name: "repeats of a frozen refusal join it",
+			records: []ledger.Record{
+				refusal(1, ledger.KindFrozenRefused, "deliverables/spec.md", "write"),
+				deniedRepeat(2, "deliverables/spec.md", "write", 7),
+			},
+			refused: []entry{{ledger.KindFrozenRefused, "deliverables/spec.md", "write", 8, 1}},
+		},
+		{
+			name: "repeats of tool noise stay noise",
+			records: []ledger.Record{
+				refusal(1, ledger.KindDenied, "docs/.spec.md.swp", "create"),
+				deniedRepeat(2, "docs/.spec.md.swp", "create", 3),
+			},
+			noise: []entry{{ledger.KindDenied, "docs/.spec.md.swp", "create", 4, 1}},
+		},
+		{
+			name: "repeats whose refusal was not fed stand for denied records",
+			records: []ledger.Record{
+				deniedRepeat(9, "oracle/answers.md", "open", 3),
+				deniedRepeat(10, "docs/sedICqm3N", "create", 2),
+			},
+			refused: []entry{{ledger.KindDeniedRepeat, "oracle/answers.md", "open", 3, 9}},
+			noise:   []entry{{ledger.KindDeniedRepeat, "docs/sedICqm3N", "create", 2, 10}},
+		},
+	}
+	entries := func(evs []Event) []entry {
+		var out []entry
+		for _, e := range evs {
+			out = append(out, entry{e.Kind, e.Path, e.Op, e.Count, e.Seq})
+		}
+		return out
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := mustBuild(t, tt.records, fakeGrants(), nil)
+			alice := byAgent(rep)["alice"]
+			assert.Equal(t, tt.refused, entries(alice.Refused))
+			assert.Equal(t, tt.noise, entries(alice.Noise))
+			assert.Equal(t, VerdictIsolated, alice.Verdict, "refusals are not violations")
+			for _, e := range tt.refused {
+				assert.True(t, rep.cell(t, e.path, "alice").Refused, e.path)
+			}
+		})
+	}
+}
+
+// cell finds one cell of the matrix.
+func (r *Report) cell(t *testing.T, path, agent string) MatrixCell {
+	t.Helper()
+	col := -1
+	for i, ag := range r.Agents {
+		if ag.Agent == agent {
+			col = i
+		}
+	}
+	require.GreaterOrEqual(t, col, 0, agent)
+	for _, row := range r.Matrix {
+		if row.Path == path {
+			return row.Cells[col]
+		}
+	}
+	t.Fatalf("no matrix row %q", path)
+	return MatrixCell{}
+}
+
+// TestAuditKindsThatAreNotActivity: append_recovered counts as a write;
+// the ledger's bookkeeping records are nobody's activity, whatever fields
+// they carry.
+func TestAuditKindsThatAreNotActivity(t *testing.T) {
+	tests := []struct {
+		kind       string
+		writes     int64
+		matrixRows int
+	}{
+		{ledger.KindAppendRecovered, 1, 1},
+		{ledger.KindAppendAccepted, 1, 1},
+		{ledger.KindCheckpoint, 0, 0},
+		{ledger.KindSegmentStart, 0, 0},
+		{ledger.KindSegmentEnd, 0, 0},
+		{ledger.KindLedgerRecovered, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			// Bookkeeping naming an agent the grants do not know must not
+			// make that agent appear (unverified) in the report.
+			records := []ledger.Record{
+				rec(1, tt.kind, "alice", "G-alice", "events.jsonl"),
+				rec(2, tt.kind, "mallory", "G-mallory", "oracle/answers.md"),
+			}
+			rep := mustBuild(t, records, fakeGrants()[:1], nil)
+			assert.Equal(t, int64(2), rep.Records)
+			ags := byAgent(rep)
+			assert.Equal(t, tt.writes, ags["alice"].Writes)
+			if tt.writes == 0 {
+				assert.NotContains(t, ags, "mallory")
+				assert.Equal(t, VerdictIsolated, rep.Verdict)
+			}
+			assert.Len(t, rep.Matrix, tt.matrixRows*2)
+			if tt.writes > 0 {
+				assert.True(t, rep.cell(t, "events.jsonl", "alice").Written)
+			}
+		})
+	}
+}
+
+// TestAuditGaps: a gap record shows the records lost, and no agent is
+// isolated while one is present.
+func TestAuditGaps(t *testing.T) {
+	gap := func(seq, count int64) ledger.Record {
+		r := withAt(rec(seq, ledger.KindGap, "", "", ""), at(30))
+		r.Count, r.Detail = count, "ledger truncated; restored by the operator"
+		return r
+	}
+	before := []ledger.Record{
+		withAt(read(1, "alice", "G-alice", "docs/a.md", "aa"), at(1)),
+		withAt(read(2, "bob", "G-bob", "oracle/answers.md", "bb"), at(2)),
+		withAt(read(3, "carol", "G-carol", "docs/a.md", "aa"), at(3)),
+	}
+	tests := []struct {
+		name     string
+		records  []ledger.Record
+		want     []Gap
+		sentence []string
+		verdict  string
+	}{
+		{
+			name:     "the gap record takes the next seq",
+			records:  append(slices.Clone(before), gap(4, 20), withAt(read(5, "alice", "G-alice", "docs/b.md", "cc"), at(31))),
+			want:     []Gap{{Seq: 4, At: at(30), Count: 20, FirstSeq: 4, LastSeq: 23, After: at(3), Detail: "ledger truncated; restored by the operator"}},
+			sentence: []string{"20 records acknowledged lost (seq 4–23)"},
+			verdict:  VerdictViolated,
+		},
+		{
+			name:     "the gap record follows the lost seqs",
+			records:  append(slices.Clone(before), gap(24, 20)),
+			want:     []Gap{{Seq: 24, At: at(30), Count: 20, FirstSeq: 4, LastSeq: 23, After: at(3), Detail: "ledger truncated; restored by the operator"}},
+			sentence: []string{"20 records acknowledged lost (seq 4–23)"},
+			verdict:  VerdictViolated,
+		},
+		{
+			name:     "two gaps",
+			records:  []ledger.Record{before[0], gap(2, 1), before[2], gap(4, 2)},
+			want:     []Gap{{Seq: 2, At: at(30), Count: 1, FirstSeq: 2, LastSeq: 2, After: at(1), Detail: "ledger truncated; restored by the operator"}, {Seq: 4, At: at(30), Count: 2, FirstSeq: 4, LastSeq: 5, After: at(3), Detail: "ledger truncated; restored by the operator"}},
+			sentence: []string{"1 record acknowledged lost (seq 2)", "2 records acknowledged lost (seq 4–5)"},
+			verdict:  VerdictUnverified,
+		},
+		{
+			name:     "a gap of unknown size",
+			records:  []ledger.Record{before[0], gap(2, 0)},
+			want:     []Gap{{Seq: 2, At: at(30), FirstSeq: 2, After: at(1), Detail: "ledger truncated; restored by the operator"}},
+			sentence: []string{"an unknown number of records acknowledged lost (from seq 2, gap record seq 2)"},
+			verdict:  VerdictUnverified,
+		},
+		{
+			name:     "a gap first",
+			records:  []ledger.Record{gap(1, 5)},
+			want:     []Gap{{Seq: 1, At: at(30), Count: 5, FirstSeq: 1, LastSeq: 5, Detail: "ledger truncated; restored by the operator"}},
+			sentence: []string{"5 records acknowledged lost (seq 1–5)"},
+			verdict:  VerdictUnverified,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := mustBuild(t, tt.records, fakeGrants(), nil)
+			assert.Equal(t, tt.want, rep.Gaps)
+			var sentences []string
+			var lost int64
+			for _, g := range rep.Gaps {
+				sentences = append(sentences, g.String())
+				lost += g.Count
+			}
+			assert.Equal(t, tt.sentence, sentences)
+			assert.Equal(t, lost, rep.Lost)
+			assert.Equal(t, tt.verdict, rep.Verdict)
+			// Every agent is qualified: none is isolated, a violation stays one.
+			for _, ag := range rep.Agents {
+				assert.NotEqual(t, VerdictIsolated, ag.Verdict, ag.Agent)
+				for _, s := range tt.sentence {
+					assert.Contains(t, ag.Reason, s, ag.Agent)
+				}
+				if ag.Agent == "bob" && len(ag.Reads) > 0 {
+					assert.Equal(t, VerdictViolated, ag.Verdict)
+				}
+			}
+			var md, html bytes.Buffer
+			require.NoError(t, rep.Render(&md, "md"))
+			require.NoError(t, rep.Render(&html, "html"))
+			for _, s := range tt.sentence {
+				assert.Contains(t, md.String(), "> **Records lost: "+s+"**")
+				assert.Contains(t, html.String(), "<strong>Records lost: "+s+"</strong>")
+			}
+			summary, _, _ := strings.Cut(md.String(), "## Summary")
+			assert.Contains(t, summary, "Records lost", "shown before the summary")
+		})
+	}
+
+	// Without a gap the same records leave the clean agents isolated.
+	rep := mustBuild(t, before, fakeGrants(), nil)
+	assert.Equal(t, VerdictIsolated, byAgent(rep)["alice"].Verdict)
+	assert.Empty(t, rep.Gaps)
+}
+
+// TestAuditSegments: records fed from several files, in order, make one
+// report, as from one ledger.
+func TestAuditSegments(t *testing.T) {
+	dir := t.TempDir()
+	seg := func(name string, rs ...ledger.Record) string {
+		path := filepath.Join(dir, name)
+		w, err := ledger.Open(path, ledger.Options{Sync: ledger.SyncOff, Clock: fixedClock()})
+		require.NoError(t, err)
+		for _, r := range rs {
+			_, err := w.Append(r)
+			require.NoError(t, err)
+		}
+		require.NoError(t, w.Close())
+		return path
+	}
+	one := seg("1.jsonl",
+		ledger.Record{Kind: ledger.KindRead, Agent: "alice", Grant: "G-alice", Path: "docs/a.md", SHA256: "aa"},
+		ledger.Record{Kind: ledger.KindDenied, Agent: "alice", Grant: "G-alice", Path: "oracle/answers.md", Op: "lookup"})
+	two := seg("2.jsonl",
+		ledger.Record{Kind: ledger.KindReadRepeat, Agent: "alice", Grant: "G-alice", Path: "docs/a.md", SHA256: "aa", Count: 41},
+		ledger.Record{Kind: ledger.KindDeniedRepeat, Agent: "alice", Grant: "G-alice", Path: "oracle/answers.md", Op: "lookup", Count: 9},
+		ledger.Record{Kind: ledger.KindGrantRevoked, Agent: "alice", Grant: "G-alice"},
+		ledger.Record{Kind: ledger.KindRead, Agent: "alice", Grant: "G-alice", Path: "docs/b.md", SHA256: "bb"})
+	a := New(fakeGrants(), Options{Ledger: one + ", " + two})
+	require.NoError(t, a.AddFile(one))
+	require.NoError(t, a.AddFile(two))
+	rep, err := a.Report()
+	require.NoError(t, err)
+	assert.Equal(t, int64(6), rep.Records)
+	alice := byAgent(rep)["alice"]
+	require.Len(t, alice.Reads, 2)
+	assert.Equal(t, int64(42), alice.Reads[0].Count)
+	require.Len(t, alice.Refused, 1)
+	assert.Equal(t, int64(10), alice.Refused[0].Count)
+	// The revocation in the second segment applies to what follows it.
+	assert.Equal(t, VerdictViolated, alice.Verdict)
+	require.Len(t, alice.Violations, 1)
+	assert.Equal(t, "docs/b.md", alice.Violations[0].Path)
+
+	require.Error(t, a.AddFile(filepath.Join(dir, "missing.jsonl")))
+}
+
+// TestAuditMemoryFollowsDistinct: what the audit keeps grows with the
+// distinct (agent, path, hash) and refusals, not with the records.
+func TestAuditMemoryFollowsDistinct(t *testing.T) {
+	a := New(fakeGrants(), Options{})
+	const paths, rounds = 10, 5000
+	seq := int64(0)
+	for i := 0; i < rounds; i++ {
+		for p := 0; p < paths; p++ {
+			seq++
+			path := fmt.Sprintf("docs/%d.md", p)
+			if i == 0 {
+				a.Add(read(seq, "alice", "G-alice", path, "aa"))
+			} else {
+				a.Add(readRepeat(seq, "alice", "G-alice", path, "aa", 3, 1, 2))
+			}
+			seq++
+			a.Add(refusal(seq, ledger.KindDenied, fmt.Sprintf("oracle/%d.md", p), "lookup"))
+			seq++
+			a.Add(read(seq, "bob", "G-bob", fmt.Sprintf("oracle/%d.md", p), "bb"))
+		}
+	}
+	rep, err := a.Report()
+	require.NoError(t, err)
+	ags := byAgent(rep)
+	require.Len(t, ags["alice"].Reads, paths)
+	assert.Equal(t, int64(1+3*(rounds-1)), ags["alice"].Reads[0].Count)
+	require.Len(t, ags["alice"].Refused, paths)
+	assert.Equal(t, int64(rounds), ags["alice"].Refused[0].Count)
+	require.Len(t, ags["bob"].Violations, paths)
+	assert.Equal(t, int64(rounds), ags["bob"].Violations[0].Count)
+	assert.Contains(t, ags["bob"].Reason, fmt.Sprintf("%d access(es)", paths*rounds))
+	assert.Len(t, rep.Matrix, 2*paths)
+}
+
+// TestAuditReportIsASnapshot: records fed after Report leave that report
+// alone.
+func TestAuditReportIsASnapshot(t *testing.T) {
+	a := New(fakeGrants(), Options{})
+	a.Add(read(1, "alice", "G-alice", "docs/a.md", "aa"))
+	first, err := a.Report()
+	require.NoError(t, err)
+	a.Add(read(2, "alice", "G-alice", "oracle/answers.md", "bb"))
+	second, err := a.Report()
+	require.NoError(t, err)
+	assert.Equal(t, VerdictIsolated, first.Agents[0].Verdict)
+	assert.Len(t, first.Agents[0].Reads, 1)
+	assert.Equal(t, VerdictViolated, second.Agents[0].Verdict)
+	assert.Len(t, second.Agents[0].Reads, 2)
+}
