@@ -235,7 +235,7 @@ func TestAuditWithRealGrants(t *testing.T) {
 	rep, err := auditFile(path, gs, Options{})
 	require.NoError(t, err)
 	assert.Equal(t, VerdictUnverified, rep.Verdict)
-	assert.Contains(t, rep.ChainSummary(), "BROKEN at seq 9")
+	assert.Contains(t, rep.ChainSummary(), "BROKEN at seq 10", "9 records and the closing checkpoint")
 
 	_, err = LoadGrants(filepath.Join(dir, "nope"))
 	require.Error(t, err)

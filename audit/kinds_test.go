@@ -471,7 +471,7 @@ func TestAuditSegments(t *testing.T) {
 	require.NoError(t, a.AddFile(two))
 	rep, err := a.Report()
 	require.NoError(t, err)
-	assert.Equal(t, int64(6), rep.Records)
+	assert.Equal(t, int64(8), rep.Records, "six records and each file's closing checkpoint")
 	alice := byAgent(rep)["alice"]
 	require.Len(t, alice.Reads, 2)
 	assert.Equal(t, int64(42), alice.Reads[0].Count)

@@ -204,7 +204,7 @@ func TestLedgerAuditNewKinds(t *testing.T) {
 			},
 			code:   exitFailed,
 			errHas: "audit unverified: alice unverified",
-			outHas: []string{"Verdict: **unverified**", "Records lost: 7 records acknowledged lost (seq 6–12)"},
+			outHas: []string{"Verdict: **unverified**", "Records lost: 7 records acknowledged lost (seq 7–13)"},
 		},
 	}
 	for _, tt := range tests {
