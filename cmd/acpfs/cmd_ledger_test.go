@@ -66,7 +66,7 @@ func TestLedgerShow(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, out, "SEQ")
-	assert.Contains(t, out, "6 record(s)")
+	assert.Contains(t, out, "7 record(s)", "six records and the closing checkpoint")
 	assert.Contains(t, out, `tab\there \x1b[31mred`, "control characters are escaped for the terminal")
 	assert.NotContains(t, out, "\x1b")
 
@@ -87,7 +87,7 @@ func TestLedgerShow(t *testing.T) {
 
 	out, _, err = ledgerRunCLI(t, "ledger", "show", "--ledger", l, "--since", "1h")
 	require.NoError(t, err)
-	assert.Contains(t, out, "6 record(s)")
+	assert.Contains(t, out, "7 record(s)", "six records and the closing checkpoint")
 	out, _, err = ledgerRunCLI(t, "ledger", "show", "--ledger", l, "--until", "2000-01-01")
 	require.NoError(t, err)
 	assert.Contains(t, out, "0 record(s)")
@@ -223,7 +223,7 @@ func TestLedgerAuditNewKinds(t *testing.T) {
 				require.NoError(t, err)
 			} else {
 				require.ErrorContains(t, err, tt.errHas)
-				assert.ErrorContains(t, err, "7 records acknowledged lost (seq 6–12)")
+				assert.ErrorContains(t, err, "7 records acknowledged lost (seq 7–13)")
 			}
 			for _, want := range tt.outHas {
 				assert.Contains(t, out, want)
