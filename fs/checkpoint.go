@@ -32,7 +32,7 @@ func (t *target) close() {
 // acts on the returned parent directory with *at calls and
 // AT_SYMLINK_NOFOLLOW / O_NOFOLLOW, never on a path.
 func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) {
-	if b := f.ledger.Broken(); b != nil {
+	if b := f.ledger.Broken(); b != nil && !f.ledger.Resume() {
 		// Fail closed, and alike for every name: answers that differed
 		// between hidden and absent names would tell what the view
 		// hides while the ledger cannot record the probes.

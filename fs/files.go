@@ -44,6 +44,12 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	oflags := int(flags) &^ (unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY)
 	if managed(rel) {
 		oflags = unix.O_RDONLY
+	} else if writing {
+		// Recorded before the open, which may already change the file
+		// (O_TRUNC).
+		if errno := f.recordChange(ctx, "open", rel, ""); errno != 0 {
+			return nil, 0, errno
+		}
 	}
 	fd, err := t.openSame(oflags)
 	if err != nil {
@@ -88,10 +94,6 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		f.track(h)
 		return pf, fuse.FOPEN_DIRECT_IO, 0
 	case writing:
-		if errno := f.recordChange(ctx, "open", rel, ""); errno != 0 {
-			h.Release(ctx)
-			return nil, 0, errno
-		}
 		h.writable = true
 		h.appending = flags&syscall.O_APPEND != 0
 		if h.appending {

@@ -192,6 +192,40 @@ func (w *Writer) resume(b *Broken) bool {
 	return true
 }
 
+// tryResume takes the writing role and the file lock to see whether a
+// broken writer may carry on; the ledger_recovered record is written with
+// the next batch.
+func (w *Writer) tryResume() bool {
+	b := w.broken.Load()
+	if b == nil {
+		return true
+	}
+	w.mu.Lock()
+	for w.writing {
+		w.cond.Wait()
+	}
+	if w.closed {
+		w.mu.Unlock()
+		return false
+	}
+	w.writing = true
+	w.mu.Unlock()
+	ok := false
+	if lockFile(w.fd) == nil {
+		if b := w.broken.Load(); b == nil {
+			ok = true
+		} else if w.resume(b) {
+			w.resumed, ok = b, true
+		}
+		_ = unlockFile(w.fd)
+	}
+	w.mu.Lock()
+	w.writing = false
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	return ok
+}
+
 // adopt switches the writer to the file now at its path, locked. The
 // caller then checks that the file continues the writer's chain.
 func (w *Writer) adopt() bool {

@@ -201,5 +201,10 @@ func (w *Writer) Close() error { return w.close() }
 // the ledger is repaired; see BrokenFile.
 func (w *Writer) Broken() *Broken { return w.broken.Load() }
 
+// Resume reports whether the writer is writing, first trying to leave
+// the broken state: it does when an operator has repaired the ledger
+// (see Repair). Cheap while the writer is sound.
+func (w *Writer) Resume() bool { return w.tryResume() }
+
 // Path returns the ledger file's path as given to Open.
 func (w *Writer) Path() string { return w.path }

@@ -124,8 +124,7 @@ rewritten.`,
 					// could not be cut.
 					fmt.Fprintf(cmd.ErrOrStderr(), "repair refused: %v\n", err)
 				case info != nil:
-					fmt.Fprintf(out, "repaired: cut %d torn byte(s) at offset %d (sha256 %s), recorded as seq %d\n",
-						info.Bytes, info.Offset, info.SHA256, info.Record.Seq)
+					fmt.Fprintf(out, "repaired: %s\n", info.Summary())
 				}
 			}
 			rep, err := ledger.Verify(path)

@@ -105,32 +105,32 @@ func TestLedgerVerifyAndRepair(t *testing.T) {
 	out, code, err := ledgerRunCLI(t, "ledger", "verify", "--ledger", l)
 	require.NoError(t, err)
 	assert.Equal(t, exitOK, code)
-	assert.Contains(t, out, "valid chain, 5 record(s)")
+	assert.Contains(t, out, "valid chain, 6 record(s)")
 	assert.Contains(t, out, "last hash ")
 
 	// Torn tail: exit 2 with the first bad seq, then --repair fixes it.
 	f, err := os.OpenFile(l, os.O_WRONLY|os.O_APPEND, 0)
 	require.NoError(t, err)
-	_, err = f.WriteString(`{"seq":6,"at":`)
+	_, err = f.WriteString(`{"seq":7,"at":`)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	_, code, err = ledgerRunCLI(t, "ledger", "verify", "--ledger", l)
 	assert.Equal(t, exitFailed, code)
-	require.ErrorContains(t, err, "first bad seq 6")
+	require.ErrorContains(t, err, "first bad seq 7")
 	assert.ErrorContains(t, err, "torn_tail")
 
 	out, code, err = ledgerRunCLI(t, "ledger", "verify", "--ledger", l, "--repair")
 	require.NoError(t, err)
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, out, "repaired: cut 14 torn byte(s)")
-	assert.Contains(t, out, "repair recorded at seq 6")
+	assert.Contains(t, out, "repair recorded at seq 7")
 
 	out, code, err = ledgerRunCLI(t, "ledger", "verify", "--ledger", l, "--json")
 	require.NoError(t, err)
 	assert.Equal(t, exitOK, code)
 	var rep ledger.VerifyReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
-	assert.Equal(t, int64(6), rep.LastSeq)
+	assert.Equal(t, int64(7), rep.LastSeq)
 	assert.Len(t, rep.Repairs, 1)
 
 	// An edited record cannot be repaired.
