@@ -148,8 +148,9 @@ func crashSeed(t *testing.T) int64 {
 // cleans the dead mountpoint with `acpfs umount`, remounts and goes on.
 // At the end: no torn line, protocol.json equals the derived state, the
 // ledger chain verifies (a simulated torn ledger write is cut and
-// recorded), and every append acknowledged by write(2)+close(2) is in
-// events.jsonl exactly once, with its append_accepted record.
+// recorded), every append acknowledged by write(2)+close(2) is in
+// events.jsonl exactly once, and every line there has its
+// append_accepted record.
 func TestCrashKillDaemonsDuringAppends(t *testing.T) {
 	r := newCrashRig(t)
 	r.toDecisionReview()
@@ -274,9 +275,11 @@ func TestCrashKillDaemonsDuringAppends(t *testing.T) {
 			accepted[rec.Detail] = true
 		}
 	}
+	// Every line appended through a view has its record, whether or not
+	// its writer heard back: the record is written before the line.
 	for _, ev := range evs {
-		if acked[ev.Summary] {
-			assert.True(t, accepted[fmt.Sprintf("seq %d %s", ev.Seq, ev.Event)], "no append_accepted record for acknowledged seq %d", ev.Seq)
+		if strings.HasPrefix(ev.Summary, "op-") {
+			assert.True(t, accepted[fmt.Sprintf("seq %d %s", ev.Seq, ev.Event)], "no append_accepted record for seq %d (acknowledged: %v)", ev.Seq, acked[ev.Summary])
 		}
 	}
 	if strays, _ := filepath.Glob(filepath.Join(r.c.folder, ".protocol.json.tmp-*")); len(strays) > 0 {
