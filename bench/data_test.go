@@ -205,5 +205,6 @@ func mountACPFS(tb testing.TB, folder, grantPath string) (string, *daemon) {
 	ledger := filepath.Join(newDir(tb, "ledger"), "communication_ledger.jsonl")
 	d := startDaemon(tb, []string{mnt}, []string{filepath.Join(mnt, "protocol.json")}, acpfsBin,
 		"mount", "--folder", folder, "--grant", grantPath, "--ledger", ledger, mnt)
+	d.ledger = ledger
 	return mnt, d
 }

@@ -52,6 +52,8 @@ type daemon struct {
 	ready time.Time
 	// conns are the FUSE connections of mounts, once they answer.
 	conns []string
+	// ledger is the ledger of an acpfs daemon, when the harness chose it.
+	ledger string
 }
 
 // Lines the daemons print once they serve, after their mount calls
