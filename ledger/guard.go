@@ -243,7 +243,9 @@ func (w *Writer) adopt() bool {
 		return false
 	}
 	old := w.f
+	w.syncMu.Lock()
 	w.f, w.fd = f, fd
+	w.syncMu.Unlock()
 	_ = old.Close() // releases its lock
 	return true
 }
@@ -257,6 +259,12 @@ func (w *Writer) syncTail() error {
 	size, reason, err := w.checkFile()
 	if err != nil {
 		return err
+	}
+	if reason != "" && w.followRotation() {
+		size, reason, err = w.checkFile()
+		if err != nil {
+			return err
+		}
 	}
 	if reason != "" {
 		return w.breakOff(reason)
@@ -306,7 +314,10 @@ func (w *Writer) loadTail(size int64, opening bool) error {
 		}
 		return w.breakOff(fmt.Sprintf("the last record (seq %d) is not sealed with this ledger's key: it was written by someone else", t.seq))
 	}
-	w.seq, w.hash, w.size, w.lastLine = t.seq, t.hash, size, t.line
+	w.seq, w.hash, w.size, w.lastLine, w.lastKind = t.seq, t.hash, size, t.line, t.last.Kind
+	if t.last.Sig != "" && w.key.Public().checkSig(w.enc, &t.last) {
+		w.signedSeq = t.seq
+	}
 	if err := w.checkHead(); err != nil {
 		return err
 	}

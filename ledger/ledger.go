@@ -165,6 +165,9 @@ type Options struct {
 	// SignAfter bounds how long a record waits for a signature when the
 	// ledger goes quiet (default 1s).
 	SignAfter time.Duration
+	// SegmentBytes seals the ledger's file once it is that large and
+	// continues in a new one (default 128 MiB); see SegmentName.
+	SegmentBytes int64
 }
 
 // Writer appends records. It is safe for concurrent use by goroutines and,

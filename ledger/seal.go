@@ -38,6 +38,7 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 	signed := w.signedSeq
 	w.buf = w.buf[:0]
 	lineStart := 0
+	lastKind := ""
 	var headLine []byte
 	add := func(r *Record, mac bool) error {
 		r.Seq, r.Prev, r.Hash = seq+1, prev, ""
@@ -62,10 +63,10 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 			return err
 		}
 		w.buf, lineStart = buf, n
-		seq, prev = r.Seq, r.Hash
+		seq, prev, lastKind = r.Seq, r.Hash, r.Kind
 		if sign {
 			signed = r.Seq
-			if r.Kind == KindCheckpoint || r.Kind == KindGap || r.Kind == KindLedgerRecovered {
+			if r.Kind != KindSegmentEnd {
 				headLine = w.buf[n:]
 			}
 		}
@@ -108,7 +109,7 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 	}
 	w.resumed = nil
 	w.size = start + int64(len(w.buf))
-	w.seq, w.hash, w.signedSeq = seq, prev, signed
+	w.seq, w.hash, w.signedSeq, w.lastKind = seq, prev, signed, lastKind
 	w.lastLine = append(w.lastLine[:0], w.buf[lineStart:]...)
 	if headLine != nil {
 		w.writeHead(headLine)

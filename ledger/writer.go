@@ -47,6 +47,8 @@ type writerState struct {
 	lastLine   []byte // the last line (newline included) this writer wrote or checked
 	signedSeq  int64  // seq of the last signed record this writer knows of
 	resumed    *Broken
+	lastKind   string // kind of the last record in the file
+	rotErr     error  // the failure of a rotation step, for its error
 
 	key    *Key
 	dir    ledgerDir
@@ -95,6 +97,9 @@ func open(path string, opts Options) (*Writer, error) {
 	}
 	if opts.SignEvery <= 0 {
 		opts.SignEvery = defaultSignEvery
+	}
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = defaultSegmentBytes
 	}
 	if opts.SignAfter <= 0 {
 		opts.SignAfter = defaultSignAfter
@@ -257,6 +262,18 @@ func (w *Writer) writeBatch(batch []*request) int {
 	}
 	if err := w.syncTail(); err != nil {
 		return fail(err)
+	}
+	if w.lastKind == KindSegmentEnd {
+		// A rotation that stopped after sealing the file.
+		if err := w.finishInterrupted(); err != nil {
+			return fail(err)
+		}
+	} else if w.size >= w.opts.SegmentBytes {
+		if err := w.rotate(); err != nil {
+			// Keep writing into the current file: a big file loses
+			// nothing, a lost record would.
+			slog.Error("ledger: cannot start a new segment", "path", w.path, "err", err)
+		}
 	}
 	return w.sealAndWrite(batch, fail)
 }
