@@ -224,3 +224,21 @@ func TestRepairRefusesAnEditedRecord(t *testing.T) {
 	_, err = Repair(path)
 	require.Error(t, err)
 }
+
+func TestRepairSignsAKilledWritersTail(t *testing.T) {
+	w, path := openTamperable(t)
+	w.mu.Lock()
+	w.closed = true // as if killed: no closing checkpoint
+	w.mu.Unlock()
+	require.NoError(t, w.f.Close())
+
+	info, err := Repair(path)
+	require.NoError(t, err)
+	require.NotNil(t, info)
+	assert.Equal(t, RepairSigned, info.Action)
+	assert.Equal(t, int64(4), info.Record.Seq)
+	assert.Equal(t, KindCheckpoint, info.Record.Kind)
+	info, err = Repair(path)
+	require.NoError(t, err)
+	assert.Nil(t, info, "nothing left to repair")
+}

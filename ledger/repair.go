@@ -18,6 +18,7 @@ const (
 	RepairRestored    = "restored"    // a writer's preserved copy was put back at the ledger's name
 	RepairGap         = "gap"         // records removed from the end were acknowledged by a signed gap record
 	RepairCutForeign  = "cut_foreign" // records appended without the key were moved aside
+	RepairSigned      = "signed"      // a tail sealed by a writer that stopped before signing was signed
 	repairDisplaced   = ".displaced-" // what stood at the ledger's name before a restore
 	repairForeignPart = ".foreign-"   // records cut because no writer sealed them
 )
@@ -27,7 +28,7 @@ func (i *RepairInfo) Summary() string {
 	switch i.Action {
 	case RepairRestored:
 		return "restored the records a writer had kept: " + i.Detail
-	case RepairGap, RepairCutForeign:
+	case RepairGap, RepairCutForeign, RepairSigned:
 		return fmt.Sprintf("%s; recorded as seq %d", i.Detail, i.Record.Seq)
 	}
 	return fmt.Sprintf("cut %d torn byte(s) at offset %d (sha256 %s), recorded as seq %d", i.Bytes, i.Offset, short(i.SHA256), i.Record.Seq)
@@ -46,7 +47,9 @@ func (i *RepairInfo) Summary() string {
 //   - acknowledges records removed from the end (the head file names a
 //     later checkpoint) with a signed KindGap record that links both
 //     sides: it follows the last record left, and its SHA256 is the hash
-//     of the last record lost.
+//     of the last record lost;
+//   - signs a checkpoint over a tail that a writer sealed (batch MAC) but
+//     did not sign because it was killed.
 //
 // It refuses records edited in place: that is for a human to judge, and
 // verify shows where. The key must be in the ledger's directory. It
@@ -141,7 +144,20 @@ func (r *repairer) run() (*RepairInfo, error) {
 	if t.seq > 0 && !r.key.authentic(r.enc, &t.last) {
 		return r.cutForeign(size)
 	}
-	return r.acknowledgeTruncation(t)
+	if info, err := r.acknowledgeTruncation(t); info != nil || err != nil {
+		return info, err
+	}
+	if t.seq > 0 && t.last.Sig == "" {
+		// A writer that stopped without signing (killed): its batch MAC
+		// shows the tail is a writer's, so sign over it now.
+		rec := Record{Kind: KindCheckpoint, Detail: fmt.Sprintf("signed by repair: the records up to seq %d carry a writer's seal but no signature (the writer stopped without signing)", t.seq)}
+		out, err := r.appendSigned(rec, t.last)
+		if err != nil {
+			return nil, err
+		}
+		return &RepairInfo{Action: RepairSigned, Record: out, Detail: rec.Detail}, nil
+	}
+	return nil, nil
 }
 
 // cutForeign moves the records after the last sealed one aside.
