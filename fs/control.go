@@ -236,6 +236,7 @@ func (f *FS) statusText(ctx context.Context) ([]byte, syscall.Errno) {
 	if p := f.log.HistoryProblem(); p != "" {
 		fmt.Fprintf(&b, "history: broken, every append fails with EIO until it is repaired (%s)\n", p)
 	}
+	b.WriteString(f.quotaText())
 	if br := f.ledger.Broken(); br != nil {
 		fmt.Fprintf(&b, "ledger: stopped, every recorded operation fails with EIO until an operator repairs it (%s)\n", br.Reason)
 	} else {

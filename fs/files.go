@@ -325,12 +325,19 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (n uint32, e
 	if errno := h.writeCheck(ctx, "write"); errno != 0 {
 		return 0, errno
 	}
+	grow := growth(h.fd(), off, int64(len(data)), h.appending)
+	if errno := h.fsys.chargeGrowth(ctx, "write", h.rel, grow); errno != 0 {
+		return 0, errno
+	}
 	var k int
 	var err error
 	if h.appending {
 		k, err = unix.Write(h.fd(), data) // at the true end of the file
 	} else {
 		k, err = unix.Pwrite(h.fd(), data, off)
+	}
+	if k < len(data) {
+		h.fsys.refund(min(grow, int64(len(data)-max(k, 0))))
 	}
 	h.ownChange()
 	return uint32(k), errnoOf(err)
@@ -341,7 +348,18 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (e
 	if errno := h.writeCheck(ctx, "fallocate"); errno != 0 {
 		return errno
 	}
-	return errnoOf(unix.Fallocate(h.fd(), mode, int64(off), int64(size)))
+	grow := int64(0)
+	if mode&unix.FALLOC_FL_KEEP_SIZE == 0 {
+		grow = growth(h.fd(), int64(off), int64(size), false)
+	}
+	if errno := h.fsys.chargeGrowth(ctx, "fallocate", h.rel, grow); errno != 0 {
+		return errno
+	}
+	err := unix.Fallocate(h.fd(), mode, int64(off), int64(size))
+	if err != nil {
+		h.fsys.refund(grow)
+	}
+	return errnoOf(err)
 }
 
 func (h *handle) Flush(ctx context.Context) syscall.Errno { return h.lf.Flush(ctx) }

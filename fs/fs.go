@@ -62,6 +62,10 @@ type Options struct {
 	AuditReads bool
 	// Audit is AuditCompact (default), AuditOpens or AuditReads.
 	Audit string
+	// MaxWriteBytes and MaxFiles are the write quotas of a grant that
+	// sets none: 0 takes DefaultMaxWriteBytes and DefaultMaxFiles, a
+	// negative value means no cap.
+	MaxWriteBytes, MaxFiles int64
 	// Handoffs maps folder-relative paths to content-addressed copies
 	// (absolute paths) that this agent must see instead of the live file:
 	// an artifact handed to it reads exactly as it was handed over.
@@ -88,7 +92,10 @@ type FS struct {
 	log        *protocol.Log
 	ledger     *ledger.Writer
 	auditReads bool
-	audit      string   // AuditCompact, AuditOpens or AuditReads
+	audit      string // AuditCompact, AuditOpens or AuditReads
+	quota      quota
+	maxBytes   int64 // default caps when the grant sets none (0: none)
+	maxFiles   int64
 	repeats    *repeats // aggregation of repeated reads and refusals (AuditCompact)
 	fault      func(op, rel string)
 	hidden     []string
@@ -146,6 +153,8 @@ func New(opts Options) (*FS, error) {
 		ledger:      opts.Ledger,
 		auditReads:  opts.AuditReads || opts.Audit == AuditReads,
 		audit:       opts.Audit,
+		maxBytes:    capOr(opts.MaxWriteBytes, DefaultMaxWriteBytes),
+		maxFiles:    capOr(opts.MaxFiles, DefaultMaxFiles),
 		repeats:     newRepeats(),
 		fault:       opts.Fault,
 		hidden:      opts.Hidden,
@@ -502,4 +511,15 @@ func (f *FS) reachOpenFiles(g *grants.Grant, m *grants.Matcher) {
 			h.node.NotifyContent(0, 0)
 		}
 	}
+}
+
+// capOr is v, def when v is 0, and no cap (0) when v is negative.
+func capOr(v, def int64) int64 {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
 }

@@ -165,7 +165,15 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		defer unix.Close(ofd)
 		fd = ofd
 	}
+	var grow int64
+	if sizeSet && fd >= 0 {
+		grow = growth(fd, int64(size), 0, false)
+		if errno := f.chargeGrowth(ctx, "truncate", rel, grow); errno != 0 {
+			return errno
+		}
+	}
 	if errno := setattr(fd, t.d, in); errno != 0 {
+		f.refund(grow)
 		return errno
 	}
 	st, err := t.restat(fd)
@@ -289,7 +297,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		if t, errno = f.at(ctx, opCreate, rel); errno != 0 {
 			return nil, nil, 0, errno
 		}
-		if errno := f.recordChange(ctx, "create", rel, ""); errno != 0 {
+		if errno := f.newName(ctx, "create", rel, ""); errno != 0 {
 			t.close()
 			return nil, nil, 0, errno
 		}
@@ -298,6 +306,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		oflags := int(flags)&^(unix.O_TRUNC|unix.O_EXCL|unix.O_CREAT|unix.O_NOCTTY) | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
 		var err error
 		if fd, err = unix.Openat(t.d.fd, t.d.name, oflags, mode&0o7777); err != nil {
+			f.quota.files.Add(-1)
 			t.close()
 			return nil, nil, 0, errnoOf(err)
 		}
@@ -361,10 +370,11 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, errno
 	}
 	defer t.close()
-	if errno := n.fsys.recordChange(ctx, "mkdir", rel, ""); errno != 0 {
+	if errno := n.fsys.newName(ctx, "mkdir", rel, ""); errno != 0 {
 		return nil, errno
 	}
 	if err := unix.Mkdirat(t.d.fd, t.d.name, mode&0o7777); err != nil {
+		n.fsys.quota.files.Add(-1)
 		return nil, errnoOf(err)
 	}
 	return n.made(ctx, t, mode, out)
@@ -382,10 +392,11 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	if mode&syscall.S_IFMT != syscall.S_IFREG {
 		return nil, n.fsys.deny(ctx, ledger.KindDenied, "mknod", rel, syscall.EPERM, "only regular files may be created")
 	}
-	if errno := n.fsys.recordChange(ctx, "mknod", rel, ""); errno != 0 {
+	if errno := n.fsys.newName(ctx, "mknod", rel, ""); errno != 0 {
 		return nil, errno
 	}
 	if err := unix.Mknodat(t.d.fd, t.d.name, mode, 0); err != nil {
+		n.fsys.quota.files.Add(-1)
 		return nil, errnoOf(err)
 	}
 	return n.made(ctx, t, mode, out)
@@ -518,10 +529,11 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if tr, ok := cleanSymlinkTarget(rel, target); !ok || !targetVisible(f.matcher(), tr) {
 		return nil, f.deny(ctx, ledger.KindDenied, "symlink", rel, syscall.EACCES, "symlink target is outside the visible folder")
 	}
-	if errno := f.recordChange(ctx, "symlink", rel, "to "+target); errno != 0 {
+	if errno := f.newName(ctx, "symlink", rel, "to "+target); errno != 0 {
 		return nil, errno
 	}
 	if err := unix.Symlinkat(target, t.d.fd, t.d.name); err != nil {
+		f.quota.files.Add(-1)
 		return nil, errnoOf(err)
 	}
 	return n.made(ctx, t, 0, out)

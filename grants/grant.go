@@ -30,9 +30,14 @@ type Grant struct {
 	OutputContract    string                `json:"output_contract,omitempty"`
 	DecisionAuthority string                `json:"decision_authority,omitempty"`
 	StopConditions    []string              `json:"stop_conditions,omitempty"`
-	Revoked           bool                  `json:"revoked,omitempty"`
-	RevokedAt         string                `json:"revoked_at,omitempty"`
-	CreatedAt         string                `json:"created_at,omitempty"`
+	// MaxWriteBytes and MaxFiles cap what the agent may add through its
+	// view: bytes that make files longer, and new names. Zero leaves the
+	// mount's default (see acpfs up --max-write-bytes).
+	MaxWriteBytes int64  `json:"max_write_bytes,omitempty"`
+	MaxFiles      int64  `json:"max_files,omitempty"`
+	Revoked       bool   `json:"revoked,omitempty"`
+	RevokedAt     string `json:"revoked_at,omitempty"`
+	CreatedAt     string `json:"created_at,omitempty"`
 }
 
 // ParticipantID is the ACP participant this grant's agent writes as.
