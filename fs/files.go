@@ -30,6 +30,9 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		return nil, 0, errno
 	}
 	defer t.close()
+	if errno := f.handleRoom(ctx, "open", rel); errno != 0 {
+		return nil, 0, errno
+	}
 	if t.e.kind != kindFile {
 		// The kernel opens symlinks by following them and directories
 		// through opendir: anything else here is a name whose entry
@@ -177,6 +180,7 @@ var (
 // handle up, then registers it with FS.track before handing it out.
 func (f *FS) newHandle(fd int, rel string, n *node) *handle {
 	file := os.NewFile(uintptr(fd), rel)
+	f.handleOpened()
 	return &handle{file: file, lf: gofs.NewLoopbackFileFromOS(file), fsys: f, node: n, rel: rel, audit: f.auditReads}
 }
 
@@ -370,6 +374,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.fsys.handles.remove(h)
+	h.fsys.handleClosed()
 	return h.lf.Release(ctx)
 }
 

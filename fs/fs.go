@@ -66,6 +66,9 @@ type Options struct {
 	// sets none: 0 takes DefaultMaxWriteBytes and DefaultMaxFiles, a
 	// negative value means no cap.
 	MaxWriteBytes, MaxFiles int64
+	// MaxHandles bounds the files open at once through this view (0:
+	// DefaultMaxHandles; negative: only the process cap).
+	MaxHandles int64
 	// Handoffs maps folder-relative paths to content-addressed copies
 	// (absolute paths) that this agent must see instead of the live file:
 	// an artifact handed to it reads exactly as it was handed over.
@@ -94,11 +97,14 @@ type FS struct {
 	auditReads bool
 	audit      string // AuditCompact, AuditOpens or AuditReads
 	quota      quota
-	maxBytes   int64 // default caps when the grant sets none (0: none)
-	maxFiles   int64
-	repeats    *repeats // aggregation of repeated reads and refusals (AuditCompact)
-	fault      func(op, rel string)
-	hidden     []string
+	// openHandles counts this view's open files, bounded by maxHandles.
+	openHandles atomic.Int64
+	maxHandles  int64
+	maxBytes    int64 // default caps when the grant sets none (0: none)
+	maxFiles    int64
+	repeats     *repeats // aggregation of repeated reads and refusals (AuditCompact)
+	fault       func(op, rel string)
+	hidden      []string
 
 	// view holds the grant, its compiled matcher and the handoff map; it
 	// is swapped whole when the grant changes so readers never lock.
@@ -155,6 +161,7 @@ func New(opts Options) (*FS, error) {
 		audit:       opts.Audit,
 		maxBytes:    capOr(opts.MaxWriteBytes, DefaultMaxWriteBytes),
 		maxFiles:    capOr(opts.MaxFiles, DefaultMaxFiles),
+		maxHandles:  capOr(opts.MaxHandles, DefaultMaxHandles),
 		repeats:     newRepeats(),
 		fault:       opts.Fault,
 		hidden:      opts.Hidden,

@@ -285,6 +285,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	defer n.fsys.guard(ctx, "create", rel, &errno)
 	n.fsys.enter("create", rel)
 	f := n.fsys
+	if errno := f.handleRoom(ctx, "create", rel); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	var t *target
 	var fd int
 	if f.stageable(rel) && !f.shows(rel) {

@@ -91,3 +91,36 @@ func fileSizeOf(t *testing.T, p string) int64 {
 	require.NoError(t, err)
 	return st.Size()
 }
+
+// TestManyOpenFilesLeaveOtherViewsServed holds 10,000 files open in one
+// view (up to its cap) while a second view of the same daemon keeps
+// answering.
+func TestManyOpenFilesLeaveOtherViewsServed(t *testing.T) {
+	c := newCollab(t)
+	alice := c.mountView(ownerGrant())
+	bob := c.mountView(reviewerGrant())
+	var held []*os.File
+	t.Cleanup(func() {
+		for _, f := range held {
+			f.Close()
+		}
+	})
+	var refused error
+	for i := 0; i < 10000; i++ {
+		f, err := os.Open(alice.path("README.md"))
+		if err != nil {
+			refused = err
+			break
+		}
+		held = append(held, f)
+	}
+	require.Error(t, refused, "the view caps its open files")
+	assert.ErrorIs(t, refused, syscall.EMFILE)
+	t.Logf("%d files held open before the cap", len(held))
+	for i := 0; i < 20; i++ {
+		b, err := os.ReadFile(bob.path("README.md"))
+		require.NoError(t, err, "the other view still serves")
+		require.NotEmpty(t, b)
+	}
+	require.NoError(t, os.WriteFile(bob.path("review.md"), []byte("# Review\n"), 0o644))
+}
