@@ -273,7 +273,12 @@ func (v *verifier) file(f ledgerFile, first bool) error {
 		}
 		if fl.seq != want {
 			if n == 1 && !first {
-				return bad(ProblemSeq, fl.seq, "expected seq %d, found %d at the start of %s: a segment before it is missing, or the segments are out of order", want, fl.seq, f.name)
+				missing := ""
+				if rep.Path != "" && fl.seq > want {
+					missing = fmt.Sprintf(" (%s)", filepath.Base(SegmentName(rep.Path, want)))
+				}
+				return bad(ProblemSeq, fl.seq, "expected seq %d, found %d at the start of %s: a segment before it is missing%s, or the segments are out of order",
+					want, fl.seq, f.name, missing)
 			}
 			return bad(ProblemSeq, fl.seq, "expected seq %d, found %d: a record was removed, inserted or moved", want, fl.seq)
 		}
@@ -328,10 +333,7 @@ func (v *verifier) checkSig(full *Record, seq int64) (kind, reason string) {
 		return "", ""
 	}
 	rep := v.rep
-	if kind, reason := v.sigProblem(full); kind != "" {
-		if kind == ProblemForged && full.Sig != "" {
-			reason += fmt.Sprintf(" (seq %d–%d are not covered by a valid signature)", rep.SignedThrough+1, seq)
-		}
+	if kind, reason := v.sigProblem(full, fmt.Sprintf("; seq %d–%d are not covered by a valid signature", rep.SignedThrough+1, seq)); kind != "" {
 		return kind, reason
 	}
 	if full.Sig == "" {
@@ -351,8 +353,9 @@ func (v *verifier) checkSig(full *Record, seq int64) (kind, reason string) {
 }
 
 // sigProblem says what is wrong with r's signature: missing on a kind
-// that must be signed, made with an unknown key, or not matching.
-func (v *verifier) sigProblem(r *Record) (kind, reason string) {
+// that must be signed, made with an unknown key, or not matching (then
+// the reason names the key, followed by more).
+func (v *verifier) sigProblem(r *Record, more string) (kind, reason string) {
 	if r.Sig == "" {
 		if alwaysSigned([]byte(r.Kind)) {
 			return ProblemForged, fmt.Sprintf("a %s record must be signed and carries no signature: it was written without the key, or its signature was removed", r.Kind)
@@ -368,7 +371,7 @@ func (v *verifier) sigProblem(r *Record) (kind, reason string) {
 			r.Key, strings.Join(v.rep.Keys, ", "))
 	}
 	if !pk.checkSig(v.enc, r) {
-		return ProblemForged, fmt.Sprintf("the signature does not match: the record or an earlier one was changed after signing, or it was written without the key (key %s)", r.Key)
+		return ProblemForged, fmt.Sprintf("the signature does not match: the record or an earlier one was changed after signing, or it was written without the key (key %s%s)", r.Key, more)
 	}
 	return "", ""
 }
@@ -434,7 +437,7 @@ func (v *verifier) loadHead(name string) (*Problem, error) {
 		if r.Sig == "" {
 			return bad(ProblemForged, r.Seq, "the head file's record carries no signature: it was not written by a writer")
 		}
-		if kind, reason := v.sigProblem(&r); kind != "" {
+		if kind, reason := v.sigProblem(&r, ""); kind != "" {
 			return bad(kind, r.Seq, "the head file: %s", reason)
 		}
 	}
