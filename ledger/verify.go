@@ -272,7 +272,7 @@ func (v *verifier) file(f ledgerFile, first bool) error {
 			fl.fromRecord(full)
 		}
 		if fl.seq != want {
-			if n == 1 && !first {
+			if n == 1 && (!first || fl.seq > want) {
 				missing := ""
 				if rep.Path != "" && fl.seq > want {
 					missing = fmt.Sprintf(" (%s)", filepath.Base(SegmentName(rep.Path, want)))

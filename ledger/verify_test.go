@@ -531,3 +531,43 @@ func TestVerifySegmentWithoutStart(t *testing.T) {
 	assert.Equal(t, int64(1), rep.Problem.Line)
 	assert.Equal(t, int64(52), rep.Records)
 }
+
+// The signed golden ledger (a sealed segment, the live file, its head and
+// ledger.pub) pins what is signed and how: if signing ever changes, old
+// ledgers would stop verifying. The CLI tests tamper with copies of it.
+func TestSignedGoldenLedger(t *testing.T) {
+	golden := filepath.Join("..", "testdata", "ledger", "signed")
+	f := newFixture(t, testKey(t, 42))
+	f.add(Record{Kind: KindMountStarted, Agent: "reviewer", Grant: "G-reviewer", PID: 4242, Detail: "/mnt/reviewer"}, sealNone)
+	f.add(Record{Kind: KindRead, Agent: "reviewer", Grant: "G-reviewer", Path: "docs/brief.md", Op: "open", PID: 4243,
+		SHA256: strings.Repeat("ab", 32)}, sealMAC)
+	f.checkpoint().newSegment()
+	f.add(Record{Kind: KindDenied, Agent: "reviewer", Grant: "G-reviewer", Path: "oracle/answers.md", Op: "open", PID: 4243,
+		Detail: `read outside may_read: "oracle/**"`}, sealNone)
+	f.add(Record{Kind: KindReadRepeat, Agent: "reviewer", Grant: "G-reviewer", Path: "docs/brief.md", SHA256: strings.Repeat("ab", 32),
+		Count: 41, First: "2026-03-01T12:00:00.010000000Z", Last: "2026-03-01T12:00:09.990000000Z"}, sealMAC)
+	f.add(Record{Kind: KindMountStopped, Agent: "reviewer", Grant: "G-reviewer", PID: 4242}, sealNone)
+	f.checkpoint()
+	dir := filepath.Dir(f.dir())
+	path := filepath.Join(dir, "communication_ledger.jsonl")
+	f.writeSegments(path)
+	f.writeHead(path, f.last(KindCheckpoint))
+	if *update {
+		require.NoError(t, os.RemoveAll(golden))
+		require.NoError(t, os.CopyFS(golden, os.DirFS(dir)))
+	}
+	for _, name := range []string{"communication_ledger.000000000001.jsonl", "communication_ledger.jsonl", "communication_ledger.jsonl.head", PublicKeyFile} {
+		want, err := os.ReadFile(filepath.Join(golden, name))
+		require.NoError(t, err)
+		assert.Equal(t, string(want), string(fileBytes(t, filepath.Join(dir, name))), name)
+	}
+	rep, err := Verify(filepath.Join(golden, "communication_ledger.jsonl"))
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep.Problem)
+	assert.True(t, rep.SignaturesChecked)
+	assert.Equal(t, int64(9), rep.Records)
+	assert.Len(t, rep.Files, 2)
+	assert.Equal(t, int64(9), rep.HeadSeq)
+	assert.Equal(t, []Signer{{Key: f.key.ID(), FirstSeq: 1, LastSeq: 9, Checkpoints: 4}}, rep.Signers)
+	assert.Empty(t, rep.Warnings)
+}
