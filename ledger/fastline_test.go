@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"math"
 	"math/rand/v2"
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -243,4 +245,94 @@ func FuzzFastLine(f *testing.F) {
 		checkParity(t, line)
 		checkParity(t, reseal(line))
 	})
+}
+
+// requireSameAsSlow checks that the slow path alone reports exactly rep.
+func requireSameAsSlow(t *testing.T, data []byte, rep *VerifyReport) {
+	t.Helper()
+	slow, err := verifyStream(bytes.NewReader(data), true)
+	require.NoError(t, err)
+	require.Equal(t, slow, rep, "the fast path changed the report")
+}
+
+// FuzzVerifyParity verifies arbitrary bytes, alone and after a valid
+// prefix, with and without the fast path: the reports must be the same.
+func FuzzVerifyParity(f *testing.F) {
+	prefix := fuzzPrefix(f)
+	f.Add(prefix)
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, b := range [][]byte{data, append(bytes.Clone(prefix), data...)} {
+			rep, err := VerifyStream(bytes.NewReader(b))
+			require.NoError(t, err)
+			requireSameAsSlow(t, b, rep)
+		}
+	})
+}
+
+// TestVerifyParity compares whole reports, fast path on and off, over the
+// tampered ledgers of the signature and segment tests and over generated
+// ledgers with mutated lines.
+func TestVerifyParity(t *testing.T) {
+	key := testKey(t, 1)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 200; i++ {
+		f := signedFixture(t, key)
+		path := f.dir()
+		lines := f.lines()
+		for j := rng.IntN(3); j >= 0; j-- {
+			k := rng.IntN(len(lines))
+			m := mutate(rng, bytes.TrimSuffix(lines[k], []byte("\n")))
+			if rng.IntN(2) == 0 {
+				m = reseal(m)
+			}
+			lines[k] = append(m, '\n')
+		}
+		require.NoError(t, os.WriteFile(path, bytes.Join(lines, nil), 0o600))
+		if rng.IntN(2) == 0 {
+			f.writeHead(path, f.last(KindCheckpoint))
+		}
+		fast, err := VerifyWith(path, VerifyOptions{})
+		require.NoError(t, err)
+		slow, err := verifyWith(path, VerifyOptions{}, true)
+		require.NoError(t, err)
+		require.Equal(t, slow, fast)
+	}
+	f := segmentedFixture(t, key)
+	path := f.dir()
+	f.writeSegments(path)
+	fast, err := VerifyWith(path, VerifyOptions{})
+	require.NoError(t, err)
+	slow, err := verifyWith(path, VerifyOptions{}, true)
+	require.NoError(t, err)
+	require.Equal(t, slow, fast)
+	require.True(t, fast.OK(), "%v", fast.Problem)
+}
+
+// TestFastFieldsMatchRecord keeps the fast path in step with Record: the
+// same fields in the same order, required exactly when not omitempty. A
+// field added to Record without updating fastFields would send every line
+// down the slow path, or worse.
+func TestFastFieldsMatchRecord(t *testing.T) {
+	rt := reflect.TypeOf(Record{})
+	require.Equal(t, rt.NumField(), len(fastFields))
+	for i := 0; i < rt.NumField(); i++ {
+		name, opts, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		ff := fastFields[i]
+		assert.Contains(t, ff.intro, `"`+name+`":`, "field %d", i)
+		assert.Equal(t, opts != "omitempty", ff.required, name)
+		switch rt.Field(i).Type.Kind() {
+		case reflect.String:
+			assert.Equal(t, vStr, ff.value, name)
+			assert.True(t, strings.HasSuffix(ff.intro, `:"`), name)
+		case reflect.Int64:
+			assert.Equal(t, vInt64, ff.value, name)
+		case reflect.Uint32:
+			assert.Equal(t, vUint32, ff.value, name)
+		default:
+			t.Errorf("field %s: the fast path has no parser for %s", name, rt.Field(i).Type)
+		}
+	}
 }
