@@ -278,7 +278,7 @@ func FuzzVerifyParity(f *testing.F) {
 func TestVerifyParity(t *testing.T) {
 	key := testKey(t, 1)
 	rng := rand.New(rand.NewPCG(3, 4))
-	for i := 0; i < 200; i++ {
+	for i := 0; i < 60; i++ {
 		f := signedFixture(t, key)
 		path := f.dir()
 		lines := f.lines()
