@@ -286,13 +286,16 @@ func (v *verifier) file(f ledgerFile, first bool) error {
 			fl.fromRecord(full)
 		}
 		if fl.seq != want {
+			if n == 1 && f.sealed && rep.Path != "" && f.name == SegmentName(rep.Path, want) {
+				return bad(ProblemSeq, fl.seq, "%s is named for seq %d but starts at seq %d: the segments were renamed, or their contents swapped", f.name, want, fl.seq)
+			}
 			if n == 1 && (!first || fl.seq > want) {
-				missing := ""
+				segment := "the segment holding them"
 				if rep.Path != "" && fl.seq > want {
-					missing = fmt.Sprintf(" (%s)", filepath.Base(SegmentName(rep.Path, want)))
+					segment += " (" + filepath.Base(SegmentName(rep.Path, want)) + ")"
 				}
-				return bad(ProblemSeq, fl.seq, "expected seq %d, found %d at the start of %s: a segment before it is missing%s, or the segments are out of order",
-					want, fl.seq, f.name, missing)
+				return bad(ProblemSeq, fl.seq, "expected seq %d, found %d at the start of %s: the records before it were removed, or %s is missing, or the segments are out of order",
+					want, fl.seq, f.name, segment)
 			}
 			return bad(ProblemSeq, fl.seq, "expected seq %d, found %d: a record was removed, inserted or moved", want, fl.seq)
 		}

@@ -238,7 +238,7 @@ func TestLedgerVerifySignatures(t *testing.T) {
 		{"sealed segment missing", func(t *testing.T, l string) []string {
 			require.NoError(t, os.Remove(ledger.SegmentName(l, 1)))
 			return nil
-		}, exitFailed, nil, "a segment before it is missing (communication_ledger.000000000001.jsonl)"},
+		}, exitFailed, nil, "the segment holding them (communication_ledger.000000000001.jsonl) is missing"},
 		{"no public key", func(t *testing.T, l string) []string {
 			require.NoError(t, os.Remove(filepath.Join(filepath.Dir(l), ledger.PublicKeyFile)))
 			return nil
