@@ -133,7 +133,7 @@ func (r *repairer) run() (*RepairInfo, error) {
 	if t.cut != nil {
 		// Reuse the writer's own torn-line repair, without its checks
 		// (the rest may need repairing too: run again after).
-		w := &Writer{writerState{path: r.path, f: f, fd: fd, dir: ledgerDir{fd: -1}, pid: uint32(os.Getpid()), enc: r.enc, key: r.key, clock: time.Now}}
+		w := &Writer{writerState{path: r.path, f: f, fd: fd, dir: ledgerDir{fd: -1}, pid: uint32(os.Getpid()), enc: r.enc, key: r.key, clock: time.Now, signRepairs: true}}
 		w.seq, w.hash, w.size = t.seq, t.hash, t.end
 		if err := w.repairTail(t); err != nil {
 			return nil, err

@@ -43,9 +43,6 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 	add := func(r *Record, mac bool) error {
 		r.Seq, r.Prev, r.Hash = seq+1, prev, ""
 		r.At = w.clock().UTC().Format(timeLayout)
-		if r.PID == 0 && signedKind(r.Kind) {
-			r.PID = w.pid
-		}
 		sanitize(r)
 		sign := signedKind(r.Kind)
 		if sign && r.Kind == KindCheckpoint {

@@ -16,14 +16,6 @@ import (
 // enough that a segment can be copied, archived or verified on its own.
 const defaultSegmentBytes = 128 << 20
 
-// SegmentName is the name of the sealed segment of the ledger file base
-// whose first record has seq first: "ledger.jsonl" holding seq 1 onwards
-// becomes "ledger.000000000001.jsonl".
-func SegmentName(base string, first int64) string {
-	stem := strings.TrimSuffix(base, ".jsonl")
-	return fmt.Sprintf("%s.%012d.jsonl", stem, first)
-}
-
 // rotate seals the current file with a signed segment_end record, keeps
 // it under its segment name, and continues in a new file at the ledger's
 // name that starts with a signed segment_start record. Called with the

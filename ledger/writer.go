@@ -38,17 +38,18 @@ type writerState struct {
 	closed  bool
 
 	// Owned by the goroutine that set writing (or by open and close).
-	enc        *encoder
-	buf        []byte
-	seq        int64  // last seq in the file
-	hash       string // last hash in the file
-	size       int64  // file size right after our last write or check; -1 unknown
-	lastRepair *RepairInfo
-	lastLine   []byte // the last line (newline included) this writer wrote or checked
-	signedSeq  int64  // seq of the last signed record this writer knows of
-	resumed    *Broken
-	lastKind   string // kind of the last record in the file
-	rotErr     error  // the failure of a rotation step, for its error
+	enc         *encoder
+	buf         []byte
+	seq         int64  // last seq in the file
+	hash        string // last hash in the file
+	size        int64  // file size right after our last write or check; -1 unknown
+	lastRepair  *RepairInfo
+	lastLine    []byte // the last line (newline included) this writer wrote or checked
+	signedSeq   int64  // seq of the last signed record this writer knows of
+	resumed     *Broken
+	lastKind    string // kind of the last record in the file
+	signRepairs bool   // sign the repair record (Repair, not a writer)
+	rotErr      error  // the failure of a rotation step, for its error
 
 	key    *Key
 	dir    ledgerDir
@@ -310,7 +311,10 @@ func (w *Writer) repairTail(t tailInfo) error {
 		Prev: w.hash,
 	}
 	sanitize(&r)
-	if err := w.key.seal(w.enc, &r, false); err != nil {
+	// An operator's repair (no writer running) is signed, so that the
+	// ledger it leaves has no unsigned tail; a writer's is sealed and
+	// signed with its next checkpoint.
+	if err := w.key.seal(w.enc, &r, w.signRepairs); err != nil {
 		return fmt.Errorf("repair ledger %s: %w", w.path, err)
 	}
 	line, err := w.enc.appendLine(nil, &r)
