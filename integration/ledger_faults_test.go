@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -96,9 +97,13 @@ func TestLedgerTamperedWhileMounted(t *testing.T) {
 			enc.SetEscapeHTML(false)
 			require.NoError(t, enc.Encode(forged))
 			require.NoError(t, f.Close())
+			chain, err := ledger.VerifyStream(bytes.NewReader([]byte(readFile(t, c.ledger))))
+			require.NoError(t, err)
+			require.Nil(t, chain.Problem, "the hash chain alone cannot tell a forged record")
 			rep, err := ledger.Verify(c.ledger)
 			require.NoError(t, err)
-			require.Nil(t, rep.Problem, "the chain alone cannot tell a forged record")
+			require.NotNil(t, rep.Problem, "the signatures can")
+			assert.Equal(t, ledger.ProblemUnsignedTail, rep.Problem.Kind)
 		}, "not sealed"},
 	}
 	for _, tt := range tests {

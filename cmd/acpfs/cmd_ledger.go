@@ -101,6 +101,9 @@ func newLedgerShowCmd() *cobra.Command {
 // verified one.
 const exitUnchecked = 5
 
+// maxRepairSteps bounds verify --repair's steps (restore, cut, sign, ...).
+const maxRepairSteps = 5
+
 func newLedgerVerifyCmd() *cobra.Command {
 	var (
 		path    string
@@ -132,8 +135,12 @@ A ledger.pub found beside the ledger proves only as much as that directory is
 trusted: keep a copy of ledger.pub (or the key id printed here) with each
 deliverable, and pass it with --pubkey.
 
---repair cuts a torn last line (only that: complete records are never rewritten)
-and appends a "repair" record giving the number of bytes cut and their SHA-256.
+--repair is the operator's way back (docs/ledger.md): it puts back the copy a
+stopped writer kept when the ledger was deleted or replaced, cuts a torn last
+line, moves records no writer sealed aside, acknowledges records removed from
+the end with a signed "gap" record, and signs a tail that a killed writer
+sealed but did not sign. Each step is recorded; a record edited in place is
+never repaired. A writer that stopped serves again once the ledger is back.
 
 Keep the last hash it prints: it is what proves later that the tail was not
 rewritten.
@@ -152,16 +159,20 @@ checked.`,
 				}
 				keys = append(keys, k)
 			}
-			if repair {
+			// Each repair step may uncover the next (a restored copy whose
+			// tail its writer never signed): repeat until nothing is left.
+			for step := 0; repair && step < maxRepairSteps; step++ {
 				info, err := ledger.Repair(path)
-				switch {
-				case err != nil:
+				if err != nil {
 					// Report the damage below; the repair error says why it
-					// could not be cut.
+					// could not be repaired.
 					fmt.Fprintf(cmd.ErrOrStderr(), "repair refused: %v\n", err)
-				case info != nil:
-					fmt.Fprintf(out, "repaired: %s\n", info.Summary())
+					break
 				}
+				if info == nil {
+					break
+				}
+				fmt.Fprintf(out, "repaired: %s\n", info.Summary())
 			}
 			rep, err := ledger.VerifyWith(path, ledger.VerifyOptions{Keys: keys, AllowUnsignedTail: live})
 			if err != nil {
@@ -188,7 +199,7 @@ checked.`,
 	f.StringVar(&path, "ledger", "", "ledger file (required)")
 	f.StringArrayVar(&pubkeys, "pubkey", nil, "public key file (ledger.pub) to check signatures with; repeatable (default: ledger.pub beside the ledger)")
 	f.BoolVar(&live, "live", false, "the ledger is still being written: records after the last signature are a warning, not a problem")
-	f.BoolVar(&repair, "repair", false, "cut a torn last line and record the repair first")
+	f.BoolVar(&repair, "repair", false, "repair what a crash or tampering left, recording each step, then verify")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	_ = cmd.MarkFlagRequired("ledger")
 	return cmd
