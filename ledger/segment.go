@@ -60,20 +60,8 @@ func (w *Writer) finishRotation(first int64) error {
 	w.f, w.fd, w.size = nf, nfd, 0
 	w.syncMu.Unlock()
 	start := Record{Kind: KindSegmentStart, Detail: "follows " + seg}
-	if n := w.sealAndWrite([]*request{{rec: start}}, func(err error) int { w.rotErr = err; return 0 }); n == 0 {
-		w.syncMu.Lock()
-		w.f, w.fd, w.lastLine = old, int(old.Fd()), oldLine
-		w.syncMu.Unlock()
-		nf.Close()
-		_ = w.dir.remove(tmp)
-		w.size = -1
-		return fmt.Errorf("start segment: %w", w.rotErr)
-	}
-	if err := nf.Sync(); err != nil {
-		slog.Warn("ledger: fsync of a new segment", "err", err)
-	}
-	if err := unix.Renameat(w.dir.fd, tmp, w.dir.fd, w.dir.base); err != nil {
-		// The old file stays the ledger; the next append tries again.
+	// undo keeps the old file as the ledger; the next append tries again.
+	undo := func(err error) error {
 		w.syncMu.Lock()
 		w.f, w.fd, w.lastLine = old, int(old.Fd()), oldLine
 		w.syncMu.Unlock()
@@ -81,6 +69,15 @@ func (w *Writer) finishRotation(first int64) error {
 		_ = w.dir.remove(tmp)
 		w.size = -1
 		return fmt.Errorf("start segment: %w", err)
+	}
+	if n := w.sealAndWrite([]*request{{rec: start}}, func(err error) int { w.rotErr = err; return 0 }); n == 0 {
+		return undo(w.rotErr)
+	}
+	if err := nf.Sync(); err != nil {
+		slog.Warn("ledger: fsync of a new segment", "err", err)
+	}
+	if err := unix.Renameat(w.dir.fd, tmp, w.dir.fd, w.dir.base); err != nil {
+		return undo(err)
 	}
 	syncDir(dirOf(w.path))
 	_ = old.Close() // releases its lock; writers waiting on it follow the rotation
