@@ -117,7 +117,10 @@ type Report struct {
 	GeneratedAt string               `json:"generated_at"`
 	Verdict     string               `json:"verdict"` // isolated only when every agent is, the chain is valid and no record was lost
 	Chain       *ledger.VerifyReport `json:"chain"`
-	Records     int64                `json:"records"` // records read (up to the first unreadable line)
+	// Untrusted counts the records after the last one the chain check
+	// vouches for: not judged for anyone.
+	Untrusted int64 `json:"untrusted,omitempty"`
+	Records   int64 `json:"records"` // records read (up to the first unreadable line)
 	// Gaps are the operators' acknowledgements of lost records (gap
 	// records). While any is present no agent is isolated: what it did
 	// in the lost records is unknown.
@@ -275,6 +278,10 @@ type Auditor struct {
 	records   int64
 	lastSeq   int64  // seq of the last record fed
 	lastAt    string // and its time
+	// trusted is the last seq the chain check vouches for (-1: all);
+	// later records are counted in untrusted and judged for nobody.
+	trusted   int64
+	untrusted int64
 }
 
 // revocation is where a grant_revoked record stands in the ledger.
@@ -292,6 +299,7 @@ func New(gs []Grant, opts Options) *Auditor {
 		revokedAt: map[string]revocation{},
 		agents:    map[string]*Agent{},
 		cells:     map[string]map[string]*MatrixCell{},
+		trusted:   trustedThrough(opts.Chain),
 	}
 	for i := range gs {
 		g := &gs[i]
@@ -300,6 +308,25 @@ func New(gs []Grant, opts Options) *Auditor {
 		a.agent(g.AgentID).addGrant(g.GrantID)
 	}
 	return a
+}
+
+// trustedThrough is the last seq the chain check vouches for: the sound
+// records before its first problem and, when signatures were checked,
+// only those a valid signature covers. A record past it may have been
+// forged or edited: it can convict no one and clear no one. -1 when the
+// check vouches for everything (or was not given).
+func trustedThrough(c *ledger.VerifyReport) int64 {
+	if c == nil {
+		return -1
+	}
+	switch {
+	case c.SignaturesChecked && (c.Problem != nil || c.Unsigned > 0):
+		// A signature covers everything before it, and nothing after.
+		return c.SignedThrough
+	case c.Problem != nil:
+		return c.LastSeq
+	}
+	return -1
 }
 
 // Build judges records already in memory: New, Add for each, Report.
@@ -447,6 +474,10 @@ func (a *Auditor) afterRevocation(r ledger.Record, rev revocation) bool {
 // gap record stands for the records between it and the one before.
 func (a *Auditor) Add(r ledger.Record) {
 	a.records++
+	if a.trusted >= 0 && r.Seq > a.trusted {
+		a.untrusted++
+		return
+	}
 	prevSeq, prevAt := a.lastSeq, a.lastAt
 	a.lastSeq, a.lastAt = r.Seq, r.At
 	switch r.Kind {
@@ -655,7 +686,7 @@ func (a *Auditor) Report() (*Report, error) {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		ag := judgeAgent(a.agents[id], rep.Gaps)
+		ag := judgeAgent(a.agents[id], rep.Gaps, a.untrusted, rep.Chain)
 		switch {
 		case ag.Verdict == VerdictViolated:
 			rep.Verdict = VerdictViolated
@@ -664,6 +695,7 @@ func (a *Auditor) Report() (*Report, error) {
 		}
 		rep.Agents = append(rep.Agents, ag)
 	}
+	rep.Untrusted = a.untrusted
 	rep.Matrix = a.matrix(rep.Agents, folderFiles)
 	if rep.Verdict == VerdictIsolated && (len(rep.Gaps) > 0 || rep.Chain != nil && !rep.Chain.OK()) {
 		rep.Verdict = VerdictUnverified
@@ -673,7 +705,7 @@ func (a *Auditor) Report() (*Report, error) {
 
 // judgeAgent returns the agent's part of a report: its lists and its
 // verdict, in a copy that later records leave alone.
-func judgeAgent(live *Agent, gaps []Gap) *Agent {
+func judgeAgent(live *Agent, gaps []Gap, untrusted int64, chain *ledger.VerifyReport) *Agent {
 	ag := new(Agent)
 	*ag = *live
 	ag.Reads = sortedAccesses(ag.reads)
@@ -688,6 +720,13 @@ func judgeAgent(live *Agent, gaps []Gap) *Agent {
 	case ag.unknown > 0:
 		ag.Verdict = VerdictUnverified
 		ag.Reason = fmt.Sprintf("%d path(s) accessed under a grant that was not given to the audit", ag.unknown)
+	case chain != nil && !chain.OK() || untrusted > 0:
+		// Past the break, anything may have been removed or made up.
+		ag.Verdict = VerdictUnverified
+		ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) in the records the chain vouches for allowed by its grant, but the ledger is not sound", len(ag.Reads), len(ag.Lists))
+		if untrusted > 0 {
+			ag.Reason += fmt.Sprintf(" (%d record(s) after seq %d not judged)", untrusted, trustedThrough(chain))
+		}
 	case len(gaps) > 0:
 		// The lost records may hold anything this agent did then.
 		ag.Verdict = VerdictUnverified

@@ -534,3 +534,23 @@ func TestAuditReportIsASnapshot(t *testing.T) {
 	assert.Equal(t, VerdictViolated, second.Agents[0].Verdict)
 	assert.Len(t, second.Agents[0].Reads, 2)
 }
+
+// Records the chain check does not vouch for convict no one and clear no
+// one.
+func TestAuditJudgesOnlyVouchedRecords(t *testing.T) {
+	recs := []ledger.Record{
+		{Seq: 1, Kind: ledger.KindRead, Agent: "alice", Grant: "G-alice", Path: "docs/a.md"},
+		{Seq: 2, Kind: ledger.KindCheckpoint},
+		{Seq: 3, Kind: ledger.KindRead, Agent: "bob", Grant: "G-bob", Path: "oracle/answers.md"}, // forged
+	}
+	chain := &ledger.VerifyReport{Records: 3, LastSeq: 3, SignaturesChecked: true, SignedThrough: 2, Unsigned: 1,
+		Problem: &ledger.Problem{Seq: 3, Kind: ledger.ProblemUnsignedTail, Reason: "unsigned"}}
+	rep, err := Build(recs, fakeGrants(), Options{Chain: chain})
+	require.NoError(t, err)
+	assert.Equal(t, VerdictUnverified, rep.Verdict)
+	assert.Equal(t, int64(1), rep.Untrusted)
+	for _, ag := range rep.Agents {
+		assert.Equal(t, VerdictUnverified, ag.Verdict, ag.Agent)
+		assert.Empty(t, ag.Violations, "%s is not convicted by a record no signature covers", ag.Agent)
+	}
+}

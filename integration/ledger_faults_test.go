@@ -104,6 +104,13 @@ func TestLedgerTamperedWhileMounted(t *testing.T) {
 			require.NoError(t, err)
 			require.NotNil(t, rep.Problem, "the signatures can")
 			assert.Equal(t, ledger.ProblemUnsignedTail, rep.Problem.Kind)
+			// And the audit convicts no one on it.
+			c.writeGrant(reviewerGrant())
+			c.writeGrant(ownerGrant())
+			out, stderr, code := acpfs(t, "audit", "--runs", c.runs, "--format", "json")
+			assert.Equal(t, 2, code, "%s%s", out, stderr)
+			assert.NotContains(t, out, `"verdict": "violated"`, "a forged record convicts no one")
+			assert.Contains(t, out, `"verdict": "unverified"`)
 		}, "not sealed"},
 	}
 	for _, tt := range tests {
