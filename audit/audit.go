@@ -102,6 +102,9 @@ type Options struct {
 	// chain makes an otherwise isolated verdict unverified. Nil means not
 	// checked: the report says so, and the verdict is the records' alone.
 	Chain *ledger.VerifyReport
+	// Live judges the records after the last signature too: views are
+	// still mounted, and their writers sign within a second.
+	Live bool
 	// Folder, when set, is the collaboration folder: its files become rows
 	// of the matrix even if nobody touched them.
 	Folder string
@@ -299,7 +302,7 @@ func New(gs []Grant, opts Options) *Auditor {
 		revokedAt: map[string]revocation{},
 		agents:    map[string]*Agent{},
 		cells:     map[string]map[string]*MatrixCell{},
-		trusted:   trustedThrough(opts.Chain),
+		trusted:   trustedThrough(opts.Chain, opts.Live),
 	}
 	for i := range gs {
 		g := &gs[i]
@@ -315,8 +318,8 @@ func New(gs []Grant, opts Options) *Auditor {
 // only those a valid signature covers. A record past it may have been
 // forged or edited: it can convict no one and clear no one. -1 when the
 // check vouches for everything (or was not given).
-func trustedThrough(c *ledger.VerifyReport) int64 {
-	if c == nil {
+func trustedThrough(c *ledger.VerifyReport, live bool) int64 {
+	if c == nil || live && c.Problem == nil {
 		return -1
 	}
 	switch {
@@ -725,7 +728,7 @@ func judgeAgent(live *Agent, gaps []Gap, untrusted int64, chain *ledger.VerifyRe
 		ag.Verdict = VerdictUnverified
 		ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) in the records the chain vouches for allowed by its grant, but the ledger is not sound", len(ag.Reads), len(ag.Lists))
 		if untrusted > 0 {
-			ag.Reason += fmt.Sprintf(" (%d record(s) after seq %d not judged)", untrusted, trustedThrough(chain))
+			ag.Reason += fmt.Sprintf(" (%d record(s) after seq %d not judged)", untrusted, trustedThrough(chain, false))
 		}
 	case len(gaps) > 0:
 		// The lost records may hold anything this agent did then.

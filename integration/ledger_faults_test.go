@@ -147,7 +147,7 @@ func TestLedgerFullDisk(t *testing.T) {
 	requireFUSE(t)
 	r := newRunWithLedger(t, func(t *testing.T) string {
 		dir := t.TempDir()
-		require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", 0, "size=256k"))
+		require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", 0, "size=256k,mode=0700"))
 		t.Cleanup(func() { require.NoError(t, unix.Unmount(dir, 0)) })
 		return filepath.Join(dir, "ledger.jsonl")
 	})

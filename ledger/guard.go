@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,7 +124,11 @@ func (w *Writer) preserve() (string, bool) {
 	if w.dir.lstat(w.dir.base, &pst) == nil && pst.Dev == st.Dev && pst.Ino == st.Ino && st.Nlink > 0 {
 		return "", false // still reachable by its name
 	}
-	name := fmt.Sprintf("%s%s-%d", w.dir.base, PreservedSuffix, w.seq)
+	// A name nobody could have prepared: an existing file never stops
+	// the writer from keeping its records.
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	name := fmt.Sprintf("%s%s-%d-%s", w.dir.base, PreservedSuffix, w.seq, hex.EncodeToString(rnd[:]))
 	full := filepath.Join(filepath.Dir(w.path), name)
 	if st.Nlink > 0 {
 		if err := unix.Linkat(w.fd, "", w.dir.fd, name, unix.AT_EMPTY_PATH); err == nil {

@@ -243,3 +243,23 @@ func TestRepairSignsAKilledWritersTail(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, info, "nothing left to repair")
 }
+
+func TestOpenRefusesADirectoryOthersMayWrite(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o777))
+	_, err := Open(filepath.Join(dir, "ledger.jsonl"), Options{Sync: SyncOff})
+	require.ErrorContains(t, err, "writable by no one else")
+	_, err = Repair(filepath.Join(dir, "ledger.jsonl"))
+	require.ErrorContains(t, err, "writable by no one else")
+
+	require.NoError(t, os.Chmod(dir, 0o755))
+	p := filepath.Join(dir, "ledger.jsonl")
+	require.NoError(t, os.WriteFile(p, nil, 0o666))
+	require.NoError(t, os.Chmod(p, 0o666))
+	w, err := Open(p, Options{Sync: SyncOff})
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	st, err := os.Stat(p)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "the ledger is made private")
+}

@@ -58,6 +58,11 @@ func Repair(path string) (*RepairInfo, error) {
 	if _, err := os.Lstat(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("repair ledger: %w", err)
 	}
+	d, err := openLedgerDir(filepath.Dir(path), filepath.Base(path))
+	if err != nil {
+		return nil, fmt.Errorf("repair ledger: %w", err)
+	}
+	d.close()
 	key, err := LoadOrCreateKey(filepath.Dir(path))
 	if err != nil {
 		return nil, fmt.Errorf("repair ledger: %w", err)

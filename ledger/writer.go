@@ -127,6 +127,11 @@ func open(path string, opts Options) (*Writer, error) {
 		dir.close()
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
+	if err := keepPrivate(f); err != nil {
+		f.Close()
+		dir.close()
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
 	w := &Writer{writerState{
 		path:  path,
 		opts:  opts,
