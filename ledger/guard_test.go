@@ -263,3 +263,28 @@ func TestOpenRefusesADirectoryOthersMayWrite(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "the ledger is made private")
 }
+
+// A whole sealed record whose newline was lost, or replaced by a stray
+// byte, is no torn write: the repair gives it its line end back instead
+// of cutting it.
+func TestRepairRestoresALostLineEnd(t *testing.T) {
+	for _, tail := range []string{"", "X"} {
+		t.Run("stray "+tail, func(t *testing.T) {
+			w, path := openTamperable(t)
+			require.NoError(t, w.Close())
+			b := fileBytes(t, path)
+			b = append(b[:len(b)-1], tail...) // the checkpoint loses its "\n"
+			require.NoError(t, os.WriteFile(path, b, 0o600))
+			info, err := Repair(path)
+			require.NoError(t, err)
+			require.NotNil(t, info)
+			assert.Equal(t, RepairRestoredNewline, info.Action, info.Summary())
+			var kinds []string
+			require.NoError(t, Scan(path, Filter{}, func(r Record) error { kinds = append(kinds, r.Kind); return nil }))
+			assert.Equal(t, []string{KindRead, KindRead, KindRead, KindCheckpoint, KindRepair}, kinds, "no record was cut")
+			rep, err := Verify(path)
+			require.NoError(t, err)
+			assert.True(t, rep.OK(), "%+v", rep.Problem)
+		})
+	}
+}
