@@ -52,7 +52,7 @@ func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) 
 		t.close()
 		if verdict.record != "" {
 			if verdict.quiet {
-				if err := f.recordRefusal(ctx, verdict.record, o.String(), rel, verdict.why); err != nil {
+				if err := f.recordRefusal(ctx, verdict.record, o.String(), rel, verdict.why, verdict.why); err != nil {
 					f.ledgerDown(o.String(), rel, err)
 					return nil, syscall.EIO
 				}

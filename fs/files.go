@@ -560,7 +560,7 @@ func (f *FS) refuseAppend(ctx context.Context, err error) syscall.Errno {
 		// that already violates the protocol): not this line's fault.
 		errno = syscall.EIO
 	}
-	return f.rejectLine(ctx, errno, err.Error())
+	return f.denyAs(ctx, ledger.KindAppendRejected, "append", EventsFile, errno, err.Error(), "rule "+protocol.RuleOf(err))
 }
 
 func (f *FS) rejectLine(ctx context.Context, errno syscall.Errno, why string) syscall.Errno {

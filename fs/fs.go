@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -316,7 +317,14 @@ func (f *FS) recordRead(ctx context.Context, rel, sha, detail string) syscall.Er
 // ledger must show every refusal, and an agent probing hidden names must
 // not learn more from a broken ledger than from a working one.
 func (f *FS) deny(ctx context.Context, kind, op, rel string, errno syscall.Errno, why string) syscall.Errno {
-	if err := f.recordRefusal(ctx, kind, op, rel, why); err != nil {
+	return f.denyAs(ctx, kind, op, rel, errno, why, why)
+}
+
+// denyAs is deny for a reason that holds text the agent chose (a refused
+// event line): class names the kind of refusal for the aggregation, so
+// that varying the text does not make every refusal a new full record.
+func (f *FS) denyAs(ctx context.Context, kind, op, rel string, errno syscall.Errno, why, class string) syscall.Errno {
+	if err := f.recordRefusal(ctx, kind, op, rel, why, class); err != nil {
 		f.ledgerDown(op, rel, err)
 		return syscall.EIO
 	}
@@ -324,11 +332,28 @@ func (f *FS) deny(ctx context.Context, kind, op, rel string, errno syscall.Errno
 	return errno
 }
 
-// recordRefusal records a refusal once per (kind, op, path, reason) in
+// maxRefusalDetail bounds the reason a refusal record keeps: enough to
+// name the rule and the event, not a channel for an agent to fill the
+// ledger with.
+const maxRefusalDetail = 512
+
+// recordRefusal records a refusal once per (kind, op, path, class) in
 // full and counts its repeats (see recordOnce).
-func (f *FS) recordRefusal(ctx context.Context, kind, op, rel, why string) error {
-	k := repeatKey{kind: kind, op: op, path: rel, why: why}
-	return f.recordOnce(ctx, k, func() error { return f.record(ctx, kind, op, rel, "", why) })
+func (f *FS) recordRefusal(ctx context.Context, kind, op, rel, why, class string) error {
+	k := repeatKey{kind: kind, op: op, path: rel, why: class}
+	return f.recordOnce(ctx, k, func() error { return f.record(ctx, kind, op, rel, "", clip(why, maxRefusalDetail)) })
+}
+
+// clip cuts s to at most n bytes at a rune boundary, saying so.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… [%d bytes cut]", s[:cut], len(s)-cut)
 }
 
 func (f *FS) setLastError(msg string) {

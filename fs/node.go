@@ -274,7 +274,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHan
 	if t.e.kind != kindDir {
 		return nil, 0, syscall.ENOTDIR
 	}
-	if err := n.fsys.record(ctx, ledger.KindList, "readdir", rel, "", ""); err != nil {
+	if err := n.fsys.recordListing(ctx, rel); err != nil {
 		return nil, 0, syscall.EIO
 	}
 	return &dirHandle{fsys: n.fsys, node: n, rel: rel}, 0, 0
