@@ -237,7 +237,9 @@ func (f *FS) statusText(ctx context.Context) ([]byte, syscall.Errno) {
 		fmt.Fprintf(&b, "history: broken, every append fails with EIO until it is repaired (%s)\n", p)
 	}
 	b.WriteString(f.quotaText())
-	if br := f.ledger.Broken(); br != nil {
+	if f.ledger.Failing() {
+		b.WriteString("ledger: cannot be written (disk full or immutable), every operation fails with EIO until it can\n")
+	} else if br := f.ledger.Broken(); br != nil {
 		fmt.Fprintf(&b, "ledger: stopped, every recorded operation fails with EIO until an operator repairs it (%s)\n", br.Reason)
 	} else {
 		b.WriteString("ledger: recording\n")

@@ -289,6 +289,10 @@ func (f *FS) recordChange(ctx context.Context, op, rel, detail string) syscall.E
 	return 0
 }
 
+// errLedgerFull is why a view refuses everything while its ledger's
+// writes fail.
+var errLedgerFull = errors.New("the ledger's last write failed and its file is still unwritable (disk full, immutable)")
+
 // ledgerDown says why a recorded operation was refused.
 func (f *FS) ledgerDown(op, rel string, err error) {
 	what := "the ledger cannot be written"

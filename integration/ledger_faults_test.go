@@ -166,6 +166,13 @@ func TestLedgerFullDisk(t *testing.T) {
 	}
 	require.ErrorIs(t, err, syscall.EIO, "reads fail once the ledger is full")
 	requireFailsClosed(t, r)
+	// A hidden name and an absent one answer alike while probes cannot be
+	// recorded.
+	_, errHidden := os.Lstat(r.alice.path("oracle"))
+	_, errAbsent := os.Lstat(r.alice.path("no-such-name"))
+	assert.ErrorIs(t, errHidden, syscall.EIO)
+	assert.ErrorIs(t, errAbsent, syscall.EIO)
+	assert.Contains(t, readFile(t, r.bob.path(".acpfs/status")), "ledger: cannot be written")
 
 	require.NoError(t, os.Remove(filepath.Join(filepath.Dir(r.c.ledger), "filler")))
 	_, err = os.ReadFile(r.alice.path("README.md"))

@@ -422,3 +422,17 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	return nil
 }
+
+// looksWritable is a cheap guess at whether a write would succeed now.
+func (w *Writer) looksWritable() bool {
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(w.fd, &sfs); err == nil && int64(sfs.Bavail)*int64(sfs.Bsize) < 64<<10 {
+		return false
+	}
+	var stx unix.Statx_t
+	if err := unix.Statx(w.fd, "", unix.AT_EMPTY_PATH, 0, &stx); err == nil &&
+		stx.Attributes&stx.Attributes_mask&(unix.STATX_ATTR_IMMUTABLE|unix.STATX_ATTR_APPEND) != 0 {
+		return false
+	}
+	return true
+}

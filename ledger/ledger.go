@@ -217,5 +217,13 @@ func (w *Writer) Broken() *Broken { return w.broken.Load() }
 // (see Repair). Cheap while the writer is sound.
 func (w *Writer) Resume() bool { return w.tryResume() }
 
+// Failing reports whether the last write failed and the file still looks
+// unwritable (its filesystem nearly full, or the file immutable or
+// append-only). A view then refuses everything alike, so that its answers
+// do not tell hidden names from absent ones while their probes cannot be
+// recorded; once the file looks writable again, operations go through
+// and the next write decides.
+func (w *Writer) Failing() bool { return w.failing.Load() && !w.looksWritable() }
+
 // Path returns the ledger file's path as given to Open.
 func (w *Writer) Path() string { return w.path }

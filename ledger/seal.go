@@ -101,10 +101,12 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 		return 0
 	}
 	if _, err := w.f.Write(w.buf); err != nil {
+		w.failing.Store(true)
 		w.rollback(start)
 		return fail(fmt.Errorf("append seq %d..%d to ledger %s: %w", w.seq+1, seq, w.path, err))
 	}
 	w.resumed = nil
+	w.failing.Store(false)
 	w.size = start + int64(len(w.buf))
 	w.seq, w.hash, w.signedSeq, w.lastKind = seq, prev, signed, lastKind
 	w.lastLine = append(w.lastLine[:0], w.buf[lineStart:]...)

@@ -54,6 +54,9 @@ type writerState struct {
 	key    *Key
 	dir    ledgerDir
 	broken atomic.Pointer[Broken]
+	// failing is set when a write failed (no space, an immutable file)
+	// and cleared by the next write that succeeds.
+	failing atomic.Bool
 	// signTimer signs a checkpoint SignAfter after the first record
 	// that no signature covers yet. Guarded by mu.
 	signTimer *time.Timer
