@@ -407,6 +407,13 @@ type eventsFile struct {
 
 func (e *eventsFile) PassthroughFd() (int, bool) { return -1, false }
 
+// drop forgets the unfinished line and gives its bytes back to the
+// view's budget. Called with mu held.
+func (e *eventsFile) drop() {
+	e.fsys.releasePending(int64(len(e.pending)))
+	e.pending = nil
+}
+
 func (e *eventsFile) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	return e.fsys.deny(ctx, ledger.KindAppendRejected, "fallocate", EventsFile, syscall.EPERM, "events.jsonl is append-only")
 }
@@ -442,8 +449,13 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 		}
 		if i < 0 {
 			if len(e.pending)+len(rest) > maxLine {
-				e.pending, e.discard = nil, true
+				e.drop()
+				e.discard = true
 				return 0, e.fsys.rejectLine(ctx, syscall.EINVAL, fmt.Sprintf("line longer than %d bytes", maxLine))
+			}
+			if !e.fsys.holdPending(int64(len(rest))) {
+				return 0, e.fsys.deny(ctx, ledger.KindAppendRejected, "append", EventsFile, syscall.ENOMEM,
+					"too many unfinished event lines held by this view or this daemon; finish a line with a newline first")
 			}
 			e.pending = append(e.pending, rest...)
 			return uint32(len(data)), 0
@@ -452,7 +464,7 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 		line := rest[:i]
 		if !startedHere {
 			line = append(e.pending, line...)
-			e.pending = nil
+			e.drop()
 		}
 		var errno syscall.Errno
 		if len(line) > maxLine {
@@ -480,7 +492,8 @@ func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
 	defer e.fsys.guard(ctx, "flush", EventsFile, &errno)
 	e.mu.Lock()
 	pending := e.pending
-	e.pending, e.discard = nil, false
+	e.drop()
+	e.discard = false
 	e.mu.Unlock()
 	if len(pending) > 0 {
 		if protocol.ClassifyPending(pending) != protocol.PendingPartial {

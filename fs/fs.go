@@ -101,7 +101,8 @@ type FS struct {
 	// openHandles counts this view's open files, bounded by maxHandles.
 	openHandles atomic.Int64
 	maxHandles  int64
-	maxBytes    int64 // default caps when the grant sets none (0: none)
+	pending     atomic.Int64 // bytes of unfinished event lines held (limits.go)
+	maxBytes    int64        // default caps when the grant sets none (0: none)
 	maxFiles    int64
 	repeats     *repeats // aggregation of repeated reads and refusals (AuditCompact)
 	fault       func(op, rel string)

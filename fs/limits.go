@@ -74,3 +74,34 @@ func (f *FS) handleClosed() {
 	f.openHandles.Add(-1)
 	processHandles.Add(-1)
 }
+
+// Unfinished event lines are held in memory until their newline: a view
+// may hold maxPendingView bytes of them, the process maxPendingProcess,
+// so that thousands of handles each holding most of a line cannot take
+// the daemon's memory.
+const (
+	maxPendingView    = 8 << 20
+	maxPendingProcess = 64 << 20
+)
+
+var processPending atomic.Int64
+
+// holdPending charges n bytes of unfinished lines, or reports that the
+// view or the process holds too many.
+func (f *FS) holdPending(n int64) bool {
+	if !charge(&f.pending, n, maxPendingView) {
+		return false
+	}
+	if !charge(&processPending, n, maxPendingProcess) {
+		f.pending.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (f *FS) releasePending(n int64) {
+	if n > 0 {
+		f.pending.Add(-n)
+		processPending.Add(-n)
+	}
+}

@@ -124,3 +124,31 @@ func TestManyOpenFilesLeaveOtherViewsServed(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(bob.path("review.md"), []byte("# Review\n"), 0o644))
 }
+
+// TestUnfinishedLinesAreBounded holds most of a line open on many
+// handles of events.jsonl: the view stops taking more past its budget,
+// and the other view is not affected.
+func TestUnfinishedLinesAreBounded(t *testing.T) {
+	c := newCollab(t)
+	alice := c.mountView(ownerGrant())
+	bob := c.mountView(reviewerGrant())
+	chunk := []byte(strings.Repeat("x", (1<<20)-100))
+	var refused error
+	held := 0
+	for i := 0; i < 20 && refused == nil; i++ {
+		f, err := os.OpenFile(alice.path("events.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+		require.NoError(t, err)
+		t.Cleanup(func() { f.Close() })
+		if _, err := f.Write(chunk); err != nil {
+			refused = err
+			break
+		}
+		held++
+	}
+	require.Error(t, refused, "a view holds a bounded amount of unfinished lines")
+	assert.ErrorIs(t, refused, syscall.ENOMEM)
+	assert.Less(t, held, 20)
+	b, err := os.ReadFile(bob.path("README.md"))
+	require.NoError(t, err)
+	require.NotEmpty(t, b)
+}
