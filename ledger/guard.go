@@ -397,10 +397,12 @@ func (w *Writer) checkHead() error {
 }
 
 // writeHead copies a checkpoint's line to the head file.
-func (w *Writer) writeHead(line []byte) {
+func (w *Writer) writeHead(line []byte) error {
 	if err := w.dir.writeAtomic(w.dir.base+headSuffix, line); err != nil {
 		slog.Error("ledger: cannot write the head file", "path", headPath(w.path), "err", err)
+		return err
 	}
+	return nil
 }
 
 // writeFileAtomic replaces path with data (temporary file and rename in
