@@ -47,6 +47,11 @@ type Grant struct {
 	Rules     Explainer
 	Revoked   bool
 	RevokedAt time.Time // zero when unknown
+	// Hash is grants.Grant.Hash of the grant file judged with; views
+	// record the hash of the grant they apply (grant_applied), and a
+	// different one means the audit judges with rules that were not
+	// the ones in force.
+	Hash string
 }
 
 // LoadGrants loads and compiles every G-*.json grant file in dir.
@@ -84,7 +89,7 @@ func NewGrant(g *grants.Grant) (Grant, error) {
 	if err != nil {
 		return Grant{}, err
 	}
-	ag := Grant{GrantID: g.GrantID, AgentID: g.AgentID, Rules: m, Revoked: g.Revoked}
+	ag := Grant{GrantID: g.GrantID, AgentID: g.AgentID, Rules: m, Revoked: g.Revoked, Hash: g.Hash()}
 	if g.RevokedAt != "" {
 		if t, err := time.Parse(time.RFC3339Nano, g.RevokedAt); err == nil {
 			ag.RevokedAt = t
@@ -285,6 +290,7 @@ type Auditor struct {
 	// later records are counted in untrusted and judged for nobody.
 	trusted   int64
 	untrusted int64
+	applied   map[string][]string // grant -> hashes views recorded applying, in order
 }
 
 // revocation is where a grant_revoked record stands in the ledger.
@@ -303,6 +309,7 @@ func New(gs []Grant, opts Options) *Auditor {
 		agents:    map[string]*Agent{},
 		cells:     map[string]map[string]*MatrixCell{},
 		trusted:   trustedThrough(opts.Chain, opts.Live),
+		applied:   map[string][]string{},
 	}
 	for i := range gs {
 		g := &gs[i]
@@ -311,6 +318,32 @@ func New(gs []Grant, opts Options) *Auditor {
 		a.agent(g.AgentID).addGrant(g.GrantID)
 	}
 	return a
+}
+
+// grantDrift says how the grants the views recorded applying for ag
+// differ from the grant files given to the audit ("" when they do not).
+func (a *Auditor) grantDrift(ag *Agent) string {
+	var out []string
+	for _, id := range ag.Grants {
+		g, ok := a.grants[id]
+		if !ok || g.Hash == "" {
+			continue
+		}
+		for _, h := range a.applied[id] {
+			if h != g.Hash {
+				out = append(out, fmt.Sprintf("grant %s was in force in a version (%s) other than the file judged with (%s)", id, shortHash(h), shortHash(g.Hash)))
+				break
+			}
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
 }
 
 // trustedThrough is the last seq the chain check vouches for: the sound
@@ -488,6 +521,11 @@ func (a *Auditor) Add(r ledger.Record) {
 		return // the ledger's own bookkeeping, not anyone's activity
 	case ledger.KindGap:
 		a.addGap(r, prevSeq, prevAt)
+		return
+	case ledger.KindGrantApplied:
+		if h := a.applied[r.Grant]; len(h) == 0 || h[len(h)-1] != r.SHA256 {
+			a.applied[r.Grant] = append(h, r.SHA256)
+		}
 		return
 	case ledger.KindGrantRevoked:
 		if _, seen := a.revokedAt[r.Grant]; !seen && r.Grant != "" {
@@ -689,7 +727,7 @@ func (a *Auditor) Report() (*Report, error) {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		ag := judgeAgent(a.agents[id], rep.Gaps, a.untrusted, rep.Chain)
+		ag := judgeAgent(a.agents[id], rep.Gaps, a.untrusted, rep.Chain, a.grantDrift(a.agents[id]))
 		switch {
 		case ag.Verdict == VerdictViolated:
 			rep.Verdict = VerdictViolated
@@ -708,7 +746,7 @@ func (a *Auditor) Report() (*Report, error) {
 
 // judgeAgent returns the agent's part of a report: its lists and its
 // verdict, in a copy that later records leave alone.
-func judgeAgent(live *Agent, gaps []Gap, untrusted int64, chain *ledger.VerifyReport) *Agent {
+func judgeAgent(live *Agent, gaps []Gap, untrusted int64, chain *ledger.VerifyReport, drift string) *Agent {
 	ag := new(Agent)
 	*ag = *live
 	ag.Reads = sortedAccesses(ag.reads)
@@ -723,6 +761,9 @@ func judgeAgent(live *Agent, gaps []Gap, untrusted int64, chain *ledger.VerifyRe
 	case ag.unknown > 0:
 		ag.Verdict = VerdictUnverified
 		ag.Reason = fmt.Sprintf("%d path(s) accessed under a grant that was not given to the audit", ag.unknown)
+	case drift != "":
+		ag.Verdict = VerdictUnverified
+		ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) allowed by the grant given to the audit, but %s", len(ag.Reads), len(ag.Lists), drift)
 	case chain != nil && !chain.OK() || untrusted > 0:
 		// Past the break, anything may have been removed or made up.
 		ag.Verdict = VerdictUnverified
@@ -737,6 +778,9 @@ func judgeAgent(live *Agent, gaps []Gap, untrusted int64, chain *ledger.VerifyRe
 	default:
 		ag.Verdict = VerdictIsolated
 		ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) allowed by its grant", len(ag.Reads), len(ag.Lists))
+	}
+	if drift != "" && ag.Verdict == VerdictViolated {
+		ag.Reason += "; note: " + drift
 	}
 	for _, g := range gaps {
 		ag.Reason += fmt.Sprintf("; %s, written %s: what it did then is unknown", g, g.Period())

@@ -212,6 +212,10 @@ func (f *FS) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 		return fmt.Errorf("compile grant %s: %w", g.GrantID, err)
 	}
 	old := f.view.Swap(&view{grant: g, matcher: m, handoffs: handoffs})
+	// Which version of the grant was in force, for the audit.
+	if _, err := f.ledger.Append(ledger.Record{Kind: ledger.KindGrantApplied, Agent: g.AgentID, Grant: g.GrantID, SHA256: g.Hash()}); err != nil {
+		slog.Error("ledger: cannot record the grant applied", "grant", g.GrantID, "err", err)
+	}
 	f.reachOpenFiles(g, m)
 	if f.attached.Load() {
 		f.invalidateHidden(f.root.EmbeddedInode(), "")

@@ -76,6 +76,7 @@ const (
 	KindDeniedRepeat    = "denied_repeat"    // repeats of a refusal already recorded in full, aggregated
 	KindAppendRecovered = "append_recovered" // an appended line found at start-up without its record
 	KindAppendFailed    = "append_failed"    // an accepted and recorded append whose write then failed
+	KindGrantApplied    = "grant_applied"    // a view applied a grant (SHA256: grants.Grant.Hash)
 	KindCheckpoint      = "checkpoint"       // a signed checkpoint over the chain
 	KindGap             = "gap"              // an operator's acknowledgement of lost records
 	KindSegmentEnd      = "segment_end"      // the last record of a sealed segment
