@@ -141,9 +141,9 @@ func (o *ownerFS) OnUnmount()          { o.raw.OnUnmount() }
 
 // Forget, Release and ReleaseDir end what an allowed caller started;
 // they carry no caller of their own to judge.
-func (o *ownerFS) Forget(nodeid, nlookup uint64)                 { o.raw.Forget(nodeid, nlookup) }
+func (o *ownerFS) Forget(nodeid, nlookup uint64)                      { o.raw.Forget(nodeid, nlookup) }
 func (o *ownerFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) { o.raw.Release(cancel, in) }
-func (o *ownerFS) ReleaseDir(in *fuse.ReleaseIn)                 { o.raw.ReleaseDir(in) }
+func (o *ownerFS) ReleaseDir(in *fuse.ReleaseIn)                      { o.raw.ReleaseDir(in) }
 
 func (o *ownerFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	if s := o.check(h, "lookup"); !s.Ok() {
