@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -27,11 +26,12 @@ const StatusOK = "ok"
 // StatusOK, or why it failed, to status, and returns the command's exit
 // status (128+n for a signal n), or 127 when the sandbox could not be
 // built.
-func Enter(spec Spec, status io.WriteCloser) int {
+func Enter(spec Spec, status *os.File) int {
 	// Everything below happens on this one thread: no_new_privs, Landlock
 	// and the seccomp filter are set on it, and the command is forked
 	// from it. It is never unlocked.
 	runtime.LockOSThread()
+	lifeline = status
 	pid, err := start(spec)
 	if err != nil {
 		fmt.Fprintf(status, "%v\n", err)
@@ -84,6 +84,12 @@ func start(spec Spec) (int, error) {
 	}
 	if err := installSeccomp(); err != nil {
 		return 0, err
+	}
+	// Descriptors this process inherited without close-on-exec (from
+	// whatever started acpfs run) must not reach the command: a pipe or a
+	// directory of the host is a way out.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return 0, fmt.Errorf("close inherited descriptors: %w", err)
 	}
 	attr := &syscall.ProcAttr{
 		Dir:   dir,
@@ -595,15 +601,32 @@ func loopbackUp() error {
 	return nil
 }
 
+// lifeline is the write end of the status pipe, whose read end the
+// daemon holds: it reports an error once the daemon is gone.
+var lifeline *os.File
+
 // asAgent runs fn with this thread's file-system identity set to the
 // command's, so that what fn touches is judged (by the kernel and by the
 // view, which serves no one else) as the command would be.
+//
+// A change of credentials clears the parent-death signal: it is set
+// again afterwards, and if the daemon died meanwhile, this process ends
+// now rather than outlive it.
 func asAgent(spec Spec, fn func()) {
 	unix.Setfsgid(int(spec.GID))
 	unix.Setfsuid(int(spec.UID))
 	defer func() {
 		unix.Setfsuid(0)
 		unix.Setfsgid(0)
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+			os.Exit(127)
+		}
+		if lifeline != nil {
+			fds := []unix.PollFd{{Fd: int32(lifeline.Fd())}}
+			if n, _ := unix.Poll(fds, 0); n > 0 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0 {
+				os.Exit(127)
+			}
+		}
 	}()
 	fn()
 }
