@@ -260,14 +260,22 @@ id -u`})
 }
 
 // TestSandboxTwoAgentsCannotTalk: two agents with different grants, at
-// the same time, without network: whatever one leaves in the places
-// they both have (temporary directories, shared memory, SysV IPC,
-// abstract and TCP sockets, its own files) the other cannot reach. The
-// one file both grants show does pass, and the ledger says who wrote it
-// and who read it.
+// the same time: whatever one leaves in the places they both have
+// (temporary directories, shared memory, SysV IPC, abstract, path and
+// TCP sockets, its own files, signals) the other cannot reach, with the
+// host's network or without. The one file both grants show does pass,
+// and the ledger says who wrote it and who read it.
 func TestSandboxTwoAgentsCannotTalk(t *testing.T) {
-	e := newSandboxEnv(t)
-	a := e.startSandbox(sbxRun{grant: "G-alice", flags: []string{"--net", "none"}, script: `
+	for _, net := range []string{"none", "host"} {
+		t.Run("net "+net, func(t *testing.T) {
+			e := newSandboxEnv(t)
+			sbxNoTalk(t, e, []string{"--net", net})
+		})
+	}
+}
+
+func sbxNoTalk(t *testing.T, e *coordEnv, flags []string) {
+	a := e.startSandbox(sbxRun{grant: "G-alice", flags: flags, script: `
 F=$0
 for d in /tmp /var/tmp /dev/shm; do echo "msg-tmp" > "$d/msg" || exit 9; done
 ipcmk -M 4096 >/dev/null || exit 10
@@ -275,14 +283,20 @@ ipcmk -Q >/dev/null || exit 11
 echo msg-own > "$F/scratch/alice/msg.md" || exit 12
 echo msg-shared > "$F/scratch/shared/msg.md" || exit 13
 /usr/bin/python3 -c '
-import socket, os, sys
-a = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); a.bind("\0acpfs-sbx-msg"); a.listen(1)
-t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); t.bind(("127.0.0.1", 47811)); t.listen(1)
+import socket, sys
+keep = []
+for fam, addr in ((socket.AF_UNIX, "\0acpfs-sbx-msg"), (socket.AF_UNIX, "/tmp/msg.sock"),
+                  (socket.AF_UNIX, sys.argv[1] + "/scratch/shared/msg.sock"), (socket.AF_INET, ("127.0.0.1", 47811))):
+    s = socket.socket(fam)
+    try:
+        s.bind(addr); s.listen(1); keep.append(s)
+    except OSError as e:
+        print("cannot listen on", addr, e.errno, file=sys.stderr)
 print("READY", flush=True)
 sys.stdin.read()
-' || exit 14
+' "$F" || exit 14
 exit 0`})
-	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--net", "none"}, script: `
+	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: flags, script: `
 F=$0
 cat /tmp/msg /var/tmp/msg /dev/shm/msg 2>/dev/null
 ipcs -m | grep -c 4096
@@ -290,22 +304,23 @@ ipcs -q | grep -c 0x
 cat "$F/scratch/alice/msg.md" 2>/dev/null
 cat "$F/scratch/shared/msg.md"
 /usr/bin/python3 -c '
-import socket
-for fam, addr in ((socket.AF_UNIX, "\0acpfs-sbx-msg"), (socket.AF_INET, ("127.0.0.1", 47811))):
+import socket, sys
+for fam, addr in ((socket.AF_UNIX, "\0acpfs-sbx-msg"), (socket.AF_UNIX, "/tmp/msg.sock"),
+                  (socket.AF_UNIX, sys.argv[1] + "/scratch/shared/msg.sock"), (socket.AF_INET, ("127.0.0.1", 47811))):
     s = socket.socket(fam)
     try:
         s.connect(addr); print("CONNECTED", addr)
     except OSError as e:
         print("refused", e.errno)
-'
-for p in $(seq 2 200); do kill -0 $p 2>/dev/null && echo "SIGNAL $p"; done
+' "$F"
+for p in $(seq 2 300); do kill -0 $p 2>/dev/null && echo "SIGNAL $p"; done
 true`})
 	require.Equal(t, 0, code, stderr)
 	assert.NotContains(t, out, "msg-tmp")
 	assert.NotContains(t, out, "msg-own")
 	assert.NotContains(t, out, "CONNECTED")
 	assert.Contains(t, out, "msg-shared", "the file both grants show passes")
-	assert.Equal(t, 2, strings.Count(out, "refused"))
+	assert.Equal(t, 4, strings.Count(out, "refused"), out)
 	assert.True(t, strings.HasPrefix(out, "0\n0\n"), "bob sees alice's SysV objects: %s", out)
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "SIGNAL ") {
@@ -313,8 +328,8 @@ true`})
 			assert.Less(t, atoi(t, strings.TrimPrefix(l, "SIGNAL ")), 20, l)
 		}
 	}
-	_, code = a.finish()
-	assert.Equal(t, 0, code)
+	aout, code := a.finish()
+	assert.Equal(t, 0, code, aout)
 
 	recs := ledgerRecords(t, e)
 	assert.True(t, hasRecord(recs, ledger.KindWrite, "scratch/shared/msg.md", owner), "alice's write of the shared file is not in the ledger")

@@ -163,9 +163,18 @@ func (o *ownerFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.
 	return s
 }
 
+// noSetID strips the set-user-ID and set-group-ID bits from a mode the
+// owner asks for: the view is nosuid in the sandbox, but the file lands
+// in the folder, where a set-ID program of the agent's uid would let
+// whoever runs it act as the agent.
+func noSetID(mode uint32) uint32 { return mode &^ (syscall.S_ISUID | syscall.S_ISGID) }
+
 func (o *ownerFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
 	if s := o.check(&in.InHeader, "setattr"); !s.Ok() {
 		return s
+	}
+	if in.Valid&fuse.FATTR_MODE != 0 {
+		in.Mode = noSetID(in.Mode)
 	}
 	s := o.raw.SetAttr(cancel, in, out)
 	if s.Ok() {
@@ -178,6 +187,7 @@ func (o *ownerFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 	if s := o.check(&in.InHeader, "mknod"); !s.Ok() {
 		return s
 	}
+	in.Mode = noSetID(in.Mode)
 	return o.fixEntry(o.raw.Mknod(cancel, in, name, out), out)
 }
 
@@ -185,6 +195,7 @@ func (o *ownerFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, o
 	if s := o.check(&in.InHeader, "mkdir"); !s.Ok() {
 		return s
 	}
+	in.Mode = noSetID(in.Mode)
 	return o.fixEntry(o.raw.Mkdir(cancel, in, name, out), out)
 }
 
@@ -269,6 +280,7 @@ func (o *ownerFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string,
 	if s := o.check(&in.InHeader, "create"); !s.Ok() {
 		return s
 	}
+	in.Mode = noSetID(in.Mode)
 	return o.fixEntry(o.raw.Create(cancel, in, name, out), &out.EntryOut)
 }
 
@@ -276,6 +288,7 @@ func (o *ownerFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.C
 	if s := o.check(&in.InHeader, "tmpfile"); !s.Ok() {
 		return s
 	}
+	in.Mode = noSetID(in.Mode)
 	return o.fixEntry(o.raw.Tmpfile(cancel, in, out), &out.EntryOut)
 }
 

@@ -60,14 +60,17 @@ func start(spec Spec) (int, error) {
 			return 0, err
 		}
 	}
+	var err error
 	dir, note := workdir(spec)
 	if note != "" {
 		fmt.Fprintln(os.Stderr, note)
 	}
-	path, err := lookPath(spec.Args[0])
+	var path string
+	asAgent(spec, func() { path, err = lookPath(spec.Args[0]) })
 	if err != nil {
 		return 0, err
 	}
+	env := commandEnv(spec, dir)
 	rules, err := landlockRules(spec)
 	if err != nil {
 		return 0, err
@@ -82,7 +85,7 @@ func start(spec Spec) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := installSeccomp(); err != nil {
+	if err := installSeccomp(spec.Net == NetHost); err != nil {
 		return 0, err
 	}
 	// Descriptors this process inherited without close-on-exec (from
@@ -93,7 +96,7 @@ func start(spec Spec) (int, error) {
 	}
 	attr := &syscall.ProcAttr{
 		Dir:   dir,
-		Env:   os.Environ(),
+		Env:   env,
 		Files: []uintptr{0, 1, 2},
 		Sys: &syscall.SysProcAttr{
 			// Its own session: no controlling terminal, so no TIOCSTI
@@ -648,6 +651,32 @@ func workdir(spec Spec) (string, string) {
 		return spec.Cwd, ""
 	}
 	return spec.Folder, fmt.Sprintf("acpfs run: the working directory %s is not in the sandbox; the command starts in the folder, %s", spec.Cwd, spec.Folder)
+}
+
+// commandEnv is the caller's environment, with PWD the directory the
+// command starts in, and HOME the private /tmp when the sandbox does not
+// show the caller's (so that programs keeping state there still run).
+func commandEnv(spec Spec, dir string) []string {
+	home := os.Getenv("HOME")
+	shown := false
+	if home != "" {
+		asAgent(spec, func() {
+			var st unix.Stat_t
+			shown = unix.Stat(home, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+		})
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "PWD=") || !shown && strings.HasPrefix(kv, "HOME=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, "PWD="+dir)
+	if !shown {
+		env = append(env, "HOME=/tmp")
+	}
+	return env
 }
 
 // landlockRules are the paths the command may use, and how.

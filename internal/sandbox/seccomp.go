@@ -57,6 +57,7 @@ const (
 	offArch = 4
 	offArg0 = 16 // low 32 bits on little-endian machines
 	offArg1 = 24
+	offArg2 = 32
 )
 
 func stmt(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
@@ -79,7 +80,7 @@ const (
 // filter is the BPF program. Each rule is a short block that either
 // returns or falls through to the next with the syscall number still in
 // the accumulator (blocks that load an argument always return).
-func filter() []unix.SockFilter {
+func filter(netHost bool) []unix.SockFilter {
 	p := []unix.SockFilter{
 		// Another architecture's system call numbers (a 32-bit int 0x80
 		// on x86-64) mean other calls: kill.
@@ -103,6 +104,9 @@ func filter() []unix.SockFilter {
 			stmt(ret, eperm),
 			stmt(ret, allow))
 	}
+	if netHost {
+		p = append(p, socketRule()...)
+	}
 	n := len(deniedIoctls)
 	p = append(p, jump(jeq, unix.SYS_IOCTL, 0, uint8(2*n+2)), stmt(ldAbs, offArg1))
 	for _, cmd := range deniedIoctls {
@@ -112,10 +116,32 @@ func filter() []unix.SockFilter {
 	return append(p, stmt(ret, allow))
 }
 
+// socketRule refuses, on the host's network, the IP transports Landlock
+// cannot keep from listening (it restricts TCP only): MPTCP and SCTP.
+// EPROTONOSUPPORT makes programs that try MPTCP first (Go's net.Listen)
+// fall back to TCP.
+func socketRule() []unix.SockFilter {
+	const eproto = unix.SECCOMP_RET_ERRNO | uint32(unix.EPROTONOSUPPORT)
+	return []unix.SockFilter{
+		jump(jeq, unix.SYS_SOCKET, 0, 11),
+		stmt(ldAbs, offArg0), // domain
+		jump(jeq, unix.AF_INET, 1, 0),
+		jump(jeq, unix.AF_INET6, 0, 6),
+		stmt(ldAbs, offArg2), // protocol
+		jump(jeq, unix.IPPROTO_MPTCP, 5, 0),
+		jump(jeq, unix.IPPROTO_SCTP, 4, 0),
+		stmt(ldAbs, offArg1), // type, with SOCK_CLOEXEC and SOCK_NONBLOCK
+		stmt(unix.BPF_ALU|unix.BPF_AND|unix.BPF_K, 0xf),
+		jump(jeq, unix.SOCK_SEQPACKET, 1, 0),
+		stmt(ret, allow),
+		stmt(ret, eproto),
+	}
+}
+
 // installSeccomp loads the filter on the calling thread, which must have
 // no_new_privs set; the processes it forks afterwards inherit it.
-func installSeccomp() error {
-	f := filter()
+func installSeccomp(netHost bool) error {
+	f := filter(netHost)
 	prog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
 	if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog)), 0, 0); err != nil {
 		return fmt.Errorf("seccomp: %w", err)
