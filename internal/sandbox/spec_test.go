@@ -189,7 +189,6 @@ func TestHandledFS(t *testing.T) {
 
 func itoa(u uint32) string { return strconv.FormatUint(uint64(u), 10) }
 
-
 func readString(t *testing.T, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(p)
