@@ -369,7 +369,7 @@ awk 'NR>2 {print $1}' /proc/net/dev`
 func TestSandboxWalls(t *testing.T) {
 	e := newSandboxEnv(t)
 	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", script: `
-grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t ' ' '
+grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd):' /proc/self/status | tr -s '\t ' ' '
 ls / >/dev/null 2>&1 || echo "root listing refused"
 : > /usr/x 2>/dev/null || echo "system read-only"
 : > /x 2>/dev/null || echo "root read-only"
@@ -385,7 +385,7 @@ for name, nr in (("keyctl", 250), ("bpf", 321), ("ptrace", 101), ("io_uring_setu
 '
 echo x > /tmp/x && cat /tmp/x`})
 	require.Equal(t, 0, code, stderr)
-	for _, want := range []string{"NoNewPrivs: 1", "Seccomp: 2", "root listing refused", "system read-only", "root read-only",
+	for _, want := range []string{"NoNewPrivs: 1", "Seccomp: 2", "CapEff: 0000000000000000", "CapBnd: 0000000000000000", "root listing refused", "system read-only", "root read-only",
 		"no /dev/fuse", "no /sys", "no controlling terminal", "keyctl refused", "bpf refused", "ptrace refused",
 		"io_uring_setup refused", "open_by_handle_at refused", "x\n"} {
 		assert.Contains(t, out, want)

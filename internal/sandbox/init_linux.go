@@ -78,6 +78,11 @@ func start(spec Spec) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("no_new_privs: %w", err)
 	}
+	if spec.UID != 0 {
+		if err := dropBoundingSet(); err != nil {
+			return 0, err
+		}
+	}
 	err = restrictLandlock(landlockABI(), rules, spec.Net == NetHost)
 	for _, r := range rules {
 		unix.Close(r.fd)
@@ -111,6 +116,18 @@ func start(spec Spec) (int, error) {
 		return 0, fmt.Errorf("start %s: %w", spec.Args[0], err)
 	}
 	return pid, nil
+}
+
+// dropBoundingSet empties this thread's capability bounding set, which
+// the command inherits: with no_new_privs no program could regain a
+// capability anyway; without a bounding set there is none to regain.
+func dropBoundingSet() error {
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	return nil
 }
 
 // lookPath finds the command as the caller's shell would, in the
