@@ -510,3 +510,23 @@ func hasRecord(recs []ledger.Record, kind, path, agent string) bool {
 	}
 	return false
 }
+
+// TestSandboxRefusesSecondRoutes: a directory shown with --ro that holds
+// another mount of the folder (or of part of it, or of the run
+// directory) would lead around the view and the masks: nothing starts.
+func TestSandboxRefusesSecondRoutes(t *testing.T) {
+	e := newSandboxEnv(t)
+	shown := newDir(t, "shown")
+	for _, src := range []string{e.folder, filepath.Join(e.folder, "oracle"), e.runs} {
+		t.Run(filepath.Base(src), func(t *testing.T) {
+			alias := filepath.Join(shown, "alias")
+			require.NoError(t, os.MkdirAll(alias, 0o755))
+			require.NoError(t, syscall.Mount(src, alias, "", syscall.MS_BIND, ""))
+			t.Cleanup(func() { require.NoError(t, syscall.Unmount(alias, 0)) })
+			out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--ro", shown}, script: `echo STARTED; ls -R "$1"`, args: []string{alias}})
+			assert.Equal(t, 3, code, stderr)
+			assert.Empty(t, out)
+			assert.Contains(t, stderr, "refusing to start")
+		})
+	}
+}

@@ -46,13 +46,17 @@ func Enter(spec Spec, status *os.File) int {
 // start does the linear sequence: mounts, pivot_root, Landlock, seccomp,
 // then the command. It returns the command's pid.
 func start(spec Spec) (int, error) {
+	guarded, err := locateGuarded(spec)
+	if err != nil {
+		return 0, err
+	}
 	if err := buildRoot(spec); err != nil {
 		return 0, err
 	}
 	if err := enterRoot(spec.Root); err != nil {
 		return 0, err
 	}
-	if err := checkMounts(spec); err != nil {
+	if err := checkMounts(spec, guarded); err != nil {
 		return 0, err
 	}
 	if spec.Net == NetNone {
@@ -60,7 +64,6 @@ func start(spec Spec) (int, error) {
 			return 0, err
 		}
 	}
-	var err error
 	dir, note := workdir(spec)
 	if note != "" {
 		fmt.Fprintln(os.Stderr, note)
@@ -523,10 +526,44 @@ func enterRoot(root string) error {
 	return nil
 }
 
+// guardedPath is a path of the host that the sandbox may show only
+// where it is, and there only as the view or a mask: the folder, the run
+// directory, the ledger, the grant. dev and fs say where it lives: the
+// device (major:minor) and its path inside that file system.
+type guardedPath struct{ path, dev, fs string }
+
+// locateGuarded finds, in the mount table the sandbox starts from (the
+// host's), where the folder and the masks live.
+func locateGuarded(spec Spec) ([]guardedPath, error) {
+	mis, err := mountinfo("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []guardedPath
+	for _, p := range append([]string{spec.Folder}, spec.Masks...) {
+		var found mountEntry
+		ok := false
+		for _, mi := range mis {
+			// The last of the longest: a mount made over another comes later.
+			if (mi.point == p || within(p, mi.point)) && (!ok || len(mi.point) >= len(found.point)) {
+				found, ok = mi, true
+			}
+		}
+		if !ok {
+			continue
+		}
+		out = append(out, guardedPath{path: p, dev: found.dev, fs: filepath.Join(found.root, strings.TrimPrefix(p, found.point))})
+	}
+	return out, nil
+}
+
 // checkMounts verifies the finished sandbox from its own /proc: the view
-// is the one FUSE mount, and no kernel file system but its own /proc,
-// /dev/pts and /dev/shm is there.
-func checkMounts(spec Spec) error {
+// is the one FUSE mount, no kernel file system but its own /proc,
+// /dev/pts and /dev/shm is there, and no mount shows the folder, the run
+// directory, the ledger or the grant at another path (a bind mount of
+// the folder elsewhere in a --ro directory, say), where neither the view
+// nor a mask covers them.
+func checkMounts(spec Spec, guarded []guardedPath) error {
 	mis, err := mountinfo("/proc/self/mountinfo")
 	if err != nil {
 		return err
@@ -545,9 +582,24 @@ func checkMounts(spec Spec) error {
 		switch {
 		case mi.point == spec.Folder && strings.HasPrefix(mi.fstype, "fuse"):
 			views++
+			continue
 		case own[mi.point]:
+			continue
 		case foreign(mi.fstype):
 			return fmt.Errorf("the sandbox would show %s (%s); refusing to start", mi.point, mi.fstype)
+		}
+		for _, g := range guarded {
+			if mi.dev != g.dev {
+				continue
+			}
+			switch {
+			case g.fs == mi.root || within(g.fs, mi.root):
+				if alias := filepath.Join(mi.point, strings.TrimPrefix(g.fs, mi.root)); alias != g.path {
+					return fmt.Errorf("%s would also be reachable at %s, through the mount at %s; refusing to start", g.path, alias, mi.point)
+				}
+			case within(mi.root, g.fs):
+				return fmt.Errorf("the mount at %s shows part of %s; refusing to start", mi.point, g.path)
+			}
 		}
 	}
 	if views != 1 {
@@ -556,7 +608,7 @@ func checkMounts(spec Spec) error {
 	return nil
 }
 
-type mountEntry struct{ point, fstype string }
+type mountEntry struct{ dev, root, point, fstype string }
 
 // mountinfo reads the mount points and types of a mountinfo file.
 func mountinfo(path string) ([]mountEntry, error) {
@@ -572,7 +624,7 @@ func mountinfo(path string) ([]mountEntry, error) {
 		fields := strings.Fields(sc.Text())
 		for i := 6; i+1 < len(fields); i++ {
 			if fields[i] == "-" {
-				out = append(out, mountEntry{point: unescapeOctal(fields[4]), fstype: fields[i+1]})
+				out = append(out, mountEntry{dev: fields[2], root: unescapeOctal(fields[3]), point: unescapeOctal(fields[4]), fstype: fields[i+1]})
 				break
 			}
 		}

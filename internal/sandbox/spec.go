@@ -186,6 +186,9 @@ func checkUserPath(flag, p, folder string, masks []string) (string, error) {
 		if real == m || within(real, m) {
 			return "", fmt.Errorf("%s %s: it lies in %s, which no agent may reach (run directory, ledger or grant)", flag, p, m)
 		}
+		if flag == "--rw" && within(m, real) {
+			return "", fmt.Errorf("--rw %s: it holds %s (run directory, ledger or grant), which no agent may change or move; give it --ro, or a narrower path", p, m)
+		}
 	}
 	return real, nil
 }

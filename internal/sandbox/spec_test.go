@@ -29,7 +29,8 @@ func TestPlanRefuses(t *testing.T) {
 	}{
 		{name: "a tool directory", ro: []string{tools}},
 		{name: "the parent of the folder and of the run directory", ro: []string{root}},
-		{name: "below /tmp", rw: []string{root}},
+		{name: "below /tmp", rw: []string{tools}},
+		{name: "writable, around the run directory", rw: []string{root}, err: "which no agent may change or move"},
 		{name: "the root", ro: []string{"/"}, err: "not /"},
 		{name: "/tmp itself", rw: []string{"/tmp"}, err: "its own, empty /tmp"},
 		{name: "/var/tmp itself", ro: []string{"/var/tmp"}, err: "its own, empty /var/tmp"},
