@@ -215,9 +215,13 @@ for p in /proc/[0-9]*; do cat "$p/root$F/oracle/answer.md" 2>/dev/null; ls -l "$
 cat "$1/communication_ledger.jsonl" 2>/dev/null
 ls -A "$1" 2>/dev/null
 cat "$F/oracle/answer.md" 2>/dev/null
+echo x 2>/dev/null > /proc/1/exe && echo WROTE-INIT
+echo x 2>/dev/null > /proc/1/mem && echo WROTE-INIT
+echo 1 2>/dev/null > /proc/sys/kernel/sysrq && echo WROTE-SYSCTL
+cat /proc/keys /proc/kcore 2>/dev/null | head -c 1 | grep -q . && echo KERNEL
 true`})
 	require.Equal(t, 0, code, stderr)
-	for _, bad := range []string{"UMOUNTED", "MOUNTED", "UNSHARED", "FD", "context_grants", "communication_ledger", sbxSecret, `"kind"`} {
+	for _, bad := range []string{"UMOUNTED", "MOUNTED", "UNSHARED", "FD", "WROTE", "KERNEL", "context_grants", "communication_ledger", sbxSecret, `"kind"`} {
 		assert.NotContains(t, out, bad)
 	}
 }
@@ -529,4 +533,32 @@ func TestSandboxRefusesSecondRoutes(t *testing.T) {
 			assert.Contains(t, stderr, "refusing to start")
 		})
 	}
+}
+
+// TestSandboxInheritedDescriptors: a descriptor acpfs run inherits from
+// whatever started it (a pipe to the outside) reaches neither the
+// command nor, for a root command to take, the sandbox's first process.
+func TestSandboxInheritedDescriptors(t *testing.T) {
+	e := newSandboxEnv(t)
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer w.Close()
+	cmd := exec.Command(acpfsBin, e.runArgs(sbxRun{grant: "G-bob", flags: []string{"--allow-root"},
+		script: `for p in self 1; do for f in /proc/$p/fd/*; do echo "$p ${f##*/} $(readlink $f)"; done; done`})...)
+	cmd.ExtraFiles = []*os.File{w}
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || f[0] == "1" && strings.HasPrefix(f[2], "/cpu.") {
+			// The shell's own directory descriptor, gone when read; the
+			// cgroup CPU files Go's runtime keeps open in the first process.
+			continue
+		}
+		if strings.HasPrefix(f[2], "pipe:") || strings.HasPrefix(f[2], "/") && !strings.HasPrefix(f[2], "/proc/") && !strings.HasPrefix(f[2], "/dev/") {
+			assert.Contains(t, []string{"0", "1", "2"}, f[1], "descriptor %s of %s leads out: %s", f[1], f[0], f[2])
+		}
+	}
+	assert.NotContains(t, string(out), "self 3 pipe:")
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/internal/sandbox"
 	"github.com/acpfs/acpfs/ledger"
@@ -160,6 +161,11 @@ func parseUID(s string) (uint32, uint32, error) {
 // in the child before it starts is the only reliable way for a Go
 // program, whose threads would otherwise not all share the namespace.
 func startRunDaemon(cfg mount.RunConfig) error {
+	// Descriptors acpfs run inherited without close-on-exec (a pipe of
+	// whatever started it) reach none of its children.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close inherited descriptors: %w", err)
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err

@@ -212,6 +212,9 @@ func buildRoot(spec Spec) error {
 	if err := attachFSBeneath(root, "/proc", "proc", nil, attrProc); err != nil {
 		return fmt.Errorf("/proc: %w", err)
 	}
+	if err := maskProc(root); err != nil {
+		return err
+	}
 	// The view, at the folder's own path.
 	if err := cloneBeneath(root, spec.View, spec.Folder, false, attrRW, true); err != nil {
 		return fmt.Errorf("view at %s: %w", spec.Folder, err)
@@ -436,6 +439,38 @@ func makeDev(root int) error {
 	return nil
 }
 
+// procMasks are the files of /proc that show the kernel's memory or
+// state of the whole machine (root may read them); they are covered as
+// container runtimes cover them.
+var procMasks = []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/sysrq-trigger",
+	"/proc/acpi", "/proc/scsi", "/proc/kallsyms"}
+
+// maskProc covers procMasks: files with /dev/null, directories with an
+// empty read-only tmpfs.
+func maskProc(root int) error {
+	for _, p := range procMasks {
+		fd, err := openBeneath(root, p, 0)
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+		if err != nil {
+			continue
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = attachFSBeneath(root, p, "tmpfs", map[string]string{"mode": "0555", "size": "4k"}, attrRO|unix.MOUNT_ATTR_NOEXEC)
+		} else {
+			err = cloneBeneath(root, "/dev/null", p, false, attrRO|unix.MOUNT_ATTR_NOEXEC, false)
+		}
+		if err != nil {
+			return fmt.Errorf("mask %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
 // maskAll hides the run directory, the ledger and the grant where a bind
 // shows them: an empty, unreadable directory, or /dev/null for a file.
 // Those inside the folder are the view's to hide (and it does).
@@ -574,7 +609,7 @@ func checkMounts(spec Spec, guarded []guardedPath) error {
 	for _, d := range devices {
 		own["/dev/"+d] = true
 	}
-	for _, m := range spec.Masks {
+	for _, m := range append(spec.Masks, procMasks...) {
 		own[m] = true
 	}
 	views := 0
