@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,7 +75,7 @@ func start(spec Spec) (int, error) {
 		return 0, err
 	}
 	env := commandEnv(spec, dir)
-	rules, err := landlockRules(spec)
+	llc, err := landlockConfig(spec.Net == NetHost)
 	if err != nil {
 		return 0, err
 	}
@@ -86,10 +87,9 @@ func start(spec Spec) (int, error) {
 			return 0, err
 		}
 	}
-	err = restrictLandlock(landlockABI(), rules, spec.Net == NetHost)
-	for _, r := range rules {
-		unix.Close(r.fd)
-	}
+	// The rules' paths are opened as the agent: the view serves no one
+	// else.
+	asAgent(spec, func() { err = restrictLandlock(llc, landlockRules(spec)) })
 	if err != nil {
 		return 0, err
 	}
@@ -784,72 +784,34 @@ func commandEnv(spec Spec, dir string) []string {
 }
 
 // landlockRules are the paths the command may use, and how.
-func landlockRules(spec Spec) ([]llRule, error) {
-	read := uint64(llReadFile | llReadDir | llExecute)
-	write := ^uint64(0) &^ (llMakeChar | llMakeBlock | llIoctlDev)
-	device := uint64(llReadFile | llWriteFile | llTruncate | llIoctlDev)
-	type want struct {
-		path   string
-		access uint64
-	}
-	var ws []want
+func landlockRules(spec Spec) []llRule {
+	var rules []llRule
 	for _, b := range spec.Binds {
 		switch {
 		case b.Link != "":
 		case b.Write:
-			ws = append(ws, want{b.Path, write})
+			rules = append(rules, llRule{b.Path, llWrite})
 		default:
-			ws = append(ws, want{b.Path, read})
+			rules = append(rules, llRule{b.Path, llRead})
 		}
 	}
-	ws = append(ws,
-		want{spec.Folder, write}, want{"/tmp", write}, want{"/var/tmp", write}, want{"/dev/shm", write},
-		want{"/proc", llReadFile | llReadDir}, want{"/dev", llReadDir},
-		want{"/dev/pts", device | llReadDir})
+	rules = append(rules,
+		llRule{spec.Folder, llWrite}, llRule{"/tmp", llWrite}, llRule{"/var/tmp", llWrite}, llRule{"/dev/shm", llWrite},
+		llRule{"/proc", llsys.AccessFSReadFile | llsys.AccessFSReadDir}, llRule{"/dev", llsys.AccessFSReadDir},
+		llRule{"/dev/pts", llDevice | llsys.AccessFSReadDir})
 	for _, d := range devices {
-		ws = append(ws, want{"/dev/" + d, device})
-	}
-	var rules []llRule
-	var err error
-	asAgent(spec, func() {
-		for _, w := range ws {
-			fd, oerr := unix.Open(w.path, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-			if oerr != nil {
-				err = fmt.Errorf("landlock rule for %s: %w", w.path, oerr)
-				return
-			}
-			rules = append(rules, llRule{fd: fd, access: fileOnly(fd, w.access)})
-		}
-	})
-	if err != nil {
-		for _, r := range rules {
-			unix.Close(r.fd)
-		}
-		return nil, err
+		rules = append(rules, llRule{"/dev/" + d, llDevice})
 	}
 	// The terminal the caller handed over (stdin, stdout, stderr) may be
 	// opened again, as /dev/stderr say, though no path of the sandbox
 	// leads to it.
 	for fd := 0; fd <= 2; fd++ {
 		var st unix.Stat_t
-		if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
-			continue
-		}
-		if p, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
-			rules = append(rules, llRule{fd: p, access: device})
+		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR {
+			rules = append(rules, llRule{fmt.Sprintf("/proc/self/fd/%d", fd), llDevice})
 		}
 	}
-	return rules, nil
-}
-
-// fileOnly narrows access to the rights a rule on a non-directory may
-// carry.
-func fileOnly(fd int, access uint64) uint64 {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return access & llFileRights
-	}
-	return access
+	return rules
 }
 
 // forwarded are the signals `acpfs run` passes on to the command.

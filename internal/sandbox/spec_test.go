@@ -182,12 +182,6 @@ func TestFreeUIDWraps(t *testing.T) {
 	assert.False(t, ok)
 }
 
-func TestHandledFS(t *testing.T) {
-	assert.Equal(t, uint64(1<<13-1), handledFS(1))
-	assert.Equal(t, uint64(1<<16-1), handledFS(7))
-	assert.Zero(t, handledFS(4)&llIoctlDev)
-}
-
 func itoa(u uint32) string { return strconv.FormatUint(uint64(u), 10) }
 
 func readString(t *testing.T, p string) string {
