@@ -25,8 +25,8 @@ func init() {
 
 // allowRootHelp says what running the command as root gives up.
 const allowRootHelp = "run the command as root (uid 0) inside the sandbox. Root keeps every capability there: it reads every file " +
-	"the sandbox shows whatever its mode (/etc/shadow included), owns what it creates, can change the host's network and " +
-	"clock with --net host, and is one kernel bug away from the host; Landlock and the seccomp filter still hold, but " +
+	"the sandbox shows whatever its mode (/etc/shadow included), owns what it creates, can reconfigure the host's network " +
+	"with --net host, and is one kernel bug away from the host; Landlock and the seccomp filter still hold, but " +
 	"nothing separates it from other root processes. Use it only for a command you trust"
 
 func newRunCmd() *cobra.Command {
@@ -108,6 +108,10 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 		},
 	}
 	mf.register(cmd, true)
+	// The view of a run always serves its agent alone, and every read
+	// reaches the daemon: these two mount flags do not apply.
+	_ = cmd.Flags().MarkHidden("allow-other")
+	_ = cmd.Flags().MarkHidden("passthrough")
 	cmd.Flags().StringVar(&uid, "uid", "", "run the command as this uid (and gid: U:G) instead of its grant's own")
 	cmd.Flags().BoolVar(&allowRoot, "allow-root", false, allowRootHelp)
 	cmd.Flags().StringArrayVar(&ro, "ro", nil, "also show this host path, read-only (repeatable)")
