@@ -450,10 +450,10 @@ func TestSandboxRefusesBadPaths(t *testing.T) {
 // command and everything it started.
 func TestSandboxDiesWithRun(t *testing.T) {
 	e := newSandboxEnv(t)
-	a := e.startSandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", "65533"}, script: `sleep 1000 & sleep 1001 &`})
-	require.NotEmpty(t, uidProcs(t, 65533))
+	a := e.startSandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", "60977"}, script: `sleep 1000 & sleep 1001 &`})
+	require.NotEmpty(t, uidProcs(t, 60977))
 	require.NoError(t, a.cmd.Process.Kill())
-	eventually(t, func() bool { return len(uidProcs(t, 65533)) == 0 }, "the sandbox's processes outlived acpfs run")
+	eventually(t, func() bool { return len(uidProcs(t, 60977)) == 0 }, "the sandbox's processes outlived acpfs run")
 	eventually(t, func() bool { return len(leftoverMounts()) == 0 }, "the view outlived acpfs run")
 }
 
