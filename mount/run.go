@@ -49,6 +49,12 @@ type RunConfig struct {
 // before anything is mounted, and the sandbox shows the folder's path
 // only as the view.
 func Run(cfg RunConfig, initArgs []string) (int, error) {
+	// Catch signals before mounting: one that arrives while the kernel
+	// is still talking to a half-started daemon would kill it. Once the
+	// sandbox runs, they are passed on to it.
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return 0, fmt.Errorf("make mounts private: %w", err)
 	}
@@ -99,7 +105,7 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 
 	spec := cfg.Sandbox
 	spec.Root, spec.View = root, view
-	return startSandbox(spec, initArgs)
+	return startSandbox(spec, initArgs, sig)
 }
 
 // cloneFlags are the namespaces of every sandbox.
@@ -107,7 +113,7 @@ const cloneFlags = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NE
 
 // startSandbox starts the sandbox's first process in new namespaces,
 // hands it its spec, and waits for it.
-func startSandbox(spec sandbox.Spec, initArgs []string) (int, error) {
+func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal) (int, error) {
 	specR, specW, err := os.Pipe()
 	if err != nil {
 		return 0, err
@@ -136,9 +142,6 @@ func startSandbox(spec sandbox.Spec, initArgs []string) (int, error) {
 	// the child.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	sig := make(chan os.Signal, 4)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sig)
 	err = cmd.Start()
 	statusW.Close()
 	if err != nil {

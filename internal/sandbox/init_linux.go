@@ -33,6 +33,12 @@ func Enter(spec Spec, status *os.File) int {
 	// from it. It is never unlocked.
 	runtime.LockOSThread()
 	lifeline = status
+	// Signals are caught from the start: Go's default for SIGTERM is to
+	// die by it, which the first process of a PID namespace cannot, so it
+	// would exit 2 instead of passing the signal on to the command. One
+	// that comes before the command runs is passed on when it does.
+	sig := make(chan os.Signal, 8)
+	signal.Notify(sig, forwarded...)
 	pid, err := start(spec)
 	if err != nil {
 		fmt.Fprintf(status, "%v\n", err)
@@ -41,7 +47,7 @@ func Enter(spec Spec, status *os.File) int {
 	}
 	fmt.Fprintln(status, StatusOK)
 	status.Close()
-	return reap(pid)
+	return reap(pid, sig)
 }
 
 // start does the linear sequence: mounts, pivot_root, Landlock, seccomp,
@@ -822,9 +828,7 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 // returns the command's status once it exits. The others die with this
 // process: the kernel kills what is left of a PID namespace whose first
 // process is gone.
-func reap(pid int) int {
-	sig := make(chan os.Signal, 8)
-	signal.Notify(sig, forwarded...)
+func reap(pid int, sig <-chan os.Signal) int {
 	go func() {
 		for s := range sig {
 			_ = syscall.Kill(pid, s.(syscall.Signal))
