@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/limits"
 	"github.com/acpfs/acpfs/internal/sandbox"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
@@ -34,6 +36,21 @@ type RunConfig struct {
 	// Sandbox is the sandbox to start, all but its Root and View, which
 	// Run makes.
 	Sandbox sandbox.Spec `json:"sandbox"`
+	// Limits are the command's control-group limits; NoLimits runs it
+	// without a control group of its own.
+	Limits   limits.Limits `json:"limits"`
+	NoLimits bool          `json:"no_limits"`
+}
+
+// LimitHit is returned by Run when the command ended after running into
+// one of its limits: it names them, and the CLI exits with its own status.
+type LimitHit struct {
+	Limits []string
+	Status int // the command's own exit status
+}
+
+func (e *LimitHit) Error() string {
+	return fmt.Sprintf("the command ran into its %s limit (exit status %d)", strings.Join(e.Limits, " and "), e.Status)
 }
 
 // Run mounts the grant's view, starts the sandbox around it and runs its
@@ -105,7 +122,24 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 
 	spec := cfg.Sandbox
 	spec.Root, spec.View = root, view
-	return startSandbox(spec, initArgs, sig)
+	var group *limits.Group
+	if !cfg.NoLimits {
+		if group, err = limits.New(fmt.Sprintf("acpfs-run-%d", os.Getpid()), cfg.Limits); err != nil {
+			return 0, fmt.Errorf("resource limits: %w", err)
+		}
+		defer func() {
+			if err := group.Delete(); err != nil {
+				slog.Warn("remove the run's control group", "err", err)
+			}
+		}()
+	}
+	code, err := startSandbox(spec, initArgs, sig, group)
+	if err == nil && code != 0 && group != nil {
+		if hit := group.Hit(); len(hit) > 0 {
+			return code, &LimitHit{Limits: hit, Status: code}
+		}
+	}
+	return code, err
 }
 
 // cloneFlags are the namespaces of every sandbox.
@@ -113,7 +147,10 @@ const cloneFlags = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NE
 
 // startSandbox starts the sandbox's first process in new namespaces,
 // hands it its spec, and waits for it.
-func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal) (int, error) {
+//
+// The first process waits for its spec before it does anything, so that
+// it is in the control group before it can start another process.
+func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, group *limits.Group) (int, error) {
 	specR, specW, err := os.Pipe()
 	if err != nil {
 		return 0, err
@@ -147,6 +184,14 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal) (i
 	if err != nil {
 		specW.Close()
 		return 0, fmt.Errorf("start the sandbox: %w", err)
+	}
+	if group != nil {
+		if err := group.Add(cmd.Process.Pid); err != nil {
+			specW.Close()
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return 0, fmt.Errorf("resource limits: put the sandbox in its control group: %w", err)
+		}
 	}
 	err = json.NewEncoder(specW).Encode(spec)
 	specW.Close()

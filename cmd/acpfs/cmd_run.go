@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/internal/limits"
 	"github.com/acpfs/acpfs/internal/sandbox"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
@@ -32,8 +33,10 @@ const allowRootHelp = "run the command as root (uid 0) inside the sandbox. Root 
 func newRunCmd() *cobra.Command {
 	var mf mountFlags
 	var uid, net string
-	var allowRoot bool
+	var allowRoot, noLimits bool
 	var ro, rw []string
+	var memory string
+	lim := limits.Defaults
 	cmd := &cobra.Command{
 		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--ro PATH]... [--rw PATH]... [--net host|none] [--uid U[:G] | --allow-root] -- CMD [ARGS...]",
 		Short: "Run a command in a sandbox that shows the folder only through its grant's view",
@@ -54,6 +57,13 @@ private temporary directories and --rw paths; with --net host no TCP
 port may be bound) and a seccomp filter (no mount, namespaces, ptrace,
 keyrings, BPF, modules, io_uring or TIOCSTI), and it dies with acpfs run.
 A working directory the sandbox does not show becomes the folder.
+
+The command runs in a control group of its own (cgroup v2 where it is
+delegated, else the v1 pids, memory and cpu hierarchies): --memory
+(default 4G), --pids (default 512: a fork bomb stops there) and --cpu (a
+number of CPUs, e.g. 1.5; default no cap). A limit that cannot be applied
+is an error unless --no-limits. When the command fails after running into
+a limit, run says which on stderr and exits with status 6.
 
 run exits with the command's status (128+n for signal n); SIGINT,
 SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
@@ -99,8 +109,15 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if real, err := filepath.EvalSymlinks(cwd); err == nil {
 				cwd = real
 			}
+			if lim.Memory, err = limits.ParseBytes(memory); err != nil {
+				return fmt.Errorf("--memory %w", err)
+			}
+			if lim.Pids < 0 || lim.CPU < 0 {
+				return errors.New("--pids and --cpu must not be negative")
+			}
 			cfg := mount.RunConfig{
 				Folder: folder, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
+				Limits: lim, NoLimits: noLimits,
 				Hidden: hidden, AuditReads: mf.audit == "reads",
 				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, UID: u, GID: g, Cwd: cwd, Args: args},
 			}
@@ -117,6 +134,10 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 	cmd.Flags().StringArrayVar(&ro, "ro", nil, "also show this host path, read-only (repeatable)")
 	cmd.Flags().StringArrayVar(&rw, "rw", nil, "also show this host path, writable (repeatable)")
 	cmd.Flags().StringVar(&net, "net", sandbox.NetHost, "network: host (the host's, for model APIs) or none (a loopback of its own)")
+	cmd.Flags().StringVar(&memory, "memory", "4G", "memory the command may use (K, M, G suffixes)")
+	cmd.Flags().Int64Var(&lim.Pids, "pids", lim.Pids, "processes and threads the command may have at once")
+	cmd.Flags().Float64Var(&lim.CPU, "cpu", 0, "CPUs' worth of time the command may use (e.g. 1.5; 0: no cap)")
+	cmd.Flags().BoolVar(&noLimits, "no-limits", false, "run without a control group (no memory, process or CPU limit)")
 	return cmd
 }
 
@@ -211,6 +232,11 @@ func newRunDaemonCmd() *cobra.Command {
 				return err
 			}
 			code, err := mount.Run(cfg, []string{runInitName})
+			var hit *mount.LimitHit
+			if errors.As(err, &hit) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %v\n", hit)
+				return silentExit(exitLimit)
+			}
 			if err != nil {
 				return withCode(exitMount, err)
 			}
