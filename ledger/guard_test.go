@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -287,4 +288,22 @@ func TestRepairRestoresALostLineEnd(t *testing.T) {
 			assert.True(t, rep.OK(), "%+v", rep.Problem)
 		})
 	}
+}
+
+// A ledger that goes quiet is signed within SignAfter.
+func TestQuietLedgerIsSigned(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.jsonl")
+	w, err := Open(path, Options{Sync: SyncOff, SignAfter: time.Millisecond})
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = w.Append(Record{Kind: KindRead, Agent: "a"})
+	require.NoError(t, err)
+	// The signer runs on its own; wait for its effect, bounded.
+	for i := 0; i < 500; i++ {
+		if rep, err := Verify(path); err == nil && rep.OK() && rep.SignedThrough == 2 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no checkpoint five seconds after the ledger went quiet")
 }

@@ -11,6 +11,10 @@ import (
 	"time"
 )
 
+// defaultSignAfter is Options.SignAfter's default. A variable so that
+// tests which count records can keep the timer out of their way.
+var defaultSignAfter = time.Second
+
 // ErrClosed is returned by Append after Close.
 var ErrClosed = errors.New("ledger writer is closed")
 
@@ -18,7 +22,6 @@ const (
 	defaultBatchInterval = 5 * time.Millisecond
 	defaultBatchRecords  = 256
 	defaultSignEvery     = 1024
-	defaultSignAfter     = time.Second
 )
 
 // writerState is the body of Writer (declared in ledger.go).
