@@ -176,6 +176,9 @@ const dirBlockSize = 4096
 func (f *FS) fillAttr(rel string, st *unix.Stat_t, a *fuse.Attr) {
 	attrFromStat(a, st)
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if rel == ProtocolFile && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			f.protocolAttr(a)
+		}
 		return
 	}
 	a.Nlink = 1

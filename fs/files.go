@@ -3,8 +3,11 @@ package fs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"syscall"
@@ -57,6 +60,12 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	}
 	var ver fileVersion
 	_, private := f.stagedName(rel)
+	// protocol.json as the history gives it, which the file on disk may
+	// not state yet (its rewrite is deferred): what this open reads.
+	var pjson []byte
+	if rel == ProtocolFile {
+		pjson = f.protocolContent()
+	}
 	// A private temporary file holds only what the agent wrote itself:
 	// reading it back is no read of the folder.
 	if acc != syscall.O_WRONLY && !private {
@@ -66,8 +75,10 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 			return nil, 0, errnoOf(err)
 		}
 		ver = versionOf(&st)
-		sha, err := f.contentHash(rel, fd)
-		if err != nil {
+		var sha string
+		if pjson != nil {
+			sha = digest(pjson)
+		} else if sha, err = f.contentHash(rel, fd); err != nil {
 			unix.Close(fd)
 			return nil, 0, errnoOf(err)
 		}
@@ -77,14 +88,14 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		}
 	}
 	h := f.newHandle(fd, rel, n)
-	if acc != syscall.O_WRONLY && rel != EventsFile && !private {
+	if acc != syscall.O_WRONLY && rel != EventsFile && pjson == nil && !private {
 		h.readVer = &ver
 	}
 	switch {
 	case rel == EventsFile:
 		return &eventsFile{handle: f.track(h)}, fuse.FOPEN_DIRECT_IO, 0
 	case rel == ProtocolFile:
-		pf := &protocolFile{handle: h}
+		pf := &protocolFile{handle: h, content: pjson}
 		if writing {
 			if errno := pf.load(flags&syscall.O_TRUNC != 0); errno != 0 {
 				h.Release(ctx)
@@ -206,6 +217,9 @@ func (h *handle) getattr(out *fuse.AttrOut) syscall.Errno {
 		return errnoOf(err)
 	}
 	attrFromStat(&out.Attr, &st)
+	if h.node != nil && h.path() == ProtocolFile {
+		h.fsys.protocolAttr(&out.Attr)
+	}
 	return 0
 }
 
@@ -522,6 +536,13 @@ func (f *FS) appendLine(ctx context.Context, line []byte) syscall.Errno {
 		}
 		return f.refuseAppend(ctx, err)
 	}
+	// protocol.json changed with the state: the next stat in this view
+	// must show its new size (other views learn it from the watcher).
+	if f.attached.Load() {
+		if ch := f.root.EmbeddedInode().GetChild(ProtocolFile); ch != nil {
+			notifyContent(ch)
+		}
+	}
 	f.wake()
 	return 0
 }
@@ -551,9 +572,12 @@ func (f *FS) rejectLine(ctx context.Context, errno syscall.Errno, why string) sy
 // refused with EPERM.
 type protocolFile struct {
 	*handle
-	mu    sync.Mutex
-	buf   []byte
-	dirty bool
+	// content is protocol.json as the open found it in memory (see
+	// FS.protocolContent); nil when the file on disk is served instead.
+	content []byte
+	mu      sync.Mutex
+	buf     []byte
+	dirty   bool
 }
 
 func (p *protocolFile) PassthroughFd() (int, bool) { return -1, false }
@@ -564,12 +588,35 @@ func (p *protocolFile) load(trunc bool) syscall.Errno {
 		p.dirty = true
 		return 0
 	}
+	if p.content != nil {
+		p.buf = append([]byte(nil), p.content...)
+		return 0
+	}
 	b, err := io.ReadAll(io.NewSectionReader(fdReader(p.fd()), 0, maxLine))
 	if err != nil {
 		return errnoOf(err)
 	}
 	p.buf = b
 	return 0
+}
+
+// Read serves the content the open recorded.
+func (p *protocolFile) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
+	if p.content == nil {
+		return p.handle.Read(ctx, dest, off)
+	}
+	defer p.fsys.guard(ctx, "read", ProtocolFile, &errno)
+	if errno := p.readable(ctx); errno != 0 {
+		return nil, errno
+	}
+	if p.audit {
+		p.fsys.record(ctx, ledger.KindReadRequest, "read", ProtocolFile, "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
+	}
+	if off >= int64(len(p.content)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	end := min(off+int64(len(dest)), int64(len(p.content)))
+	return fuse.ReadResultData(p.content[off:end]), 0
 }
 
 func (p *protocolFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
@@ -626,4 +673,30 @@ func (p *protocolFile) Flush(ctx context.Context) (errno syscall.Errno) {
 		return p.fsys.deny(ctx, ledger.KindDenied, "write", ProtocolFile, syscall.EPERM, err.Error())
 	}
 	return p.fsys.recordChange(ctx, "rewrite", ProtocolFile, "content equals the derived state")
+}
+
+// protocolContent is protocol.json as the derived state has it (see
+// protocol.Log.ProtocolJSON), or nil when the log cannot say, in which
+// case the file on disk is served.
+func (f *FS) protocolContent() []byte {
+	data, err := f.log.ProtocolJSON()
+	if err != nil {
+		slog.Warn("protocol.json: serving the file on disk", "err", err)
+		return nil
+	}
+	return data
+}
+
+// protocolAttr gives protocol.json the size of the content a view serves.
+func (f *FS) protocolAttr(a *fuse.Attr) {
+	if data := f.protocolContent(); data != nil {
+		a.Size = uint64(len(data))
+		a.Blocks = (a.Size + 511) / 512
+	}
+}
+
+// digest is the hex SHA-256 of data.
+func digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }

@@ -159,6 +159,12 @@ func (f *FS) invalidate(rel string, entry bool) {
 	if !f.attached.Load() {
 		return // not mounted yet
 	}
+	if rel == EventsFile {
+		// The protocol.json a view serves is derived from the events.
+		if ch := f.root.EmbeddedInode().GetChild(ProtocolFile); ch != nil {
+			notifyContent(ch)
+		}
+	}
 	dir := f.root.EmbeddedInode()
 	segs := strings.Split(rel, "/")
 	for _, s := range segs[:len(segs)-1] {

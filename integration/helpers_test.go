@@ -304,6 +304,14 @@ func fileSHA(t testing.TB, p string) string {
 	return hex.EncodeToString(s[:])
 }
 
+// protocolOnDisk is the folder's protocol.json once the rewrites that the
+// views deferred are written.
+func (c *collab) protocolOnDisk() string {
+	c.t.Helper()
+	require.NoError(c.t, c.log.SyncProtocol())
+	return readFile(c.t, filepath.Join(c.folder, "protocol.json"))
+}
+
 func readFile(t testing.TB, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(p)
@@ -312,8 +320,10 @@ func readFile(t testing.TB, p string) string {
 }
 
 // snapshotFiles returns the bytes of the protocol files, to prove that a
-// refusal changed nothing.
+// refusal changed nothing. A protocol.json rewrite still pending from an
+// earlier append is written first (the views defer it).
 func (c *collab) snapshotFiles() map[string]string {
+	require.NoError(c.t, c.log.SyncProtocol())
 	out := map[string]string{}
 	for _, n := range []string{"events.jsonl", "protocol.json"} {
 		out[n] = readFile(c.t, filepath.Join(c.folder, n))

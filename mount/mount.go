@@ -104,6 +104,9 @@ func Start(cfg Config) (*Mount, error) {
 	} else if changed {
 		slog.Warn("protocol.json was behind events.jsonl (interrupted append); rewritten", "folder", folder)
 	}
+	// Views serve protocol.json from the derived state, so its rewrite
+	// leaves the appends' critical path (docs/benchmarks.md).
+	cfg.Log.DeferProtocolWrites()
 	hidden := relHidden(folder, cfg.Hidden)
 	f, err := acpfs.New(acpfs.Options{
 		Folder: folder, Grant: cfg.Grant, Hidden: hidden, Log: cfg.Log, Ledger: cfg.Ledger,
