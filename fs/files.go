@@ -536,13 +536,6 @@ func (f *FS) appendLine(ctx context.Context, line []byte) syscall.Errno {
 		}
 		return f.refuseAppend(ctx, err)
 	}
-	// protocol.json changed with the state: the next stat in this view
-	// must show its new size (other views learn it from the watcher).
-	if f.attached.Load() {
-		if ch := f.root.EmbeddedInode().GetChild(ProtocolFile); ch != nil {
-			notifyContent(ch)
-		}
-	}
 	f.wake()
 	return 0
 }
@@ -657,6 +650,7 @@ func (p *protocolFile) truncate(ctx context.Context, size uint64, out *fuse.Attr
 		return errno
 	}
 	out.Size = size
+	p.fsys.attrTimeout(ProtocolFile, out)
 	return 0
 }
 

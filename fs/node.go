@@ -91,6 +91,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch 
 	}
 	defer t.close()
 	f.fillAttr(rel, &t.e.st, &out.Attr)
+	f.entryTimeouts(rel, out)
 	return n.child(ctx, &t.e.st), 0
 }
 
@@ -106,7 +107,11 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		if errno := h.base().readable(ctx); errno != 0 {
 			return errno
 		}
-		return h.base().getattr(out)
+		if errno := h.base().getattr(out); errno != 0 {
+			return errno
+		}
+		f.attrTimeout(rel, out)
+		return 0
 	}
 	t, errno := f.at(ctx, opGetattr, rel)
 	if errno != 0 {
@@ -114,6 +119,7 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 	}
 	defer t.close()
 	f.fillAttr(rel, &t.e.st, &out.Attr)
+	f.attrTimeout(rel, out)
 	return 0
 }
 
@@ -173,6 +179,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		return errnoOf(err)
 	}
 	f.fillAttr(rel, &st, &out.Attr)
+	f.attrTimeout(rel, out)
 	return 0
 }
 
@@ -269,7 +276,10 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHan
 	if err := n.fsys.record(ctx, ledger.KindList, "readdir", rel, "", ""); err != nil {
 		return nil, 0, syscall.EIO
 	}
-	return &dirHandle{fsys: n.fsys, node: n, rel: rel}, 0, 0
+	// The kernel may keep the listing between opens: the watcher and
+	// grant changes drop it with the directory's attributes. Every open
+	// still reaches this handler, and its record.
+	return &dirHandle{fsys: n.fsys, node: n, rel: rel}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (ch *gofs.Inode, fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
@@ -314,6 +324,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errnoOf(err)
 	}
 	f.fillAttr(rel, &st, &out.Attr)
+	f.entryTimeouts(rel, out)
 	ch = n.child(ctx, &st)
 	cn, _ := ch.Operations().(*node)
 	h := f.newHandle(fd, rel, cn)
@@ -349,6 +360,7 @@ func (n *node) made(ctx context.Context, t *target, mode uint32, out *fuse.Entry
 		return nil, errnoOf(err)
 	}
 	n.fsys.fillAttr(t.rel, &st, &out.Attr)
+	n.fsys.entryTimeouts(t.rel, out)
 	return n.child(ctx, &st), 0
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -28,16 +29,31 @@ import (
 // protoWriter is the state of the deferred writes of one Log.
 type protoWriter struct {
 	on    bool   // DeferProtocolWrites was called and Close was not
-	dirty bool   // protoData is ahead of the file
-	gen   uint64 // renders of protoData so far
+	dirty bool   // the in-memory protocol.json is ahead of the file
+	gen   uint64 // renders of the in-memory protocol.json so far
 	// foreign counts loads of a protocol.json this log did not write
 	// itself; a write rendered before one must not replace it.
 	foreign  uint64
 	reloaded bool // a load happened since the last catch-up ended
-	kick     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
+	// flushMu serializes writes of the file, so that SyncProtocol
+	// returns only once a write under way has ended too.
+	flushMu sync.Mutex
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
 }
+
+// A burst of appends is written once: the writer waits until appends
+// pause for coalesceQuiet, and at most coalesceMax after the first one.
+const (
+	coalesceQuiet = 2 * time.Millisecond
+	coalesceMax   = 20 * time.Millisecond
+)
+
+// ProtocolTempPrefix begins the names of the temporary files that a
+// protocol.json rewrite renames over it; they live beside it for a few
+// milliseconds, and views never show them.
+const ProtocolTempPrefix = "." + protocolFile + ".tmp-"
 
 // maxFlushRounds bounds one flush: appends arriving faster than the disk
 // takes a write are coalesced into the next round, and after this many
@@ -93,21 +109,34 @@ func (l *Log) ProtocolJSON() ([]byte, error) {
 		if l.state.lastAtOK && !l.pw.dirty {
 			at = l.state.lastAt
 		}
-		if err := l.renderProtocolLocked(&l.state, at); err != nil {
-			return nil, unavailable("protocol-json", "render protocol.json: %v", err)
-		}
+		l.renderProtocolLocked(&l.state, at)
 	}
-	return l.protoData, nil
+	data, err := l.protocolDataLocked()
+	if err != nil {
+		return nil, unavailable("protocol-json", "%v", err)
+	}
+	return data, nil
 }
 
-// markDirtyLocked notes that protoData is ahead of the file and wakes the
+// markDirtyLocked notes that the in-memory protocol.json is ahead of the file and wakes the
 // writer.
 func (l *Log) markDirtyLocked() {
+	if l.pw.dirty {
+		return // the writer is on it; it polls for more (coalesce)
+	}
 	l.pw.dirty = true
 	select {
 	case l.pw.kick <- struct{}{}:
 	default:
 	}
+}
+
+// pending reports whether a write is pending, and the render it would
+// write.
+func (l *Log) pending() (bool, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pw.dirty && !l.closed, l.pw.gen
 }
 
 // afterCatchUpLocked settles a pending write after protocol.json was
@@ -124,9 +153,8 @@ func (l *Log) afterCatchUpLocked() {
 		return
 	}
 	if l.historyBad == nil && l.state.phase != "" && !l.derivedMatchesLocked() {
-		if err := l.renderProtocolLocked(&l.state, l.now()); err == nil {
-			return
-		}
+		l.renderProtocolLocked(&l.state, l.now())
+		return
 	}
 	l.pw.dirty = false
 }
@@ -144,7 +172,8 @@ func (l *Log) stopWriter() {
 	}
 }
 
-// writeLoop is the background writer.
+// writeLoop is the background writer. It is woken once when the file
+// falls behind and writes until it has caught up.
 func (l *Log) writeLoop(kick, stop, done chan struct{}) {
 	defer close(done)
 	const firstRetry, maxRetry = 50 * time.Millisecond, 5 * time.Second
@@ -158,15 +187,46 @@ func (l *Log) writeLoop(kick, stop, done chan struct{}) {
 		case <-retry:
 		}
 		retry = nil
-		if err := l.flushProtocol(); err != nil {
-			// The views keep serving the derived state; the file is
-			// behind until a write succeeds (or the next start-up).
-			slog.Error("protocol.json: deferred write failed; retrying", "folder", l.folder, "err", err, "retry_in", delay)
-			retry = time.After(delay)
-			delay = min(2*delay, maxRetry)
-			continue
+		for {
+			if !l.coalesce(stop) {
+				return
+			}
+			if err := l.flushProtocol(); err != nil {
+				// The views keep serving the derived state; the file is
+				// behind until a write succeeds (or the next start-up).
+				slog.Error("protocol.json: deferred write failed; retrying", "folder", l.folder, "err", err, "retry_in", delay)
+				retry = time.After(delay)
+				delay = min(2*delay, maxRetry)
+				break
+			}
+			delay = firstRetry
+			if dirty, _ := l.pending(); !dirty {
+				break
+			}
 		}
-		delay = firstRetry
+	}
+}
+
+// coalesce waits until no append came for coalesceQuiet, or coalesceMax
+// passed, so that a burst is written once. It returns false when stop
+// closed meanwhile (Close writes what is pending itself).
+func (l *Log) coalesce(stop chan struct{}) bool {
+	limit := time.Now().Add(coalesceMax)
+	_, gen := l.pending()
+	t := time.NewTimer(coalesceQuiet)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return false
+		case <-t.C:
+		}
+		_, now := l.pending()
+		if now == gen || !time.Now().Before(limit) {
+			return true
+		}
+		gen = now
+		t.Reset(coalesceQuiet)
 	}
 }
 
@@ -176,6 +236,8 @@ func (l *Log) writeLoop(kick, stop, done chan struct{}) {
 // events lock, after catching up, and only if nobody else wrote the file
 // since the content was rendered.
 func (l *Log) flushProtocol() error {
+	l.pw.flushMu.Lock()
+	defer l.pw.flushMu.Unlock()
 	path := filepath.Join(l.folder, protocolFile)
 	for i := 0; i < maxFlushRounds; i++ {
 		l.mu.Lock()
@@ -183,8 +245,12 @@ func (l *Log) flushProtocol() error {
 			l.mu.Unlock()
 			return nil
 		}
-		data, gen, foreign := l.protoData, l.pw.gen, l.pw.foreign
+		data, err := l.protocolDataLocked()
+		gen, foreign := l.pw.gen, l.pw.foreign
 		l.mu.Unlock()
+		if err != nil {
+			return err
+		}
 		tmp, err := writeTemp(path, data)
 		if err != nil {
 			return fmt.Errorf("write %s: %w", protocolFile, err)

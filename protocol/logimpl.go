@@ -222,7 +222,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 		if l.pw.on {
 			// Views serve the new content from memory at once; the file
 			// follows off the critical path (see deferred.go).
-			err = l.renderProtocolLocked(&next, l.now())
+			l.renderProtocolLocked(&next, l.now())
 			l.markDirtyLocked()
 		} else {
 			err = l.writeProtocolLocked(&next)
@@ -255,11 +255,13 @@ func (l *Log) undoLocked(f *os.File) {
 // writeProtocolLocked replaces protocol.json atomically with the derived
 // fields of next.
 func (l *Log) writeProtocolLocked(next *core) error {
-	if err := l.renderProtocolLocked(next, l.now()); err != nil {
+	l.renderProtocolLocked(next, l.now())
+	data, err := l.protocolDataLocked()
+	if err != nil {
 		return err
 	}
 	path := filepath.Join(l.folder, protocolFile)
-	if err := writeFileAtomic(path, l.protoData); err != nil {
+	if err := writeFileAtomic(path, data); err != nil {
 		return err
 	}
 	if fi, err := os.Lstat(path); err == nil {
@@ -270,9 +272,10 @@ func (l *Log) writeProtocolLocked(next *core) error {
 	return nil
 }
 
-// renderProtocolLocked makes the in-memory protocol.json (l.proto.Raw and
-// l.protoData) state the derived fields of next, stamped at.
-func (l *Log) renderProtocolLocked(next *core, at time.Time) error {
+// renderProtocolLocked makes the in-memory protocol.json (l.proto.Raw)
+// state the derived fields of next, stamped at. Its bytes are made when
+// first needed (protocolDataLocked): a burst of appends encodes once.
+func (l *Log) renderProtocolLocked(next *core, at time.Time) {
 	raw := make(map[string]any, len(l.proto.Raw)+4)
 	for k, v := range l.proto.Raw {
 		raw[k] = v
@@ -289,14 +292,21 @@ func (l *Log) renderProtocolLocked(next *core, at time.Time) error {
 	}
 	raw["waitingFor"] = waiting
 	raw["updatedAt"] = formatTime(at)
-	data, err := marshalPyIndent(raw)
-	if err != nil {
-		return err
-	}
 	l.proto.Raw = raw
-	l.protoData = data
+	l.protoData = nil
 	l.pw.gen++
-	return nil
+}
+
+// protocolDataLocked returns the bytes of the in-memory protocol.json.
+func (l *Log) protocolDataLocked() ([]byte, error) {
+	if l.protoData == nil {
+		data, err := marshalPyIndent(l.proto.Raw)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", protocolFile, err)
+		}
+		l.protoData = data
+	}
+	return l.protoData, nil
 }
 
 // writeFileAtomic replaces path with data: a temporary file in the same
@@ -321,7 +331,7 @@ func writeTemp(path string, data []byte) (string, error) {
 		mode = fi.Mode().Perm()
 	}
 	dir, base := filepath.Split(path)
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*") // ProtocolTempPrefix for protocol.json
 	if err != nil {
 		return "", err
 	}

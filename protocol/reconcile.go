@@ -71,7 +71,7 @@ func removeStaleTemps(folder string) {
 	if err != nil {
 		return
 	}
-	prefix := "." + protocolFile + ".tmp-"
+	prefix := ProtocolTempPrefix
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), prefix) && e.Type().IsRegular() {
 			os.Remove(filepath.Join(folder, e.Name()))
