@@ -204,6 +204,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (de *fuse.DirEntry, errno sy
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.loaded {
+		d.fsys.enter("readdir", d.rel)
 		entries, err := d.fsys.visibleEntries(d.rel)
 		if err != nil {
 			return nil, errnoOf(err)

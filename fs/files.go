@@ -130,7 +130,18 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	// Served reads, checked one by one, of pages the kernel may keep
 	// between opens: warm reads then cost what the page cache costs. The
 	// watcher drops the pages when the backing file changes, and a grant
-	// change drops them too.
+	// change drops them too. A change inotify does not report shows here:
+	// the file is not the version whose attributes the kernel holds.
+	if n != nil && acc != syscall.O_WRONLY && !private {
+		if prev := n.seen.Swap(&ver); prev != nil && *prev != ver {
+			// Without FOPEN_KEEP_CACHE the kernel drops the pages at this
+			// open; the attributes (the size above all) go too, from
+			// another goroutine: a notification sent while this request
+			// is answered could wait for it.
+			go n.NotifyContent(0, 0)
+			return f.track(h), 0, 0
+		}
+	}
 	return f.track(h), fuse.FOPEN_KEEP_CACHE, 0
 }
 

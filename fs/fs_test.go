@@ -96,3 +96,17 @@ func TestManaged(t *testing.T) {
 	assert.False(t, managed("sub/events.jsonl"))
 	assert.Equal(t, "/", displayPath(""))
 }
+
+func TestCacheTimeoutFollowsTheWatcher(t *testing.T) {
+	f := &FS{}
+	assert.Equal(t, ShortTimeout, f.cacheTimeout(), "no watcher: nobody invalidates")
+	wt, err := NewWatcher(t.TempDir(), nil)
+	require.NoError(t, err)
+	defer wt.Close()
+	wt.Add(f)
+	assert.Equal(t, CacheTimeout, f.cacheTimeout())
+	wt.degrade("test", nil)
+	assert.Equal(t, ShortTimeout, f.cacheTimeout(), "a directory it cannot watch")
+	wt.Remove(f)
+	assert.Equal(t, ShortTimeout, f.cacheTimeout())
+}

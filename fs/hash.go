@@ -8,6 +8,8 @@ import (
 	"io"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // hashCache remembers content hashes by file identity and version, so
@@ -27,6 +29,14 @@ type fileVersion struct {
 func versionOf(st *syscall.Stat_t) fileVersion {
 	return fileVersion{
 		dev: uint64(st.Dev), ino: st.Ino, size: uint64(st.Size),
+		mtimeNs: st.Mtim.Nano(), ctimeNs: st.Ctim.Nano(),
+	}
+}
+
+// unixVersion is versionOf for a golang.org/x/sys stat.
+func unixVersion(st *unix.Stat_t) fileVersion {
+	return fileVersion{
+		dev: st.Dev, ino: st.Ino, size: uint64(st.Size),
 		mtimeNs: st.Mtim.Nano(), ctimeNs: st.Ctim.Nano(),
 	}
 }
