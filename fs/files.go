@@ -75,14 +75,13 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 			return nil, 0, errnoOf(err)
 		}
 		ver = versionOf(&st)
-		var sha string
+		var errno syscall.Errno
 		if pjson != nil {
-			sha = digest(pjson)
-		} else if sha, err = f.contentHash(rel, fd); err != nil {
-			unix.Close(fd)
-			return nil, 0, errnoOf(err)
+			errno = f.recordRead(ctx, rel, digest(pjson), "")
+		} else {
+			errno = f.recordReadOf(ctx, rel, fd, ver, "")
 		}
-		if errno := f.recordRead(ctx, rel, sha, ""); errno != 0 {
+		if errno != 0 {
 			unix.Close(fd)
 			return nil, 0, errno
 		}
@@ -143,14 +142,6 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		}
 	}
 	return f.track(h), fuse.FOPEN_KEEP_CACHE, 0
-}
-
-// contentHash is the SHA-256 recorded with each read.
-func (f *FS) contentHash(rel string, fd int) (string, error) {
-	if rel == EventsFile {
-		return f.evHash.sum(fd)
-	}
-	return f.hashes.sum(fd)
 }
 
 // fileHandle is any open regular file of a view.
@@ -302,11 +293,7 @@ func (h *handle) recordNewVersion(ctx context.Context) syscall.Errno {
 	if v == *h.readVer {
 		return 0
 	}
-	sha, err := h.fsys.hashes.sum(h.fd())
-	if err != nil {
-		return errnoOf(err)
-	}
-	if errno := h.fsys.recordRead(ctx, h.path(), sha, "content changed since the open"); errno != 0 {
+	if errno := h.fsys.recordReadOf(ctx, h.path(), h.fd(), v, "content changed since the open"); errno != 0 {
 		return errno
 	}
 	h.readVer = &v

@@ -115,6 +115,8 @@ type FS struct {
 	stage       staging
 	passthrough bool
 	hashes      hashCache
+	store       *hashStore // hashes kept beside the ledger, across mounts
+	deferred    deferredHashes
 	evHash      appendHasher
 	lastErr     atomic.Pointer[string]
 
@@ -160,6 +162,9 @@ func New(opts Options) (*FS, error) {
 		b.root.Close()
 		return nil, err
 	}
+	if p := opts.Ledger.Path(); p != "" {
+		f.store = openHashStore(filepath.Join(filepath.Dir(p), HashStoreName))
+	}
 	f.root = &node{fsys: f}
 	f.stage.fd, f.stage.names = -1, map[string]string{}
 	f.sweepStaging()
@@ -176,6 +181,10 @@ func (f *FS) Root() gofs.InodeEmbedder { return f.root }
 // Close releases the folder descriptor once the view is unmounted.
 // Its private temporary files go with it.
 func (f *FS) Close() error {
+	// Every read recorded without its hash gets it before the view is
+	// reported stopped.
+	f.waitHashes()
+	f.store.release()
 	f.stopRepeats()
 	f.removeStaging()
 	return f.b.root.Close()

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -109,4 +111,46 @@ func TestCacheTimeoutFollowsTheWatcher(t *testing.T) {
 	assert.Equal(t, ShortTimeout, f.cacheTimeout(), "a directory it cannot watch")
 	wt.Remove(f)
 	assert.Equal(t, ShortTimeout, f.cacheTimeout())
+}
+
+func TestHashVersionRefusesAChangedFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big.bin")
+	require.NoError(t, os.WriteFile(p, []byte("version one"), 0o644))
+	f, err := os.Open(p)
+	require.NoError(t, err)
+	defer f.Close()
+	var st syscall.Stat_t
+	require.NoError(t, syscall.Fstat(int(f.Fd()), &st))
+	v := versionOf(&st)
+	got, err := hashVersion(int(f.Fd()), v)
+	require.NoError(t, err)
+	assert.Equal(t, sum([]byte("version one")), got)
+
+	// Same size, other bytes: the change time tells.
+	require.NoError(t, os.WriteFile(p, []byte("version two"), 0o644))
+	_, err = hashVersion(int(f.Fd()), v)
+	assert.ErrorIs(t, err, errChanged)
+}
+
+func TestHashStoreSurvivesReopeningAndRefusesForeignFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, HashStoreName)
+	v := fileVersion{dev: 1, ino: 2, size: 3, mtimeNs: 4, ctimeNs: 5}
+	sha := strings.Repeat("ab", 32)
+	s := openHashStore(path)
+	s.put(v, sha)
+	s.release()
+
+	s = openHashStore(path)
+	got, ok := s.get(v)
+	assert.True(t, ok)
+	assert.Equal(t, sha, got)
+	s.release()
+
+	// A store others may write is not believed.
+	require.NoError(t, os.Chmod(path, 0o666))
+	s = openHashStore(path)
+	_, ok = s.get(v)
+	assert.False(t, ok)
+	s.release()
 }

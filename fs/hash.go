@@ -45,6 +45,24 @@ func unixVersion(st *unix.Stat_t) fileVersion {
 // which only costs re-hashing.
 const maxCachedHashes = 1 << 16
 
+// get returns the cached hash of version v.
+func (c *hashCache) get(v fileVersion) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.m[v]
+	return s, ok
+}
+
+// put caches the hash of version v.
+func (c *hashCache) put(v fileVersion, s string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedHashes {
+		c.m = make(map[fileVersion]string)
+	}
+	c.m[v] = s
+}
+
 // sum returns the SHA-256 of the open file fd.
 func (c *hashCache) sum(fd int) (string, error) {
 	var st syscall.Stat_t

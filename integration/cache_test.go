@@ -2,6 +2,7 @@ package integration
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	acpfsfs "github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
 )
@@ -413,4 +415,74 @@ func TestCachedEntryOfAFrozenDeliverable(t *testing.T) {
 	b, err := os.ReadFile(r.bob.path(primary))
 	require.NoError(t, err)
 	assert.Equal(t, designSpec("Frozen"), string(b))
+}
+
+// A large file's open does not wait for its hash: the read is recorded
+// with the file's version and its read_hash follows, before the view is
+// reported stopped. A later mount takes the hash from the store beside
+// the ledger and records it with the read at once.
+func TestLargeFileHashFollowsTheRead(t *testing.T) {
+	c := newCollab(t)
+	big := make([]byte, 24<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	writeFiles(t, c.folder, map[string]string{"scratch/big.bin": string(big)})
+	want := fileSHA(t, filepath.Join(c.folder, "scratch/big.bin"))
+
+	readOnce := func(v *view) {
+		f, err := os.Open(v.path("scratch/big.bin"))
+		require.NoError(t, err)
+		b := make([]byte, 16)
+		_, err = f.Read(b)
+		require.NoError(t, err)
+		assert.Equal(t, big[:16], b)
+		require.NoError(t, f.Close())
+	}
+	v := c.mountView(reviewerGrant(), withAuditOpens())
+	readOnce(v)
+	require.NoError(t, v.m.Stop())
+
+	var read, hash *ledger.Record
+	recs := c.records()
+	for i := range recs {
+		r := &recs[i]
+		switch {
+		case r.Kind == ledger.KindRead && r.Path == "scratch/big.bin":
+			read = r
+		case r.Kind == ledger.KindReadHash && r.Path == "scratch/big.bin":
+			hash = r
+		}
+	}
+	require.NotNil(t, read, "the read is recorded")
+	assert.Empty(t, read.SHA256, "the open did not wait for the hash")
+	assert.Contains(t, read.Detail, "sha256 follows in a read_hash record; size=25165824")
+	require.NotNil(t, hash, "the hash follows the read")
+	assert.Equal(t, want, hash.SHA256)
+	assert.Equal(t, fmt.Sprintf("read seq %d", read.Seq), hash.Detail)
+	assert.Equal(t, read.PID, hash.PID)
+	assert.Less(t, read.Seq, hash.Seq)
+
+	// The ledger stays open in this process (its tail is not signed
+	// yet): the verdict may be unverified, the report is complete.
+	require.NoError(t, c.lw.Sync())
+	out, stderr, _ := acpfs(t, "ledger", "audit", "--ledger", c.ledger, "--grants", filepath.Join(c.runs, "context_grants"), "--format", "json")
+	assert.Contains(t, out, want, "the audit attaches the hash to the read: %s", stderr)
+
+	// Remounted: the store beside the ledger knows this version.
+	n := len(c.records())
+	v2 := c.mountView(reviewerGrant(), withAuditOpens())
+	readOnce(v2)
+	require.NoError(t, v2.m.Stop())
+	found := false
+	for _, r := range c.records()[n:] {
+		if r.Kind == ledger.KindRead && r.Path == "scratch/big.bin" {
+			found = true
+			assert.Equal(t, want, r.SHA256, "known at once after a remount")
+		}
+		assert.NotEqual(t, ledger.KindReadHash, r.Kind)
+	}
+	assert.True(t, found)
+	_, err := os.Stat(filepath.Join(c.folder, acpfsfs.HashStoreName))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the store is never in the folder")
 }
