@@ -48,7 +48,7 @@ bench-core: build
 	$(GO) test -run '^$$' -bench 'LogAppend|Validate|OpenLog' -benchtime 20x ./protocol/
 	$(GO) test -run '^$$' -bench 'CLIAppend' -benchtime 20x ./cmd/acpfs/
 	$(GO) test -run '^$$' -bench 'Matcher50Rules' ./grants/
-	$(GO) test -run '^$$' -bench 'Append' -benchtime 3x ./ledger/
+	$(GO) test -run '^$$' -bench 'Append|Verify1M' -benchtime 3x ./ledger/
 
 bench-fs: build
 	bash scripts/bench.sh

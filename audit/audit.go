@@ -47,6 +47,11 @@ type Grant struct {
 	Rules     Explainer
 	Revoked   bool
 	RevokedAt time.Time // zero when unknown
+	// Hash is grants.Grant.Hash of the grant file judged with; views
+	// record the hash of the grant they apply (grant_applied), and a
+	// different one means the audit judges with rules that were not
+	// the ones in force.
+	Hash string
 }
 
 // LoadGrants loads and compiles every G-*.json grant file in dir.
@@ -84,7 +89,7 @@ func NewGrant(g *grants.Grant) (Grant, error) {
 	if err != nil {
 		return Grant{}, err
 	}
-	ag := Grant{GrantID: g.GrantID, AgentID: g.AgentID, Rules: m, Revoked: g.Revoked}
+	ag := Grant{GrantID: g.GrantID, AgentID: g.AgentID, Rules: m, Revoked: g.Revoked, Hash: g.Hash()}
 	if g.RevokedAt != "" {
 		if t, err := time.Parse(time.RFC3339Nano, g.RevokedAt); err == nil {
 			ag.RevokedAt = t
@@ -102,6 +107,9 @@ type Options struct {
 	// chain makes an otherwise isolated verdict unverified. Nil means not
 	// checked: the report says so, and the verdict is the records' alone.
 	Chain *ledger.VerifyReport
+	// Live judges the records after the last signature too: views are
+	// still mounted, and their writers sign within a second.
+	Live bool
 	// Folder, when set, is the collaboration folder: its files become rows
 	// of the matrix even if nobody touched them.
 	Folder string
@@ -117,7 +125,10 @@ type Report struct {
 	GeneratedAt string               `json:"generated_at"`
 	Verdict     string               `json:"verdict"` // isolated only when every agent is, the chain is valid and no record was lost
 	Chain       *ledger.VerifyReport `json:"chain"`
-	Records     int64                `json:"records"` // records read (up to the first unreadable line)
+	// Untrusted counts the records after the last one the chain check
+	// vouches for: not judged for anyone.
+	Untrusted int64 `json:"untrusted,omitempty"`
+	Records   int64 `json:"records"` // records read (up to the first unreadable line)
 	// Gaps are the operators' acknowledgements of lost records (gap
 	// records). While any is present no agent is isolated: what it did
 	// in the lost records is unknown.
@@ -284,6 +295,11 @@ type Auditor struct {
 	records   int64
 	lastSeq   int64  // seq of the last record fed
 	lastAt    string // and its time
+	// trusted is the last seq the chain check vouches for (-1: all);
+	// later records are counted in untrusted and judged for nobody.
+	trusted   int64
+	untrusted int64
+	applied   map[string][]string // grant -> hashes views recorded applying, in order
 }
 
 // revocation is where a grant_revoked record stands in the ledger.
@@ -301,6 +317,8 @@ func New(gs []Grant, opts Options) *Auditor {
 		revokedAt: map[string]revocation{},
 		agents:    map[string]*Agent{},
 		cells:     map[string]map[string]*MatrixCell{},
+		trusted:   trustedThrough(opts.Chain, opts.Live),
+		applied:   map[string][]string{},
 	}
 	for i := range gs {
 		g := &gs[i]
@@ -309,6 +327,51 @@ func New(gs []Grant, opts Options) *Auditor {
 		a.agent(g.AgentID).addGrant(g.GrantID)
 	}
 	return a
+}
+
+// grantDrift says how the grants the views recorded applying for ag
+// differ from the grant files given to the audit ("" when they do not).
+func (a *Auditor) grantDrift(ag *Agent) string {
+	var out []string
+	for _, id := range ag.Grants {
+		g, ok := a.grants[id]
+		if !ok || g.Hash == "" {
+			continue
+		}
+		for _, h := range a.applied[id] {
+			if h != g.Hash {
+				out = append(out, fmt.Sprintf("grant %s was in force in a version (%s) other than the file judged with (%s)", id, shortHash(h), shortHash(g.Hash)))
+				break
+			}
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// trustedThrough is the last seq the chain check vouches for: the sound
+// records before its first problem and, when signatures were checked,
+// only those a valid signature covers. A record past it may have been
+// forged or edited: it can convict no one and clear no one. -1 when the
+// check vouches for everything (or was not given).
+func trustedThrough(c *ledger.VerifyReport, live bool) int64 {
+	if c == nil || live && c.Problem == nil {
+		return -1
+	}
+	switch {
+	case c.SignaturesChecked && (c.Problem != nil || c.Unsigned > 0):
+		// A signature covers everything before it, and nothing after.
+		return c.SignedThrough
+	case c.Problem != nil:
+		return c.LastSeq
+	}
+	return -1
 }
 
 // Build judges records already in memory: New, Add for each, Report.
@@ -456,6 +519,10 @@ func (a *Auditor) afterRevocation(r ledger.Record, rev revocation) bool {
 // gap record stands for the records between it and the one before.
 func (a *Auditor) Add(r ledger.Record) {
 	a.records++
+	if a.trusted >= 0 && r.Seq > a.trusted {
+		a.untrusted++
+		return
+	}
 	prevSeq, prevAt := a.lastSeq, a.lastAt
 	a.lastSeq, a.lastAt = r.Seq, r.At
 	switch r.Kind {
@@ -463,6 +530,11 @@ func (a *Auditor) Add(r ledger.Record) {
 		return // the ledger's own bookkeeping, not anyone's activity
 	case ledger.KindGap:
 		a.addGap(r, prevSeq, prevAt)
+		return
+	case ledger.KindGrantApplied:
+		if h := a.applied[r.Grant]; len(h) == 0 || h[len(h)-1] != r.SHA256 {
+			a.applied[r.Grant] = append(h, r.SHA256)
+		}
 		return
 	case ledger.KindGrantRevoked:
 		if _, seen := a.revokedAt[r.Grant]; !seen && r.Grant != "" {
@@ -696,7 +768,7 @@ func (a *Auditor) Report() (*Report, error) {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		ag := judgeAgent(a.agents[id], rep.Gaps)
+		ag := judgeAgent(a.agents[id], rep.Gaps, a.untrusted, rep.Chain, a.grantDrift(a.agents[id]))
 		switch {
 		case ag.Verdict == VerdictViolated:
 			rep.Verdict = VerdictViolated
@@ -705,6 +777,7 @@ func (a *Auditor) Report() (*Report, error) {
 		}
 		rep.Agents = append(rep.Agents, ag)
 	}
+	rep.Untrusted = a.untrusted
 	rep.Matrix = a.matrix(rep.Agents, folderFiles)
 	if rep.Verdict == VerdictIsolated && (len(rep.Gaps) > 0 || rep.Chain != nil && !rep.Chain.OK()) {
 		rep.Verdict = VerdictUnverified
@@ -714,7 +787,7 @@ func (a *Auditor) Report() (*Report, error) {
 
 // judgeAgent returns the agent's part of a report: its lists and its
 // verdict, in a copy that later records leave alone.
-func judgeAgent(live *Agent, gaps []Gap) *Agent {
+func judgeAgent(live *Agent, gaps []Gap, untrusted int64, chain *ledger.VerifyReport, drift string) *Agent {
 	ag := new(Agent)
 	*ag = *live
 	ag.Reads = sortedAccesses(ag.reads)
@@ -739,6 +812,16 @@ func judgeAgent(live *Agent, gaps []Gap) *Agent {
 	case ag.unknown > 0:
 		ag.Verdict = VerdictUnverified
 		ag.Reason = fmt.Sprintf("%d path(s) accessed under a grant that was not given to the audit", ag.unknown)
+	case drift != "":
+		ag.Verdict = VerdictUnverified
+		ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) allowed by the grant given to the audit, but %s", len(ag.Reads), len(ag.Lists), drift)
+	case chain != nil && !chain.OK() || untrusted > 0:
+		// Past the break, anything may have been removed or made up.
+		ag.Verdict = VerdictUnverified
+		ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) in the records the chain vouches for allowed by its grant, but the ledger is not sound", len(ag.Reads), len(ag.Lists))
+		if untrusted > 0 {
+			ag.Reason += fmt.Sprintf(" (%d record(s) after seq %d not judged)", untrusted, trustedThrough(chain, false))
+		}
 	case len(gaps) > 0:
 		// The lost records may hold anything this agent did then.
 		ag.Verdict = VerdictUnverified
@@ -746,6 +829,9 @@ func judgeAgent(live *Agent, gaps []Gap) *Agent {
 	default:
 		ag.Verdict = VerdictIsolated
 		ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) allowed by its grant", len(ag.Reads), len(ag.Lists))
+	}
+	if drift != "" && ag.Verdict == VerdictViolated {
+		ag.Reason += "; note: " + drift
 	}
 	for _, g := range gaps {
 		ag.Reason += fmt.Sprintf("; %s, written %s: what it did then is unknown", g, g.Period())

@@ -605,3 +605,43 @@ func TestAuditReadHash(t *testing.T) {
 		})
 	}
 }
+
+// Records the chain check does not vouch for convict no one and clear no
+// one.
+func TestAuditJudgesOnlyVouchedRecords(t *testing.T) {
+	recs := []ledger.Record{
+		{Seq: 1, Kind: ledger.KindRead, Agent: "alice", Grant: "G-alice", Path: "docs/a.md"},
+		{Seq: 2, Kind: ledger.KindCheckpoint},
+		{Seq: 3, Kind: ledger.KindRead, Agent: "bob", Grant: "G-bob", Path: "oracle/answers.md"}, // forged
+	}
+	chain := &ledger.VerifyReport{Records: 3, LastSeq: 3, SignaturesChecked: true, SignedThrough: 2, Unsigned: 1,
+		Problem: &ledger.Problem{Seq: 3, Kind: ledger.ProblemUnsignedTail, Reason: "unsigned"}}
+	rep, err := Build(recs, fakeGrants(), Options{Chain: chain})
+	require.NoError(t, err)
+	assert.Equal(t, VerdictUnverified, rep.Verdict)
+	assert.Equal(t, int64(1), rep.Untrusted)
+	for _, ag := range rep.Agents {
+		assert.Equal(t, VerdictUnverified, ag.Verdict, ag.Agent)
+		assert.Empty(t, ag.Violations, "%s is not convicted by a record no signature covers", ag.Agent)
+	}
+}
+
+// A grant file that is not the version the views applied cannot clear an
+// agent: the audit would judge with rules that were not in force.
+func TestAuditSeesAChangedGrant(t *testing.T) {
+	gs := fakeGrants()
+	for i := range gs {
+		gs[i].Hash = "h-now-" + gs[i].GrantID
+	}
+	recs := []ledger.Record{
+		{Seq: 1, Kind: ledger.KindGrantApplied, Agent: "alice", Grant: "G-alice", SHA256: "h-then"},
+		{Seq: 2, Kind: ledger.KindRead, Agent: "alice", Grant: "G-alice", Path: "docs/a.md"},
+		{Seq: 3, Kind: ledger.KindGrantApplied, Agent: "bob", Grant: "G-bob", SHA256: "h-now-G-bob"},
+	}
+	rep, err := Build(recs, gs, Options{})
+	require.NoError(t, err)
+	ags := byAgent(rep)
+	assert.Equal(t, VerdictUnverified, ags["alice"].Verdict)
+	assert.Contains(t, ags["alice"].Reason, "other than the file judged with")
+	assert.Equal(t, VerdictIsolated, ags["bob"].Verdict, "the version in force is the one judged with")
+}

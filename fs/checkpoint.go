@@ -39,6 +39,10 @@ func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) 
 		f.ledgerDown(o.String(), rel, b)
 		return nil, syscall.EIO
 	}
+	if f.ledger.Failing() {
+		f.ledgerDown(o.String(), rel, errLedgerFull)
+		return nil, syscall.EIO
+	}
 	if name, ok := f.stagedName(rel); ok {
 		return f.stagedTarget(o, rel, name)
 	}
@@ -52,7 +56,7 @@ func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) 
 		t.close()
 		if verdict.record != "" {
 			if verdict.quiet {
-				if err := f.recordRefusal(ctx, verdict.record, o.String(), rel, verdict.why); err != nil {
+				if err := f.recordRefusal(ctx, verdict.record, o.String(), rel, verdict.why, verdict.why); err != nil {
 					f.ledgerDown(o.String(), rel, err)
 					return nil, syscall.EIO
 				}

@@ -113,6 +113,28 @@ func (f *FS) recordOnce(ctx context.Context, k repeatKey, rec func() error) erro
 	return nil
 }
 
+// recordListing records a directory listing, once per directory and view
+// session by default: which directories an agent listed is the fact the
+// audit needs, and a loop of readdir calls must not grow the ledger.
+func (f *FS) recordListing(ctx context.Context, rel string) error {
+	rec := func() error { return f.record(ctx, ledger.KindList, "readdir", rel, "", "") }
+	if f.audit != AuditCompact {
+		return rec()
+	}
+	k := repeatKey{kind: ledger.KindList, path: rel}
+	f.repeats.mu.Lock()
+	_, seen := f.repeats.seen[k]
+	f.repeats.mu.Unlock()
+	if seen {
+		return nil
+	}
+	if err := rec(); err != nil {
+		return err
+	}
+	f.repeats.recorded(k)
+	return nil
+}
+
 // startRepeats starts the periodic flush of repeat counts.
 func (f *FS) startRepeats() {
 	f.repeats.stop = make(chan struct{})

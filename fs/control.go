@@ -236,7 +236,10 @@ func (f *FS) statusText(ctx context.Context) ([]byte, syscall.Errno) {
 	if p := f.log.HistoryProblem(); p != "" {
 		fmt.Fprintf(&b, "history: broken, every append fails with EIO until it is repaired (%s)\n", p)
 	}
-	if br := f.ledger.Broken(); br != nil {
+	b.WriteString(f.quotaText())
+	if f.ledger.Failing() {
+		b.WriteString("ledger: cannot be written (disk full or immutable), every operation fails with EIO until it can\n")
+	} else if br := f.ledger.Broken(); br != nil {
 		fmt.Fprintf(&b, "ledger: stopped, every recorded operation fails with EIO until an operator repairs it (%s)\n", br.Reason)
 	} else {
 		b.WriteString("ledger: recording\n")

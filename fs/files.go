@@ -33,6 +33,9 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		return nil, 0, errno
 	}
 	defer t.close()
+	if errno := f.handleRoom(ctx, "open", rel); errno != 0 {
+		return nil, 0, errno
+	}
 	if t.e.kind != kindFile {
 		// The kernel opens symlinks by following them and directories
 		// through opendir: anything else here is a name whose entry
@@ -190,6 +193,7 @@ var (
 // handle up, then registers it with FS.track before handing it out.
 func (f *FS) newHandle(fd int, rel string, n *node) *handle {
 	file := os.NewFile(uintptr(fd), rel)
+	f.handleOpened()
 	return &handle{file: file, lf: gofs.NewLoopbackFileFromOS(file), fsys: f, node: n, rel: rel, audit: f.auditReads}
 }
 
@@ -337,12 +341,19 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (n uint32, e
 	if errno := h.writeCheck(ctx, "write"); errno != 0 {
 		return 0, errno
 	}
+	grow := growth(h.fd(), off, int64(len(data)), h.appending)
+	if errno := h.fsys.chargeGrowth(ctx, "write", h.rel, grow); errno != 0 {
+		return 0, errno
+	}
 	var k int
 	var err error
 	if h.appending {
 		k, err = unix.Write(h.fd(), data) // at the true end of the file
 	} else {
 		k, err = unix.Pwrite(h.fd(), data, off)
+	}
+	if k < len(data) {
+		h.fsys.refund(min(grow, int64(len(data)-max(k, 0))))
 	}
 	h.ownChange()
 	return uint32(k), errnoOf(err)
@@ -353,7 +364,18 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (e
 	if errno := h.writeCheck(ctx, "fallocate"); errno != 0 {
 		return errno
 	}
-	return errnoOf(unix.Fallocate(h.fd(), mode, int64(off), int64(size)))
+	grow := int64(0)
+	if mode&unix.FALLOC_FL_KEEP_SIZE == 0 {
+		grow = growth(h.fd(), int64(off), int64(size), false)
+	}
+	if errno := h.fsys.chargeGrowth(ctx, "fallocate", h.rel, grow); errno != 0 {
+		return errno
+	}
+	err := unix.Fallocate(h.fd(), mode, int64(off), int64(size))
+	if err != nil {
+		h.fsys.refund(grow)
+	}
+	return errnoOf(err)
 }
 
 func (h *handle) Flush(ctx context.Context) syscall.Errno { return h.lf.Flush(ctx) }
@@ -364,6 +386,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.fsys.handles.remove(h)
+	h.fsys.handleClosed()
 	return h.lf.Release(ctx)
 }
 
@@ -395,6 +418,13 @@ type eventsFile struct {
 }
 
 func (e *eventsFile) PassthroughFd() (int, bool) { return -1, false }
+
+// drop forgets the unfinished line and gives its bytes back to the
+// view's budget. Called with mu held.
+func (e *eventsFile) drop() {
+	e.fsys.releasePending(int64(len(e.pending)))
+	e.pending = nil
+}
 
 func (e *eventsFile) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	return e.fsys.deny(ctx, ledger.KindAppendRejected, "fallocate", EventsFile, syscall.EPERM, "events.jsonl is append-only")
@@ -431,8 +461,13 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 		}
 		if i < 0 {
 			if len(e.pending)+len(rest) > maxLine {
-				e.pending, e.discard = nil, true
+				e.drop()
+				e.discard = true
 				return 0, e.fsys.rejectLine(ctx, syscall.EINVAL, fmt.Sprintf("line longer than %d bytes", maxLine))
+			}
+			if !e.fsys.holdPending(int64(len(rest))) {
+				return 0, e.fsys.deny(ctx, ledger.KindAppendRejected, "append", EventsFile, syscall.ENOMEM,
+					"too many unfinished event lines held by this view or this daemon; finish a line with a newline first")
 			}
 			e.pending = append(e.pending, rest...)
 			return uint32(len(data)), 0
@@ -441,7 +476,7 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 		line := rest[:i]
 		if !startedHere {
 			line = append(e.pending, line...)
-			e.pending = nil
+			e.drop()
 		}
 		var errno syscall.Errno
 		if len(line) > maxLine {
@@ -469,7 +504,8 @@ func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
 	defer e.fsys.guard(ctx, "flush", EventsFile, &errno)
 	e.mu.Lock()
 	pending := e.pending
-	e.pending, e.discard = nil, false
+	e.drop()
+	e.discard = false
 	e.mu.Unlock()
 	if len(pending) > 0 {
 		if protocol.ClassifyPending(pending) != protocol.PendingPartial {
@@ -549,7 +585,7 @@ func (f *FS) refuseAppend(ctx context.Context, err error) syscall.Errno {
 		// that already violates the protocol): not this line's fault.
 		errno = syscall.EIO
 	}
-	return f.rejectLine(ctx, errno, err.Error())
+	return f.denyAs(ctx, ledger.KindAppendRejected, "append", EventsFile, errno, err.Error(), "rule "+protocol.RuleOf(err))
 }
 
 func (f *FS) rejectLine(ctx context.Context, errno syscall.Errno, why string) syscall.Errno {

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -62,6 +63,13 @@ type Options struct {
 	AuditReads bool
 	// Audit is AuditCompact (default), AuditOpens or AuditReads.
 	Audit string
+	// MaxWriteBytes and MaxFiles are the write quotas of a grant that
+	// sets none: 0 takes DefaultMaxWriteBytes and DefaultMaxFiles, a
+	// negative value means no cap.
+	MaxWriteBytes, MaxFiles int64
+	// MaxHandles bounds the files open at once through this view (0:
+	// DefaultMaxHandles; negative: only the process cap).
+	MaxHandles int64
 	// Handoffs maps folder-relative paths to content-addressed copies
 	// (absolute paths) that this agent must see instead of the live file:
 	// an artifact handed to it reads exactly as it was handed over.
@@ -88,10 +96,17 @@ type FS struct {
 	log        *protocol.Log
 	ledger     *ledger.Writer
 	auditReads bool
-	audit      string   // AuditCompact, AuditOpens or AuditReads
-	repeats    *repeats // aggregation of repeated reads and refusals (AuditCompact)
-	fault      func(op, rel string)
-	hidden     []string
+	audit      string // AuditCompact, AuditOpens or AuditReads
+	quota      quota
+	// openHandles counts this view's open files, bounded by maxHandles.
+	openHandles atomic.Int64
+	maxHandles  int64
+	pending     atomic.Int64 // bytes of unfinished event lines held (limits.go)
+	maxBytes    int64        // default caps when the grant sets none (0: none)
+	maxFiles    int64
+	repeats     *repeats // aggregation of repeated reads and refusals (AuditCompact)
+	fault       func(op, rel string)
+	hidden      []string
 
 	// view holds the grant, its compiled matcher and the handoff map; it
 	// is swapped whole when the grant changes so readers never lock.
@@ -153,6 +168,9 @@ func New(opts Options) (*FS, error) {
 		ledger:      opts.Ledger,
 		auditReads:  opts.AuditReads || opts.Audit == AuditReads,
 		audit:       opts.Audit,
+		maxBytes:    capOr(opts.MaxWriteBytes, DefaultMaxWriteBytes),
+		maxFiles:    capOr(opts.MaxFiles, DefaultMaxFiles),
+		maxHandles:  capOr(opts.MaxHandles, DefaultMaxHandles),
 		repeats:     newRepeats(),
 		fault:       opts.Fault,
 		hidden:      opts.Hidden,
@@ -211,6 +229,10 @@ func (f *FS) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 	// What a directory shows (its listing, size and times) follows the
 	// grant: cached summaries are stale.
 	f.entryGen.Add(1)
+	// Which version of the grant was in force, for the audit.
+	if _, err := f.ledger.Append(ledger.Record{Kind: ledger.KindGrantApplied, Agent: g.AgentID, Grant: g.GrantID, SHA256: g.Hash()}); err != nil {
+		slog.Error("ledger: cannot record the grant applied", "grant", g.GrantID, "err", err)
+	}
 	f.reachOpenFiles(g, m)
 	if f.attached.Load() {
 		f.rejudgeKernel(f.root.EmbeddedInode(), "")
@@ -296,6 +318,10 @@ func (f *FS) recordChange(ctx context.Context, op, rel, detail string) syscall.E
 	return 0
 }
 
+// errLedgerFull is why a view refuses everything while its ledger's
+// writes fail.
+var errLedgerFull = errors.New("the ledger's last write failed and its file is still unwritable (disk full, immutable)")
+
 // ledgerDown says why a recorded operation was refused.
 func (f *FS) ledgerDown(op, rel string, err error) {
 	what := "the ledger cannot be written"
@@ -324,7 +350,14 @@ func (f *FS) recordRead(ctx context.Context, rel, sha, detail string) syscall.Er
 // ledger must show every refusal, and an agent probing hidden names must
 // not learn more from a broken ledger than from a working one.
 func (f *FS) deny(ctx context.Context, kind, op, rel string, errno syscall.Errno, why string) syscall.Errno {
-	if err := f.recordRefusal(ctx, kind, op, rel, why); err != nil {
+	return f.denyAs(ctx, kind, op, rel, errno, why, why)
+}
+
+// denyAs is deny for a reason that holds text the agent chose (a refused
+// event line): class names the kind of refusal for the aggregation, so
+// that varying the text does not make every refusal a new full record.
+func (f *FS) denyAs(ctx context.Context, kind, op, rel string, errno syscall.Errno, why, class string) syscall.Errno {
+	if err := f.recordRefusal(ctx, kind, op, rel, why, class); err != nil {
 		f.ledgerDown(op, rel, err)
 		return syscall.EIO
 	}
@@ -332,11 +365,28 @@ func (f *FS) deny(ctx context.Context, kind, op, rel string, errno syscall.Errno
 	return errno
 }
 
-// recordRefusal records a refusal once per (kind, op, path, reason) in
+// maxRefusalDetail bounds the reason a refusal record keeps: enough to
+// name the rule and the event, not a channel for an agent to fill the
+// ledger with.
+const maxRefusalDetail = 512
+
+// recordRefusal records a refusal once per (kind, op, path, class) in
 // full and counts its repeats (see recordOnce).
-func (f *FS) recordRefusal(ctx context.Context, kind, op, rel, why string) error {
-	k := repeatKey{kind: kind, op: op, path: rel, why: why}
-	return f.recordOnce(ctx, k, func() error { return f.record(ctx, kind, op, rel, "", why) })
+func (f *FS) recordRefusal(ctx context.Context, kind, op, rel, why, class string) error {
+	k := repeatKey{kind: kind, op: op, path: rel, why: class}
+	return f.recordOnce(ctx, k, func() error { return f.record(ctx, kind, op, rel, "", clip(why, maxRefusalDetail)) })
+}
+
+// clip cuts s to at most n bytes at a rune boundary, saying so.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… [%d bytes cut]", s[:cut], len(s)-cut)
 }
 
 func (f *FS) setLastError(msg string) {
@@ -526,4 +576,15 @@ func (f *FS) reachOpenFiles(g *grants.Grant, m *grants.Matcher) {
 			h.node.NotifyContent(0, 0)
 		}
 	}
+}
+
+// capOr is v, def when v is 0, and no cap (0) when v is negative.
+func capOr(v, def int64) int64 {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
 }

@@ -191,7 +191,15 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		defer unix.Close(ofd)
 		fd = ofd
 	}
+	var grow int64
+	if sizeSet && fd >= 0 {
+		grow = growth(fd, int64(size), 0, false)
+		if errno := f.chargeGrowth(ctx, "truncate", rel, grow); errno != 0 {
+			return errno
+		}
+	}
 	if errno := setattr(fd, t.d, in); errno != 0 {
+		f.refund(grow)
 		return errno
 	}
 	st, err := t.restat(fd)
@@ -294,7 +302,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHan
 	if t.e.kind != kindDir {
 		return nil, 0, syscall.ENOTDIR
 	}
-	if err := n.fsys.record(ctx, ledger.KindList, "readdir", rel, "", ""); err != nil {
+	if err := n.fsys.recordListing(ctx, rel); err != nil {
 		return nil, 0, syscall.EIO
 	}
 	// The kernel may keep the listing between opens: the watcher and
@@ -308,6 +316,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	defer n.fsys.guard(ctx, "create", rel, &errno)
 	n.fsys.enter("create", rel)
 	f := n.fsys
+	if errno := f.handleRoom(ctx, "create", rel); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	var t *target
 	var fd int
 	if f.stageable(rel) && !f.shows(rel) {
@@ -320,7 +331,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		if t, errno = f.at(ctx, opCreate, rel); errno != 0 {
 			return nil, nil, 0, errno
 		}
-		if errno := f.recordChange(ctx, "create", rel, ""); errno != 0 {
+		if errno := f.newName(ctx, "create", rel, ""); errno != 0 {
 			t.close()
 			return nil, nil, 0, errno
 		}
@@ -329,6 +340,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		oflags := int(flags)&^(unix.O_TRUNC|unix.O_EXCL|unix.O_CREAT|unix.O_NOCTTY) | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
 		var err error
 		if fd, err = unix.Openat(t.d.fd, t.d.name, oflags, mode&0o7777); err != nil {
+			f.quota.files.Add(-1)
 			t.close()
 			return nil, nil, 0, errnoOf(err)
 		}
@@ -394,10 +406,11 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, errno
 	}
 	defer t.close()
-	if errno := n.fsys.recordChange(ctx, "mkdir", rel, ""); errno != 0 {
+	if errno := n.fsys.newName(ctx, "mkdir", rel, ""); errno != 0 {
 		return nil, errno
 	}
 	if err := unix.Mkdirat(t.d.fd, t.d.name, mode&0o7777); err != nil {
+		n.fsys.quota.files.Add(-1)
 		return nil, errnoOf(err)
 	}
 	return n.made(ctx, t, mode, out)
@@ -415,10 +428,11 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	if mode&syscall.S_IFMT != syscall.S_IFREG {
 		return nil, n.fsys.deny(ctx, ledger.KindDenied, "mknod", rel, syscall.EPERM, "only regular files may be created")
 	}
-	if errno := n.fsys.recordChange(ctx, "mknod", rel, ""); errno != 0 {
+	if errno := n.fsys.newName(ctx, "mknod", rel, ""); errno != 0 {
 		return nil, errno
 	}
 	if err := unix.Mknodat(t.d.fd, t.d.name, mode, 0); err != nil {
+		n.fsys.quota.files.Add(-1)
 		return nil, errnoOf(err)
 	}
 	return n.made(ctx, t, mode, out)
@@ -551,10 +565,11 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if tr, ok := cleanSymlinkTarget(rel, target); !ok || !targetVisible(f.matcher(), tr) {
 		return nil, f.deny(ctx, ledger.KindDenied, "symlink", rel, syscall.EACCES, "symlink target is outside the visible folder")
 	}
-	if errno := f.recordChange(ctx, "symlink", rel, "to "+target); errno != 0 {
+	if errno := f.newName(ctx, "symlink", rel, "to "+target); errno != 0 {
 		return nil, errno
 	}
 	if err := unix.Symlinkat(target, t.d.fd, t.d.name); err != nil {
+		f.quota.files.Add(-1)
 		return nil, errnoOf(err)
 	}
 	return n.made(ctx, t, 0, out)

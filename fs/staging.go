@@ -121,13 +121,14 @@ func (f *FS) createStaged(ctx context.Context, rel string, flags, mode uint32) (
 	f.stage.seq++
 	name := "t" + strconv.FormatUint(f.stage.seq, 10)
 	f.stage.mu.Unlock()
-	if errno := f.recordChange(ctx, "create", rel, "private temporary file of this view"); errno != 0 {
+	if errno := f.newName(ctx, "create", rel, "private temporary file of this view"); errno != 0 {
 		unix.Close(dfd)
 		return nil, -1, errno
 	}
 	oflags := int(flags)&^(unix.O_TRUNC|unix.O_EXCL|unix.O_CREAT|unix.O_NOCTTY) | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	fd, err := unix.Openat(dfd, name, oflags, mode&0o7777)
 	if err != nil {
+		f.quota.files.Add(-1)
 		unix.Close(dfd)
 		return nil, -1, errnoOf(err)
 	}

@@ -3,6 +3,12 @@
 // readable or writable. It knows nothing of FUSE.
 package grants
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+)
+
 // This file is the contract between grants/ and its users (the CLI, fs/,
 // ledger audit). Signatures here are stable; bodies are filled in by the
 // grants implementation.
@@ -30,9 +36,14 @@ type Grant struct {
 	OutputContract    string                `json:"output_contract,omitempty"`
 	DecisionAuthority string                `json:"decision_authority,omitempty"`
 	StopConditions    []string              `json:"stop_conditions,omitempty"`
-	Revoked           bool                  `json:"revoked,omitempty"`
-	RevokedAt         string                `json:"revoked_at,omitempty"`
-	CreatedAt         string                `json:"created_at,omitempty"`
+	// MaxWriteBytes and MaxFiles cap what the agent may add through its
+	// view: bytes that make files longer, and new names. Zero leaves the
+	// mount's default (see acpfs up --max-write-bytes).
+	MaxWriteBytes int64  `json:"max_write_bytes,omitempty"`
+	MaxFiles      int64  `json:"max_files,omitempty"`
+	Revoked       bool   `json:"revoked,omitempty"`
+	RevokedAt     string `json:"revoked_at,omitempty"`
+	CreatedAt     string `json:"created_at,omitempty"`
 }
 
 // ParticipantID is the ACP participant this grant's agent writes as.
@@ -41,6 +52,20 @@ func (g *Grant) ParticipantID() string {
 		return g.Participant
 	}
 	return g.AgentID
+}
+
+// Hash is the hex SHA-256 of the grant's rules as JSON, revocation left
+// out: what a view records when it applies the grant, so that an audit
+// can tell whether the grant it judges with is the one that was in force.
+func (g *Grant) Hash() string {
+	c := *g
+	c.Revoked, c.RevokedAt = false, ""
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // Parse decodes and validates a grant (unknown fields are an error).

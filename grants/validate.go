@@ -362,6 +362,12 @@ func (v *validator) identity() {
 	if strings.TrimSpace(g.Objective) == "" {
 		v.add("objective", "missing")
 	}
+	if g.MaxWriteBytes < 0 {
+		v.add("max_write_bytes", "must not be negative (leave it out for the mount's default)")
+	}
+	if g.MaxFiles < 0 {
+		v.add("max_files", "must not be negative (leave it out for the mount's default)")
+	}
 }
 
 // name checks an identifier that ends up in ledger records and prompts.

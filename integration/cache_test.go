@@ -466,7 +466,7 @@ func TestLargeFileHashFollowsTheRead(t *testing.T) {
 	// The ledger stays open in this process (its tail is not signed
 	// yet): the verdict may be unverified, the report is complete.
 	require.NoError(t, c.lw.Sync())
-	out, stderr, _ := acpfs(t, "ledger", "audit", "--ledger", c.ledger, "--grants", filepath.Join(c.runs, "context_grants"), "--format", "json")
+	out, stderr, _ := acpfs(t, "ledger", "audit", "--live", "--ledger", c.ledger, "--grants", filepath.Join(c.runs, "context_grants"), "--format", "json")
 	assert.Contains(t, out, want, "the audit attaches the hash to the read: %s", stderr)
 
 	// Remounted: the store beside the ledger knows this version.

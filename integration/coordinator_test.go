@@ -246,7 +246,7 @@ func TestAuditVerdicts(t *testing.T) {
 	right.ForbiddenRead = []string{"oracle/**"}
 	right.MayRead = right.MayRead[:len(right.MayRead)-1]
 	e.saveGrant(right)
-	out, _, code := acpfs(t, "audit", "--runs", e.runs, "--format", "json")
+	out, _, code := acpfs(t, "audit", "--live", "--runs", e.runs, "--format", "json")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, out, "violated")
 	assert.Contains(t, out, "oracle/answer.md")

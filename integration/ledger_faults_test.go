@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -96,9 +97,20 @@ func TestLedgerTamperedWhileMounted(t *testing.T) {
 			enc.SetEscapeHTML(false)
 			require.NoError(t, enc.Encode(forged))
 			require.NoError(t, f.Close())
+			chain, err := ledger.VerifyStream(bytes.NewReader([]byte(readFile(t, c.ledger))))
+			require.NoError(t, err)
+			require.Nil(t, chain.Problem, "the hash chain alone cannot tell a forged record")
 			rep, err := ledger.Verify(c.ledger)
 			require.NoError(t, err)
-			require.Nil(t, rep.Problem, "the chain alone cannot tell a forged record")
+			require.NotNil(t, rep.Problem, "the signatures can")
+			assert.Equal(t, ledger.ProblemUnsignedTail, rep.Problem.Kind)
+			// And the audit convicts no one on it.
+			c.writeGrant(reviewerGrant())
+			c.writeGrant(ownerGrant())
+			out, stderr, code := acpfs(t, "audit", "--runs", c.runs, "--format", "json")
+			assert.Equal(t, 2, code, "%s%s", out, stderr)
+			assert.NotContains(t, out, `"verdict": "violated"`, "a forged record convicts no one")
+			assert.Contains(t, out, `"verdict": "unverified"`)
 		}, "not sealed"},
 	}
 	for _, tt := range tests {
@@ -135,7 +147,7 @@ func TestLedgerFullDisk(t *testing.T) {
 	requireFUSE(t)
 	r := newRunWithLedger(t, func(t *testing.T) string {
 		dir := t.TempDir()
-		require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", 0, "size=256k"))
+		require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", 0, "size=256k,mode=0700"))
 		t.Cleanup(func() { require.NoError(t, unix.Unmount(dir, 0)) })
 		return filepath.Join(dir, "ledger.jsonl")
 	})
@@ -154,6 +166,13 @@ func TestLedgerFullDisk(t *testing.T) {
 	}
 	require.ErrorIs(t, err, syscall.EIO, "reads fail once the ledger is full")
 	requireFailsClosed(t, r)
+	// A hidden name and an absent one answer alike while probes cannot be
+	// recorded.
+	_, errHidden := os.Lstat(r.alice.path("oracle"))
+	_, errAbsent := os.Lstat(r.alice.path("no-such-name"))
+	assert.ErrorIs(t, errHidden, syscall.EIO)
+	assert.ErrorIs(t, errAbsent, syscall.EIO)
+	assert.Contains(t, readFile(t, r.bob.path(".acpfs/status")), "ledger: cannot be written")
 
 	require.NoError(t, os.Remove(filepath.Join(filepath.Dir(r.c.ledger), "filler")))
 	_, err = os.ReadFile(r.alice.path("README.md"))

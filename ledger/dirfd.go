@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -26,7 +27,27 @@ func openLedgerDir(dir, base string) (ledgerDir, error) {
 	if err != nil {
 		return ledgerDir{fd: -1}, fmt.Errorf("open ledger directory %s: %w", dir, err)
 	}
+	if err := checkPrivate(fd, dir); err != nil {
+		unix.Close(fd)
+		return ledgerDir{fd: -1}, err
+	}
 	return ledgerDir{fd: fd, base: base}, nil
+}
+
+// checkPrivate refuses a ledger directory that anyone but the writer's
+// user may change. The head file, the broken-ledger note and the
+// preserved copies live there: whoever can replace them could roll the
+// ledger back to an older signed state that verifies.
+func checkPrivate(fd int, dir string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat ledger directory %s: %w", dir, err)
+	}
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		return fmt.Errorf("ledger directory %s must be owned by uid %d and writable by no one else (it is uid %d, mode %04o): whoever can write it can roll the ledger back; run chmod go-w on it",
+			dir, os.Geteuid(), st.Uid, st.Mode&0o7777)
+	}
+	return nil
 }
 
 func (d ledgerDir) close() {
@@ -82,6 +103,26 @@ func (d ledgerDir) writeAtomic(name string, data []byte) error {
 	if err := unix.Renameat(d.fd, tmp, d.fd, name); err != nil {
 		_ = unix.Unlinkat(d.fd, tmp, 0)
 		return err
+	}
+	return nil
+}
+
+// keepPrivate makes the ledger file the writer's alone: one another user
+// owns is refused, and permissions for group and others are taken away.
+func keepPrivate(f *os.File) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return errors.New("not a regular file")
+	}
+	if int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("owned by uid %d, not by this writer (uid %d)", st.Uid, os.Geteuid())
+	}
+	if st.Mode&0o077 != 0 {
+		slog.Warn("ledger: taking permissions for group and others away", "path", f.Name(), "mode", fmt.Sprintf("%04o", st.Mode&0o7777))
+		return unix.Fchmod(int(f.Fd()), 0o600)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,7 +124,11 @@ func (w *Writer) preserve() (string, bool) {
 	if w.dir.lstat(w.dir.base, &pst) == nil && pst.Dev == st.Dev && pst.Ino == st.Ino && st.Nlink > 0 {
 		return "", false // still reachable by its name
 	}
-	name := fmt.Sprintf("%s%s-%d", w.dir.base, PreservedSuffix, w.seq)
+	// A name nobody could have prepared: an existing file never stops
+	// the writer from keeping its records.
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	name := fmt.Sprintf("%s%s-%d-%s", w.dir.base, PreservedSuffix, w.seq, hex.EncodeToString(rnd[:]))
 	full := filepath.Join(filepath.Dir(w.path), name)
 	if st.Nlink > 0 {
 		if err := unix.Linkat(w.fd, "", w.dir.fd, name, unix.AT_EMPTY_PATH); err == nil {
@@ -391,10 +397,12 @@ func (w *Writer) checkHead() error {
 }
 
 // writeHead copies a checkpoint's line to the head file.
-func (w *Writer) writeHead(line []byte) {
+func (w *Writer) writeHead(line []byte) error {
 	if err := w.dir.writeAtomic(w.dir.base+headSuffix, line); err != nil {
 		slog.Error("ledger: cannot write the head file", "path", headPath(w.path), "err", err)
+		return err
 	}
+	return nil
 }
 
 // writeFileAtomic replaces path with data (temporary file and rename in
@@ -415,4 +423,18 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	return nil
+}
+
+// looksWritable is a cheap guess at whether a write would succeed now.
+func (w *Writer) looksWritable() bool {
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(w.fd, &sfs); err == nil && int64(sfs.Bavail)*int64(sfs.Bsize) < 64<<10 {
+		return false
+	}
+	var stx unix.Statx_t
+	if err := unix.Statx(w.fd, "", unix.AT_EMPTY_PATH, 0, &stx); err == nil &&
+		stx.Attributes&stx.Attributes_mask&(unix.STATX_ATTR_IMMUTABLE|unix.STATX_ATTR_APPEND) != 0 {
+		return false
+	}
+	return true
 }

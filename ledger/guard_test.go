@@ -91,7 +91,8 @@ func TestWriterStopsOnTampering(t *testing.T) {
 			require.NoError(t, json.Unmarshal(fileBytes(t, path+BrokenFile), &note))
 			assert.Contains(t, note.Reason, tt.reason)
 			if note.Preserved != "" {
-				rep, err := Verify(note.Preserved)
+				// It ends where the writer stopped: sealed, not yet signed.
+				rep, err := VerifyWith(note.Preserved, VerifyOptions{AllowUnsignedTail: true})
 				require.NoError(t, err)
 				assert.True(t, rep.OK(), "the preserved copy is the writer's chain")
 				assert.Equal(t, int64(3), rep.LastSeq)
@@ -241,4 +242,49 @@ func TestRepairSignsAKilledWritersTail(t *testing.T) {
 	info, err = Repair(path)
 	require.NoError(t, err)
 	assert.Nil(t, info, "nothing left to repair")
+}
+
+func TestOpenRefusesADirectoryOthersMayWrite(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o777))
+	_, err := Open(filepath.Join(dir, "ledger.jsonl"), Options{Sync: SyncOff})
+	require.ErrorContains(t, err, "writable by no one else")
+	_, err = Repair(filepath.Join(dir, "ledger.jsonl"))
+	require.ErrorContains(t, err, "writable by no one else")
+
+	require.NoError(t, os.Chmod(dir, 0o755))
+	p := filepath.Join(dir, "ledger.jsonl")
+	require.NoError(t, os.WriteFile(p, nil, 0o666))
+	require.NoError(t, os.Chmod(p, 0o666))
+	w, err := Open(p, Options{Sync: SyncOff})
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	st, err := os.Stat(p)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "the ledger is made private")
+}
+
+// A whole sealed record whose newline was lost, or replaced by a stray
+// byte, is no torn write: the repair gives it its line end back instead
+// of cutting it.
+func TestRepairRestoresALostLineEnd(t *testing.T) {
+	for _, tail := range []string{"", "X"} {
+		t.Run("stray "+tail, func(t *testing.T) {
+			w, path := openTamperable(t)
+			require.NoError(t, w.Close())
+			b := fileBytes(t, path)
+			b = append(b[:len(b)-1], tail...) // the checkpoint loses its "\n"
+			require.NoError(t, os.WriteFile(path, b, 0o600))
+			info, err := Repair(path)
+			require.NoError(t, err)
+			require.NotNil(t, info)
+			assert.Equal(t, RepairRestoredNewline, info.Action, info.Summary())
+			var kinds []string
+			require.NoError(t, Scan(path, Filter{}, func(r Record) error { kinds = append(kinds, r.Kind); return nil }))
+			assert.Equal(t, []string{KindRead, KindRead, KindRead, KindCheckpoint, KindRepair}, kinds, "no record was cut")
+			rep, err := Verify(path)
+			require.NoError(t, err)
+			assert.True(t, rep.OK(), "%+v", rep.Problem)
+		})
+	}
 }

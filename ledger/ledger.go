@@ -1,39 +1,47 @@
-// Package ledger writes and checks the hash-chained communication ledger:
-// one JSON record per line, each carrying the SHA-256 of its predecessor,
-// so that an edited, removed, reordered or inserted record is detected.
+// Package ledger writes and checks the communication ledger: one JSON
+// record per line, each carrying the SHA-256 of its predecessor, sealed by
+// the writers and signed at checkpoints, so that an edited, removed,
+// reordered, inserted, truncated or forged record is detected.
 //
 // # Record format and chain rule
 //
 // Each line is the canonical encoding of a [Record] followed by "\n". The
 // canonical encoding is the compact JSON object with the fields in the order
 // they are declared in Record (seq, at, kind, agent, grant, path, op, pid,
-// sha256, detail, prev, hash), the optional fields agent … detail left out
-// when empty, no insignificant whitespace, and strings escaped as Go's
-// encoding/json does with HTML escaping turned off (so "<", ">" and "&" stay
-// literal, while control characters, U+2028 and U+2029 are written as
-// \uXXXX). Strings are valid UTF-8: the writer replaces invalid bytes.
+// sha256, count, first, last, detail, key, mac, sig, prev, hash), the
+// optional fields left out when empty, no insignificant whitespace, and
+// strings escaped as Go's encoding/json does with HTML escaping turned off
+// (so "<", ">" and "&" stay literal, while control characters, U+2028 and
+// U+2029 are written as \uXXXX). Strings are valid UTF-8: the writer
+// replaces invalid bytes.
 //
 // Hash is the lowercase hex SHA-256 of the line's canonical encoding with
 // the hash value replaced by the empty string, that is of the bytes of the
 // line up to its final `"hash":"` followed by `"}` (without the newline).
 // Prev is the Hash of the previous line, and the empty string for the first
-// record. Seq starts at 1 and grows by exactly 1 per line.
+// record. Seq starts at 1 and grows by exactly 1 per line, across
+// segments.
 //
-// A verifier recomputes every hash, checks every prev and seq, and checks
-// that each line decodes without unknown fields and re-encodes to exactly
-// the same bytes. The chain proves order and integrity relative to the last
-// hash a reviewer has kept; it cannot stop someone who rewrites the whole
-// tail consistently, so keep the last hash (printed by verify) with each
-// deliverable.
+// # Seals and signatures
 //
-// # Concurrency and crash safety
+// Writers hold a [Key] kept in the ledger's directory (keys.go). The last
+// record of every batch carries a MAC, so that the next writer can tell the
+// tail was written by a writer; checkpoints, segment boundaries and gaps
+// carry an Ed25519 signature over the record, whose prev covers the whole
+// chain before it. A reviewer holding only the public key checks every
+// signature and cannot make one (verify.go). docs/ledger.md is the
+// user-facing description.
+//
+// # Concurrency, tampering and crash safety
 //
 // Writers hold an exclusive flock on the ledger while they read its tail
 // and append, so several processes (mounts, the CLI) may share one file.
-// Each batch of records is one write(2) of whole lines, so a crash can only
-// leave a torn last line without its newline. The next writer to open or
-// append cuts that line and records a KindRepair record (bytes cut, their
-// SHA-256); complete records are never rewritten.
+// Before each batch a writer checks that the file is still the chain it
+// wrote (guard.go) and stops, refusing every later Append with [ErrBroken],
+// when it is not. Each batch is one write(2) of whole lines, so a crash can
+// only leave a torn last line without its newline; the next writer cuts it
+// and records a KindRepair record (bytes cut, their SHA-256). Complete
+// records are never rewritten; [Repair] is the operator's way back.
 package ledger
 
 import (
@@ -69,6 +77,7 @@ const (
 	KindDeniedRepeat    = "denied_repeat"    // repeats of a refusal already recorded in full, aggregated
 	KindAppendRecovered = "append_recovered" // an appended line found at start-up without its record
 	KindAppendFailed    = "append_failed"    // an accepted and recorded append whose write then failed
+	KindGrantApplied    = "grant_applied"    // a view applied a grant (SHA256: grants.Grant.Hash)
 	KindCheckpoint      = "checkpoint"       // a signed checkpoint over the chain
 	KindGap             = "gap"              // an operator's acknowledgement of lost records
 	KindSegmentEnd      = "segment_end"      // the last record of a sealed segment
@@ -209,6 +218,14 @@ func (w *Writer) Broken() *Broken { return w.broken.Load() }
 // the broken state: it does when an operator has repaired the ledger
 // (see Repair). Cheap while the writer is sound.
 func (w *Writer) Resume() bool { return w.tryResume() }
+
+// Failing reports whether the last write failed and the file still looks
+// unwritable (its filesystem nearly full, or the file immutable or
+// append-only). A view then refuses everything alike, so that its answers
+// do not tell hidden names from absent ones while their probes cannot be
+// recorded; once the file looks writable again, operations go through
+// and the next write decides.
+func (w *Writer) Failing() bool { return w.failing.Load() && !w.looksWritable() }
 
 // Path returns the ledger file's path as given to Open.
 func (w *Writer) Path() string { return w.path }

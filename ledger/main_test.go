@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -73,7 +72,7 @@ func fixedClock() func() time.Time {
 func writeLedger(t testing.TB, n int) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "communication_ledger.jsonl")
-	k := testKey(t)
+	k := testKey(t, 7)
 	require.NoError(t, writeKeyFile(filepath.Dir(path), k))
 	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock(), Key: k})
 	require.NoError(t, err)
@@ -83,13 +82,4 @@ func writeLedger(t testing.TB, n int) string {
 	}
 	require.NoError(t, w.Close())
 	return path
-}
-
-// testKey is a fixed key, so that ledgers written by tests are the same
-// bytes on every run.
-func testKey(t testing.TB) *Key {
-	t.Helper()
-	k, err := NewKey(bytes.Repeat([]byte{7}, 32))
-	require.NoError(t, err)
-	return k
 }

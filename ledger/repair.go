@@ -14,13 +14,14 @@ import (
 
 // Repair actions, in RepairInfo.Action.
 const (
-	RepairCutTorn     = "cut_torn"    // a torn last line was cut
-	RepairRestored    = "restored"    // a writer's preserved copy was put back at the ledger's name
-	RepairGap         = "gap"         // records removed from the end were acknowledged by a signed gap record
-	RepairCutForeign  = "cut_foreign" // records appended without the key were moved aside
-	RepairSigned      = "signed"      // a tail sealed by a writer that stopped before signing was signed
-	repairDisplaced   = ".displaced-" // what stood at the ledger's name before a restore
-	repairForeignPart = ".foreign-"   // records cut because no writer sealed them
+	RepairCutTorn         = "cut_torn"         // a torn last line was cut
+	RepairRestored        = "restored"         // a writer's preserved copy was put back at the ledger's name
+	RepairGap             = "gap"              // records removed from the end were acknowledged by a signed gap record
+	RepairCutForeign      = "cut_foreign"      // records appended without the key were moved aside
+	RepairSigned          = "signed"           // a tail sealed by a writer that stopped before signing was signed
+	RepairRestoredNewline = "restored_newline" // a sealed record whose line end was lost or replaced got it back
+	repairDisplaced       = ".displaced-"      // what stood at the ledger's name before a restore
+	repairForeignPart     = ".foreign-"        // records cut because no writer sealed them
 )
 
 // Summary says in one line what the repair did.
@@ -28,7 +29,7 @@ func (i *RepairInfo) Summary() string {
 	switch i.Action {
 	case RepairRestored:
 		return "restored the records a writer had kept: " + i.Detail
-	case RepairGap, RepairCutForeign, RepairSigned:
+	case RepairGap, RepairCutForeign, RepairSigned, RepairRestoredNewline:
 		return fmt.Sprintf("%s; recorded as seq %d", i.Detail, i.Record.Seq)
 	}
 	return fmt.Sprintf("cut %d torn byte(s) at offset %d (sha256 %s), recorded as seq %d", i.Bytes, i.Offset, short(i.SHA256), i.Record.Seq)
@@ -58,6 +59,11 @@ func Repair(path string) (*RepairInfo, error) {
 	if _, err := os.Lstat(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("repair ledger: %w", err)
 	}
+	d, err := openLedgerDir(filepath.Dir(path), filepath.Base(path))
+	if err != nil {
+		return nil, fmt.Errorf("repair ledger: %w", err)
+	}
+	d.close()
 	key, err := LoadOrCreateKey(filepath.Dir(path))
 	if err != nil {
 		return nil, fmt.Errorf("repair ledger: %w", err)
@@ -133,12 +139,14 @@ func (r *repairer) run() (*RepairInfo, error) {
 	if t.cut != nil {
 		// Reuse the writer's own torn-line repair, without its checks
 		// (the rest may need repairing too: run again after).
-		w := &Writer{writerState{path: r.path, f: f, fd: fd, dir: ledgerDir{fd: -1}, pid: uint32(os.Getpid()), enc: r.enc, key: r.key, clock: time.Now}}
+		w := &Writer{writerState{path: r.path, f: f, fd: fd, dir: ledgerDir{fd: -1}, pid: uint32(os.Getpid()), enc: r.enc, key: r.key, clock: time.Now, signRepairs: true}}
 		w.seq, w.hash, w.size = t.seq, t.hash, t.end
 		if err := w.repairTail(t); err != nil {
 			return nil, err
 		}
-		w.lastRepair.Action = RepairCutTorn
+		if w.lastRepair.Action == "" {
+			w.lastRepair.Action = RepairCutTorn
+		}
 		return w.lastRepair, nil
 	}
 	if t.seq > 0 && !r.key.authentic(r.enc, &t.last) {

@@ -43,9 +43,6 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 	add := func(r *Record, mac bool) error {
 		r.Seq, r.Prev, r.Hash = seq+1, prev, ""
 		r.At = w.clock().UTC().Format(timeLayout)
-		if r.PID == 0 && signedKind(r.Kind) {
-			r.PID = w.pid
-		}
 		sanitize(r)
 		sign := signedKind(r.Kind)
 		if sign && r.Kind == KindCheckpoint {
@@ -104,16 +101,24 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 		return 0
 	}
 	if _, err := w.f.Write(w.buf); err != nil {
+		w.failing.Store(true)
 		w.rollback(start)
 		return fail(fmt.Errorf("append seq %d..%d to ledger %s: %w", w.seq+1, seq, w.path, err))
 	}
+	if headLine != nil {
+		// The head must follow every checkpoint: a checkpoint the head
+		// does not know of could be cut off without a trace.
+		if err := w.writeHead(headLine); err != nil {
+			w.failing.Store(true)
+			w.rollback(start)
+			return fail(fmt.Errorf("append seq %d..%d to ledger %s: the head file cannot follow: %w", w.seq+1, seq, w.path, err))
+		}
+	}
 	w.resumed = nil
+	w.failing.Store(false)
 	w.size = start + int64(len(w.buf))
 	w.seq, w.hash, w.signedSeq, w.lastKind = seq, prev, signed, lastKind
 	w.lastLine = append(w.lastLine[:0], w.buf[lineStart:]...)
-	if headLine != nil {
-		w.writeHead(headLine)
-	}
 	if cap(w.buf) > 1<<20 {
 		w.buf = nil // do not keep a huge buffer after a burst
 	}

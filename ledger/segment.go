@@ -16,14 +16,6 @@ import (
 // enough that a segment can be copied, archived or verified on its own.
 const defaultSegmentBytes = 128 << 20
 
-// SegmentName is the name of the sealed segment of the ledger file base
-// whose first record has seq first: "ledger.jsonl" holding seq 1 onwards
-// becomes "ledger.000000000001.jsonl".
-func SegmentName(base string, first int64) string {
-	stem := strings.TrimSuffix(base, ".jsonl")
-	return fmt.Sprintf("%s.%012d.jsonl", stem, first)
-}
-
 // rotate seals the current file with a signed segment_end record, keeps
 // it under its segment name, and continues in a new file at the ledger's
 // name that starts with a signed segment_start record. Called with the
@@ -68,20 +60,8 @@ func (w *Writer) finishRotation(first int64) error {
 	w.f, w.fd, w.size = nf, nfd, 0
 	w.syncMu.Unlock()
 	start := Record{Kind: KindSegmentStart, Detail: "follows " + seg}
-	if n := w.sealAndWrite([]*request{{rec: start}}, func(err error) int { w.rotErr = err; return 0 }); n == 0 {
-		w.syncMu.Lock()
-		w.f, w.fd, w.lastLine = old, int(old.Fd()), oldLine
-		w.syncMu.Unlock()
-		nf.Close()
-		_ = w.dir.remove(tmp)
-		w.size = -1
-		return fmt.Errorf("start segment: %w", w.rotErr)
-	}
-	if err := nf.Sync(); err != nil {
-		slog.Warn("ledger: fsync of a new segment", "err", err)
-	}
-	if err := unix.Renameat(w.dir.fd, tmp, w.dir.fd, w.dir.base); err != nil {
-		// The old file stays the ledger; the next append tries again.
+	// undo keeps the old file as the ledger; the next append tries again.
+	undo := func(err error) error {
 		w.syncMu.Lock()
 		w.f, w.fd, w.lastLine = old, int(old.Fd()), oldLine
 		w.syncMu.Unlock()
@@ -89,6 +69,15 @@ func (w *Writer) finishRotation(first int64) error {
 		_ = w.dir.remove(tmp)
 		w.size = -1
 		return fmt.Errorf("start segment: %w", err)
+	}
+	if n := w.sealAndWrite([]*request{{rec: start}}, func(err error) int { w.rotErr = err; return 0 }); n == 0 {
+		return undo(w.rotErr)
+	}
+	if err := nf.Sync(); err != nil {
+		slog.Warn("ledger: fsync of a new segment", "err", err)
+	}
+	if err := unix.Renameat(w.dir.fd, tmp, w.dir.fd, w.dir.base); err != nil {
+		return undo(err)
 	}
 	syncDir(dirOf(w.path))
 	_ = old.Close() // releases its lock; writers waiting on it follow the rotation

@@ -80,14 +80,17 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			return l
 		}, 10, ProblemTorn, 9},
 		{"first record removed", func(l [][]byte) [][]byte { return l[1:] }, 1, ProblemSeq, 0},
-		{"last record removed", func(l [][]byte) [][]byte { return l[:9] }, 0, "", 9},
+		// The head file keeps the closing checkpoint (seq 11): cutting
+		// records off the end shows.
+		{"last record removed", func(l [][]byte) [][]byte { return l[:9] }, 10, ProblemTruncated, 9},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := writeLedger(t, 10)
 			lines := splitLines(fileBytes(t, path))
 			lines = lines[:len(lines)-1] // SplitAfter leaves an empty last element
-			require.Len(t, lines, 10)
+			require.Len(t, lines, 11, "10 records and the closing checkpoint")
+			lines = lines[:10] // the chain alone (no public key here)
 			require.NoError(t, os.WriteFile(path, bytes.Join(tt.tamper(lines), nil), 0o600))
 			rep, err := Verify(path)
 			require.NoError(t, err)
@@ -134,15 +137,15 @@ func TestRepairTornTail(t *testing.T) {
 	assert.Equal(t, int64(len(before)-len(torn)), info.Offset)
 	assert.Equal(t, sha256Hex([]byte(torn)), info.SHA256)
 	assert.Equal(t, KindRepair, info.Record.Kind)
-	assert.Equal(t, int64(6), info.Record.Seq)
+	assert.Equal(t, int64(7), info.Record.Seq, "after 5 records and the closing checkpoint")
 	assert.Contains(t, info.Record.Detail, fmt.Sprintf("%d bytes", len(torn)))
 	after := fileBytes(t, path)
 	assert.Equal(t, before[:info.Offset], after[:info.Offset], "history is never rewritten")
 
 	rep, err = Verify(path)
 	require.NoError(t, err)
-	require.True(t, rep.OK())
-	assert.Equal(t, int64(6), rep.Records)
+	require.True(t, rep.OK(), "%+v", rep.Problem)
+	assert.Equal(t, int64(7), rep.Records)
 	require.Len(t, rep.Repairs, 1)
 	assert.Equal(t, info.SHA256, rep.Repairs[0].SHA256)
 
@@ -170,7 +173,7 @@ func TestRepairTornOnlyLine(t *testing.T) {
 func TestGoldenLedger(t *testing.T) {
 	golden := filepath.Join("..", "testdata", "ledger", "golden.jsonl")
 	path := filepath.Join(t.TempDir(), "l.jsonl")
-	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock()})
+	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock(), Key: testKey(t, 7)})
 	require.NoError(t, err)
 	for _, r := range []Record{
 		{Kind: KindGrantCreated, Agent: "reviewer", Grant: "G-reviewer", Detail: "may_read 2 patterns"},
@@ -197,5 +200,384 @@ func TestGoldenLedger(t *testing.T) {
 	rep, err := Verify(golden)
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%v", rep.Problem)
+	assert.Equal(t, int64(7), rep.Records, "six records and the closing checkpoint")
+
+	// A ledger written before records were sealed still verifies as a
+	// chain.
+	rep, err = Verify(filepath.Join("..", "testdata", "ledger", "golden-unsealed.jsonl"))
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep.Problem)
 	assert.Equal(t, int64(6), rep.Records)
+}
+
+// signedFixture is a sound signed ledger: reads 1–99, a denied record
+// whose detail only the slow path reads (100), checkpoints at 101, 202 and
+// 253.
+func signedFixture(t *testing.T, key *Key) *fixture {
+	return newFixture(t, key).reads(99).
+		add(Record{Kind: KindDenied, Agent: "a", Path: "oracle/x.md", Detail: "say \"no\" \u2028 <&> \\"}, sealNone).
+		checkpoint().reads(100).checkpoint().reads(50).checkpoint()
+}
+
+// writeWithHead writes f's records and a head naming its last checkpoint.
+func writeWithHead(f *fixture, path string) {
+	f.write(path)
+	f.writeHead(path, f.last(KindCheckpoint))
+}
+
+func TestVerifySignatures(t *testing.T) {
+	key, other := testKey(t, 1), testKey(t, 2)
+	tests := []struct {
+		name string
+		// setup writes the ledger at path from the sound fixture f.
+		setup   func(t *testing.T, f *fixture, path string) VerifyOptions
+		kind    string // "" for a sound ledger
+		seq     int64
+		records int64
+		warning string // a warning that must be given
+	}{
+		{"sound", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			writeWithHead(f, path)
+			return VerifyOptions{}
+		}, "", 0, 253, ""},
+		{"record inserted, chain recomputed", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			forged := Record{Kind: KindRead, Agent: "bob", Grant: "G-bob", Path: "oracle/answer.md", At: f.recs[49].At}
+			f.recs = append(f.recs[:50:50], append([]Record{forged}, f.recs[50:]...)...)
+			f.rechain().write(path)
+			return VerifyOptions{}
+		}, ProblemForged, 102, 101, ""},
+		{"record edited", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			writeWithHead(f, path)
+			raw := fileBytes(t, path)
+			require.NoError(t, os.WriteFile(path, bytes.Replace(raw, []byte("docs/10.md"), []byte("docs/XX.md"), 1), 0o600))
+			return VerifyOptions{}
+		}, ProblemHash, 10, 9, ""},
+		{"record edited, chain recomputed", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.recs[9].Path = "docs/XX.md"
+			writeWithHead(f.rechain(), path)
+			return VerifyOptions{}
+		}, ProblemForged, 101, 100, ""},
+		{"record removed", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.recs = append(f.recs[:9:9], f.recs[10:]...)
+			f.write(path)
+			return VerifyOptions{}
+		}, ProblemSeq, 10, 9, ""},
+		{"record removed, chain recomputed", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.recs = append(f.recs[:9:9], f.recs[10:]...)
+			f.rechain().write(path)
+			return VerifyOptions{}
+		}, ProblemForged, 100, 99, ""},
+		{"records reordered", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.recs[9], f.recs[10] = f.recs[10], f.recs[9]
+			f.write(path)
+			return VerifyOptions{}
+		}, ProblemSeq, 10, 9, ""},
+		{"records reordered, chain recomputed", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.recs[9], f.recs[10] = f.recs[10], f.recs[9]
+			f.rechain().write(path)
+			return VerifyOptions{}
+		}, ProblemForged, 101, 100, ""},
+		{"checkpoint signature removed", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.recs[100].Sig, f.recs[100].Key = "", ""
+			f.rechain().write(path)
+			return VerifyOptions{}
+		}, ProblemForged, 101, 100, ""},
+		{"checkpoint signature garbage", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.recs[100].Sig = "AAAA"
+			f.rechain().write(path)
+			return VerifyOptions{}
+		}, ProblemForged, 101, 100, ""},
+		{"signature copied from another checkpoint", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.recs[201].Sig = f.recs[100].Sig
+			f.rechain().write(path)
+			return VerifyOptions{}
+		}, ProblemForged, 202, 201, ""},
+		{"truncated at a record boundary, head kept", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			head := f.last(KindCheckpoint)
+			f.recs = f.recs[:202]
+			f.write(path)
+			f.writeHead(path, head)
+			return VerifyOptions{}
+		}, ProblemTruncated, 203, 202, ""},
+		{"truncated back to a checkpoint, head gone", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.recs = f.recs[:202]
+			f.write(path)
+			return VerifyOptions{}
+		}, "", 0, 202, "no head file"},
+		{"truncated and rewritten past the head", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			head := f.last(KindCheckpoint)
+			f.recs = f.recs[:202]
+			f.reads(60).rechain().write(path)
+			f.writeHead(path, head)
+			return VerifyOptions{}
+		}, ProblemRewritten, 253, 252, ""},
+		{"head forged", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.write(path)
+			head := f.last(KindCheckpoint)
+			head.Sig = f.recs[100].Sig
+			f.writeHead(path, head)
+			return VerifyOptions{}
+		}, ProblemForged, 253, 253, ""},
+		{"head unsigned", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.write(path)
+			head := f.last(KindCheckpoint)
+			head.Sig = ""
+			f.writeHead(path, head)
+			return VerifyOptions{}
+		}, ProblemForged, 253, 253, ""},
+		{"head not a record", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.write(path)
+			require.NoError(t, os.WriteFile(HeadPath(path), []byte("hello\n"), 0o600))
+			return VerifyOptions{}
+		}, ProblemGarbage, 0, 253, ""},
+		{"unsigned tail", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			writeWithHead(f.reads(5), path)
+			return VerifyOptions{}
+		}, ProblemUnsignedTail, 254, 258, ""},
+		{"unsigned tail, live", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			writeWithHead(f.reads(5), path)
+			return VerifyOptions{AllowUnsignedTail: true}
+		}, "", 0, 258, "the last 5 record(s) (seq 254–258) carry no signature"},
+		{"record appended with recomputed chain and a fake MAC", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.recs = append(f.recs, Record{Kind: KindRead, Agent: "bob", Grant: "G-bob", Path: "oracle/answer.md",
+				At: f.recs[252].At, Key: key.ID(), MAC: strings.Repeat("0", 64)})
+			writeWithHead(f.rechain(), path)
+			return VerifyOptions{}
+		}, ProblemUnsignedTail, 254, 254, ""},
+		{"nothing signed", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.recs = f.recs[:99]
+			f.write(path)
+			return VerifyOptions{}
+		}, ProblemUnsignedTail, 1, 99, ""},
+		{"unknown key", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			writeWithHead(f, path)
+			return VerifyOptions{Keys: []PublicKey{other.Public()}}
+		}, ProblemUnknownKey, 101, 100, ""},
+		{"key rotated, both keys given", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.key = other
+			writeWithHead(f.reads(10).checkpoint(), path)
+			return VerifyOptions{Keys: []PublicKey{key.Public(), other.Public()}}
+		}, "", 0, 264, ""},
+		{"key rotated, old key only", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			f.key = other
+			writeWithHead(f.reads(10).checkpoint(), path)
+			return VerifyOptions{}
+		}, ProblemUnknownKey, 264, 263, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := signedFixture(t, key)
+			path := f.dir()
+			rep, err := VerifyWith(path, tt.setup(t, f, path))
+			require.NoError(t, err)
+			assert.True(t, rep.SignaturesChecked)
+			assert.Equal(t, tt.records, rep.Records)
+			if tt.warning != "" {
+				assert.Contains(t, strings.Join(rep.Warnings, "\n"), tt.warning)
+			}
+			if tt.kind == "" {
+				require.Nil(t, rep.Problem, "%v", rep.Problem)
+				return
+			}
+			require.NotNil(t, rep.Problem)
+			t.Log(rep.Problem.Error())
+			assert.Equal(t, tt.kind, rep.Problem.Kind, rep.Problem.Error())
+			assert.Equal(t, tt.seq, rep.Problem.Seq, rep.Problem.Error())
+			assert.NotEmpty(t, rep.Problem.Reason)
+			assert.NotEmpty(t, rep.Problem.File)
+		})
+	}
+}
+
+func TestVerifyReportsSigners(t *testing.T) {
+	key, other := testKey(t, 1), testKey(t, 2)
+	f := signedFixture(t, key)
+	f.key = other
+	f.reads(10).checkpoint().reads(3)
+	path := f.dir()
+	writeWithHead(f, path)
+	rep, err := VerifyWith(path, VerifyOptions{Keys: []PublicKey{key.Public(), other.Public()}, AllowUnsignedTail: true})
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep.Problem)
+	assert.Equal(t, []string{key.ID(), other.ID()}, rep.Keys)
+	assert.Equal(t, []Signer{
+		{Key: key.ID(), FirstSeq: 1, LastSeq: 253, Checkpoints: 3},
+		{Key: other.ID(), FirstSeq: 254, LastSeq: 264, Checkpoints: 1},
+	}, rep.Signers)
+	assert.Equal(t, int64(264), rep.SignedThrough)
+	assert.Equal(t, int64(3), rep.Unsigned)
+	assert.Equal(t, int64(264), rep.HeadSeq)
+	assert.Equal(t, int64(267), rep.LastSeq)
+	assert.Equal(t, f.recs[266].Hash, rep.LastHash)
+	assert.Equal(t, f.recs[0].At, rep.FirstAt)
+	assert.Equal(t, f.recs[266].At, rep.LastAt)
+	assert.Equal(t, []string{path}, rep.Files)
+	require.Len(t, rep.Warnings, 1)
+	assert.Contains(t, rep.Warnings[0], "seq 265–267")
+}
+
+func TestVerifyWithoutKey(t *testing.T) {
+	f := signedFixture(t, testKey(t, 1))
+	f.recs[100].Sig = "" // would be forged, were signatures checked
+	dir := t.TempDir()   // no ledger.pub
+	path := filepath.Join(dir, "ledger.jsonl")
+	f.rechain().write(path)
+	rep, err := Verify(path)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep.Problem)
+	assert.False(t, rep.SignaturesChecked)
+	assert.Equal(t, []string{WarnNoKey}, rep.Warnings)
+	assert.Empty(t, rep.Signers)
+	assert.Zero(t, rep.Unsigned)
+
+	// A ledger.pub that is not a public key is an error, not a pass.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, PublicKeyFile), []byte("nonsense\n"), 0o644))
+	_, err = Verify(path)
+	require.Error(t, err)
+}
+
+func TestSegments(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.jsonl")
+	for _, name := range []string{"ledger.000000000101.jsonl", "ledger.000000000001.jsonl", "ledger.jsonl.head",
+		"ledger.1.jsonl", "ledger.00000000001x.jsonl", "other.000000000001.jsonl", "ledger.0000000000011.jsonl"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), nil, 0o600))
+	}
+	got, err := Segments(path)
+	require.NoError(t, err)
+	assert.Equal(t, []string{filepath.Join(dir, "ledger.000000000001.jsonl"), filepath.Join(dir, "ledger.000000000101.jsonl"), path}, got)
+	assert.Equal(t, filepath.Join(dir, "ledger.000000000101.jsonl"), SegmentName(path, 101))
+	assert.Equal(t, filepath.Join(dir, "l.000000000007.jsonl"), SegmentName(filepath.Join(dir, "l"), 7))
+}
+
+// segmentedFixture has three files: 1–52 (segment_end at 52), 53–105
+// (segment_start at 53, segment_end at 105), then the live file from 106
+// (segment_start) to its checkpoint at 127.
+func segmentedFixture(t *testing.T, key *Key) *fixture {
+	return newFixture(t, key).reads(50).checkpoint().newSegment().reads(50).checkpoint().newSegment().reads(20).checkpoint()
+}
+
+func TestVerifySegments(t *testing.T) {
+	key := testKey(t, 1)
+	tests := []struct {
+		name    string
+		setup   func(t *testing.T, f *fixture, path string, files []string)
+		kind    string
+		seq     int64
+		records int64
+		file    int // index of the file the problem names
+	}{
+		{"sound", func(t *testing.T, f *fixture, path string, files []string) {}, "", 0, 127, 0},
+		{"middle segment missing", func(t *testing.T, f *fixture, path string, files []string) {
+			require.NoError(t, os.Remove(files[1]))
+		}, ProblemSeq, 53, 52, 2},
+		{"segments swapped", func(t *testing.T, f *fixture, path string, files []string) {
+			a, b := fileBytes(t, files[0]), fileBytes(t, files[1])
+			require.NoError(t, os.WriteFile(files[0], b, 0o600))
+			require.NoError(t, os.WriteFile(files[1], a, 0o600))
+		}, ProblemSeq, 1, 0, 0},
+		{"segment end cut", func(t *testing.T, f *fixture, path string, files []string) {
+			lines := splitLines(fileBytes(t, files[0]))
+			require.NoError(t, os.WriteFile(files[0], bytes.Join(lines[:len(lines)-2], nil), 0o600))
+		}, ProblemSegment, 52, 51, 0},
+		{"live file lost", func(t *testing.T, f *fixture, path string, files []string) {
+			require.NoError(t, os.Remove(path))
+		}, ProblemTruncated, 106, 105, 2},
+		{"file split where no writer sealed", func(t *testing.T, f *fixture, path string, files []string) {
+			// Move the live file's first records into the segment before it.
+			lines := splitLines(fileBytes(t, path))
+			seg := append(fileBytes(t, files[1]), bytes.Join(lines[:3], nil)...)
+			require.NoError(t, os.WriteFile(files[1], seg, 0o600))
+			require.NoError(t, os.WriteFile(path, bytes.Join(lines[3:], nil), 0o600))
+		}, ProblemSegment, 109, 108, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := segmentedFixture(t, key)
+			path := f.dir()
+			files := f.writeSegments(path)
+			require.Len(t, files, 3)
+			f.writeHead(path, f.last(KindCheckpoint))
+			tt.setup(t, f, path, files)
+			rep, err := Verify(path)
+			require.NoError(t, err)
+			assert.Equal(t, tt.records, rep.Records)
+			if tt.kind == "" {
+				require.Nil(t, rep.Problem, "%v", rep.Problem)
+				assert.Equal(t, files, rep.Files)
+				assert.Equal(t, []Signer{{Key: key.ID(), FirstSeq: 1, LastSeq: 127, Checkpoints: 7}}, rep.Signers)
+				var seqs []int64
+				require.NoError(t, Scan(path, Filter{}, func(r Record) error { seqs = append(seqs, r.Seq); return nil }))
+				require.Len(t, seqs, 127)
+				for i, s := range seqs {
+					require.Equal(t, int64(i+1), s)
+				}
+				return
+			}
+			require.NotNil(t, rep.Problem)
+			t.Log(rep.Problem.Error())
+			assert.Equal(t, tt.kind, rep.Problem.Kind, rep.Problem.Error())
+			assert.Equal(t, tt.seq, rep.Problem.Seq, rep.Problem.Error())
+			assert.Equal(t, files[tt.file], rep.Problem.File, rep.Problem.Error())
+		})
+	}
+}
+
+// A file after a sealed segment must start with segment_start: a writer
+// always begins a new segment with one.
+func TestVerifySegmentWithoutStart(t *testing.T) {
+	f := newFixture(t, testKey(t, 1)).reads(50).checkpoint().
+		add(Record{Kind: KindSegmentEnd, Detail: "segment sealed"}, sealSig).reads(5).checkpoint()
+	path := f.dir()
+	lines := f.lines()
+	require.NoError(t, os.WriteFile(SegmentName(path, 1), bytes.Join(lines[:52], nil), 0o600))
+	require.NoError(t, os.WriteFile(path, bytes.Join(lines[52:], nil), 0o600))
+	rep, err := Verify(path)
+	require.NoError(t, err)
+	require.NotNil(t, rep.Problem)
+	assert.Equal(t, ProblemSegment, rep.Problem.Kind, rep.Problem.Error())
+	assert.Equal(t, int64(53), rep.Problem.Seq)
+	assert.Equal(t, path, rep.Problem.File)
+	assert.Equal(t, int64(1), rep.Problem.Line)
+	assert.Equal(t, int64(52), rep.Records)
+}
+
+// The signed golden ledger (a sealed segment, the live file, its head and
+// ledger.pub) pins what is signed and how: if signing ever changes, old
+// ledgers would stop verifying. The CLI tests tamper with copies of it.
+func TestSignedGoldenLedger(t *testing.T) {
+	golden := filepath.Join("..", "testdata", "ledger", "signed")
+	f := newFixture(t, testKey(t, 42))
+	f.add(Record{Kind: KindMountStarted, Agent: "reviewer", Grant: "G-reviewer", PID: 4242, Detail: "/mnt/reviewer"}, sealNone)
+	f.add(Record{Kind: KindRead, Agent: "reviewer", Grant: "G-reviewer", Path: "docs/brief.md", Op: "open", PID: 4243,
+		SHA256: strings.Repeat("ab", 32)}, sealMAC)
+	f.checkpoint().newSegment()
+	f.add(Record{Kind: KindDenied, Agent: "reviewer", Grant: "G-reviewer", Path: "oracle/answers.md", Op: "open", PID: 4243,
+		Detail: `read outside may_read: "oracle/**"`}, sealNone)
+	f.add(Record{Kind: KindReadRepeat, Agent: "reviewer", Grant: "G-reviewer", Path: "docs/brief.md", SHA256: strings.Repeat("ab", 32),
+		Count: 41, First: "2026-03-01T12:00:00.010000000Z", Last: "2026-03-01T12:00:09.990000000Z"}, sealMAC)
+	f.add(Record{Kind: KindMountStopped, Agent: "reviewer", Grant: "G-reviewer", PID: 4242}, sealNone)
+	f.checkpoint()
+	dir := filepath.Dir(f.dir())
+	path := filepath.Join(dir, "communication_ledger.jsonl")
+	f.writeSegments(path)
+	f.writeHead(path, f.last(KindCheckpoint))
+	if *update {
+		require.NoError(t, os.RemoveAll(golden))
+		require.NoError(t, os.CopyFS(golden, os.DirFS(dir)))
+	}
+	for _, name := range []string{"communication_ledger.000000000001.jsonl", "communication_ledger.jsonl", "communication_ledger.jsonl.head", PublicKeyFile} {
+		want, err := os.ReadFile(filepath.Join(golden, name))
+		require.NoError(t, err)
+		assert.Equal(t, string(want), string(fileBytes(t, filepath.Join(dir, name))), name)
+	}
+	rep, err := Verify(filepath.Join(golden, "communication_ledger.jsonl"))
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep.Problem)
+	assert.True(t, rep.SignaturesChecked)
+	assert.Equal(t, int64(9), rep.Records)
+	assert.Len(t, rep.Files, 2)
+	assert.Equal(t, int64(9), rep.HeadSeq)
+	assert.Equal(t, []Signer{{Key: f.key.ID(), FirstSeq: 1, LastSeq: 9, Checkpoints: 4}}, rep.Signers)
+	assert.Empty(t, rep.Warnings)
 }

@@ -38,21 +38,25 @@ type writerState struct {
 	closed  bool
 
 	// Owned by the goroutine that set writing (or by open and close).
-	enc        *encoder
-	buf        []byte
-	seq        int64  // last seq in the file
-	hash       string // last hash in the file
-	size       int64  // file size right after our last write or check; -1 unknown
-	lastRepair *RepairInfo
-	lastLine   []byte // the last line (newline included) this writer wrote or checked
-	signedSeq  int64  // seq of the last signed record this writer knows of
-	resumed    *Broken
-	lastKind   string // kind of the last record in the file
-	rotErr     error  // the failure of a rotation step, for its error
+	enc         *encoder
+	buf         []byte
+	seq         int64  // last seq in the file
+	hash        string // last hash in the file
+	size        int64  // file size right after our last write or check; -1 unknown
+	lastRepair  *RepairInfo
+	lastLine    []byte // the last line (newline included) this writer wrote or checked
+	signedSeq   int64  // seq of the last signed record this writer knows of
+	resumed     *Broken
+	lastKind    string // kind of the last record in the file
+	signRepairs bool   // sign the repair record (Repair, not a writer)
+	rotErr      error  // the failure of a rotation step, for its error
 
 	key    *Key
 	dir    ledgerDir
 	broken atomic.Pointer[Broken]
+	// failing is set when a write failed (no space, an immutable file)
+	// and cleared by the next write that succeeds.
+	failing atomic.Bool
 	// signTimer signs a checkpoint SignAfter after the first record
 	// that no signature covers yet. Guarded by mu.
 	signTimer *time.Timer
@@ -125,6 +129,11 @@ func open(path string, opts Options) (*Writer, error) {
 	if err != nil {
 		dir.close()
 		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	if err := keepPrivate(f); err != nil {
+		f.Close()
+		dir.close()
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
 	w := &Writer{writerState{
 		path:  path,
@@ -292,6 +301,9 @@ func (w *Writer) rollback(size int64) {
 // repairTail cuts the torn bytes after t.end and appends a repair record
 // saying what was cut. History before t.end is never touched.
 func (w *Writer) repairTail(t tailInfo) error {
+	if rec, keep, ok := w.sealedTorn(t); ok {
+		return w.restoreLineEnd(t, rec, keep)
+	}
 	info := &RepairInfo{Offset: t.end, Bytes: int64(len(t.cut)), SHA256: sha256Hex(t.cut)}
 	if err := w.f.Truncate(t.end); err != nil {
 		w.size = -1
@@ -310,7 +322,10 @@ func (w *Writer) repairTail(t tailInfo) error {
 		Prev: w.hash,
 	}
 	sanitize(&r)
-	if err := w.key.seal(w.enc, &r, false); err != nil {
+	// An operator's repair (no writer running) is signed, so that the
+	// ledger it leaves has no unsigned tail; a writer's is sealed and
+	// signed with its next checkpoint.
+	if err := w.key.seal(w.enc, &r, w.signRepairs); err != nil {
 		return fmt.Errorf("repair ledger %s: %w", w.path, err)
 	}
 	line, err := w.enc.appendLine(nil, &r)
@@ -330,6 +345,63 @@ func (w *Writer) repairTail(t tailInfo) error {
 	w.lastRepair = info
 	slog.Warn("ledger: cut a torn last line and recorded the repair",
 		"path", w.path, "seq", r.Seq, "bytes", info.Bytes, "offset", info.Offset)
+	return nil
+}
+
+// sealedTorn reports whether the "torn" bytes are in fact a whole record a
+// writer sealed, whose newline was lost or replaced by one stray byte: it
+// continues the chain and carries the key's seal. Cutting it would remove
+// a real record; the repair restores its line end instead. keep is how
+// many of the torn bytes are the record.
+func (w *Writer) sealedTorn(t tailInfo) (Record, int, bool) {
+	body := t.cut
+	if n := len(body); n > 1 && body[n-1] != '}' {
+		body = body[:n-1]
+	}
+	r, kind, _ := w.enc.checkLine(body)
+	if kind != "" || r.Seq != t.seq+1 || r.Prev != t.hash || !w.key.authentic(w.enc, &r) {
+		return Record{}, 0, false
+	}
+	return r, len(body), true
+}
+
+// restoreLineEnd puts the newline back after a sealed record and records
+// what it replaced.
+func (w *Writer) restoreLineEnd(t tailInfo, r Record, keep int) error {
+	stray := t.cut[keep:]
+	if err := w.f.Truncate(t.end + int64(keep)); err != nil {
+		return fmt.Errorf("repair ledger %s: %w", w.path, err)
+	}
+	if _, err := w.f.Write([]byte("\n")); err != nil {
+		return fmt.Errorf("repair ledger %s: restore a line end: %w", w.path, err)
+	}
+	w.seq, w.hash, w.size = r.Seq, r.Hash, t.end+int64(keep)+1
+	what := "its missing newline"
+	if len(stray) > 0 {
+		what = fmt.Sprintf("the newline in place of %s", quotePrefix(stray, 8))
+	}
+	rep := Record{Kind: KindRepair, Op: "restore_newline", PID: w.pid, SHA256: sha256Hex(t.cut),
+		Detail: fmt.Sprintf("seq %d is a whole record sealed by a writer: restored %s", r.Seq, what)}
+	rep.Seq, rep.Prev, rep.At = r.Seq+1, r.Hash, w.clock().UTC().Format(timeLayout)
+	sanitize(&rep)
+	if err := w.key.seal(w.enc, &rep, w.signRepairs); err != nil {
+		return err
+	}
+	line, err := w.enc.appendLine(nil, &rep)
+	if err != nil {
+		return err
+	}
+	if _, err := w.f.Write(line); err != nil {
+		w.rollback(w.size)
+		return fmt.Errorf("repair ledger %s: write repair record: %w", w.path, err)
+	}
+	w.size += int64(len(line))
+	w.seq, w.hash, w.lastLine = rep.Seq, rep.Hash, line
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("repair ledger %s: fsync: %w", w.path, err)
+	}
+	w.lastRepair = &RepairInfo{Action: RepairRestoredNewline, Offset: t.end, Bytes: int64(len(t.cut)), SHA256: rep.SHA256, Record: rep, Detail: rep.Detail}
+	slog.Warn("ledger: restored the line end of a sealed record", "path", w.path, "seq", r.Seq)
 	return nil
 }
 

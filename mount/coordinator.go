@@ -33,6 +33,8 @@ type CoordinatorConfig struct {
 	Ledger      *ledger.Writer
 	AuditReads  bool
 	Audit       string // see Config.Audit
+	// MaxWriteBytes and MaxFiles: see Config.
+	MaxWriteBytes, MaxFiles int64
 	Passthrough bool
 	AllowOther  bool
 	// Participants are the ACP participants of the folder; a grant for
@@ -500,7 +502,7 @@ func (c *Coordinator) reconcile(starting bool) error {
 		hidden := []string{c.cfg.Runs.Root, filepath.Dir(c.cfg.Ledger.Path())}
 		m, err := Start(Config{
 			Folder: c.cfg.Folder, Mountpoint: mp, Grant: gf.Grant, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
-			Hidden: hidden, AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher,
+			Hidden: hidden, AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, MaxWriteBytes: c.cfg.MaxWriteBytes, MaxFiles: c.cfg.MaxFiles, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher,
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("mount %s: %w", agent, err))

@@ -43,6 +43,9 @@ type Config struct {
 	// Audit is how much reading is recorded: fs.AuditCompact (default),
 	// fs.AuditOpens or fs.AuditReads.
 	Audit string
+	// MaxWriteBytes and MaxFiles are the write quotas of a grant that
+	// sets none (see fs.Options).
+	MaxWriteBytes, MaxFiles int64
 	// Passthrough lets the kernel read files the grant can only read
 	// straight from the backing folder (FUSE passthrough): near-native
 	// speed, but a descriptor opened before the grant narrows keeps
@@ -110,7 +113,7 @@ func Start(cfg Config) (*Mount, error) {
 	hidden := relHidden(folder, cfg.Hidden)
 	f, err := acpfs.New(acpfs.Options{
 		Folder: folder, Grant: cfg.Grant, Hidden: hidden, Log: cfg.Log, Ledger: cfg.Ledger,
-		AuditReads: cfg.AuditReads, Audit: cfg.Audit, Passthrough: cfg.Passthrough, Handoffs: cfg.Handoffs, Fault: cfg.Fault,
+		AuditReads: cfg.AuditReads, Audit: cfg.Audit, MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles, Passthrough: cfg.Passthrough, Handoffs: cfg.Handoffs, Fault: cfg.Fault,
 	})
 	if err != nil {
 		return nil, err

@@ -95,39 +95,86 @@ func newLedgerShowCmd() *cobra.Command {
 	return cmd
 }
 
+// exitUnchecked is ledger verify's status for a sound chain whose
+// signatures could not be checked for want of a public key: distinct from
+// exitOK so that no script takes a ledger anyone could have written for a
+// verified one.
+const exitUnchecked = 5
+
+// maxRepairSteps bounds verify --repair's steps (restore, cut, sign, ...).
+const maxRepairSteps = 5
+
 func newLedgerVerifyCmd() *cobra.Command {
 	var (
-		path   string
-		repair bool
-		asJSON bool
+		path    string
+		pubkeys []string
+		live    bool
+		repair  bool
+		asJSON  bool
 	)
 	cmd := &cobra.Command{
-		Use:   "verify --ledger L [--repair] [--json]",
-		Short: "Check the hash chain: exit 0 when valid, 2 with the first bad seq otherwise",
-		Long: `Verify recomputes every record's hash and checks every seq and prev link. It
-reports the first record that was edited, removed, inserted, moved, or is not a
-record at all, and a torn last line left by a crash.
+		Use:   "verify --ledger L [--pubkey FILE]... [--live] [--repair] [--json]",
+		Short: "Check the hash chain and its signatures: exit 0 when sound, 2 with the first bad seq, 5 when no key was found",
+		Long: `Verify recomputes every record's hash and checks every seq and prev link,
+across the ledger's sealed segments (L's stem.<first seq>.jsonl beside it) and
+then L. It reports the first record that was edited, removed, inserted, moved,
+or is not a record at all, and a torn last line left by a crash.
 
---repair cuts a torn last line (only that: complete records are never rewritten)
-and appends a "repair" record giving the number of bytes cut and their SHA-256.
+With the public key (ledger.pub beside the ledger, or each --pubkey FILE) it
+also checks every signature. Writers sign checkpoints as they write (within a
+second, and always when they stop); each covers the whole chain before it, so a record forged, edited or removed with the chain
+recomputed fails the next checkpoint ("forged"). It reports records signed by
+a key it was not given ("unknown_key"), records after the last signature
+("unsigned_tail"; only a warning with --live, for a ledger still being
+written), and compares the head file (L.head, a copy of the latest checkpoint)
+with the ledger: records cut from the end show as "truncated", a tail
+rewritten from before the head as "rewritten". It prints which key signed
+which records.
+
+A ledger.pub found beside the ledger proves only as much as that directory is
+trusted: keep a copy of ledger.pub (or the key id printed here) with each
+deliverable, and pass it with --pubkey.
+
+--repair is the operator's way back (docs/ledger.md): it puts back the copy a
+stopped writer kept when the ledger was deleted or replaced, cuts a torn last
+line, moves records no writer sealed aside, acknowledges records removed from
+the end with a signed "gap" record, and signs a tail that a killed writer
+sealed but did not sign. Each step is recorded; a record edited in place is
+never repaired. A writer that stopped serves again once the ledger is back.
 
 Keep the last hash it prints: it is what proves later that the tail was not
-rewritten.`,
+rewritten.
+
+Exit status: 0 sound and signed; 2 broken (the first problem is printed);
+5 the chain is sound but no public key was found, so signatures were not
+checked.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
-			if repair {
-				info, err := ledger.Repair(path)
-				switch {
-				case err != nil:
-					// Report the damage below; the repair error says why it
-					// could not be cut.
-					fmt.Fprintf(cmd.ErrOrStderr(), "repair refused: %v\n", err)
-				case info != nil:
-					fmt.Fprintf(out, "repaired: %s\n", info.Summary())
+			var keys []ledger.PublicKey
+			for _, p := range pubkeys {
+				k, err := ledger.LoadPublicKey(p)
+				if err != nil {
+					return withCode(exitFailed, fmt.Errorf("--pubkey: %w", err))
 				}
+				keys = append(keys, k)
 			}
-			rep, err := ledger.Verify(path)
+			// Each repair step may uncover the next (a restored copy whose
+			// tail its writer never signed): repeat until nothing is left.
+			for step := 0; repair && step < maxRepairSteps; step++ {
+				info, err := ledger.Repair(path)
+				if err != nil {
+					// Report the damage below; the repair error says why it
+					// could not be repaired.
+					fmt.Fprintf(cmd.ErrOrStderr(), "repair refused: %v\n", err)
+					break
+				}
+				if info == nil {
+					break
+				}
+				fmt.Fprintf(out, "repaired: %s\n", info.Summary())
+			}
+			rep, err := ledger.VerifyWith(path, ledger.VerifyOptions{Keys: keys, AllowUnsignedTail: live})
 			if err != nil {
 				return err
 			}
@@ -139,31 +186,75 @@ rewritten.`,
 				ledgerPrintVerify(out, rep)
 			}
 			if p := rep.Problem; p != nil {
-				return withCode(exitFailed, fmt.Errorf("ledger %s is broken: first bad seq %d (line %d, offset %d): %s: %s",
-					path, p.Seq, p.Line, p.Offset, p.Kind, p.Reason))
+				return withCode(exitFailed, fmt.Errorf("ledger %s is broken: %s", path, p.Error()))
+			}
+			if !rep.SignaturesChecked {
+				return withCode(exitUnchecked, fmt.Errorf("ledger %s: %s beside it: the chain is sound, but anyone who can write the file could have written it; pass --pubkey FILE",
+					path, ledger.WarnNoKey))
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&path, "ledger", "", "ledger file (required)")
-	cmd.Flags().BoolVar(&repair, "repair", false, "cut a torn last line and record the repair first")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f := cmd.Flags()
+	f.StringVar(&path, "ledger", "", "ledger file (required)")
+	f.StringArrayVar(&pubkeys, "pubkey", nil, "public key file (ledger.pub) to check signatures with; repeatable (default: ledger.pub beside the ledger)")
+	f.BoolVar(&live, "live", false, "the ledger is still being written: records after the last signature are a warning, not a problem")
+	f.BoolVar(&repair, "repair", false, "repair what a crash or tampering left, recording each step, then verify")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	_ = cmd.MarkFlagRequired("ledger")
 	return cmd
 }
 
 func ledgerPrintVerify(w io.Writer, rep *ledger.VerifyReport) {
-	if rep.Problem != nil {
-		fmt.Fprintf(w, "ledger %s: BROKEN after %d sound record(s)\n", rep.Path, rep.Records)
-		return
+	files := ""
+	if n := len(rep.Files); n > 1 {
+		files = fmt.Sprintf(" in %d files (%d sealed segment(s), then the live file)", n, n-1)
 	}
-	fmt.Fprintf(w, "ledger %s: valid chain, %d record(s)\n", rep.Path, rep.Records)
-	if rep.Records > 0 {
-		fmt.Fprintf(w, "last seq %d at %s\nlast hash %s\n", rep.LastSeq, rep.LastAt, rep.LastHash)
+	if rep.Problem != nil {
+		fmt.Fprintf(w, "ledger %s: BROKEN after %s sound record(s)%s\n", rep.Path, ledgerGroup(rep.Records), files)
+	} else {
+		fmt.Fprintf(w, "ledger %s: valid chain, %s record(s)%s\n", rep.Path, ledgerGroup(rep.Records), files)
+		if rep.Records > 0 {
+			fmt.Fprintf(w, "last seq %s at %s\nlast hash %s\n", ledgerGroup(rep.LastSeq), rep.LastAt, rep.LastHash)
+		}
+	}
+	for _, s := range rep.Signers {
+		fmt.Fprintf(w, "key %s: signed seq %s–%s in %s checkpoint(s)\n", s.Key, ledgerGroup(s.FirstSeq), ledgerGroup(s.LastSeq), ledgerGroup(int64(s.Checkpoints)))
+	}
+	if rep.SignaturesChecked && rep.Problem == nil {
+		fmt.Fprintf(w, "signatures checked against key(s) %s", strings.Join(rep.Keys, ", "))
+		if rep.Unsigned > 0 {
+			fmt.Fprintf(w, "; %s record(s) after the last signature", ledgerGroup(rep.Unsigned))
+		}
+		if rep.HeadSeq > 0 {
+			fmt.Fprintf(w, "; the head's checkpoint at seq %s is in the ledger", ledgerGroup(rep.HeadSeq))
+		}
+		fmt.Fprintln(w)
 	}
 	for _, r := range rep.Repairs {
 		fmt.Fprintf(w, "repair recorded at seq %d (%s): %s\n", r.Seq, r.At, ledgerCell(r.Detail))
 	}
+	for _, m := range rep.Warnings {
+		if m == ledger.WarnNoKey {
+			fmt.Fprintln(w, m)
+			continue
+		}
+		fmt.Fprintf(w, "warning: %s\n", m)
+	}
+}
+
+// ledgerGroup writes n with thousands separators (52,113).
+func ledgerGroup(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
 }
 
 // ledgerAuditFlags are shared by `ledger audit` and `audit`.
@@ -171,12 +262,14 @@ type ledgerAuditFlags struct {
 	format string
 	out    string
 	folder string
+	live   bool
 }
 
 func (af *ledgerAuditFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&af.format, "format", "md", "report format: md, json or html")
 	cmd.Flags().StringVar(&af.out, "out", "", "write the report to this file instead of stdout")
 	cmd.Flags().StringVar(&af.folder, "folder", "", "collaboration folder: list its files in the matrix even if untouched")
+	cmd.Flags().BoolVar(&af.live, "live", false, "views are still mounted: also judge their last records, which a running writer signs within a second (without it, records no signature covers yet are not judged)")
 }
 
 // ledgerAuditExit is the exit-status paragraph of both audit commands.
@@ -196,7 +289,7 @@ func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
-	rep, err := ledgerAudit(ledgerPath, gs, af.folder)
+	rep, err := ledgerAudit(ledgerPath, gs, af.folder, af.live)
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
@@ -227,12 +320,12 @@ func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string
 
 // ledgerAudit checks the chain of the ledger at path, then feeds its
 // records to the audit.
-func ledgerAudit(path string, gs []audit.Grant, folder string) (*audit.Report, error) {
-	chain, err := ledger.Verify(path)
+func ledgerAudit(path string, gs []audit.Grant, folder string, live bool) (*audit.Report, error) {
+	chain, err := ledger.VerifyWith(path, ledger.VerifyOptions{AllowUnsignedTail: live})
 	if err != nil {
 		return nil, err
 	}
-	a := audit.New(gs, audit.Options{Ledger: path, Chain: chain, Folder: folder})
+	a := audit.New(gs, audit.Options{Ledger: path, Chain: chain, Folder: folder, Live: live})
 	if err := a.AddFile(path); err != nil {
 		return nil, err
 	}

@@ -99,12 +99,21 @@ func TestLedgerShow(t *testing.T) {
 	assert.Equal(t, exitFailed, code)
 }
 
+// ledgerSoundCode is what verify exits with for a sound ledger in runs:
+// 0 when the writer left a public key to check its signatures with,
+// exitUnchecked when it did not.
+func ledgerSoundCode(runs string) int {
+	if _, err := os.Stat(filepath.Join(runs, ledger.PublicKeyFile)); err != nil {
+		return exitUnchecked
+	}
+	return exitOK
+}
+
 func TestLedgerVerifyAndRepair(t *testing.T) {
 	runs := ledgerTestRun(t, false)
 	l := filepath.Join(runs, "communication_ledger.jsonl")
-	out, code, err := ledgerRunCLI(t, "ledger", "verify", "--ledger", l)
-	require.NoError(t, err)
-	assert.Equal(t, exitOK, code)
+	out, code, _ := ledgerRunCLI(t, "ledger", "verify", "--ledger", l)
+	assert.Equal(t, ledgerSoundCode(runs), code)
 	assert.Contains(t, out, "valid chain, 6 record(s)")
 	assert.Contains(t, out, "last hash ")
 
@@ -119,15 +128,13 @@ func TestLedgerVerifyAndRepair(t *testing.T) {
 	require.ErrorContains(t, err, "first bad seq 7")
 	assert.ErrorContains(t, err, "torn_tail")
 
-	out, code, err = ledgerRunCLI(t, "ledger", "verify", "--ledger", l, "--repair")
-	require.NoError(t, err)
-	assert.Equal(t, exitOK, code)
+	out, code, _ = ledgerRunCLI(t, "ledger", "verify", "--ledger", l, "--repair")
+	assert.Equal(t, ledgerSoundCode(runs), code)
 	assert.Contains(t, out, "repaired: cut 14 torn byte(s)")
 	assert.Contains(t, out, "repair recorded at seq 7")
 
-	out, code, err = ledgerRunCLI(t, "ledger", "verify", "--ledger", l, "--json")
-	require.NoError(t, err)
-	assert.Equal(t, exitOK, code)
+	out, code, _ = ledgerRunCLI(t, "ledger", "verify", "--ledger", l, "--json")
+	assert.Equal(t, ledgerSoundCode(runs), code)
 	var rep ledger.VerifyReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
 	assert.Equal(t, int64(7), rep.LastSeq)
@@ -141,6 +148,162 @@ func TestLedgerVerifyAndRepair(t *testing.T) {
 	assert.Equal(t, exitFailed, code)
 	require.ErrorContains(t, err, "first bad seq 3")
 	assert.ErrorContains(t, err, "hash_mismatch")
+}
+
+// ledgerSignedCopy copies the signed golden ledger (a sealed segment, the
+// live file, its head and ledger.pub) into a fresh run directory and
+// returns the live file's path.
+func ledgerSignedCopy(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS(filepath.Join("..", "..", "testdata", "ledger", "signed"))))
+	return filepath.Join(dir, "communication_ledger.jsonl")
+}
+
+// ledgerRewrite decodes the records of the file, lets edit change them,
+// then renumbers and relinks them from first (seq) and prev, recomputing
+// every hash, as someone without the key would; signatures are kept.
+func ledgerRewrite(t *testing.T, file string, first int64, prev string, edit func([]ledger.Record) []ledger.Record) {
+	t.Helper()
+	var recs []ledger.Record
+	for _, line := range strings.SplitAfter(strings.TrimSuffix(string(fileContent(t, file)), "\n"), "\n") {
+		var r ledger.Record
+		require.NoError(t, json.Unmarshal([]byte(line), &r))
+		recs = append(recs, r)
+	}
+	recs = edit(recs)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	for i := range recs {
+		r := &recs[i]
+		r.Seq, r.Prev = first+int64(i), prev
+		h, err := ledger.HashRecord(*r)
+		require.NoError(t, err)
+		r.Hash, prev = h, h
+		require.NoError(t, enc.Encode(r))
+	}
+	require.NoError(t, os.WriteFile(file, buf.Bytes(), 0o600))
+}
+
+func fileContent(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	require.NoError(t, err)
+	return b
+}
+
+// The golden ledger's sealed segment holds seq 1–4 (its segment_end has
+// this hash); the live file holds 5–9, its last record a checkpoint.
+const ledgerGoldenSegmentEnd = "7d577acd192bf4caaa51d83d8320ea18e0cb8958124a9456ae0a8dfa7a3e8d90"
+
+func TestLedgerVerifySignatures(t *testing.T) {
+	bobRead := ledger.Record{At: "2026-03-01T12:00:00.009500000Z", Kind: ledger.KindRead, Agent: "bob", Grant: "G-bob", Path: "oracle/answer.md"}
+	tests := []struct {
+		name   string
+		tamper func(t *testing.T, l string) []string // returns extra CLI arguments
+		code   int
+		out    []string // substrings of stdout
+		err    string   // substring of the error
+	}{
+		{"sound", func(t *testing.T, l string) []string { return nil }, exitOK, []string{
+			"valid chain, 9 record(s) in 2 files",
+			"key b600306cfa76723f: signed seq 1–9 in 4 checkpoint(s)",
+			"signatures checked against key(s) b600306cfa76723f; the head's checkpoint at seq 9 is in the ledger",
+		}, ""},
+		{"record inserted with the chain recomputed", func(t *testing.T, l string) []string {
+			ledgerRewrite(t, l, 5, ledgerGoldenSegmentEnd, func(rs []ledger.Record) []ledger.Record {
+				return append(rs[:2:2], append([]ledger.Record{bobRead}, rs[2:]...)...)
+			})
+			return nil
+		}, exitFailed, []string{"BROKEN after 8 sound record(s)"}, "rewritten: the record at seq 9"},
+		{"record inserted with the chain recomputed, head removed", func(t *testing.T, l string) []string {
+			ledgerRewrite(t, l, 5, ledgerGoldenSegmentEnd, func(rs []ledger.Record) []ledger.Record {
+				return append(rs[:2:2], append([]ledger.Record{bobRead}, rs[2:]...)...)
+			})
+			require.NoError(t, os.Remove(ledger.HeadPath(l)))
+			return nil
+		}, exitFailed, []string{"BROKEN after 9 sound record(s)", "key b600306cfa76723f: signed seq 1–5 in 3 checkpoint(s)"}, "forged: the signature does not match"},
+		{"record appended with the chain recomputed", func(t *testing.T, l string) []string {
+			ledgerRewrite(t, l, 5, ledgerGoldenSegmentEnd, func(rs []ledger.Record) []ledger.Record { return append(rs, bobRead) })
+			return nil
+		}, exitFailed, nil, "unsigned_tail: the last 1 record(s) (seq 10–10) carry no signature"},
+		{"unsigned tail of a live ledger", func(t *testing.T, l string) []string {
+			ledgerRewrite(t, l, 5, ledgerGoldenSegmentEnd, func(rs []ledger.Record) []ledger.Record { return append(rs, bobRead) })
+			return []string{"--live"}
+		}, exitOK, []string{"warning: the last 1 record(s) (seq 10–10) carry no signature", "1 record(s) after the last signature"}, ""},
+		{"truncated", func(t *testing.T, l string) []string {
+			ledgerRewrite(t, l, 5, ledgerGoldenSegmentEnd, func(rs []ledger.Record) []ledger.Record { return rs[:len(rs)-1] })
+			return nil
+		}, exitFailed, nil, "truncated: the ledger ends at seq 8 but its head records a signed checkpoint at seq 9"},
+		{"sealed segment missing", func(t *testing.T, l string) []string {
+			require.NoError(t, os.Remove(ledger.SegmentName(l, 1)))
+			return nil
+		}, exitFailed, nil, "the segment holding them (communication_ledger.000000000001.jsonl) is missing"},
+		{"no public key", func(t *testing.T, l string) []string {
+			require.NoError(t, os.Remove(filepath.Join(filepath.Dir(l), ledger.PublicKeyFile)))
+			return nil
+		}, exitUnchecked, []string{"valid chain, 9 record(s)", "signatures not checked: no public key (ledger.pub) found"}, "pass --pubkey FILE"},
+		{"public key kept apart", func(t *testing.T, l string) []string {
+			kept := filepath.Join(t.TempDir(), "reviewer.pub")
+			require.NoError(t, os.Rename(filepath.Join(filepath.Dir(l), ledger.PublicKeyFile), kept))
+			return []string{"--pubkey", kept}
+		}, exitOK, []string{"key b600306cfa76723f: signed seq 1–9"}, ""},
+		{"someone else's key", func(t *testing.T, l string) []string {
+			dir := t.TempDir()
+			_, err := ledger.LoadOrCreateKey(dir)
+			require.NoError(t, err)
+			return []string{"--pubkey", filepath.Join(dir, ledger.PublicKeyFile)}
+		}, exitFailed, nil, "unknown_key: signed by key b600306cfa76723f"},
+		{"unreadable --pubkey", func(t *testing.T, l string) []string {
+			return []string{"--pubkey", filepath.Join(t.TempDir(), "missing.pub")}
+		}, exitFailed, nil, "--pubkey"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := ledgerSignedCopy(t)
+			args := append([]string{"ledger", "verify", "--ledger", l}, tt.tamper(t, l)...)
+			out, code, err := ledgerRunCLI(t, args...)
+			assert.Equal(t, tt.code, code, "%v\n%s", err, out)
+			for _, want := range tt.out {
+				assert.Contains(t, out, want)
+			}
+			if tt.err == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.err)
+		})
+	}
+}
+
+func TestLedgerVerifyJSON(t *testing.T) {
+	l := ledgerSignedCopy(t)
+	out, code, err := ledgerRunCLI(t, "ledger", "verify", "--ledger", l, "--json")
+	require.NoError(t, err)
+	assert.Equal(t, exitOK, code)
+	var rep ledger.VerifyReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	assert.True(t, rep.SignaturesChecked)
+	assert.Equal(t, []ledger.Signer{{Key: "b600306cfa76723f", FirstSeq: 1, LastSeq: 9, Checkpoints: 4}}, rep.Signers)
+	assert.Equal(t, []string{ledger.SegmentName(l, 1), l}, rep.Files)
+	assert.Equal(t, int64(9), rep.HeadSeq)
+}
+
+func TestLedgerShowReadsSegments(t *testing.T) {
+	l := ledgerSignedCopy(t)
+	out, code, err := ledgerRunCLI(t, "ledger", "show", "--ledger", l)
+	require.NoError(t, err)
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, out, "9 record(s)")
+	assert.Contains(t, out, "mount_started")
+}
+
+func TestLedgerGroup(t *testing.T) {
+	for in, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 52113: "52,113", 1234567: "1,234,567", -1234: "-1,234"} {
+		assert.Equal(t, want, ledgerGroup(in))
+	}
 }
 
 func TestLedgerAudit(t *testing.T) {

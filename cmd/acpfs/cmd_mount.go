@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	acpfs "github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
@@ -31,6 +32,18 @@ type mountFlags struct {
 	passthrough bool
 	allowOther  bool
 	debug       bool
+	quota       quotaFlags
+}
+
+// quotaFlags are the write quotas of grants that set none.
+type quotaFlags struct{ maxBytes, maxFiles int64 }
+
+// quotaHelp says what the quota flags do.
+const quotaHelp = " for a grant that sets none (max_write_bytes, max_files): past it, writes and creates fail with EDQUOT; -1 for no cap"
+
+func (q *quotaFlags) register(cmd *cobra.Command) {
+	cmd.Flags().Int64Var(&q.maxBytes, "max-write-bytes", 0, fmt.Sprintf("bytes an agent may add to files through its view (default %d)", acpfs.DefaultMaxWriteBytes)+quotaHelp)
+	cmd.Flags().Int64Var(&q.maxFiles, "max-files", 0, fmt.Sprintf("files and directories an agent may create through its view (default %d)", acpfs.DefaultMaxFiles)+quotaHelp)
 }
 
 // passthroughHelp warns about the one trade-off of --passthrough.
@@ -49,6 +62,7 @@ func (mf *mountFlags) register(cmd *cobra.Command, withGrant bool) {
 	cmd.Flags().BoolVar(&mf.passthrough, "passthrough", false, passthroughHelp)
 	cmd.Flags().BoolVar(&mf.allowOther, "allow-other", false, "let other uids use the mount (with default_permissions)")
 	cmd.Flags().BoolVar(&mf.debug, "debug", false, "log every FUSE request")
+	mf.quota.register(cmd)
 	_ = cmd.MarkFlagRequired("folder")
 }
 
@@ -189,7 +203,7 @@ func newMountCmd() *cobra.Command {
 			defer signal.Stop(sig)
 			m, err := mount.Start(mount.Config{
 				Folder: folder, Mountpoint: args[0], Grant: g, GrantPath: gp, Log: log, Ledger: lw,
-				Hidden: mf.hiddenDirs(ledgerPath, gp), AuditReads: mf.audit == "reads", Audit: mf.audit, Passthrough: mf.passthrough, AllowOther: mf.allowOther, Debug: mf.debug,
+				Hidden: mf.hiddenDirs(ledgerPath, gp), AuditReads: mf.audit == "reads", Audit: mf.audit, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles, Passthrough: mf.passthrough, AllowOther: mf.allowOther, Debug: mf.debug,
 			})
 			if err != nil {
 				if errors.Is(err, mount.ErrMountpoint) {

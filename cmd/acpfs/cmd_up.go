@@ -24,6 +24,7 @@ func init() {
 func newUpCmd() *cobra.Command {
 	var (
 		runs, folder, root, sync, audit string
+		quota                           quotaFlags
 		allowOther, passthrough         bool
 	)
 	cmd := &cobra.Command{
@@ -80,7 +81,7 @@ the killed coordinator left are detached, and their empty directories reused.`,
 			defer signal.Stop(sig)
 			c, err := mount.StartCoordinator(mount.CoordinatorConfig{
 				Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
-				AuditReads: audit == "reads", Audit: audit, Passthrough: passthrough, AllowOther: allowOther, Participants: participants,
+				AuditReads: audit == "reads", Audit: audit, MaxWriteBytes: quota.maxBytes, MaxFiles: quota.maxFiles, Passthrough: passthrough, AllowOther: allowOther, Participants: participants,
 				Notify: cmd.ErrOrStderr(),
 			})
 			if errors.Is(err, mount.ErrRunDirBusy) {
@@ -108,6 +109,7 @@ the killed coordinator left are detached, and their empty directories reused.`,
 	cmd.Flags().StringVar(&audit, "audit", "", `"" (default) records the first read of each file version and each distinct refusal in full and counts repeats; "opens" records every open; "reads" also every read request (offset, length) and disables passthrough`)
 	cmd.Flags().BoolVar(&allowOther, "allow-other", false, "let other uids use the mounts (with default_permissions)")
 	cmd.Flags().BoolVar(&passthrough, "passthrough", false, passthroughHelp)
+	quota.register(cmd)
 	_ = cmd.MarkFlagRequired("folder")
 	_ = cmd.MarkFlagRequired("root")
 	return cmd

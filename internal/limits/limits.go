@@ -1,0 +1,226 @@
+// Package limits puts a command in a control group of its own with a
+// memory, process-count and CPU limit, on cgroup v2 where it is delegated
+// and on the v1 hierarchies (pids, memory, cpu) otherwise. A limit that
+// cannot be applied is an error: a limit that silently does nothing would
+// be worse than none.
+package limits
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Limits of one command. A zero field sets no limit of that kind.
+type Limits struct {
+	Memory int64   // bytes, swap included where the kernel counts it
+	Pids   int64   // processes and threads
+	CPU    float64 // CPUs worth of time per period, e.g. 1.5
+}
+
+// Defaults stop a fork bomb and a runaway allocation without getting in
+// the way of an agent's ordinary tools.
+var Defaults = Limits{Memory: 4 << 30, Pids: 512, CPU: 0}
+
+// cpuPeriod is the CFS period the CPU quota is expressed in (100 ms).
+const cpuPeriod = 100000
+
+// Group is a control group made for one command.
+type Group struct {
+	name string
+	v1   cgroup1.Cgroup
+	v2   *cgroup2.Manager
+	dirs map[string]string // v1 subsystem -> directory, for the events files
+}
+
+// New makes the group name (a single path element) under this process's
+// own groups, with l applied.
+func New(name string, l Limits) (*Group, error) {
+	if name == "" || strings.ContainsRune(name, '/') {
+		return nil, fmt.Errorf("cgroup name %q: want one path element", name)
+	}
+	if cgroups.Mode() == cgroups.Unified {
+		return newV2(name, l)
+	}
+	return newV1(name, l)
+}
+
+func newV2(name string, l Limits) (*Group, error) {
+	own, err := cgroup2.NestedGroupPath("")
+	if err != nil {
+		return nil, fmt.Errorf("cgroup v2: find this process's group: %w", err)
+	}
+	res := &cgroup2.Resources{}
+	if l.Memory > 0 {
+		res.Memory = &cgroup2.Memory{Max: &l.Memory}
+	}
+	if l.Pids > 0 {
+		res.Pids = &cgroup2.Pids{Max: l.Pids}
+	}
+	if l.CPU > 0 {
+		quota := int64(l.CPU * cpuPeriod)
+		period := uint64(cpuPeriod)
+		res.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)}
+	}
+	m, err := cgroup2.NewManager("/sys/fs/cgroup", filepath.Join(own, name), res)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup v2 %s: %w (is the cgroup tree delegated to this user? --no-limits runs without limits)", name, err)
+	}
+	return &Group{name: name, v2: m}, nil
+}
+
+func newV1(name string, l Limits) (*Group, error) {
+	res := &specs.LinuxResources{}
+	var want []cgroup1.Name
+	if l.Memory > 0 {
+		res.Memory = &specs.LinuxMemory{Limit: &l.Memory}
+		want = append(want, cgroup1.Memory)
+	}
+	if l.Pids > 0 {
+		res.Pids = &specs.LinuxPids{Limit: &l.Pids}
+		want = append(want, cgroup1.Pids)
+	}
+	if l.CPU > 0 {
+		quota := int64(l.CPU * cpuPeriod)
+		period := uint64(cpuPeriod)
+		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+		want = append(want, cgroup1.Cpu)
+	}
+	if len(want) == 0 {
+		return &Group{name: name}, nil
+	}
+	hier := func() ([]cgroup1.Subsystem, error) {
+		all, err := cgroup1.Default()
+		if err != nil {
+			return nil, err
+		}
+		var out []cgroup1.Subsystem
+		for _, s := range all {
+			for _, n := range want {
+				if s.Name() == n {
+					out = append(out, s)
+				}
+			}
+		}
+		if len(out) != len(want) {
+			return nil, fmt.Errorf("cgroup v1: need the %v hierarchies, found %d of them mounted", want, len(out))
+		}
+		return out, nil
+	}
+	cg, err := cgroup1.New(cgroup1.NestedPath(name), res, cgroup1.WithHierarchy(hier))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup v1 %s: %w (--no-limits runs without limits)", name, err)
+	}
+	g := &Group{name: name, v1: cg, dirs: map[string]string{}}
+	own, err := cgroup1.ParseCgroupFile("/proc/self/cgroup")
+	if err == nil {
+		for _, n := range want {
+			g.dirs[string(n)] = filepath.Join("/sys/fs/cgroup", string(n), own[string(n)], name)
+		}
+	}
+	return g, nil
+}
+
+// Add moves the process pid into the group.
+func (g *Group) Add(pid int) error {
+	switch {
+	case g.v2 != nil:
+		return g.v2.AddProc(uint64(pid))
+	case g.v1 != nil:
+		return g.v1.AddProc(uint64(pid))
+	}
+	return nil
+}
+
+// Hit names the limits the group's processes ran into, for the exit
+// message: "memory" when the kernel killed for memory, "pids" when a fork
+// was refused.
+func (g *Group) Hit() []string {
+	var hit []string
+	if g.v2 != nil {
+		if st, err := g.v2.Stat(); err == nil {
+			if st.MemoryEvents != nil && st.MemoryEvents.OomKill > 0 {
+				hit = append(hit, "memory")
+			}
+		}
+		dir := filepath.Join("/sys/fs/cgroup", g.v2Path())
+		if n := readKey(filepath.Join(dir, "pids.events"), "max"); n > 0 {
+			hit = append(hit, "pids")
+		}
+		return hit
+	}
+	if d, ok := g.dirs["memory"]; ok {
+		if readKey(filepath.Join(d, "memory.oom_control"), "oom_kill") > 0 || readKey(filepath.Join(d, "memory.failcnt"), "") > 0 {
+			hit = append(hit, "memory")
+		}
+	}
+	if d, ok := g.dirs["pids"]; ok && readKey(filepath.Join(d, "pids.events"), "max") > 0 {
+		hit = append(hit, "pids")
+	}
+	return hit
+}
+
+func (g *Group) v2Path() string {
+	own, _ := cgroup2.NestedGroupPath("")
+	return filepath.Join(own, g.name)
+}
+
+// Delete kills what is left in the group and removes it, waiting (at
+// most about two seconds) for the killed processes to leave it.
+func (g *Group) Delete() error {
+	switch {
+	case g.v2 != nil:
+		_ = g.v2.Kill()
+		return g.v2.Delete()
+	case g.v1 != nil:
+		var err error
+		for i := 0; i < 200; i++ {
+			procs, perr := g.v1.Processes(cgroup1.Pids, true)
+			if perr != nil || len(procs) == 0 {
+				if err = g.v1.Delete(); err == nil {
+					return nil
+				}
+			}
+			for _, p := range procs {
+				_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+			}
+			time.Sleep(10 * time.Millisecond) // the kernel's exit path, not ours to signal
+		}
+		return err
+	}
+	return nil
+}
+
+// readKey reads "key N" from a cgroup file (or the lone number when key
+// is empty); 0 when absent.
+func readKey(path, key string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case key == "" && len(f) == 1:
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			return n
+		case len(f) == 2 && f[0] == key:
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// ErrUnsupported is returned by Parse for a limit string it cannot read.
+var ErrUnsupported = errors.New("unsupported limit")
