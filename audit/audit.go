@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/acpfs/acpfs/grants"
@@ -945,7 +946,7 @@ func IsToolNoise(r ledger.Record) bool {
 	}
 	switch r.Op {
 	case "link":
-		return gitObjectPath.MatchString(r.Path) || isTemporaryName(path.Base(r.Path))
+		return gitObjectPath().MatchString(r.Path) || isTemporaryName(path.Base(r.Path))
 	case "create", "mknod", "mkdir", "symlink", "rename":
 		return isTemporaryName(path.Base(r.Path))
 	}
@@ -953,27 +954,35 @@ func IsToolNoise(r ledger.Record) bool {
 }
 
 // gitObjectPath matches where git links a new object or pack into place.
-var gitObjectPath = regexp.MustCompile(`(^|/)(\.git/|[^/]+\.git/)?objects/([0-9a-f]{2}/[0-9a-f]{38,62}|pack/(tmp_)?pack-[^/]+)$`)
+// The patterns here are compiled at first use: every acpfs command links
+// this package, and `acpfs append` runs once per event.
+var gitObjectPath = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(^|/)(\.git/|[^/]+\.git/)?objects/([0-9a-f]{2}/[0-9a-f]{38,62}|pack/(tmp_)?pack-[^/]+)$`)
+})
 
 // temporaryNames are the temporary files of common editors and of the
 // tools that save by writing a new file and renaming it over the old.
-var temporaryNames = []*regexp.Regexp{
-	regexp.MustCompile(`^\..+\.sw[a-p]x?$`),                // vim swap files and vim's .swpx probe
-	regexp.MustCompile(`^4913$`),                           // vim's probe of a directory
-	regexp.MustCompile(`^.+~$`),                            // backups (vim, emacs, nano)
-	regexp.MustCompile(`^#.+#$`),                           // emacs auto-save
-	regexp.MustCompile(`^\.#.+$`),                          // emacs lock
-	regexp.MustCompile(`^sed[A-Za-z0-9]{6}$`),              // sed -i
-	regexp.MustCompile(`^tmp[a-z0-9_]{8}(\.[^/]*)?$`),      // Python tempfile (mkstemp, NamedTemporaryFile)
-	regexp.MustCompile(`^\.goutputstream-[A-Za-z0-9]{6}$`), // GLib
-	regexp.MustCompile(`^\.~lock\..+#$`),                   // LibreOffice
-	regexp.MustCompile(`(?i)\.te?mp(\.[A-Za-z0-9]+)?$`),    // name.tmp, name.tmp.1234
+var temporaryNames = sync.OnceValue(func() []*regexp.Regexp { return temporaryPatterns() })
+
+func temporaryPatterns() []*regexp.Regexp {
+	return []*regexp.Regexp{
+		regexp.MustCompile(`^\..+\.sw[a-p]x?$`),                // vim swap files and vim's .swpx probe
+		regexp.MustCompile(`^4913$`),                           // vim's probe of a directory
+		regexp.MustCompile(`^.+~$`),                            // backups (vim, emacs, nano)
+		regexp.MustCompile(`^#.+#$`),                           // emacs auto-save
+		regexp.MustCompile(`^\.#.+$`),                          // emacs lock
+		regexp.MustCompile(`^sed[A-Za-z0-9]{6}$`),              // sed -i
+		regexp.MustCompile(`^tmp[a-z0-9_]{8}(\.[^/]*)?$`),      // Python tempfile (mkstemp, NamedTemporaryFile)
+		regexp.MustCompile(`^\.goutputstream-[A-Za-z0-9]{6}$`), // GLib
+		regexp.MustCompile(`^\.~lock\..+#$`),                   // LibreOffice
+		regexp.MustCompile(`(?i)\.te?mp(\.[A-Za-z0-9]+)?$`),    // name.tmp, name.tmp.1234
+	}
 }
 
 // isTemporaryName reports whether a file name is shaped like a temporary
 // file of an editor or a tool.
 func isTemporaryName(name string) bool {
-	for _, re := range temporaryNames {
+	for _, re := range temporaryNames() {
 		if re.MatchString(name) {
 			return true
 		}
