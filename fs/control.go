@@ -360,7 +360,7 @@ func (s *snapshotFile) Open(ctx context.Context, flags uint32) (fh gofs.FileHand
 		unix.Close(fd)
 		return nil, 0, errnoOf(err)
 	}
-	if errno := s.fsys.recordReadOf(ctx, s.rel, fd, versionOf(&st), "handoff snapshot"); errno != 0 {
+	if _, errno := s.fsys.recordReadOf(ctx, s.rel, fd, versionOf(&st), "handoff snapshot"); errno != 0 {
 		unix.Close(fd)
 		return nil, 0, errno
 	}

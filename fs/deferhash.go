@@ -62,40 +62,54 @@ type pendingRead struct {
 // knownHash returns the content hash of the open file fd (version v)
 // when it can be had without delay: from the view's or the store's
 // cache, by hashing a small file, or incrementally for events.jsonl.
-func (f *FS) knownHash(rel string, fd int, v fileVersion) (string, bool, error) {
+// It returns the version the hash is of: a small file that changed since
+// the open looked at it is hashed as it is now, which is what its reads
+// will serve.
+func (f *FS) knownHash(rel string, fd int, v fileVersion) (string, fileVersion, bool, error) {
 	if rel == EventsFile {
 		// Append-only: the running hash costs the new bytes only.
 		sha, err := f.evHash.sum(fd)
-		return sha, err == nil, err
+		return sha, v, err == nil, err
 	}
 	if sha, ok := f.hashes.get(v); ok {
-		return sha, true, nil
+		return sha, v, true, nil
 	}
 	if sha, ok := f.store.get(v); ok {
 		f.hashes.put(v, sha)
-		return sha, true, nil
+		return sha, v, true, nil
 	}
 	if v.size > syncHashMax {
-		return "", false, nil
+		return "", v, false, nil
 	}
-	sha, err := f.hashes.sum(fd)
+	start := time.Now()
+	hv, sha, err := hashFile(fd)
 	if err != nil {
-		return "", false, err
+		return "", v, false, err
 	}
-	f.store.put(v, sha)
-	return sha, true, nil
+	f.keepHash(hv, sha, start)
+	return sha, hv, true, nil
+}
+
+// keepHash remembers the hash of v, in the store too, when it may be
+// given for v later (cacheable).
+func (f *FS) keepHash(v fileVersion, sha string, start time.Time) {
+	if cacheable(v, start) {
+		f.hashes.put(v, sha)
+		f.store.put(v, sha)
+	}
 }
 
 // recordReadOf records the read of the open file fd at rel before any of
 // its bytes are served: with its hash when known at once (knownHash),
 // else with its version, the hash following in a read_hash record.
-func (f *FS) recordReadOf(ctx context.Context, rel string, fd int, v fileVersion, detail string) syscall.Errno {
-	sha, ok, err := f.knownHash(rel, fd, v)
+// It returns the version recorded.
+func (f *FS) recordReadOf(ctx context.Context, rel string, fd int, v fileVersion, detail string) (fileVersion, syscall.Errno) {
+	sha, v, ok, err := f.knownHash(rel, fd, v)
 	if err != nil {
-		return errnoOf(err)
+		return v, errnoOf(err)
 	}
 	if ok {
-		return f.recordRead(ctx, rel, sha, detail)
+		return v, f.recordRead(ctx, rel, sha, detail)
 	}
 	k := repeatKey{kind: ledger.KindRead, op: "open", path: rel, ver: v}
 	err = f.recordOnce(ctx, k, func() error {
@@ -108,9 +122,9 @@ func (f *FS) recordReadOf(ctx context.Context, rel string, fd int, v fileVersion
 	})
 	if err != nil {
 		f.ledgerDown("open", rel, err)
-		return syscall.EIO
+		return v, syscall.EIO
 	}
-	return 0
+	return v, 0
 }
 
 func joinDetail(a, b string) string {
@@ -154,12 +168,12 @@ func (f *FS) deferHash(fd int, v fileVersion, r pendingRead) {
 	go func() {
 		defer d.wg.Done()
 		hashSlots <- struct{}{}
+		start := time.Now()
 		sha, err := hashVersion(dup, v)
 		<-hashSlots
 		unix.Close(dup)
 		if err == nil {
-			f.hashes.put(v, sha)
-			f.store.put(v, sha)
+			f.keepHash(v, sha, start)
 		}
 		d.mu.Lock()
 		delete(d.jobs, v)

@@ -82,7 +82,7 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		if pjson != nil {
 			errno = f.recordRead(ctx, rel, digest(pjson), "")
 		} else {
-			errno = f.recordReadOf(ctx, rel, fd, ver, "")
+			ver, errno = f.recordReadOf(ctx, rel, fd, ver, "")
 		}
 		if errno != 0 {
 			unix.Close(fd)
@@ -297,7 +297,8 @@ func (h *handle) recordNewVersion(ctx context.Context) syscall.Errno {
 	if v == *h.readVer {
 		return 0
 	}
-	if errno := h.fsys.recordReadOf(ctx, h.path(), h.fd(), v, "content changed since the open"); errno != 0 {
+	v, errno := h.fsys.recordReadOf(ctx, h.path(), h.fd(), v, "content changed since the open")
+	if errno != 0 {
 		return errno
 	}
 	h.readVer = &v

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -78,17 +79,21 @@ func TestAppendHasherFollowsGrowthAndRestartsOnShrink(t *testing.T) {
 	assert.Equal(t, sum([]byte("x\n")), got)
 }
 
-func TestHashCacheSeesNewVersions(t *testing.T) {
+func TestHashFileAndWhatIsKept(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "doc.md")
-	var c hashCache
 	for _, content := range []string{"one", "two, longer", "three"} {
 		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
 		f, err := os.Open(p)
 		require.NoError(t, err)
-		got, err := c.sum(int(f.Fd()))
+		v, got, err := hashFile(int(f.Fd()))
 		f.Close()
 		require.NoError(t, err)
 		assert.Equal(t, sum([]byte(content)), got)
+		assert.EqualValues(t, len(content), v.size)
+		// Just written: a change in the same clock tick could keep
+		// this version's key, so its hash is not kept.
+		assert.False(t, cacheable(v, time.Now()))
+		assert.True(t, cacheable(v, time.Now().Add(2*time.Second)))
 	}
 }
 

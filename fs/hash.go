@@ -8,6 +8,7 @@ import (
 	"io"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -63,31 +64,34 @@ func (c *hashCache) put(v fileVersion, s string) {
 	c.m[v] = s
 }
 
-// sum returns the SHA-256 of the open file fd.
-func (c *hashCache) sum(fd int) (string, error) {
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		return "", fmt.Errorf("fstat: %w", err)
+// hashFile hashes the open file fd and returns the version it hashed: the
+// same version before and after the whole content was read. A file that
+// changes meanwhile is hashed again; after three tries it is errChanged.
+func hashFile(fd int) (fileVersion, string, error) {
+	for try := 0; try < 3; try++ {
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
+			return fileVersion{}, "", fmt.Errorf("fstat: %w", err)
+		}
+		v := versionOf(&st)
+		sha, err := hashVersion(fd, v)
+		if err == nil {
+			return v, sha, nil
+		}
+		if err != errChanged {
+			return fileVersion{}, "", err
+		}
 	}
-	v := versionOf(&st)
-	c.mu.Lock()
-	s, ok := c.m[v]
-	c.mu.Unlock()
-	if ok {
-		return s, nil
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(fdReader(fd), 0, st.Size)); err != nil {
-		return "", fmt.Errorf("hash: %w", err)
-	}
-	s = hex.EncodeToString(h.Sum(nil))
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCachedHashes {
-		c.m = make(map[fileVersion]string)
-	}
-	c.m[v] = s
-	c.mu.Unlock()
-	return s, nil
+	return fileVersion{}, "", errChanged
+}
+
+// cacheable reports whether the hash of version v, taken at start, may be
+// kept and given for v later. A change within the same tick of a coarse
+// clock as the last one could leave size, mtime and ctime as they were:
+// only a version whose last change is a second older than the hash is
+// known to be one content.
+func cacheable(v fileVersion, start time.Time) bool {
+	return start.Sub(time.Unix(0, v.ctimeNs)) >= time.Second
 }
 
 // appendHasher keeps a running SHA-256 of events.jsonl. The file only
