@@ -305,10 +305,15 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHan
 	if err := n.fsys.recordListing(ctx, rel); err != nil {
 		return nil, 0, syscall.EIO
 	}
-	// The kernel may keep the listing between opens: the watcher and
-	// grant changes drop it with the directory's attributes. Every open
-	// still reaches this handler, and its record.
-	return &dirHandle{fsys: n.fsys, node: n, rel: rel}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+	// The kernel may keep the listing between opens while the watcher
+	// sees the whole folder: the watcher and grant changes drop it with
+	// the directory's attributes. Every open still reaches this handler,
+	// and its record.
+	var keep uint32
+	if n.fsys.cacheTimeout() == CacheTimeout {
+		keep = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	}
+	return &dirHandle{fsys: n.fsys, node: n, rel: rel}, keep, 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (ch *gofs.Inode, fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {

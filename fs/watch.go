@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/fsnotify/fsnotify"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -29,6 +30,12 @@ type Watcher struct {
 	// giving the kernel long timeouts (see CacheTimeout).
 	degraded atomic.Bool
 
+	// dirs maps the inode of every directory watched to its
+	// folder-relative path (only the loop goroutine uses it once the
+	// watcher runs): inotify keeps watching a directory that moves, but
+	// fsnotify would go on naming its events by the old path.
+	dirs map[uint64]string
+
 	mu    sync.Mutex
 	views map[*FS]struct{}
 	done  chan struct{}
@@ -43,7 +50,7 @@ func NewWatcher(folder string, skip []string) (*Watcher, error) {
 	}
 	// The views' private temporary files concern their own view only.
 	skip = append(append([]string(nil), skip...), StagingDir)
-	wt := &Watcher{folder: folder, skip: skip, w: w, views: map[*FS]struct{}{}, done: make(chan struct{})}
+	wt := &Watcher{folder: folder, skip: skip, w: w, views: map[*FS]struct{}{}, dirs: map[uint64]string{}, done: make(chan struct{})}
 	if err := wt.addTree(folder); err != nil {
 		w.Close()
 		return nil, err
@@ -105,14 +112,41 @@ func (wt *Watcher) addTree(root string) error {
 		if rel == "." {
 			rel = ""
 		}
-		if rel != "" && wt.skipped(filepath.ToSlash(rel)) {
+		rel = filepath.ToSlash(rel)
+		if rel != "" && wt.skipped(rel) {
 			return filepath.SkipDir
 		}
 		if err := wt.w.Add(p); err != nil {
 			return fmt.Errorf("watch %s: %w", p, err)
 		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				wt.dirs[st.Ino] = rel
+			}
+		}
 		return nil
 	})
+}
+
+// movedDir notices that the directory just created at rel is one already
+// watched under another path (moved within the folder), and drops the
+// watches of its old paths, so that addTree watches it and everything
+// below it under the paths they have now.
+func (wt *Watcher) movedDir(rel, abs string) {
+	var st unix.Stat_t
+	if unix.Lstat(abs, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return
+	}
+	old, ok := wt.dirs[st.Ino]
+	if !ok || old == rel {
+		return
+	}
+	for ino, p := range wt.dirs {
+		if p == old || strings.HasPrefix(p, old+"/") {
+			_ = wt.w.Remove(filepath.Join(wt.folder, filepath.FromSlash(p))) // may be gone already
+			delete(wt.dirs, ino)
+		}
+	}
 }
 
 func (wt *Watcher) loop() {
@@ -160,6 +194,7 @@ func (wt *Watcher) handle(ev fsnotify.Event) {
 		return
 	}
 	if ev.Has(fsnotify.Create) {
+		wt.movedDir(rel, ev.Name)
 		if err := wt.addTree(ev.Name); err != nil {
 			wt.degrade("cannot watch a new directory", err)
 		}
@@ -219,6 +254,12 @@ func (f *FS) invalidate(rel string, entry bool) {
 	}
 	name := segs[len(segs)-1]
 	if entry {
+		if ch := dir.GetChild(name); ch != nil {
+			// What the kernel keeps of the old entry and below it (a
+			// directory moved away, replaced, or made anew) goes too: a
+			// lookup of the name may find the same inode again.
+			dropSubtree(ch)
+		}
 		dir.NotifyEntry(name)
 		for _, d := range chain {
 			d.NotifyContent(0, 0)
@@ -235,4 +276,15 @@ func (f *FS) invalidate(rel string, entry bool) {
 func secondName(p string) bool {
 	var st unix.Stat_t
 	return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1
+}
+
+// dropSubtree drops the attributes, pages and listings the kernel keeps of
+// n and of every inode it knows below it.
+func dropSubtree(n *gofs.Inode) {
+	n.NotifyContent(0, 0)
+	if n.IsDir() {
+		for _, ch := range n.Children() {
+			dropSubtree(ch)
+		}
+	}
 }

@@ -265,6 +265,28 @@ func TestCachedViewSeesChangesOnDisk(t *testing.T) {
 	}
 }
 
+// A directory moved within the folder keeps being watched under its new
+// path, and so does everything below it: a change in it afterwards
+// reaches the views that keep it.
+func TestCachedViewFollowsMovedDirectories(t *testing.T) {
+	c := newCollab(t)
+	writeFiles(t, c.folder, map[string]string{"scratch/d/sub/f.md": "one\n"})
+	v := c.mountView(reviewerGrant())
+	look(t, v.path("scratch"))
+	require.NoError(t, os.Rename(filepath.Join(c.folder, "scratch/d"), filepath.Join(c.folder, "scratch/e")))
+	eventually(t, func() bool {
+		b, err := os.ReadFile(v.path("scratch/e/sub/f.md"))
+		return err == nil && string(b) == "one\n" && slices.Equal(names(t, v.path("scratch")), []string{"e"})
+	}, "the moved directory does not show")
+	look(t, v.path("scratch")) // the kernel keeps the new paths
+	require.NoError(t, os.WriteFile(filepath.Join(c.folder, "scratch/e/sub/f.md"), []byte("two, longer\n"), 0o644))
+	writeFiles(t, c.folder, map[string]string{"scratch/e/sub/g.md": "g\n"})
+	eventually(t, func() bool {
+		st, err := os.Stat(v.path("scratch/e/sub/f.md"))
+		return err == nil && st.Size() == 12 && slices.Equal(names(t, v.path("scratch/e/sub")), []string{"f.md", "g.md"})
+	}, "a change below a moved directory does not reach the view")
+}
+
 // A change that inotify does not report (here a write through a shared
 // mapping, made outside any view) is seen at the next open: the file is
 // not the version whose attributes and pages the kernel holds.
