@@ -276,6 +276,12 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (res fuse.Rea
 	if err != nil {
 		return nil, errnoOf(err)
 	}
+	// A change between the check above and the read: the bytes read
+	// may be of the new version, which is recorded before they are
+	// handed out.
+	if errno := h.recordNewVersion(ctx); errno != 0 {
+		return nil, errno
+	}
 	return fuse.ReadResultData(dest[:k]), 0
 }
 
