@@ -44,6 +44,8 @@ func run(m *testing.M) int {
 	loopbackBin = filepath.Join(tmpRoot, "bin", "loopback")
 	for bin, pkg := range map[string]string{acpfsBin: "../cmd/acpfs", loopbackBin: "./loopback"} {
 		build := exec.Command("go", "build", "-o", bin, pkg)
+		// Static, as `make build` makes it (see the Makefile).
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n", pkg, err)
