@@ -50,9 +50,8 @@ import (
 // Anything else after "readme-test:" is an error, as is a marker that is
 // not followed by a shell block. Text after the keyword is a comment.
 //
-// The README's `acpfs run ... -- claude -p ...` runs too: a stand-in
-// `claude` is first on the PATH, which fails unless it runs unprivileged
-// inside the grant's view (see readmeClaude).
+// The README's `acpfs run` blocks run their agents for real: a reviewer
+// that writes review.md and appends its event through its sandbox.
 //
 // Every mount the README makes lies in the test's directory. When the
 // test ends, background commands are stopped first; a mount still there
@@ -79,8 +78,6 @@ func TestReadme(t *testing.T) {
 	}
 
 	work := newDir(t, "readme")
-	// acpfs run --uid 65534 starts its command in this directory.
-	require.NoError(t, os.Chmod(work, 0o755))
 	r := &readmeRun{t: t, dir: work, env: readmeEnv(t)}
 	// Cleanups run last-in first-out: this one, before newDir's removal.
 	t.Cleanup(r.finish)
@@ -177,27 +174,14 @@ func parseReadme(text string) ([]readmeBlock, error) {
 	return blocks, nil
 }
 
-// readmeClaude stands in for the agent CLI the README runs under
-// acpfs run: it succeeds only unprivileged and inside a view, where
-// .acpfs/status exists.
-const readmeClaude = `#!/bin/sh
-if [ "$(id -u)" = 0 ]; then echo "claude stand-in: running as root, not as --uid" >&2; exit 1; fi
-if ! cat collab/.acpfs/status >/dev/null; then echo "claude stand-in: collab/.acpfs/status unreadable: not inside a view" >&2; exit 1; fi
-echo "claude stand-in: $*"
-`
-
 // readmeEnv returns the environment of the README's commands: a PATH
-// that starts with a directory holding acpfs and the claude stand-in.
-// That directory lies outside tmpRoot (which only root may enter), so
-// that the stand-in also runs for the README's --uid 65534.
+// that starts with a directory holding acpfs.
 func readmeEnv(t *testing.T) []string {
 	t.Helper()
 	bin, err := os.MkdirTemp("", "acpfs-readme-bin-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(bin) })
-	require.NoError(t, os.Chmod(bin, 0o755))
 	require.NoError(t, os.Symlink(acpfsBin, filepath.Join(bin, "acpfs")))
-	require.NoError(t, os.WriteFile(filepath.Join(bin, "claude"), []byte(readmeClaude), 0o755))
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PATH=") {

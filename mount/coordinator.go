@@ -26,17 +26,17 @@ import (
 // mounted under one root, sharing one protocol log, one ledger writer and
 // one folder watcher.
 type CoordinatorConfig struct {
-	Runs        grants.RunDir
-	Folder      string
-	Root        string // views are mounted at Root/<agent_id>
-	Log         *protocol.Log
-	Ledger      *ledger.Writer
-	AuditReads  bool
-	Audit       string // see Config.Audit
+	Runs       grants.RunDir
+	Folder     string
+	Root       string // views are mounted at Root/<agent_id>
+	Log        *protocol.Log
+	Ledger     *ledger.Writer
+	AuditReads bool
+	Audit      string // see Config.Audit
 	// MaxWriteBytes and MaxFiles: see Config.
 	MaxWriteBytes, MaxFiles int64
-	Passthrough bool
-	AllowOther  bool
+	Passthrough             bool
+	AllowOther              bool
 	// Participants are the ACP participants of the folder; a grant for
 	// anyone else is refused.
 	Participants []string

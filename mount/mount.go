@@ -54,7 +54,10 @@ type Config struct {
 	// AllowOther lets other uids use the mount, with the kernel checking
 	// permissions (default_permissions) so they do not act as the daemon.
 	AllowOther bool
-	Handoffs   map[string]string
+	// Owner, when set, makes the view serve that one user (see Owner):
+	// it implies AllowOther.
+	Owner    *Owner
+	Handoffs map[string]string
 	// Watcher, when set, is shared with other views of the same folder.
 	Watcher *acpfs.Watcher
 	Debug   bool
@@ -152,10 +155,11 @@ func Start(cfg Config) (*Mount, error) {
 			Debug:             cfg.Debug,
 		},
 	}
-	if cfg.AllowOther {
+	if cfg.AllowOther || cfg.Owner != nil {
+		opts.MountOptions.AllowOther = true
 		opts.MountOptions.Options = append(opts.MountOptions.Options, "default_permissions")
 	}
-	server, err := gofs.Mount(cfg.Mountpoint, f.Root(), opts)
+	server, err := m.serve(opts)
 	if err != nil {
 		m.watcher.Remove(f)
 		f.Close()
@@ -189,6 +193,35 @@ func Start(cfg Config) (*Mount, error) {
 		}
 	}
 	return m, nil
+}
+
+// serve mounts the view and starts serving it, as gofs.Mount does, with
+// the owner guard in front when the view has an owner.
+func (m *Mount) serve(opts *gofs.Options) (*fuse.Server, error) {
+	var raw fuse.RawFileSystem = gofs.NewNodeFS(m.FS.Root(), opts)
+	if o := m.cfg.Owner; o != nil {
+		g := m.cfg.Grant
+		guard, err := newOwnerFS(raw, *o, func(op string, c fuse.Caller) {
+			r := ledger.Record{Kind: ledger.KindDenied, Agent: g.AgentID, Grant: g.GrantID, Op: op, PID: c.Pid,
+				Detail: fmt.Sprintf("uid %d is not the view's owner (uid %d): every operation of this uid is refused", c.Uid, o.UID)}
+			if _, err := m.cfg.Ledger.Append(r); err != nil {
+				slog.Error("ledger", "err", err)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		raw = guard
+	}
+	server, err := fuse.NewServer(raw, m.cfg.Mountpoint, &opts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		return nil, err
+	}
+	return server, nil
 }
 
 // relHidden converts absolute hidden directories to folder-relative ones.

@@ -1,56 +1,83 @@
 package mount
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/limits"
+	"github.com/acpfs/acpfs/internal/sandbox"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
 
-// RunConfig describes `acpfs run`: one command that sees the collaboration
-// folder only through a grant's view.
+// RunConfig describes `acpfs run`: one command in a sandbox that shows
+// the collaboration folder only through a grant's view.
 type RunConfig struct {
-	Folder     string // absolute
-	Grant      *grants.Grant
-	GrantPath  string
-	LedgerPath string
-	LedgerSync ledger.SyncMode
-	// Masked lists absolute directories made empty and unreadable for
-	// the command (the run directory, the ledger's directory).
-	Masked []string
-	// UID and GID, when UID >= 0, are the credentials the command runs
-	// with; the view then allows other uids with default_permissions.
-	UID, GID   int
-	AuditReads bool
-	Args       []string
+	Folder     string          `json:"folder"` // absolute, symlinks resolved
+	GrantPath  string          `json:"grant_path"`
+	LedgerPath string          `json:"ledger_path"`
+	LedgerSync ledger.SyncMode `json:"ledger_sync"`
+	// Hidden lists what no view may show (run directory, ledger, grant).
+	Hidden     []string `json:"hidden"`
+	AuditReads bool     `json:"audit_reads"`
+	// Sandbox is the sandbox to start, all but its Root and View, which
+	// Run makes.
+	Sandbox sandbox.Spec `json:"sandbox"`
+	// Limits are the command's control-group limits; NoLimits runs it
+	// without a control group of its own.
+	Limits   limits.Limits `json:"limits"`
+	NoLimits bool          `json:"no_limits"`
 }
 
-// Sandbox runs cfg.Args in the calling process's mount namespace, which
-// must already be private to it (the CLI re-executes itself with
-// CLONE_NEWNS for that). It returns the command's exit status.
-//
-// The view is bound over the folder's own path, so the command uses the
-// paths it would use anyway and cannot reach the real files by them. The
-// daemon itself keeps reaching the real folder through a descriptor
-// opened before the bind.
-func Sandbox(cfg RunConfig) (int, error) {
-	// prctl(PR_SET_NO_NEW_PRIVS) and the fork that starts the command
-	// must happen on the same thread: the flag is per thread.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+// LimitHit is returned by Run when the command ended after running into
+// one of its limits: it names them, and the CLI exits with its own status.
+type LimitHit struct {
+	Limits []string
+	Status int // the command's own exit status
+}
 
+func (e *LimitHit) Error() string {
+	return fmt.Sprintf("the command ran into its %s limit (exit status %d)", strings.Join(e.Limits, " and "), e.Status)
+}
+
+// Run mounts the grant's view, starts the sandbox around it and runs its
+// command; it returns the command's exit status. The calling process
+// must be root, in a mount namespace of its own (the CLI re-executes
+// itself with CLONE_NEWNS): the view is mounted there, where nothing on
+// the host sees it, and the sandbox's namespaces are made from it.
+//
+// initArgs start the sandbox's first process: this same binary, told to
+// call sandbox.Enter.
+//
+// The daemon keeps reaching the real folder through a descriptor opened
+// before anything is mounted, and the sandbox shows the folder's path
+// only as the view.
+func Run(cfg RunConfig, initArgs []string) (int, error) {
+	// Catch signals before mounting: one that arrives while the kernel
+	// is still talking to a half-started daemon would kill it. Once the
+	// sandbox runs, they are passed on to it.
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return 0, fmt.Errorf("make mounts private: %w", err)
+	}
+	g, err := grants.Load(cfg.GrantPath)
+	if err != nil {
+		return 0, err
 	}
 	dirfd, err := unix.Open(cfg.Folder, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -58,18 +85,6 @@ func Sandbox(cfg RunConfig) (int, error) {
 	}
 	defer unix.Close(dirfd)
 	backing := fmt.Sprintf("/proc/self/fd/%d", dirfd)
-
-	// The grant's directory may be masked below; keep reaching it (for
-	// live changes and revocation) through a descriptor too.
-	grantPath := cfg.GrantPath
-	if grantPath != "" {
-		gfd, err := unix.Open(filepath.Dir(grantPath), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return 0, fmt.Errorf("open grant directory: %w", err)
-		}
-		defer unix.Close(gfd)
-		grantPath = fmt.Sprintf("/proc/self/fd/%d/%s", gfd, filepath.Base(grantPath))
-	}
 
 	log, err := protocol.OpenLog(backing)
 	if err != nil {
@@ -87,55 +102,129 @@ func Sandbox(cfg RunConfig) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(tmp)
-	view := filepath.Join(tmp, "view")
-	if err := os.Mkdir(view, 0o755); err != nil {
-		return 0, err
+	view, root := filepath.Join(tmp, "view"), filepath.Join(tmp, "root")
+	for _, d := range []string{view, root} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return 0, err
+		}
 	}
-
 	// Hidden paths are computed against the real folder path; the view
 	// resolves them relative to its root, whatever path reaches it.
-	hidden := append([]string{}, cfg.Masked...)
+	owner := Owner{UID: cfg.Sandbox.UID, GID: cfg.Sandbox.GID}
 	m, err := Start(Config{
-		Folder: backing, Mountpoint: view, Grant: cfg.Grant, GrantPath: grantPath, Log: log, Ledger: lw,
-		Hidden: rebase(hidden, cfg.Folder, backing), AuditReads: cfg.AuditReads, AllowOther: cfg.UID >= 0,
+		Folder: backing, Mountpoint: view, Grant: g, GrantPath: cfg.GrantPath, Log: log, Ledger: lw,
+		Hidden: rebase(cfg.Hidden, cfg.Folder, backing), AuditReads: cfg.AuditReads, Owner: &owner,
 	})
 	if err != nil {
 		return 0, err
 	}
 	defer m.Stop()
 
-	if err := unix.Mount(view, cfg.Folder, "", unix.MS_BIND, ""); err != nil {
-		return 0, fmt.Errorf("bind view over %s: %w", cfg.Folder, err)
-	}
-	defer unix.Unmount(cfg.Folder, unix.MNT_DETACH)
-	for _, d := range cfg.Masked {
-		if err := mask(d); err != nil {
-			return 0, err
+	spec := cfg.Sandbox
+	spec.Root, spec.View = root, view
+	var group *limits.Group
+	if !cfg.NoLimits {
+		if group, err = limits.New(fmt.Sprintf("acpfs-run-%d", os.Getpid()), cfg.Limits); err != nil {
+			return 0, fmt.Errorf("resource limits: %w", err)
 		}
-		defer unix.Unmount(d, unix.MNT_DETACH)
+		defer func() {
+			if err := group.Delete(); err != nil {
+				slog.Warn("remove the run's control group", "err", err)
+			}
+		}()
 	}
+	code, err := startSandbox(spec, initArgs, sig, group)
+	if err == nil && code != 0 && group != nil {
+		if hit := group.Hit(); len(hit) > 0 {
+			return code, &LimitHit{Limits: hit, Status: code}
+		}
+	}
+	return code, err
+}
 
-	// A working directory inside the folder still points at the real
-	// directory; enter it again through the view.
-	if wd, err := os.Getwd(); err == nil {
-		_ = os.Chdir(wd)
+// cloneFlags are the namespaces of every sandbox.
+const cloneFlags = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
+
+// startSandbox starts the sandbox's first process in new namespaces,
+// hands it its spec, and waits for it.
+//
+// The first process waits for its spec before it does anything, so that
+// it is in the control group before it can start another process.
+func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, group *limits.Group) (int, error) {
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		return 0, err
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return 0, fmt.Errorf("no_new_privs: %w", err)
+	defer specR.Close()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		specW.Close()
+		return 0, err
 	}
-	// The command is started through a fresh exec of this binary (see
-	// ExecShimEnv), never directly: Go starts children with vfork, and a
-	// child resolving a path inside the view (a relative command, a
-	// script in the folder) while sharing memory with the daemon that
-	// serves the view can deadlock with the garbage collector.
-	cmd := exec.Command("/proc/self/exe", cfg.Args...)
-	cmd.Env = append(os.Environ(), ExecShimEnv+"=1")
+	defer statusR.Close()
+	flags := uintptr(cloneFlags)
+	if spec.Net == sandbox.NetNone {
+		flags |= syscall.CLONE_NEWNET
+	}
+	// The first process is this binary again, by /proc/self/exe: no path
+	// inside the view is resolved while this process, which serves the
+	// view, shares its memory with the child (Go starts children with
+	// vfork).
+	cmd := exec.Command("/proc/self/exe", initArgs...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if cfg.UID >= 0 {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID)}
+	cmd.ExtraFiles = []*os.File{specR, statusW}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
+	// Pdeathsig follows the thread that forks: keep it alive as long as
+	// the child.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	err = cmd.Start()
+	statusW.Close()
+	if err != nil {
+		specW.Close()
+		return 0, fmt.Errorf("start the sandbox: %w", err)
 	}
-	err = RunForwardingSignals(cmd)
+	if group != nil {
+		if err := group.Add(cmd.Process.Pid); err != nil {
+			specW.Close()
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return 0, fmt.Errorf("resource limits: put the sandbox in its control group: %w", err)
+		}
+	}
+	err = json.NewEncoder(specW).Encode(spec)
+	specW.Close()
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return 0, fmt.Errorf("hand the sandbox its spec: %w", err)
+	}
+	status := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(statusR).ReadString('\n')
+		status <- strings.TrimSpace(line)
+	}()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for {
+		select {
+		case s := <-sig:
+			_ = cmd.Process.Signal(s)
+		case err := <-done:
+			if st := <-status; st != sandbox.StatusOK {
+				if st == "" {
+					st = fmt.Sprintf("its first process ended before the command started (%v)", err)
+				}
+				return 0, fmt.Errorf("sandbox: %s", st)
+			}
+			return exitStatus(err)
+		}
+	}
+}
+
+// exitStatus turns a Wait error into an exit status (128+n for signal n).
+func exitStatus(err error) (int, error) {
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -145,20 +234,20 @@ func Sandbox(cfg RunConfig) (int, error) {
 			return 128 + int(ws.Signal()), nil
 		}
 		return ee.ExitCode(), nil
-	default:
-		return 127, fmt.Errorf("start %s: %w", cfg.Args[0], err)
 	}
+	return 0, err
 }
 
 // RunForwardingSignals runs cmd and passes SIGINT, SIGTERM and SIGHUP on
 // to it, so that stopping `acpfs run` stops the command first and the
-// view is then unmounted and recorded normally.
-func RunForwardingSignals(cmd *exec.Cmd) error {
+// view is then unmounted and recorded normally. It returns cmd's exit
+// status.
+func RunForwardingSignals(cmd *exec.Cmd) (int, error) {
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sig)
 	if err := cmd.Start(); err != nil {
-		return err
+		return 0, err
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -167,39 +256,9 @@ func RunForwardingSignals(cmd *exec.Cmd) error {
 		case s := <-sig:
 			_ = cmd.Process.Signal(s)
 		case err := <-done:
-			return err
+			return exitStatus(err)
 		}
 	}
-}
-
-// ExecShimEnv, set to "1", tells the acpfs binary to exec its arguments
-// at once: `acpfs run` starts the sandboxed command through it.
-const ExecShimEnv = "ACPFS_EXEC_SHIM"
-
-// ExecShim replaces the process with args[0] (looked up in PATH). It only
-// returns on failure.
-func ExecShim(args []string) error {
-	os.Unsetenv(ExecShimEnv)
-	if len(args) == 0 {
-		return errors.New("exec shim: no command")
-	}
-	path, err := exec.LookPath(args[0])
-	if err != nil {
-		return err
-	}
-	return syscall.Exec(path, args, os.Environ())
-}
-
-// mask hides a directory from the command behind an empty read-only
-// tmpfs.
-func mask(dir string) error {
-	if _, err := os.Stat(dir); err != nil {
-		return nil // nothing there to hide
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=000"); err != nil {
-		return fmt.Errorf("mask %s: %w", dir, err)
-	}
-	return nil
 }
 
 // rebase rewrites absolute paths under from to the same paths under to.

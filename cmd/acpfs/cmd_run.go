@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,105 +12,268 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/internal/limits"
+	"github.com/acpfs/acpfs/internal/sandbox"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
 )
 
 func init() {
-	commands = append(commands, newRunCmd)
+	commands = append(commands, newRunCmd, newRunDaemonCmd, newRunInitCmd)
 }
 
-// runInnerEnv marks the re-executed child that already lives in its own
-// mount namespace.
-const runInnerEnv = "ACPFS_RUN_INNER"
+// allowRootHelp says what running the command as root gives up.
+const allowRootHelp = "run the command as root (uid 0) inside the sandbox. Root keeps every capability there: it reads every file " +
+	"the sandbox shows whatever its mode (/etc/shadow included), owns what it creates, can reconfigure the host's network " +
+	"with --net host, and is one kernel bug away from the host; Landlock and the seccomp filter still hold, but " +
+	"nothing separates it from other root processes. Use it only for a command you trust"
 
 func newRunCmd() *cobra.Command {
 	var mf mountFlags
-	var uid string
+	var uid, net string
+	var allowRoot, noLimits bool
+	var ro, rw []string
+	var memory string
+	lim := limits.Defaults
 	cmd := &cobra.Command{
-		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--uid U[:G]] -- CMD [ARGS...]",
-		Short: "Run a command that sees the folder only through its grant's view",
-		Long: `run starts CMD in a private mount namespace where the grant's view is bound
-over the collaboration folder's own path, so the command uses its usual
-paths and cannot reach the real files by them; the run directory and the
-ledger's directory are masked. The command runs with no_new_privs and,
-with --uid, as an unprivileged user (recommended: a root command could
-undo the mounts). run exits with the command's status and the view goes
-away with it.`,
-		Example: `  acpfs run --folder collab --runs agent_runs --grant G-reviewer --uid 65534 -- bash -c 'cat collab/proposal.md'`,
-		Args:    cobra.MinimumNArgs(1),
+		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--ro PATH]... [--rw PATH]... [--net host|none] [--uid U[:G] | --allow-root] -- CMD [ARGS...]",
+		Short: "Run a command in a sandbox that shows the folder only through its grant's view",
+		Long: `run starts CMD in an allow-list sandbox: new mount, PID, IPC and UTS
+namespaces (and network with --net none), a root that holds only the
+system directories (` + strings.Join(sandbox.SystemDirs, " ") + `) read-only, the
+--ro and --rw paths, the grant's view at the folder's own path, a fresh
+/proc that shows only the sandbox's processes, a minimal /dev and empty,
+private /tmp, /var/tmp and /dev/shm. Other FUSE mounts, the run
+directory, the ledger and the grant are unreachable.
+
+The command runs as its grant's own uid (allocated once per grant from
+61184-65519 and recorded in the run directory's uids.json), or --uid;
+files of the view appear owned by it, and the grant alone decides what
+it may do there. It runs in a new session, with no_new_privs, Landlock
+(reads only from what the sandbox shows, writes only to the view, the
+private temporary directories and --rw paths; with --net host no TCP
+port may be bound) and a seccomp filter (no mount, namespaces, ptrace,
+keyrings, BPF, modules, io_uring or TIOCSTI), and it dies with acpfs run.
+A working directory the sandbox does not show becomes the folder.
+
+The command runs in a control group of its own (cgroup v2 where it is
+delegated, else the v1 pids, memory and cpu hierarchies): --memory
+(default 4G), --pids (default 512: a fork bomb stops there) and --cpu (a
+number of CPUs, e.g. 1.5; default no cap). A limit that cannot be applied
+is an error unless --no-limits. When the command fails after running into
+a limit, run says which on stderr and exits with status 6.
+
+run exits with the command's status (128+n for signal n); SIGINT,
+SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
+		Example: `  acpfs run --folder collab --runs agent_runs --grant G-bob -- sh -c 'cat collab/proposal.md'
+  acpfs run --folder collab --runs agent_runs --grant G-bob --net none --ro ~/tools -- ~/tools/review.sh`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, err := mf.prepare()
 			if err != nil {
 				return err
 			}
 			if os.Geteuid() != 0 {
-				return withCode(exitMount, fmt.Errorf("acpfs run needs root to create a mount namespace"))
+				return withCode(exitMount, errors.New("acpfs run needs root to build its sandbox"))
 			}
-			u, gid := -1, -1
-			if uid != "" {
-				if u, gid, err = parseUID(uid); err != nil {
-					return err
-				}
-			}
-			if os.Getenv(runInnerEnv) != "1" {
-				return reexecInNamespace()
+			if net != sandbox.NetHost && net != sandbox.NetNone {
+				return fmt.Errorf("--net %q: want host or none", net)
 			}
 			sync, err := ledger.ParseSyncMode(mf.ledgerSync)
 			if err != nil {
 				return err
 			}
-			masked := []string{filepath.Dir(v.ledgerPath)}
-			if mf.runs != "" {
-				r, _ := filepath.Abs(mf.runs)
-				masked = append(masked, r)
+			folder, err := filepath.EvalSymlinks(v.folder)
+			if err != nil {
+				return err
 			}
-			code, err := mount.Sandbox(mount.RunConfig{
-				Folder: v.folder, Grant: v.grant, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
-				Masked: masked, UID: u, GID: gid, AuditReads: mf.audit == "reads", Args: args,
-			})
+			runDir := mf.runs
+			if runDir == "" {
+				runDir = filepath.Dir(v.ledgerPath)
+			}
+			u, g, err := runUID(uid, allowRoot, runDir, v.grant.GrantID)
+			if err != nil {
+				return err
+			}
+			hidden := mf.hiddenDirs(v.ledgerPath, v.grantPath)
+			binds, masks, err := sandbox.Plan(sandbox.PlanOptions{Folder: folder, RO: ro, RW: rw, Masks: hidden})
+			if err != nil {
+				return err
+			}
+			if err := sandbox.CheckReach(folder, binds, u, g); err != nil {
+				return err
+			}
+			cwd, _ := os.Getwd()
+			if real, err := filepath.EvalSymlinks(cwd); err == nil {
+				cwd = real
+			}
+			if lim.Memory, err = limits.ParseBytes(memory); err != nil {
+				return fmt.Errorf("--memory %w", err)
+			}
+			if lim.Pids < 0 || lim.CPU < 0 {
+				return errors.New("--pids and --cpu must not be negative")
+			}
+			cfg := mount.RunConfig{
+				Folder: folder, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
+				Limits: lim, NoLimits: noLimits,
+				Hidden: hidden, AuditReads: mf.audit == "reads",
+				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, UID: u, GID: g, Cwd: cwd, Args: args},
+			}
+			return startRunDaemon(cfg)
+		},
+	}
+	mf.register(cmd, true)
+	// The view of a run always serves its agent alone, and every read
+	// reaches the daemon: these two mount flags do not apply.
+	_ = cmd.Flags().MarkHidden("allow-other")
+	_ = cmd.Flags().MarkHidden("passthrough")
+	cmd.Flags().StringVar(&uid, "uid", "", "run the command as this uid (and gid: U:G) instead of its grant's own")
+	cmd.Flags().BoolVar(&allowRoot, "allow-root", false, allowRootHelp)
+	cmd.Flags().StringArrayVar(&ro, "ro", nil, "also show this host path, read-only (repeatable)")
+	cmd.Flags().StringArrayVar(&rw, "rw", nil, "also show this host path, writable (repeatable)")
+	cmd.Flags().StringVar(&net, "net", sandbox.NetHost, "network: host (the host's, for model APIs) or none (a loopback of its own)")
+	cmd.Flags().StringVar(&memory, "memory", "4G", "memory the command may use (K, M, G suffixes)")
+	cmd.Flags().Int64Var(&lim.Pids, "pids", lim.Pids, "processes and threads the command may have at once")
+	cmd.Flags().Float64Var(&lim.CPU, "cpu", 0, "CPUs' worth of time the command may use (e.g. 1.5; 0: no cap)")
+	cmd.Flags().BoolVar(&noLimits, "no-limits", false, "run without a control group (no memory, process or CPU limit)")
+	return cmd
+}
+
+// runUID is the command's uid and gid: --allow-root's 0, --uid's, or
+// the grant's own.
+func runUID(uid string, allowRoot bool, runDir, grantID string) (uint32, uint32, error) {
+	switch {
+	case allowRoot && uid != "" && uid != "0" && !strings.HasPrefix(uid, "0:"):
+		return 0, 0, errors.New("--allow-root and --uid: give one of them")
+	case allowRoot:
+		return 0, 0, nil
+	case uid != "":
+		u, g, err := parseUID(uid)
+		if err != nil {
+			return 0, 0, err
+		}
+		if u == 0 {
+			return 0, 0, errors.New("--uid 0 runs the command as root: say --allow-root (see --help for what it gives up)")
+		}
+		return u, g, nil
+	}
+	u, err := sandbox.AllocateUID(runDir, grantID)
+	if err != nil {
+		return 0, 0, err
+	}
+	return u, u, nil
+}
+
+func parseUID(s string) (uint32, uint32, error) {
+	us, gs, hasG := strings.Cut(s, ":")
+	u, err := strconv.ParseUint(us, 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("--uid %q: want a numeric uid or uid:gid", s)
+	}
+	g := u
+	if hasG {
+		if g, err = strconv.ParseUint(gs, 10, 32); err != nil {
+			return 0, 0, fmt.Errorf("--uid %q: want a numeric uid or uid:gid", s)
+		}
+	}
+	return uint32(u), uint32(g), nil
+}
+
+// startRunDaemon runs the daemon of `acpfs run` (the hidden run-daemon
+// command) in a new mount namespace and exits with its status. Unsharing
+// in the child before it starts is the only reliable way for a Go
+// program, whose threads would otherwise not all share the namespace.
+func startRunDaemon(cfg mount.RunConfig) error {
+	// Descriptors acpfs run inherited without close-on-exec (a pipe of
+	// whatever started it) reach none of its children.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close inherited descriptors: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	c := exec.Command("/proc/self/exe", runDaemonName)
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+	c.ExtraFiles = []*os.File{r}
+	// Its own process group: a Ctrl-C reaches acpfs run alone, which
+	// passes it on once, down to the command.
+	c.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	go func() {
+		_ = json.NewEncoder(w).Encode(cfg)
+		w.Close()
+	}()
+	code, err := mount.RunForwardingSignals(c)
+	if err != nil {
+		return withCode(exitMount, fmt.Errorf("start the run daemon: %w", err))
+	}
+	return silentExit(code)
+}
+
+// Hidden commands: the parts of `acpfs run` that run in new namespaces.
+// Each reads its configuration, as JSON, from descriptor 3.
+const (
+	runDaemonName = "run-daemon"
+	runInitName   = "run-init"
+)
+
+func newRunDaemonCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    runDaemonName,
+		Short:  "internal: the daemon of acpfs run (configuration on descriptor 3)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var cfg mount.RunConfig
+			if err := readConfig(&cfg); err != nil {
+				return err
+			}
+			code, err := mount.Run(cfg, []string{runInitName})
+			var hit *mount.LimitHit
+			if errors.As(err, &hit) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %v\n", hit)
+				return silentExit(exitLimit)
+			}
 			if err != nil {
 				return withCode(exitMount, err)
 			}
 			return silentExit(code)
 		},
 	}
-	mf.register(cmd, true)
-	cmd.Flags().StringVar(&uid, "uid", "", "run the command as this uid (and gid: U:G)")
-	return cmd
 }
 
-// reexecInNamespace runs this same command line again in a new mount
-// namespace and exits with its status. Unsharing in the child before it
-// starts is the only reliable way for a Go program, whose threads would
-// otherwise not all share the new namespace.
-func reexecInNamespace() error {
-	c := exec.Command("/proc/self/exe", os.Args[1:]...)
-	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
-	c.Env = append(os.Environ(), runInnerEnv+"=1")
-	c.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
-	err := mount.RunForwardingSignals(c)
-	if ee, ok := err.(*exec.ExitError); ok {
-		return silentExit(ee.ExitCode())
+func newRunInitCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    runInitName,
+		Short:  "internal: the first process of an acpfs run sandbox (spec on descriptor 3, status on 4)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var spec sandbox.Spec
+			if err := readConfig(&spec); err != nil {
+				return err
+			}
+			status := os.NewFile(4, "status")
+			if status == nil {
+				return errors.New("run-init: no status descriptor")
+			}
+			return silentExit(sandbox.Enter(spec, status))
+		},
 	}
-	if err != nil {
-		return withCode(exitMount, fmt.Errorf("start namespace: %w", err))
+}
+
+// readConfig decodes the JSON a parent wrote on descriptor 3.
+func readConfig(v any) error {
+	f := os.NewFile(3, "config")
+	if f == nil {
+		return errors.New("internal command: no configuration on descriptor 3")
+	}
+	defer f.Close()
+	if err := json.NewDecoder(f).Decode(v); err != nil {
+		return fmt.Errorf("internal command: configuration: %w", err)
 	}
 	return nil
-}
-
-func parseUID(s string) (int, int, error) {
-	us, gs, hasG := strings.Cut(s, ":")
-	u, err := strconv.Atoi(us)
-	if err != nil || u < 0 {
-		return 0, 0, fmt.Errorf("--uid %q: want a numeric uid or uid:gid", s)
-	}
-	g := u
-	if hasG {
-		if g, err = strconv.Atoi(gs); err != nil || g < 0 {
-			return 0, 0, fmt.Errorf("--uid %q: want a numeric uid or uid:gid", s)
-		}
-	}
-	return u, g, nil
 }

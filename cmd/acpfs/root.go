@@ -17,6 +17,7 @@ const (
 	exitFailed   = 2 // usage error, protocol refusal, validation failure, broken ledger
 	exitMount    = 3 // a mount could not be started or stopped
 	exitNoFUSE   = 4 // /dev/fuse (or fusermount3 when not root) is unusable
+	exitLimit    = 6 // run: the command failed after running into a resource limit
 )
 
 // exitError carries an exit code out of a cobra RunE.

@@ -6,7 +6,6 @@
 package limits
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,9 +22,9 @@ import (
 
 // Limits of one command. A zero field sets no limit of that kind.
 type Limits struct {
-	Memory int64   // bytes, swap included where the kernel counts it
-	Pids   int64   // processes and threads
-	CPU    float64 // CPUs worth of time per period, e.g. 1.5
+	Memory int64   `json:"memory,omitempty"` // bytes
+	Pids   int64   `json:"pids,omitempty"`   // processes and threads
+	CPU    float64 `json:"cpu,omitempty"`    // CPUs worth of time per period, e.g. 1.5
 }
 
 // Defaults stop a fork bomb and a runaway allocation without getting in
@@ -222,5 +221,26 @@ func readKey(path, key string) int64 {
 	return 0
 }
 
-// ErrUnsupported is returned by Parse for a limit string it cannot read.
-var ErrUnsupported = errors.New("unsupported limit")
+// ParseBytes reads a size such as 512M, 4G or 1048576.
+func ParseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		switch strings.ToUpper(s[n-1:]) {
+		case "K":
+			mult = 1 << 10
+		case "M":
+			mult = 1 << 20
+		case "G":
+			mult = 1 << 30
+		}
+		if mult > 1 {
+			s = s[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q: want a size such as 512M or 4G", s)
+	}
+	return v * mult, nil
+}

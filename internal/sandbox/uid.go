@@ -1,0 +1,175 @@
+package sandbox
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The range agent uids are taken from, the one systemd uses for
+// DynamicUser= (0xEF00–0xFFEF): outside what distributions give to
+// people and system accounts, below 65534 (nobody).
+const (
+	UIDMin = 61184
+	UIDMax = 65519
+)
+
+// UIDFile is the name, in the run directory, of the record that keeps
+// each grant's uid stable.
+const UIDFile = "uids.json"
+
+// uidRecord is the content of UIDFile.
+type uidRecord struct {
+	// Range says which uids the file allocates from, for a reader who
+	// finds it without this documentation.
+	Range string `json:"range"`
+	// UIDs maps a grant id to its uid. A grant's uid is the slot its id
+	// hashes to, unless that slot was taken (by another grant, or by an
+	// account in /etc/passwd or /etc/group) when it was first allocated:
+	// then it is the next free one, and only this file remembers it.
+	UIDs map[string]uint32 `json:"uids"`
+}
+
+// UIDSlot is where a grant's uid is looked for first: its id hashed into
+// the range.
+func UIDSlot(grantID string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(grantID))
+	return UIDMin + h.Sum32()%(UIDMax-UIDMin+1)
+}
+
+// AllocateUID returns the uid of grantID, allocating it the first time:
+// the same grant always gets the same uid, and two grants never share
+// one. The allocation is recorded in dir/uids.json under an exclusive
+// lock, so concurrent runs agree.
+func AllocateUID(dir, grantID string) (uint32, error) {
+	if grantID == "" {
+		return 0, errors.New("allocate uid: empty grant id")
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "."+UIDFile+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("allocate uid: %w", err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return 0, fmt.Errorf("allocate uid: lock: %w", err)
+	}
+	path := filepath.Join(dir, UIDFile)
+	rec := uidRecord{UIDs: map[string]uint32{}}
+	if b, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return 0, fmt.Errorf("allocate uid: %s: %w", path, err)
+		}
+		if rec.UIDs == nil {
+			rec.UIDs = map[string]uint32{}
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("allocate uid: %w", err)
+	}
+	if u, ok := rec.UIDs[grantID]; ok {
+		return u, nil
+	}
+	used := map[uint32]bool{}
+	for _, u := range rec.UIDs {
+		used[u] = true
+	}
+	for _, f := range []string{"/etc/passwd", "/etc/group"} {
+		for _, id := range accountIDs(f) {
+			used[id] = true
+		}
+	}
+	u, ok := freeUID(UIDSlot(grantID), used)
+	if !ok {
+		return 0, fmt.Errorf("allocate uid: every uid of %d-%d is taken (%s)", UIDMin, UIDMax, path)
+	}
+	rec.UIDs[grantID] = u
+	rec.Range = fmt.Sprintf("%d-%d", UIDMin, UIDMax)
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return 0, err
+	}
+	if err := writeAtomic(path, append(b, '\n')); err != nil {
+		return 0, fmt.Errorf("allocate uid: %w", err)
+	}
+	return u, nil
+}
+
+// freeUID probes the range from slot on, wrapping around.
+func freeUID(slot uint32, used map[uint32]bool) (uint32, bool) {
+	n := uint32(UIDMax - UIDMin + 1)
+	for i := uint32(0); i < n; i++ {
+		u := UIDMin + (slot-UIDMin+i)%n
+		if !used[u] {
+			return u, true
+		}
+	}
+	return 0, false
+}
+
+// accountIDs lists the numeric ids (third field) of an /etc/passwd or
+// /etc/group file; a missing file has none.
+func accountIDs(path string) []uint32 {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var ids []uint32
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) < 3 {
+			continue
+		}
+		if id, err := strconv.ParseUint(fields[2], 10, 32); err == nil {
+			ids = append(ids, uint32(id))
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// writeAtomic replaces path with data: temporary file, fsync, rename,
+// fsync of the directory.
+func writeAtomic(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err = os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
