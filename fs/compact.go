@@ -52,6 +52,8 @@ type repeats struct {
 	pending map[repeatKey]*repeatCount
 	stop    chan struct{}
 	done    chan struct{}
+	// refusals counts the distinct refusals in seen.
+	refusals int
 }
 
 func newRepeats() *repeats {
@@ -77,11 +79,27 @@ func (r *repeats) again(k repeatKey, now time.Time) bool {
 	return true
 }
 
+// maxRefusalPaths bounds the distinct refusals kept apart per view.
+const maxRefusalPaths = 4096
+
+// crowded reports whether k is a new refusal past maxRefusalPaths.
+func (r *repeats) crowded(k repeatKey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.seen[k]; ok {
+		return false
+	}
+	return r.refusals >= maxRefusalPaths
+}
+
 // recorded remembers that k's full record is in the ledger.
 func (r *repeats) recorded(k repeatKey) {
 	r.mu.Lock()
 	if len(r.seen) < maxRepeatKeys {
 		r.seen[k] = &repeatCount{}
+		if k.kind != ledger.KindRead && k.kind != ledger.KindList {
+			r.refusals++
+		}
 	}
 	r.mu.Unlock()
 }

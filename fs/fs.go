@@ -372,8 +372,21 @@ const maxRefusalDetail = 512
 
 // recordRefusal records a refusal once per (kind, op, path, class) in
 // full and counts its repeats (see recordOnce).
+//
+// Past maxRefusalPaths distinct refused paths in a view session, refusals
+// are kept per directory instead (path "dir/*"): probing many made-up
+// names costs one record per directory, not one per name.
 func (f *FS) recordRefusal(ctx context.Context, kind, op, rel, why, class string) error {
 	k := repeatKey{kind: kind, op: op, path: rel, why: class}
+	if f.audit == AuditCompact && f.repeats.crowded(k) {
+		dir := path.Dir(rel)
+		if dir == "." {
+			dir = ""
+		}
+		rel = strings.TrimPrefix(dir+"/*", "/")
+		k.path = rel
+		why = "names refused past the view's distinct-path budget, counted per directory: " + why
+	}
 	return f.recordOnce(ctx, k, func() error { return f.record(ctx, kind, op, rel, "", clip(why, maxRefusalDetail)) })
 }
 

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -55,4 +56,43 @@ func TestRunRefusesBadLimits(t *testing.T) {
 	_, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--memory", "lots"}, script: "true"})
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, stderr, "--memory")
+}
+
+// TestSandboxClosesWhatAnAttackerFound covers what a tester found open:
+// listening on the host's network without bind, set-ID bits in --rw
+// directories, the write quota under run, and a host process that shares
+// the agent's uid.
+func TestSandboxClosesWhatAnAttackerFound(t *testing.T) {
+	e := newSandboxEnv(t)
+
+	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", script: `python3 -c '
+import socket
+s = socket.socket()
+try:
+    s.listen()
+    print("listening", s.getsockname())
+except OSError as err:
+    print("refused", err.errno)'`})
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "refused", "no listening socket on the host's network")
+
+	rw := t.TempDir()
+	require.NoError(t, os.Chmod(rw, 0o777))
+	_, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--rw", rw}, script: `cp /usr/bin/id "$1/id" && chmod 4755 "$1/id"`, args: []string{rw}})
+	assert.NotEqual(t, 0, code, "chmod to set-uid is refused: %s", stderr)
+	if st, err := os.Stat(filepath.Join(rw, "id")); err == nil {
+		assert.Zero(t, st.Mode()&os.ModeSetuid)
+	}
+
+	_, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--max-write-bytes", "1000"},
+		script: `head -c 5000 /dev/zero >> "$0/review.md"`})
+	assert.NotEqual(t, 0, code, "the write quota holds under run")
+	assert.Contains(t, stderr, "quota")
+
+	host := exec.Command("setpriv", "--reuid", "4321", "--regid", "4321", "--clear-groups", "sleep", "60")
+	require.NoError(t, host.Start())
+	t.Cleanup(func() { _ = host.Process.Kill(); _ = host.Wait() })
+	_, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", "4321"}, script: "true"})
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "in use on the host")
 }

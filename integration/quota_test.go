@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,4 +152,31 @@ func TestUnfinishedLinesAreBounded(t *testing.T) {
 	b, err := os.ReadFile(bob.path("README.md"))
 	require.NoError(t, err)
 	require.NotEmpty(t, b)
+}
+
+// TestManyRefusedNamesStaySmall probes 6,000 distinct hidden files: past
+// the view's distinct-path budget, refusals are counted per directory.
+func TestManyRefusedNamesStaySmall(t *testing.T) {
+	c := newCollab(t)
+	for i := 0; i < 6000; i++ {
+		require.NoError(t, os.WriteFile(filepath.Join(c.folder, "n"+strconv.Itoa(i)), nil, 0o644))
+	}
+	v := c.mountView(reviewerGrant())
+	require.NoError(t, c.lw.Sync())
+	before := fileSizeOf(t, c.ledger)
+	for i := 0; i < 6000; i++ {
+		_, err := os.Lstat(v.path("n" + strconv.Itoa(i)))
+		require.Error(t, err)
+	}
+	require.NoError(t, v.m.Stop())
+	grew := fileSizeOf(t, c.ledger) - before
+	full := 0
+	for _, r := range c.records() {
+		if r.Kind == ledger.KindDenied {
+			full++
+		}
+	}
+	assert.LessOrEqual(t, full, 4096+10, "at most the budget of distinct refusals in full")
+	assert.LessOrEqual(t, grew, int64(4<<20), "ledger grew %d bytes", grew)
+	t.Logf("%d full refusal records, ledger grew %d bytes", full, grew)
 }

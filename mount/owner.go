@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -18,6 +19,35 @@ import (
 // uid still reaches it.
 type Owner struct {
 	UID, GID uint32
+	// Sandbox, when set, also requires the owner's requests to come from
+	// the sandbox's PID namespace: a host process that happens to have
+	// the agent's uid is not the agent. Until Sandbox.Set, the owner's
+	// uid is refused too.
+	Sandbox *SandboxNS
+}
+
+// SandboxNS names the PID namespace of a sandbox, once it exists.
+type SandboxNS struct{ ns atomic.Pointer[string] }
+
+// Set records the PID namespace of the process pid (the sandbox's first
+// process, as the daemon sees it).
+func (s *SandboxNS) Set(pid int) error {
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+	if err != nil {
+		return fmt.Errorf("the sandbox's PID namespace: %w", err)
+	}
+	s.ns.Store(&ns)
+	return nil
+}
+
+// holds reports whether the caller pid lives in the sandbox.
+func (s *SandboxNS) holds(pid uint32) bool {
+	want := s.ns.Load()
+	if want == nil {
+		return false
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+	return err == nil && ns == *want
 }
 
 // ownerFS wraps the view's FUSE file system: a request from any uid but
@@ -55,7 +85,7 @@ func newOwnerFS(raw fuse.RawFileSystem, owner Owner, refused func(op string, c f
 
 // allowed tells whether the caller may use the view.
 func (o *ownerFS) allowed(c *fuse.Caller) bool {
-	if c.Uid == o.owner.UID {
+	if c.Uid == o.owner.UID && (o.owner.Sandbox == nil || o.owner.Sandbox.holds(c.Pid)) {
 		return true
 	}
 	if c.Uid != 0 {

@@ -40,6 +40,10 @@ type RunConfig struct {
 	// without a control group of its own.
 	Limits   limits.Limits `json:"limits"`
 	NoLimits bool          `json:"no_limits"`
+	// MaxWriteBytes and MaxFiles are the view's write quotas for a grant
+	// that sets none (see fs.Options).
+	MaxWriteBytes int64 `json:"max_write_bytes,omitempty"`
+	MaxFiles      int64 `json:"max_files,omitempty"`
 }
 
 // LimitHit is returned by Run when the command ended after running into
@@ -110,10 +114,11 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 	}
 	// Hidden paths are computed against the real folder path; the view
 	// resolves them relative to its root, whatever path reaches it.
-	owner := Owner{UID: cfg.Sandbox.UID, GID: cfg.Sandbox.GID}
+	owner := Owner{UID: cfg.Sandbox.UID, GID: cfg.Sandbox.GID, Sandbox: &SandboxNS{}}
 	m, err := Start(Config{
 		Folder: backing, Mountpoint: view, Grant: g, GrantPath: cfg.GrantPath, Log: log, Ledger: lw,
 		Hidden: rebase(cfg.Hidden, cfg.Folder, backing), AuditReads: cfg.AuditReads, Owner: &owner,
+		MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles,
 	})
 	if err != nil {
 		return 0, err
@@ -133,7 +138,7 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 			}
 		}()
 	}
-	code, err := startSandbox(spec, initArgs, sig, group)
+	code, err := startSandbox(spec, initArgs, sig, group, owner.Sandbox)
 	if err == nil && code != 0 && group != nil {
 		if hit := group.Hit(); len(hit) > 0 {
 			return code, &LimitHit{Limits: hit, Status: code}
@@ -150,7 +155,7 @@ const cloneFlags = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NE
 //
 // The first process waits for its spec before it does anything, so that
 // it is in the control group before it can start another process.
-func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, group *limits.Group) (int, error) {
+func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, group *limits.Group, ns *SandboxNS) (int, error) {
 	specR, specW, err := os.Pipe()
 	if err != nil {
 		return 0, err
@@ -184,6 +189,12 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, gr
 	if err != nil {
 		specW.Close()
 		return 0, fmt.Errorf("start the sandbox: %w", err)
+	}
+	if err := ns.Set(cmd.Process.Pid); err != nil {
+		specW.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return 0, err
 	}
 	if group != nil {
 		if err := group.Add(cmd.Process.Pid); err != nil {

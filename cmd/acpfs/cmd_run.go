@@ -97,6 +97,11 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if err != nil {
 				return err
 			}
+			if u != 0 {
+				if pid := sandbox.HostProcessWithUID(u); pid != 0 {
+					return withCode(exitMount, fmt.Errorf("uid %d is in use on the host (pid %d): that process could read the sandbox and be taken for the agent; give --uid another uid", u, pid))
+				}
+			}
 			hidden := mf.hiddenDirs(v.ledgerPath, v.grantPath)
 			binds, masks, err := sandbox.Plan(sandbox.PlanOptions{Folder: folder, RO: ro, RW: rw, Masks: hidden})
 			if err != nil {
@@ -117,7 +122,7 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			}
 			cfg := mount.RunConfig{
 				Folder: folder, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
-				Limits: lim, NoLimits: noLimits,
+				Limits: lim, NoLimits: noLimits, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
 				Hidden: hidden, AuditReads: mf.audit == "reads",
 				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, UID: u, GID: g, Cwd: cwd, Args: args},
 			}
@@ -206,11 +211,41 @@ func startRunDaemon(cfg mount.RunConfig) error {
 		_ = json.NewEncoder(w).Encode(cfg)
 		w.Close()
 	}()
+	defer keepTerminal()()
 	code, err := mount.RunForwardingSignals(c)
 	if err != nil {
 		return withCode(exitMount, fmt.Errorf("start the run daemon: %w", err))
 	}
 	return silentExit(code)
+}
+
+// keepTerminal saves the settings and size of the terminals the command
+// is handed, and returns a function that puts them back: whatever the
+// command did to them (no echo, raw mode, another size) does not outlive
+// it.
+func keepTerminal() func() {
+	type saved struct {
+		fd int
+		t  *unix.Termios
+		ws *unix.Winsize
+	}
+	var all []saved
+	for _, fd := range []int{0, 1, 2} {
+		t, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+		if err != nil {
+			continue
+		}
+		ws, _ := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ)
+		all = append(all, saved{fd, t, ws})
+	}
+	return func() {
+		for _, s := range all {
+			_ = unix.IoctlSetTermios(s.fd, unix.TCSETS, s.t)
+			if s.ws != nil {
+				_ = unix.IoctlSetWinsize(s.fd, unix.TIOCSWINSZ, s.ws)
+			}
+		}
+	}
 }
 
 // Hidden commands: the parts of `acpfs run` that run in new namespaces.

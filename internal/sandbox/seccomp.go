@@ -23,7 +23,7 @@ var deniedSyscalls = append([]uintptr{
 	// The mount table, old and new API.
 	unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT, unix.SYS_CHROOT,
 	unix.SYS_MOVE_MOUNT, unix.SYS_OPEN_TREE, unix.SYS_FSOPEN, unix.SYS_FSCONFIG,
-	unix.SYS_FSMOUNT, unix.SYS_FSPICK, unix.SYS_MOUNT_SETATTR,
+	unix.SYS_FSMOUNT, unix.SYS_FSPICK, unix.SYS_MOUNT_SETATTR, unix.SYS_OPEN_TREE_ATTR,
 	// Namespaces (unshare and clone are judged by their flags below).
 	unix.SYS_SETNS,
 	// Other processes.
@@ -51,6 +51,12 @@ const nsFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | un
 // fails on a terminal it inherited; the filter says so for every kernel.
 var deniedIoctls = []uint32{unix.TIOCSTI, unix.TIOCLINUX}
 
+// modeCall is a call that sets a file mode, and where its mode is.
+type modeCall struct {
+	nr  uintptr
+	arg uint32
+}
+
 // Offsets in struct seccomp_data.
 const (
 	offNr   = 0
@@ -74,6 +80,7 @@ const (
 	allow  = unix.SECCOMP_RET_ALLOW
 	eperm  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
 	enosys = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	eacces = unix.SECCOMP_RET_ERRNO | uint32(unix.EACCES)
 	kill   = unix.SECCOMP_RET_KILL_PROCESS
 )
 
@@ -106,6 +113,19 @@ func filter(netHost bool) []unix.SockFilter {
 	}
 	if netHost {
 		p = append(p, socketRule()...)
+		// listen() on a socket never bound makes the kernel bind a free
+		// port, which Landlock (it judges bind) does not see.
+		p = append(p, jump(jeq, unix.SYS_LISTEN, 0, 1), stmt(ret, eacces))
+	}
+	// Set-ID bits: a program the agent marks set-uid in a --rw directory
+	// would run as the agent's uid for any host user.
+	for _, c := range append([]modeCall{{unix.SYS_FCHMOD, offArg1}, {unix.SYS_FCHMODAT, offArg2}, {unix.SYS_FCHMODAT2, offArg2}}, archModeCalls...) {
+		p = append(p,
+			jump(jeq, uint32(c.nr), 0, 4),
+			stmt(ldAbs, c.arg),
+			jump(jset, unix.S_ISUID|unix.S_ISGID, 0, 1),
+			stmt(ret, eperm),
+			stmt(ret, allow))
 	}
 	n := len(deniedIoctls)
 	p = append(p, jump(jeq, unix.SYS_IOCTL, 0, uint8(2*n+2)), stmt(ldAbs, offArg1))

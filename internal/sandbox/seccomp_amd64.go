@@ -15,3 +15,6 @@ var archPrologue = []unix.SockFilter{
 	jump(jge, 0x40000000, 0, 1),
 	stmt(ret, eperm),
 }
+
+// archModeCalls are the x86-64 mode-setting calls arm64 does not have.
+var archModeCalls = []modeCall{{unix.SYS_CHMOD, offArg1}}

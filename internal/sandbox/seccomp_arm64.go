@@ -8,3 +8,6 @@ var (
 	archDenied   []uintptr
 	archPrologue []unix.SockFilter
 )
+
+// archModeCalls: arm64 has only the calls every architecture has.
+var archModeCalls []modeCall

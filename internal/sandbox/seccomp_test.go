@@ -94,6 +94,13 @@ func TestFilterDecisions(t *testing.T) {
 		{name: "SEQPACKET IP socket, host network", netHost: true, nr: unix.SYS_SOCKET, args: []uint64{unix.AF_INET, unix.SOCK_SEQPACKET | unix.SOCK_NONBLOCK, 0}, want: eproto},
 		{name: "unix SEQPACKET socket, host network", netHost: true, nr: unix.SYS_SOCKET, args: []uint64{unix.AF_UNIX, unix.SOCK_SEQPACKET, 0}, want: allow},
 		{name: "MPTCP socket, own network", nr: unix.SYS_SOCKET, args: []uint64{unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP}, want: allow},
+		{name: "listen, host network", netHost: true, nr: unix.SYS_LISTEN, args: []uint64{3, 16}, want: eacces},
+		{name: "listen, own network", nr: unix.SYS_LISTEN, args: []uint64{3, 16}, want: allow},
+		{name: "open_tree_attr", nr: unix.SYS_OPEN_TREE_ATTR, want: eperm},
+		{name: "fchmod 0755", nr: unix.SYS_FCHMOD, args: []uint64{3, 0o755}, want: allow},
+		{name: "fchmod set-uid", nr: unix.SYS_FCHMOD, args: []uint64{3, 0o4755}, want: eperm},
+		{name: "fchmodat set-gid", nr: unix.SYS_FCHMODAT, args: []uint64{0, 0, 0o2755}, want: eperm},
+		{name: "fchmodat2 0644", nr: unix.SYS_FCHMODAT2, args: []uint64{0, 0, 0o644, 0}, want: allow},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -172,4 +173,44 @@ func writeAtomic(path string, data []byte) (err error) {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// HostProcessWithUID returns a process of this PID namespace (the host's,
+// as the daemon sees it) that runs with uid as its real, effective, saved
+// or file-system uid, or 0 when there is none. Such a process could read
+// the sandbox's private directories through /proc and would be taken for
+// the agent: a run refuses to start as that uid.
+func HostProcessWithUID(uid uint32) int {
+	own, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return 0
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	want := strconv.FormatUint(uint64(uid), 10)
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f, ok := strings.CutPrefix(line, "Uid:")
+			if !ok {
+				continue
+			}
+			if slices.Contains(strings.Fields(f), want) {
+				if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err == nil && ns == own {
+					return pid
+				}
+			}
+			break
+		}
+	}
+	return 0
 }
