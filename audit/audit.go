@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/acpfs/acpfs/grants"
@@ -191,7 +192,10 @@ type Agent struct {
 	Violations []Event  `json:"violations"`
 	Writes     int64    `json:"writes"` // write, append_accepted and append_recovered records
 
-	lastGrant  string
+	lastGrant string
+	// hashDue maps the seq of each read recorded without its content
+	// hash, whose read_hash has not come yet, to its path.
+	hashDue    map[int64]string
 	reads      map[string]*Access
 	lists      map[string]*Access
 	refused    events
@@ -211,8 +215,14 @@ type Access struct {
 	Judged   bool   `json:"judged"` // false when the grant was unknown
 	Rule     string `json:"rule"`
 	// Hashes are the distinct content SHA-256s read, in the order first
-	// seen (empty for listings and for records without one).
+	// seen (empty for listings and for records without one). A read
+	// recorded at open before its hash was known gets it from the
+	// read_hash record that follows.
 	Hashes []string `json:"sha256,omitempty"`
+	// Unhashed counts the reads of the path whose content hash the
+	// ledger does not hold: the file changed while it was hashed, or
+	// the read_hash never came (the daemon was killed first).
+	Unhashed int64 `json:"unhashed,omitempty"`
 }
 
 // Event is a refusal or a violation quoted in the report: the first
@@ -551,6 +561,14 @@ func (a *Auditor) Add(r ledger.Record) {
 	switch r.Kind {
 	case ledger.KindRead, ledger.KindReadRequest, ledger.KindReadRepeat, ledger.KindList:
 		a.addAccess(ag, r, g, why)
+		if r.Kind == ledger.KindRead && r.SHA256 == "" && strings.Contains(r.Detail, hashFollows) {
+			if ag.hashDue == nil {
+				ag.hashDue = map[int64]string{}
+			}
+			ag.hashDue[r.Seq] = r.Path
+		}
+	case ledger.KindReadHash:
+		a.addReadHash(ag, r)
 	case ledger.KindDenied, ledger.KindFrozenRefused, ledger.KindAppendRejected, ledger.KindDeniedRepeat:
 		a.addRefusal(ag, r)
 	case ledger.KindWrite, ledger.KindAppendAccepted, ledger.KindAppendRecovered:
@@ -558,6 +576,30 @@ func (a *Auditor) Add(r ledger.Record) {
 		if r.Path != "" {
 			a.cell(r.Path, ag.Agent).Written = true
 		}
+	}
+}
+
+// hashFollows is in the detail of a read recorded before its content hash
+// was known (see fs/deferhash.go).
+const hashFollows = "sha256 follows in a read_hash record"
+
+// addReadHash attaches a read_hash record's content hash to the read it
+// names ("read seq N"), or counts that read as of unknown content when
+// the record carries none.
+func (a *Auditor) addReadHash(ag *Agent, r ledger.Record) {
+	var seq int64
+	if _, err := fmt.Sscanf(r.Detail, "read seq %d", &seq); err == nil {
+		delete(ag.hashDue, seq)
+	}
+	acc := ag.reads[r.Path]
+	if acc == nil {
+		return // its read is in a segment not given to the audit
+	}
+	switch {
+	case r.SHA256 == "":
+		acc.Unhashed++
+	case !slices.Contains(acc.Hashes, r.SHA256):
+		acc.Hashes = append(acc.Hashes, r.SHA256)
 	}
 }
 
@@ -750,6 +792,16 @@ func judgeAgent(live *Agent, gaps []Gap, untrusted int64, chain *ledger.VerifyRe
 	ag := new(Agent)
 	*ag = *live
 	ag.Reads = sortedAccesses(ag.reads)
+	// Reads whose read_hash never came are of unknown content too.
+	due := map[string]int64{}
+	for _, p := range live.hashDue {
+		due[p]++
+	}
+	var unhashed int64
+	for i := range ag.Reads {
+		ag.Reads[i].Unhashed += due[ag.Reads[i].Path]
+		unhashed += ag.Reads[i].Unhashed
+	}
 	ag.Lists = sortedAccesses(ag.lists)
 	ag.Refused = slices.Clone(ag.refused.list)
 	ag.Noise = slices.Clone(ag.noise.list)
@@ -784,6 +836,9 @@ func judgeAgent(live *Agent, gaps []Gap, untrusted int64, chain *ledger.VerifyRe
 	}
 	for _, g := range gaps {
 		ag.Reason += fmt.Sprintf("; %s, written %s: what it did then is unknown", g, g.Period())
+	}
+	if unhashed > 0 {
+		ag.Reason += fmt.Sprintf("; %d read(s) of content whose SHA-256 the ledger does not hold (the file changed while it was hashed, or the view was killed before recording it)", unhashed)
 	}
 	if n := ag.noise.total(); n > 0 {
 		ag.Reason += fmt.Sprintf("; %d refusal(s) of temporary/tool noise (editors' temporary files, git's link attempts) not counted as refused", n)
@@ -891,7 +946,7 @@ func IsToolNoise(r ledger.Record) bool {
 	}
 	switch r.Op {
 	case "link":
-		return gitObjectPath.MatchString(r.Path) || isTemporaryName(path.Base(r.Path))
+		return gitObjectPath().MatchString(r.Path) || isTemporaryName(path.Base(r.Path))
 	case "create", "mknod", "mkdir", "symlink", "rename":
 		return isTemporaryName(path.Base(r.Path))
 	}
@@ -899,27 +954,35 @@ func IsToolNoise(r ledger.Record) bool {
 }
 
 // gitObjectPath matches where git links a new object or pack into place.
-var gitObjectPath = regexp.MustCompile(`(^|/)(\.git/|[^/]+\.git/)?objects/([0-9a-f]{2}/[0-9a-f]{38,62}|pack/(tmp_)?pack-[^/]+)$`)
+// The patterns here are compiled at first use: every acpfs command links
+// this package, and `acpfs append` runs once per event.
+var gitObjectPath = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(^|/)(\.git/|[^/]+\.git/)?objects/([0-9a-f]{2}/[0-9a-f]{38,62}|pack/(tmp_)?pack-[^/]+)$`)
+})
 
 // temporaryNames are the temporary files of common editors and of the
 // tools that save by writing a new file and renaming it over the old.
-var temporaryNames = []*regexp.Regexp{
-	regexp.MustCompile(`^\..+\.sw[a-p]x?$`),                // vim swap files and vim's .swpx probe
-	regexp.MustCompile(`^4913$`),                           // vim's probe of a directory
-	regexp.MustCompile(`^.+~$`),                            // backups (vim, emacs, nano)
-	regexp.MustCompile(`^#.+#$`),                           // emacs auto-save
-	regexp.MustCompile(`^\.#.+$`),                          // emacs lock
-	regexp.MustCompile(`^sed[A-Za-z0-9]{6}$`),              // sed -i
-	regexp.MustCompile(`^tmp[a-z0-9_]{8}(\.[^/]*)?$`),      // Python tempfile (mkstemp, NamedTemporaryFile)
-	regexp.MustCompile(`^\.goutputstream-[A-Za-z0-9]{6}$`), // GLib
-	regexp.MustCompile(`^\.~lock\..+#$`),                   // LibreOffice
-	regexp.MustCompile(`(?i)\.te?mp(\.[A-Za-z0-9]+)?$`),    // name.tmp, name.tmp.1234
+var temporaryNames = sync.OnceValue(func() []*regexp.Regexp { return temporaryPatterns() })
+
+func temporaryPatterns() []*regexp.Regexp {
+	return []*regexp.Regexp{
+		regexp.MustCompile(`^\..+\.sw[a-p]x?$`),                // vim swap files and vim's .swpx probe
+		regexp.MustCompile(`^4913$`),                           // vim's probe of a directory
+		regexp.MustCompile(`^.+~$`),                            // backups (vim, emacs, nano)
+		regexp.MustCompile(`^#.+#$`),                           // emacs auto-save
+		regexp.MustCompile(`^\.#.+$`),                          // emacs lock
+		regexp.MustCompile(`^sed[A-Za-z0-9]{6}$`),              // sed -i
+		regexp.MustCompile(`^tmp[a-z0-9_]{8}(\.[^/]*)?$`),      // Python tempfile (mkstemp, NamedTemporaryFile)
+		regexp.MustCompile(`^\.goutputstream-[A-Za-z0-9]{6}$`), // GLib
+		regexp.MustCompile(`^\.~lock\..+#$`),                   // LibreOffice
+		regexp.MustCompile(`(?i)\.te?mp(\.[A-Za-z0-9]+)?$`),    // name.tmp, name.tmp.1234
+	}
 }
 
 // isTemporaryName reports whether a file name is shaped like a temporary
 // file of an editor or a tool.
 func isTemporaryName(name string) bool {
-	for _, re := range temporaryNames {
+	for _, re := range temporaryNames() {
 		if re.MatchString(name) {
 			return true
 		}

@@ -535,6 +535,77 @@ func TestAuditReportIsASnapshot(t *testing.T) {
 	assert.Len(t, second.Agents[0].Reads, 2)
 }
 
+// readPending is a read recorded at open before its content hash was
+// known; readHash is the read_hash that follows it.
+func readPending(seq int64, path string) ledger.Record {
+	r := read(seq, "alice", "G-alice", path, "")
+	r.Detail = "sha256 follows in a read_hash record; size=1073741824 mtime=2026-03-01T12:00:00.000000000Z ctime=2026-03-01T12:00:00.000000000Z inode=12"
+	return r
+}
+
+func readHash(seq, readSeq int64, path, sha, why string) ledger.Record {
+	r := rec(seq, ledger.KindReadHash, "alice", "G-alice", path)
+	r.Op, r.SHA256, r.Detail = "open", sha, fmt.Sprintf("read seq %d", readSeq)
+	if why != "" {
+		r.Detail += ": " + why
+	}
+	return r
+}
+
+// TestAuditReadHash: a read recorded before its hash was known gets the
+// hash of its read_hash record; a read_hash without one, or none at all,
+// leaves the read of unknown content, and the reason says so.
+func TestAuditReadHash(t *testing.T) {
+	const shaA = "aaaa"
+	tests := []struct {
+		name    string
+		records []ledger.Record
+		want    Access
+		unknown bool // the reason names reads of unknown content
+		verdict string
+	}{
+		{
+			name:    "the hash follows the read",
+			records: []ledger.Record{readPending(1, "docs/big.bin"), readHash(2, 1, "docs/big.bin", shaA, "")},
+			want:    Access{Path: "docs/big.bin", Grant: "G-alice", Count: 1, FirstSeq: 1, LastSeq: 1, Allowed: true, Judged: true, Rule: "read docs", Hashes: []string{shaA}},
+			verdict: VerdictIsolated,
+		},
+		{
+			name: "repeats counted before the hash came",
+			records: []ledger.Record{
+				readPending(1, "docs/big.bin"), readRepeat(2, "alice", "G-alice", "docs/big.bin", "", 3, 1, 2), readHash(3, 1, "docs/big.bin", shaA, ""),
+			},
+			want:    Access{Path: "docs/big.bin", Grant: "G-alice", Count: 4, FirstSeq: 1, LastSeq: 2, Allowed: true, Judged: true, Rule: "read docs", Hashes: []string{shaA}},
+			verdict: VerdictIsolated,
+		},
+		{
+			name:    "the file changed while it was hashed",
+			records: []ledger.Record{readPending(1, "docs/big.bin"), readHash(2, 1, "docs/big.bin", "", "the file changed while it was hashed: the content read is unknown")},
+			want:    Access{Path: "docs/big.bin", Grant: "G-alice", Count: 1, FirstSeq: 1, LastSeq: 1, Allowed: true, Judged: true, Rule: "read docs", Unhashed: 1},
+			unknown: true,
+			verdict: VerdictIsolated,
+		},
+		{
+			name:    "the read_hash never came",
+			records: []ledger.Record{readPending(1, "docs/big.bin")},
+			want:    Access{Path: "docs/big.bin", Grant: "G-alice", Count: 1, FirstSeq: 1, LastSeq: 1, Allowed: true, Judged: true, Rule: "read docs", Unhashed: 1},
+			unknown: true,
+			verdict: VerdictIsolated,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := mustBuild(t, tt.records, fakeGrants(), nil)
+			ag := byAgent(rep)["alice"]
+			require.NotNil(t, ag)
+			require.Len(t, ag.Reads, 1)
+			assert.Equal(t, tt.want, ag.Reads[0])
+			assert.Equal(t, tt.verdict, ag.Verdict, ag.Reason)
+			assert.Equal(t, tt.unknown, strings.Contains(ag.Reason, "whose SHA-256 the ledger does not hold"), ag.Reason)
+		})
+	}
+}
+
 // Records the chain check does not vouch for convict no one and clear no
 // one.
 func TestAuditJudgesOnlyVouchedRecords(t *testing.T) {

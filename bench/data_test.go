@@ -5,8 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -187,24 +189,69 @@ func ruleCount(g *grants.Grant) int { return len(g.MayRead) + len(g.ForbiddenRea
 // own process and returns the mountpoint.
 func mountLoopback(tb testing.TB, folder string, passthrough bool) string {
 	tb.Helper()
+	mnt, _ := mountLoopbackDaemon(tb, folder, passthrough)
+	return mnt
+}
+
+// mountLoopbackDaemon is mountLoopback that also returns the daemon.
+func mountLoopbackDaemon(tb testing.TB, folder string, passthrough bool) (string, *daemon) {
+	tb.Helper()
 	mnt := newDir(tb, "mnt-loopback")
 	args := []string{folder, mnt}
 	if !passthrough {
 		args = append([]string{"-no-passthrough"}, args...)
 	}
-	startDaemon(tb, []string{mnt}, []string{filepath.Join(mnt, "protocol.json")}, loopbackBin, args...)
-	return mnt
+	d := startDaemon(tb, []string{mnt}, []string{filepath.Join(mnt, "protocol.json")}, loopbackBin, args...)
+	return mnt, d
 }
 
 // mountACPFS serves folder through `acpfs mount` with the grant file
 // grantPath and a ledger of its own, and returns the mountpoint and the
 // daemon.
-func mountACPFS(tb testing.TB, folder, grantPath string) (string, *daemon) {
+func mountACPFS(tb testing.TB, folder, grantPath string, extra ...string) (string, *daemon) {
+	tb.Helper()
+	ledger := filepath.Join(newDir(tb, "ledger"), "communication_ledger.jsonl")
+	return mountACPFSLedger(tb, folder, grantPath, ledger, extra...)
+}
+
+// mountACPFSLedger is mountACPFS with a ledger the caller chose (a view
+// mounted again over the same ledger finds the content hashes the last
+// one kept beside it).
+func mountACPFSLedger(tb testing.TB, folder, grantPath, ledger string, extra ...string) (string, *daemon) {
 	tb.Helper()
 	mnt := newDir(tb, "mnt-acpfs")
-	ledger := filepath.Join(newDir(tb, "ledger"), "communication_ledger.jsonl")
-	d := startDaemon(tb, []string{mnt}, []string{filepath.Join(mnt, "protocol.json")}, acpfsBin,
-		"mount", "--folder", folder, "--grant", grantPath, "--ledger", ledger, mnt)
+	args := append([]string{"mount", "--folder", folder, "--grant", grantPath, "--ledger", ledger}, extra...)
+	d := startDaemon(tb, []string{mnt}, []string{filepath.Join(mnt, "protocol.json")}, acpfsBin, append(args, mnt)...)
 	d.ledger = ledger
 	return mnt, d
+}
+
+// hashedAfter waits until the ledger holds a read_hash record of rel
+// after byte offset from (the hash a view computes in the background
+// after an open), and returns the record's line. It gives up after limit.
+func hashedAfter(ledger string, from int64, rel string, limit time.Duration) (string, error) {
+	deadline := time.Now().Add(limit)
+	want := `"kind":"read_hash"`
+	for {
+		b, err := os.ReadFile(ledger)
+		if err != nil {
+			return "", err
+		}
+		if int64(len(b)) > from {
+			for _, line := range strings.Split(string(b[from:]), "\n") {
+				if strings.Contains(line, want) && strings.Contains(line, `"path":"`+rel+`"`) {
+					return line, nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("no read_hash of %s in %s within %s", rel, ledger, limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// grantFile is the path of a grant saved in d's run directory.
+func grantFile(d *dataset, id string) string {
+	return filepath.Join(d.runs, "context_grants", id+".json")
 }

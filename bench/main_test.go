@@ -38,10 +38,14 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmpRoot)
+	// `acpfs append` keeps its checkpoints with the run.
+	os.Setenv("ACPFS_CHECKPOINT_DIR", filepath.Join(tmpRoot, "checkpoints"))
 	acpfsBin = filepath.Join(tmpRoot, "bin", "acpfs")
 	loopbackBin = filepath.Join(tmpRoot, "bin", "loopback")
 	for bin, pkg := range map[string]string{acpfsBin: "../cmd/acpfs", loopbackBin: "./loopback"} {
 		build := exec.Command("go", "build", "-o", bin, pkg)
+		// Static, as `make build` makes it (see the Makefile).
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n", pkg, err)

@@ -61,7 +61,7 @@ func BenchmarkOpenClose(b *testing.B) {
 			}
 			note := fmt.Sprintf("mean %.1f µs; %d opens", float64(mean(s[name]))/1e3, len(s[name]))
 			if name == "acpfs" {
-				note = fmt.Sprintf("+%.1f µs per open over the loopback (hash lookup + ledger record); %s", float64(extra)/1e3, note)
+				note = fmt.Sprintf("%+.1f µs per open against the loopback (hash lookup + ledger record); %s", float64(extra)/1e3, note)
 			}
 			record("open", name, fmt.Sprintf("median %.1f µs", float64(median(s[name]))/1e3), ratio, note)
 		}

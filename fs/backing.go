@@ -134,27 +134,6 @@ type xattrArgs struct {
 // The *xattrat calls (Linux 6.13) act on a name inside a directory
 // descriptor without following a final symlink, which no other xattr
 // call can do for a symlink or a file the daemon should not open.
-func getxattrat(dirfd int, name, attr string, dest []byte) (int, error) {
-	p, err := unix.BytePtrFromString(name)
-	if err != nil {
-		return 0, err
-	}
-	a, err := unix.BytePtrFromString(attr)
-	if err != nil {
-		return 0, err
-	}
-	args := xattrArgs{size: uint32(len(dest))}
-	if len(dest) > 0 {
-		args.value = uint64(uintptr(unsafe.Pointer(&dest[0])))
-	}
-	r, _, e := unix.Syscall6(unix.SYS_GETXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
-		unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args))
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
-}
-
 func setxattrat(dirfd int, name, attr string, data []byte, flags uint32) error {
 	p, err := unix.BytePtrFromString(name)
 	if err != nil {
@@ -174,23 +153,6 @@ func setxattrat(dirfd int, name, attr string, data []byte, flags uint32) error {
 		return e
 	}
 	return nil
-}
-
-func listxattrat(dirfd int, name string, dest []byte) (int, error) {
-	p, err := unix.BytePtrFromString(name)
-	if err != nil {
-		return 0, err
-	}
-	var d uintptr
-	if len(dest) > 0 {
-		d = uintptr(unsafe.Pointer(&dest[0]))
-	}
-	r, _, e := unix.Syscall6(unix.SYS_LISTXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
-		unix.AT_SYMLINK_NOFOLLOW, d, uintptr(len(dest)), 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
 }
 
 func removexattrat(dirfd int, name, attr string) error {

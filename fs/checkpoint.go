@@ -106,6 +106,7 @@ func (f *FS) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
 	switch err := unix.Fstatat(d.fd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW); err {
 	case nil:
 		t.e = classify(m, d.fd, d.name, rel, &st)
+		f.noteConcealed(rel, t.e)
 	case unix.ENOENT:
 		t.e.kind = kindAbsent
 	default:
@@ -180,6 +181,9 @@ const dirBlockSize = 4096
 func (f *FS) fillAttr(rel string, st *unix.Stat_t, a *fuse.Attr) {
 	attrFromStat(a, st)
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if rel == ProtocolFile && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			f.protocolAttr(a)
+		}
 		return
 	}
 	a.Nlink = 1

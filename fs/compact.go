@@ -35,6 +35,9 @@ const (
 // refusals by operation and reason.
 type repeatKey struct {
 	kind, op, path, sha, why string
+	// ver is the file version of a read recorded before its hash was
+	// known (sha empty): its read_hash follows.
+	ver fileVersion
 }
 
 type repeatCount struct {
@@ -192,8 +195,13 @@ func (f *FS) FlushRepeats() {
 		if k.kind != ledger.KindRead {
 			kind = ledger.KindDeniedRepeat
 		}
+		sha := k.sha
+		if sha == "" && k.ver != (fileVersion{}) {
+			// Repeats of a read whose hash came after it.
+			sha, _ = f.hashes.get(k.ver)
+		}
 		r := ledger.Record{Kind: kind, Agent: g.AgentID, Grant: g.GrantID, Path: k.path, Op: k.op,
-			SHA256: k.sha, Count: c.n, First: stamp(c.first), Last: stamp(c.last), Detail: k.why}
+			SHA256: sha, Count: c.n, First: stamp(c.first), Last: stamp(c.last), Detail: k.why}
 		if _, err := f.ledger.Append(r); err != nil {
 			slog.Error("ledger: cannot record repeats", "path", k.path, "count", c.n, "err", err)
 		}

@@ -355,12 +355,12 @@ func (s *snapshotFile) Open(ctx context.Context, flags uint32) (fh gofs.FileHand
 	if err != nil {
 		return nil, 0, errnoOf(err)
 	}
-	sha, err := s.fsys.hashes.sum(fd)
-	if err != nil {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
 		return nil, 0, errnoOf(err)
 	}
-	if errno := s.fsys.recordRead(ctx, s.rel, sha, "handoff snapshot"); errno != 0 {
+	if _, errno := s.fsys.recordReadOf(ctx, s.rel, fd, versionOf(&st), "handoff snapshot"); errno != 0 {
 		unix.Close(fd)
 		return nil, 0, errno
 	}

@@ -48,9 +48,11 @@ func (f *FS) visibleEntries(rel string) ([]dirEntry, error) {
 			out = append(out, dirEntry{name: name, st: st, handoff: true})
 			continue
 		}
-		if e := classify(v.matcher, fd, name, crel, &st); e.shownBy(v.matcher, crel) {
+		e := classify(v.matcher, fd, name, crel, &st)
+		if e.shownBy(v.matcher, crel) {
 			out = append(out, dirEntry{name: name, st: st})
 		}
+		f.noteConcealed(crel, e)
 	}
 	return f.withStaged(rel, out), nil
 }
@@ -202,6 +204,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (de *fuse.DirEntry, errno sy
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.loaded {
+		d.fsys.enter("readdir", d.rel)
 		entries, err := d.fsys.visibleEntries(d.rel)
 		if err != nil {
 			return nil, errnoOf(err)
@@ -251,6 +254,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		return d.node.Lookup(ctx, name, out)
 	}
 	d.fsys.fillAttr(rel, &e.st, &out.Attr)
+	d.fsys.entryTimeouts(rel, out)
 	return d.node.child(ctx, &e.st), 0
 }
 

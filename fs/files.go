@@ -3,8 +3,11 @@ package fs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"syscall"
@@ -60,6 +63,12 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	}
 	var ver fileVersion
 	_, private := f.stagedName(rel)
+	// protocol.json as the history gives it, which the file on disk may
+	// not state yet (its rewrite is deferred): what this open reads.
+	var pjson []byte
+	if rel == ProtocolFile {
+		pjson = f.protocolContent()
+	}
 	// A private temporary file holds only what the agent wrote itself:
 	// reading it back is no read of the folder.
 	if acc != syscall.O_WRONLY && !private {
@@ -69,25 +78,26 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 			return nil, 0, errnoOf(err)
 		}
 		ver = versionOf(&st)
-		sha, err := f.contentHash(rel, fd)
-		if err != nil {
-			unix.Close(fd)
-			return nil, 0, errnoOf(err)
+		var errno syscall.Errno
+		if pjson != nil {
+			errno = f.recordRead(ctx, rel, digest(pjson), "")
+		} else {
+			ver, errno = f.recordReadOf(ctx, rel, fd, ver, "")
 		}
-		if errno := f.recordRead(ctx, rel, sha, ""); errno != 0 {
+		if errno != 0 {
 			unix.Close(fd)
 			return nil, 0, errno
 		}
 	}
 	h := f.newHandle(fd, rel, n)
-	if acc != syscall.O_WRONLY && rel != EventsFile && !private {
+	if acc != syscall.O_WRONLY && rel != EventsFile && pjson == nil && !private {
 		h.readVer = &ver
 	}
 	switch {
 	case rel == EventsFile:
 		return &eventsFile{handle: f.track(h)}, fuse.FOPEN_DIRECT_IO, 0
 	case rel == ProtocolFile:
-		pf := &protocolFile{handle: h}
+		pf := &protocolFile{handle: h, content: pjson}
 		if writing {
 			if errno := pf.load(flags&syscall.O_TRUNC != 0); errno != 0 {
 				h.Release(ctx)
@@ -122,16 +132,19 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	// Served reads, checked one by one, of pages the kernel may keep
 	// between opens: warm reads then cost what the page cache costs. The
 	// watcher drops the pages when the backing file changes, and a grant
-	// change drops them too.
-	return f.track(h), fuse.FOPEN_KEEP_CACHE, 0
-}
-
-// contentHash is the SHA-256 recorded with each read.
-func (f *FS) contentHash(rel string, fd int) (string, error) {
-	if rel == EventsFile {
-		return f.evHash.sum(fd)
+	// change drops them too. A change inotify does not report shows here:
+	// the file is not the version whose attributes the kernel holds.
+	if n != nil && acc != syscall.O_WRONLY && !private {
+		if prev := n.seen.Swap(&ver); prev != nil && *prev != ver {
+			// Without FOPEN_KEEP_CACHE the kernel drops the pages at this
+			// open; the attributes (the size above all) go too, from
+			// another goroutine: a notification sent while this request
+			// is answered could wait for it.
+			go n.NotifyContent(0, 0)
+			return f.track(h), 0, 0
+		}
 	}
-	return f.hashes.sum(fd)
+	return f.track(h), fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // fileHandle is any open regular file of a view.
@@ -210,6 +223,9 @@ func (h *handle) getattr(out *fuse.AttrOut) syscall.Errno {
 		return errnoOf(err)
 	}
 	attrFromStat(&out.Attr, &st)
+	if h.node != nil && h.path() == ProtocolFile {
+		h.fsys.protocolAttr(&out.Attr)
+	}
 	return 0
 }
 
@@ -260,6 +276,12 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (res fuse.Rea
 	if err != nil {
 		return nil, errnoOf(err)
 	}
+	// A change between the check above and the read: the bytes read
+	// may be of the new version, which is recorded before they are
+	// handed out.
+	if errno := h.recordNewVersion(ctx); errno != 0 {
+		return nil, errno
+	}
 	return fuse.ReadResultData(dest[:k]), 0
 }
 
@@ -281,11 +303,8 @@ func (h *handle) recordNewVersion(ctx context.Context) syscall.Errno {
 	if v == *h.readVer {
 		return 0
 	}
-	sha, err := h.fsys.hashes.sum(h.fd())
-	if err != nil {
-		return errnoOf(err)
-	}
-	if errno := h.fsys.recordRead(ctx, h.path(), sha, "content changed since the open"); errno != 0 {
+	v, errno := h.fsys.recordReadOf(ctx, h.path(), h.fd(), v, "content changed since the open")
+	if errno != 0 {
 		return errno
 	}
 	h.readVer = &v
@@ -587,9 +606,12 @@ func (f *FS) rejectLine(ctx context.Context, errno syscall.Errno, why string) sy
 // refused with EPERM.
 type protocolFile struct {
 	*handle
-	mu    sync.Mutex
-	buf   []byte
-	dirty bool
+	// content is protocol.json as the open found it in memory (see
+	// FS.protocolContent); nil when the file on disk is served instead.
+	content []byte
+	mu      sync.Mutex
+	buf     []byte
+	dirty   bool
 }
 
 func (p *protocolFile) PassthroughFd() (int, bool) { return -1, false }
@@ -600,12 +622,35 @@ func (p *protocolFile) load(trunc bool) syscall.Errno {
 		p.dirty = true
 		return 0
 	}
+	if p.content != nil {
+		p.buf = append([]byte(nil), p.content...)
+		return 0
+	}
 	b, err := io.ReadAll(io.NewSectionReader(fdReader(p.fd()), 0, maxLine))
 	if err != nil {
 		return errnoOf(err)
 	}
 	p.buf = b
 	return 0
+}
+
+// Read serves the content the open recorded.
+func (p *protocolFile) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
+	if p.content == nil {
+		return p.handle.Read(ctx, dest, off)
+	}
+	defer p.fsys.guard(ctx, "read", ProtocolFile, &errno)
+	if errno := p.readable(ctx); errno != 0 {
+		return nil, errno
+	}
+	if p.audit {
+		p.fsys.record(ctx, ledger.KindReadRequest, "read", ProtocolFile, "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
+	}
+	if off >= int64(len(p.content)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	end := min(off+int64(len(dest)), int64(len(p.content)))
+	return fuse.ReadResultData(p.content[off:end]), 0
 }
 
 func (p *protocolFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
@@ -646,6 +691,7 @@ func (p *protocolFile) truncate(ctx context.Context, size uint64, out *fuse.Attr
 		return errno
 	}
 	out.Size = size
+	p.fsys.attrTimeout(ProtocolFile, out)
 	return 0
 }
 
@@ -662,4 +708,30 @@ func (p *protocolFile) Flush(ctx context.Context) (errno syscall.Errno) {
 		return p.fsys.deny(ctx, ledger.KindDenied, "write", ProtocolFile, syscall.EPERM, err.Error())
 	}
 	return p.fsys.recordChange(ctx, "rewrite", ProtocolFile, "content equals the derived state")
+}
+
+// protocolContent is protocol.json as the derived state has it (see
+// protocol.Log.ProtocolJSON), or nil when the log cannot say, in which
+// case the file on disk is served.
+func (f *FS) protocolContent() []byte {
+	data, err := f.log.ProtocolJSON()
+	if err != nil {
+		slog.Warn("protocol.json: serving the file on disk", "err", err)
+		return nil
+	}
+	return data
+}
+
+// protocolAttr gives protocol.json the size of the content a view serves.
+func (f *FS) protocolAttr(a *fuse.Attr) {
+	if data := f.protocolContent(); data != nil {
+		a.Size = uint64(len(data))
+		a.Blocks = (a.Size + 511) / 512
+	}
+}
+
+// digest is the hex SHA-256 of data.
+func digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }

@@ -117,6 +117,11 @@ type FS struct {
 	// attached is set once go-fuse has adopted the root, so that cache
 	// invalidations have an inode tree to act on.
 	attached atomic.Bool
+	// watch is the watcher that invalidates this view's kernel caches;
+	// while it vouches for the folder, the kernel keeps entries and
+	// attributes for CacheTimeout.
+	watch atomic.Pointer[Watcher]
+	links concealedLinks
 	// entryGen counts the name changes (create, remove, rename) the
 	// watcher saw in the folder; see dirSummary.
 	entryGen    atomic.Uint64
@@ -125,6 +130,8 @@ type FS struct {
 	stage       staging
 	passthrough bool
 	hashes      hashCache
+	store       *hashStore // hashes kept beside the ledger, across mounts
+	deferred    deferredHashes
 	evHash      appendHasher
 	lastErr     atomic.Pointer[string]
 
@@ -173,6 +180,9 @@ func New(opts Options) (*FS, error) {
 		b.root.Close()
 		return nil, err
 	}
+	if p := opts.Ledger.Path(); p != "" {
+		f.store = openHashStore(filepath.Join(filepath.Dir(p), HashStoreName))
+	}
 	f.root = &node{fsys: f}
 	f.stage.fd, f.stage.names = -1, map[string]string{}
 	f.sweepStaging()
@@ -189,6 +199,10 @@ func (f *FS) Root() gofs.InodeEmbedder { return f.root }
 // Close releases the folder descriptor once the view is unmounted.
 // Its private temporary files go with it.
 func (f *FS) Close() error {
+	// Every read recorded without its hash gets it before the view is
+	// reported stopped.
+	f.waitHashes()
+	f.store.release()
 	f.stopRepeats()
 	f.removeStaging()
 	return f.b.root.Close()
@@ -212,13 +226,16 @@ func (f *FS) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 		return fmt.Errorf("compile grant %s: %w", g.GrantID, err)
 	}
 	old := f.view.Swap(&view{grant: g, matcher: m, handoffs: handoffs})
+	// What a directory shows (its listing, size and times) follows the
+	// grant: cached summaries are stale.
+	f.entryGen.Add(1)
 	// Which version of the grant was in force, for the audit.
 	if _, err := f.ledger.Append(ledger.Record{Kind: ledger.KindGrantApplied, Agent: g.AgentID, Grant: g.GrantID, SHA256: g.Hash()}); err != nil {
 		slog.Error("ledger: cannot record the grant applied", "grant", g.GrantID, "err", err)
 	}
 	f.reachOpenFiles(g, m)
 	if f.attached.Load() {
-		f.invalidateHidden(f.root.EmbeddedInode(), "")
+		f.rejudgeKernel(f.root.EmbeddedInode(), "")
 		// A path handed over (or no longer) changes from the live file to
 		// the snapshot (or back): drop the cached entry either way.
 		for rel := range handoffs {
@@ -234,21 +251,28 @@ func (f *FS) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 	return nil
 }
 
-// invalidateHidden walks the inodes the kernel knows about and drops the
-// entries that the current grant hides.
-func (f *FS) invalidateHidden(dir *gofs.Inode, rel string) {
-	m := f.view.Load().matcher
+// rejudgeKernel walks the inodes the kernel knows about under dir (at
+// rel) after a grant change: every entry the view no longer shows is
+// dropped, and every other one has its attributes and, for directories,
+// its cached listing dropped, so that the kernel asks again under the new
+// grant. Each entry is judged as a lookup would judge it (a symlink by
+// its target, a file by its link count), not by its name alone.
+func (f *FS) rejudgeKernel(dir *gofs.Inode, rel string) {
+	dir.NotifyContent(0, 0)
+	handoffs := f.view.Load().handoffs
 	for name, ch := range dir.Children() {
 		crel := join(rel, name)
 		if rel == "" && name == ControlDir {
 			continue
 		}
-		if !m.Visible(crel) {
+		if _, ok := handoffs[crel]; !ok && !f.shows(crel) {
 			dir.NotifyEntry(name)
 			continue
 		}
 		if ch.IsDir() {
-			f.invalidateHidden(ch, crel)
+			f.rejudgeKernel(ch, crel)
+		} else {
+			ch.NotifyContent(0, 0)
 		}
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -76,17 +79,21 @@ func TestAppendHasherFollowsGrowthAndRestartsOnShrink(t *testing.T) {
 	assert.Equal(t, sum([]byte("x\n")), got)
 }
 
-func TestHashCacheSeesNewVersions(t *testing.T) {
+func TestHashFileAndWhatIsKept(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "doc.md")
-	var c hashCache
 	for _, content := range []string{"one", "two, longer", "three"} {
 		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
 		f, err := os.Open(p)
 		require.NoError(t, err)
-		got, err := c.sum(int(f.Fd()))
+		v, got, err := hashFile(int(f.Fd()))
 		f.Close()
 		require.NoError(t, err)
 		assert.Equal(t, sum([]byte(content)), got)
+		assert.EqualValues(t, len(content), v.size)
+		// Just written: a change in the same clock tick could keep
+		// this version's key, so its hash is not kept.
+		assert.False(t, cacheable(v, time.Now()))
+		assert.True(t, cacheable(v, time.Now().Add(2*time.Second)))
 	}
 }
 
@@ -95,4 +102,60 @@ func TestManaged(t *testing.T) {
 	assert.True(t, managed("protocol.json"))
 	assert.False(t, managed("sub/events.jsonl"))
 	assert.Equal(t, "/", displayPath(""))
+}
+
+func TestCacheTimeoutFollowsTheWatcher(t *testing.T) {
+	f := &FS{}
+	assert.Equal(t, ShortTimeout, f.cacheTimeout(), "no watcher: nobody invalidates")
+	wt, err := NewWatcher(t.TempDir(), nil)
+	require.NoError(t, err)
+	defer wt.Close()
+	wt.Add(f)
+	assert.Equal(t, CacheTimeout, f.cacheTimeout())
+	wt.degrade("test", nil)
+	assert.Equal(t, ShortTimeout, f.cacheTimeout(), "a directory it cannot watch")
+	wt.Remove(f)
+	assert.Equal(t, ShortTimeout, f.cacheTimeout())
+}
+
+func TestHashVersionRefusesAChangedFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big.bin")
+	require.NoError(t, os.WriteFile(p, []byte("version one"), 0o644))
+	f, err := os.Open(p)
+	require.NoError(t, err)
+	defer f.Close()
+	var st syscall.Stat_t
+	require.NoError(t, syscall.Fstat(int(f.Fd()), &st))
+	v := versionOf(&st)
+	got, err := hashVersion(int(f.Fd()), v)
+	require.NoError(t, err)
+	assert.Equal(t, sum([]byte("version one")), got)
+
+	// Same size, other bytes: the change time tells.
+	require.NoError(t, os.WriteFile(p, []byte("version two"), 0o644))
+	_, err = hashVersion(int(f.Fd()), v)
+	assert.ErrorIs(t, err, errChanged)
+}
+
+func TestHashStoreSurvivesReopeningAndRefusesForeignFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, HashStoreName)
+	v := fileVersion{dev: 1, ino: 2, size: 3, mtimeNs: 4, ctimeNs: 5}
+	sha := strings.Repeat("ab", 32)
+	s := openHashStore(path)
+	s.put(v, sha)
+	s.release()
+
+	s = openHashStore(path)
+	got, ok := s.get(v)
+	assert.True(t, ok)
+	assert.Equal(t, sha, got)
+	s.release()
+
+	// A store others may write is not believed.
+	require.NoError(t, os.Chmod(path, 0o666))
+	s = openHashStore(path)
+	_, ok = s.get(v)
+	assert.False(t, ok)
+	s.release()
 }

@@ -8,6 +8,9 @@ import (
 	"io"
 	"sync"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // hashCache remembers content hashes by file identity and version, so
@@ -31,35 +34,64 @@ func versionOf(st *syscall.Stat_t) fileVersion {
 	}
 }
 
+// unixVersion is versionOf for a golang.org/x/sys stat.
+func unixVersion(st *unix.Stat_t) fileVersion {
+	return fileVersion{
+		dev: st.Dev, ino: st.Ino, size: uint64(st.Size),
+		mtimeNs: st.Mtim.Nano(), ctimeNs: st.Ctim.Nano(),
+	}
+}
+
 // maxCachedHashes bounds memory; the cache is simply reset when full,
 // which only costs re-hashing.
 const maxCachedHashes = 1 << 16
 
-// sum returns the SHA-256 of the open file fd.
-func (c *hashCache) sum(fd int) (string, error) {
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		return "", fmt.Errorf("fstat: %w", err)
-	}
-	v := versionOf(&st)
+// get returns the cached hash of version v.
+func (c *hashCache) get(v fileVersion) (string, bool) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	s, ok := c.m[v]
-	c.mu.Unlock()
-	if ok {
-		return s, nil
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(fdReader(fd), 0, st.Size)); err != nil {
-		return "", fmt.Errorf("hash: %w", err)
-	}
-	s = hex.EncodeToString(h.Sum(nil))
+	return s, ok
+}
+
+// put caches the hash of version v.
+func (c *hashCache) put(v fileVersion, s string) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= maxCachedHashes {
 		c.m = make(map[fileVersion]string)
 	}
 	c.m[v] = s
-	c.mu.Unlock()
-	return s, nil
+}
+
+// hashFile hashes the open file fd and returns the version it hashed: the
+// same version before and after the whole content was read. A file that
+// changes meanwhile is hashed again; after three tries it is errChanged.
+func hashFile(fd int) (fileVersion, string, error) {
+	for try := 0; try < 3; try++ {
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
+			return fileVersion{}, "", fmt.Errorf("fstat: %w", err)
+		}
+		v := versionOf(&st)
+		sha, err := hashVersion(fd, v)
+		if err == nil {
+			return v, sha, nil
+		}
+		if err != errChanged {
+			return fileVersion{}, "", err
+		}
+	}
+	return fileVersion{}, "", errChanged
+}
+
+// cacheable reports whether the hash of version v, taken at start, may be
+// kept and given for v later. A change within the same tick of a coarse
+// clock as the last one could leave size, mtime and ctime as they were:
+// only a version whose last change is a second older than the hash is
+// known to be one content.
+func cacheable(v fileVersion, start time.Time) bool {
+	return start.Sub(time.Unix(0, v.ctimeNs)) >= time.Second
 }
 
 // appendHasher keeps a running SHA-256 of events.jsonl. The file only

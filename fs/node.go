@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -21,6 +22,20 @@ import (
 type node struct {
 	gofs.Inode
 	fsys *FS
+	// seen is the version of the file whose attributes the kernel was
+	// last given for this node. An open that finds another version
+	// learns that the file changed without an invalidation (a change
+	// inotify does not report) and drops the kernel's pages and
+	// attributes (see FS.open).
+	seen atomic.Pointer[fileVersion]
+}
+
+// saw notes the version whose attributes the kernel now holds.
+func (n *node) saw(st *unix.Stat_t) {
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		v := unixVersion(st)
+		n.seen.Store(&v)
+	}
 }
 
 // Compile-time checks: the operations a view implements. Anything not
@@ -68,7 +83,11 @@ func (n *node) rel() string { return n.Path(nil) }
 // share a node, never reach here.
 func (n *node) child(ctx context.Context, st *unix.Stat_t) *gofs.Inode {
 	id := gofs.StableAttr{Mode: st.Mode & unix.S_IFMT, Ino: st.Ino}
-	return n.NewInode(ctx, &node{fsys: n.fsys}, id)
+	ch := n.NewInode(ctx, &node{fsys: n.fsys}, id)
+	if cn, ok := ch.Operations().(*node); ok {
+		cn.saw(st)
+	}
+	return ch
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
@@ -91,6 +110,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch 
 	}
 	defer t.close()
 	f.fillAttr(rel, &t.e.st, &out.Attr)
+	f.entryTimeouts(rel, out)
 	return n.child(ctx, &t.e.st), 0
 }
 
@@ -106,7 +126,11 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		if errno := h.base().readable(ctx); errno != 0 {
 			return errno
 		}
-		return h.base().getattr(out)
+		if errno := h.base().getattr(out); errno != 0 {
+			return errno
+		}
+		f.attrTimeout(rel, out)
+		return 0
 	}
 	t, errno := f.at(ctx, opGetattr, rel)
 	if errno != 0 {
@@ -114,6 +138,8 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 	}
 	defer t.close()
 	f.fillAttr(rel, &t.e.st, &out.Attr)
+	f.attrTimeout(rel, out)
+	n.saw(&t.e.st)
 	return 0
 }
 
@@ -181,6 +207,8 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		return errnoOf(err)
 	}
 	f.fillAttr(rel, &st, &out.Attr)
+	f.attrTimeout(rel, out)
+	n.saw(&st)
 	return 0
 }
 
@@ -277,7 +305,15 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHan
 	if err := n.fsys.recordListing(ctx, rel); err != nil {
 		return nil, 0, syscall.EIO
 	}
-	return &dirHandle{fsys: n.fsys, node: n, rel: rel}, 0, 0
+	// The kernel may keep the listing between opens while the watcher
+	// sees the whole folder: the watcher and grant changes drop it with
+	// the directory's attributes. Every open still reaches this handler,
+	// and its record.
+	var keep uint32
+	if n.fsys.cacheTimeout() == CacheTimeout {
+		keep = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	}
+	return &dirHandle{fsys: n.fsys, node: n, rel: rel}, keep, 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (ch *gofs.Inode, fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
@@ -326,6 +362,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errnoOf(err)
 	}
 	f.fillAttr(rel, &st, &out.Attr)
+	f.entryTimeouts(rel, out)
 	ch = n.child(ctx, &st)
 	cn, _ := ch.Operations().(*node)
 	h := f.newHandle(fd, rel, cn)
@@ -361,6 +398,7 @@ func (n *node) made(ctx context.Context, t *target, mode uint32, out *fuse.Entry
 		return nil, errnoOf(err)
 	}
 	n.fsys.fillAttr(t.rel, &st, &out.Attr)
+	n.fsys.entryTimeouts(t.rel, out)
 	return n.child(ctx, &st), 0
 }
 
@@ -558,36 +596,21 @@ func (n *node) Readlink(ctx context.Context) (b []byte, errno syscall.Errno) {
 	return []byte(s), 0
 }
 
+// Getxattr and Listxattr answer ENOSYS, which the kernel remembers for
+// the mount: extended attributes are not shown in a view, and every later
+// getxattr(2) and listxattr(2) answers EOPNOTSUPP without asking the
+// daemon. `ls -l` asks every file for two attributes (its ACL and its
+// security label); answered here, that is two round trips per file, ten
+// times what listing a warm directory costs otherwise. Names are still
+// resolved first, so a hidden name answers ENOENT as before. Setting and
+// removing attributes are judged and recorded like any other change.
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (sz uint32, errno syscall.Errno) {
-	rel := n.rel()
-	defer n.fsys.guard(ctx, "getxattr", rel, &errno)
-	n.fsys.enter("getxattr", rel)
-	if rel == "" {
-		return 0, syscall.ENODATA // the folder's own attributes are not the view's
-	}
-	t, errno := n.fsys.at(ctx, opGetxattr, rel)
-	if errno != 0 {
-		return 0, errno
-	}
-	defer t.close()
-	k, err := getxattrat(t.d.fd, t.d.name, attr, dest)
-	return uint32(k), errnoOf(err)
+	return 0, syscall.ENOSYS
 }
 
+// Listxattr: see Getxattr.
 func (n *node) Listxattr(ctx context.Context, dest []byte) (sz uint32, errno syscall.Errno) {
-	rel := n.rel()
-	defer n.fsys.guard(ctx, "listxattr", rel, &errno)
-	n.fsys.enter("listxattr", rel)
-	if rel == "" {
-		return 0, 0
-	}
-	t, errno := n.fsys.at(ctx, opListxattr, rel)
-	if errno != 0 {
-		return 0, errno
-	}
-	defer t.close()
-	k, err := listxattrat(t.d.fd, t.d.name, dest)
-	return uint32(k), errnoOf(err)
+	return 0, syscall.ENOSYS
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) (errno syscall.Errno) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/protocol"
 )
 
 // op is a filesystem operation as the policy sees it. Every handler that
@@ -281,6 +282,11 @@ func targetVisible(m *grants.Matcher, t string) bool {
 // into a door.
 func classify(m *grants.Matcher, dirfd int, name, rel string, st *unix.Stat_t) entry {
 	e := entry{st: *st}
+	if strings.HasPrefix(rel, protocol.ProtocolTempPrefix) {
+		// acpfs's own, renamed over protocol.json within milliseconds.
+		e.kind, e.why = kindConcealed, "a temporary file of a protocol.json rewrite"
+		return e
+	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		e.kind = kindDir

@@ -7,9 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/fsnotify/fsnotify"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/protocol"
 )
 
 // Watcher turns changes in a backing folder (made through any mount, by
@@ -20,6 +25,16 @@ type Watcher struct {
 	folder string
 	skip   []string // folder-relative directories not watched (run directory)
 	w      *fsnotify.Watcher
+	// degraded is set once a directory of the folder could not be
+	// watched: changes in it would go unnoticed, so the views stop
+	// giving the kernel long timeouts (see CacheTimeout).
+	degraded atomic.Bool
+
+	// dirs maps the inode of every directory watched to its
+	// folder-relative path (only the loop goroutine uses it once the
+	// watcher runs): inotify keeps watching a directory that moves, but
+	// fsnotify would go on naming its events by the old path.
+	dirs map[uint64]string
 
 	mu    sync.Mutex
 	views map[*FS]struct{}
@@ -35,7 +50,7 @@ func NewWatcher(folder string, skip []string) (*Watcher, error) {
 	}
 	// The views' private temporary files concern their own view only.
 	skip = append(append([]string(nil), skip...), StagingDir)
-	wt := &Watcher{folder: folder, skip: skip, w: w, views: map[*FS]struct{}{}, done: make(chan struct{})}
+	wt := &Watcher{folder: folder, skip: skip, w: w, views: map[*FS]struct{}{}, dirs: map[uint64]string{}, done: make(chan struct{})}
 	if err := wt.addTree(folder); err != nil {
 		w.Close()
 		return nil, err
@@ -44,18 +59,29 @@ func NewWatcher(folder string, skip []string) (*Watcher, error) {
 	return wt, nil
 }
 
-// Add subscribes a view.
+// Add subscribes a view. From then on the view may let the kernel keep
+// what it shows for CacheTimeout: the watcher invalidates it.
 func (wt *Watcher) Add(f *FS) {
 	wt.mu.Lock()
 	wt.views[f] = struct{}{}
 	wt.mu.Unlock()
+	f.watch.Store(wt)
 }
 
 // Remove unsubscribes a view.
 func (wt *Watcher) Remove(f *FS) {
+	f.watch.CompareAndSwap(wt, nil)
 	wt.mu.Lock()
 	delete(wt.views, f)
 	wt.mu.Unlock()
+}
+
+// degrade notes that the folder is no longer fully watched.
+func (wt *Watcher) degrade(why string, err error) {
+	if !wt.degraded.Swap(true) {
+		slog.Warn("watcher: the folder is not fully watched; views fall back to one-second kernel caches", "folder", wt.folder, "why", why, "err", err)
+	}
+	wt.each(func(f *FS) { f.dropKernelCaches() })
 }
 
 // Close stops watching.
@@ -86,14 +112,41 @@ func (wt *Watcher) addTree(root string) error {
 		if rel == "." {
 			rel = ""
 		}
-		if rel != "" && wt.skipped(filepath.ToSlash(rel)) {
+		rel = filepath.ToSlash(rel)
+		if rel != "" && wt.skipped(rel) {
 			return filepath.SkipDir
 		}
 		if err := wt.w.Add(p); err != nil {
 			return fmt.Errorf("watch %s: %w", p, err)
 		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				wt.dirs[st.Ino] = rel
+			}
+		}
 		return nil
 	})
+}
+
+// movedDir notices that the directory just created at rel is one already
+// watched under another path (moved within the folder), and drops the
+// watches of its old paths, so that addTree watches it and everything
+// below it under the paths they have now.
+func (wt *Watcher) movedDir(rel, abs string) {
+	var st unix.Stat_t
+	if unix.Lstat(abs, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return
+	}
+	old, ok := wt.dirs[st.Ino]
+	if !ok || old == rel {
+		return
+	}
+	for ino, p := range wt.dirs {
+		if p == old || strings.HasPrefix(p, old+"/") {
+			_ = wt.w.Remove(filepath.Join(wt.folder, filepath.FromSlash(p))) // may be gone already
+			delete(wt.dirs, ino)
+		}
+	}
 }
 
 func (wt *Watcher) loop() {
@@ -112,7 +165,7 @@ func (wt *Watcher) loop() {
 			// An overflow means events were lost: treat everything as
 			// changed.
 			slog.Warn("watcher error", "folder", wt.folder, "err", err)
-			wt.each(func(f *FS) { f.entryGen.Add(1); f.wake() })
+			wt.each(func(f *FS) { f.dropKernelCaches(); f.wake() })
 		}
 	}
 }
@@ -135,49 +188,103 @@ func (wt *Watcher) handle(ev fsnotify.Event) {
 		return
 	}
 	rel = filepath.ToSlash(rel)
-	if wt.skipped(rel) {
+	if wt.skipped(rel) || strings.HasPrefix(rel, protocol.ProtocolTempPrefix) {
+		// Views never show a protocol.json rewrite's temporary file;
+		// the rename over protocol.json is seen under its name.
 		return
 	}
 	if ev.Has(fsnotify.Create) {
+		wt.movedDir(rel, ev.Name)
 		if err := wt.addTree(ev.Name); err != nil {
-			slog.Debug("watch new directory", "path", ev.Name, "err", err)
+			wt.degrade("cannot watch a new directory", err)
 		}
 	}
 	entry := ev.Has(fsnotify.Create) || ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)
-	wt.each(func(f *FS) { f.invalidate(rel, entry) })
+	if ev.Has(fsnotify.Create) && secondName(ev.Name) {
+		// A new name for a file that had one: every view conceals
+		// it now under all its names (see classify), but inotify
+		// reports only the new one. The others may be anywhere.
+		wt.each(func(f *FS) { f.dropKernelCaches() })
+		return
+	}
+	wt.each(func(f *FS) {
+		f.invalidate(rel, entry)
+		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+			f.recheckConcealed()
+		}
+	})
 }
 
 // invalidate drops what the kernel caches about rel in this view: its
 // directory entry when names changed, its attributes and data otherwise.
+// A name change also changes the listing, size and times of its
+// directory, and the times of the directories above, which may summarise
+// it (fillAttr): their attributes and cached listings go too.
 func (f *FS) invalidate(rel string, entry bool) {
 	if entry {
 		f.entryGen.Add(1)
 	}
-	if rel == EventsFile || rel == ProtocolFile {
+	if managed(rel) {
 		defer f.wake()
+		if !entry {
+			// Served with direct I/O and attributes the kernel never
+			// keeps (volatileTimeout): nothing cached to drop.
+			return
+		}
 	}
 	if !f.attached.Load() {
 		return // not mounted yet
 	}
 	dir := f.root.EmbeddedInode()
 	segs := strings.Split(rel, "/")
+	chain := []*gofs.Inode{dir}
 	for _, s := range segs[:len(segs)-1] {
 		if dir = dir.GetChild(s); dir == nil {
-			return // never looked up: nothing cached
+			break // never looked up below: nothing cached there
 		}
+		chain = append(chain, dir)
+	}
+	if dir == nil {
+		if entry {
+			for _, d := range chain {
+				d.NotifyContent(0, 0)
+			}
+		}
+		return
 	}
 	name := segs[len(segs)-1]
 	if entry {
+		if ch := dir.GetChild(name); ch != nil {
+			// What the kernel keeps of the old entry and below it (a
+			// directory moved away, replaced, or made anew) goes too: a
+			// lookup of the name may find the same inode again.
+			dropSubtree(ch)
+		}
 		dir.NotifyEntry(name)
+		for _, d := range chain {
+			d.NotifyContent(0, 0)
+		}
 		return
 	}
 	if ch := dir.GetChild(name); ch != nil {
-		notifyContent(ch)
+		ch.NotifyContent(0, 0)
 	}
 }
 
-func notifyContent(n *gofs.Inode) {
-	if !n.IsDir() {
-		n.NotifyContent(0, 0)
+// secondName reports whether p is a regular file with more than one name
+// (a hard link just made).
+func secondName(p string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1
+}
+
+// dropSubtree drops the attributes, pages and listings the kernel keeps of
+// n and of every inode it knows below it.
+func dropSubtree(n *gofs.Inode) {
+	n.NotifyContent(0, 0)
+	if n.IsDir() {
+		for _, ch := range n.Children() {
+			dropSubtree(ch)
+		}
 	}
 }

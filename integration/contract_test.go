@@ -202,7 +202,7 @@ func TestAppendThroughMount(t *testing.T) {
 	out, code = r.alice.sh("python3 -c 'import sys; open(\"events.jsonl\",\"a\").write(sys.argv[1]+\"\\n\")' '" + line + "'")
 	require.Equal(t, 0, code, out)
 	assert.Equal(t, "reviewing", r.c.snapshot().Phase)
-	assert.Contains(t, readFile(t, filepath.Join(r.c.folder, "protocol.json")), `"currentPhase": "reviewing"`)
+	assert.Contains(t, r.c.protocolOnDisk(), `"currentPhase": "reviewing"`)
 	assert.Contains(t, readFile(t, r.bob.path("protocol.json")), `"currentPhase": "reviewing"`)
 }
 

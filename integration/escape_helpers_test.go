@@ -485,6 +485,7 @@ func escLastError(t *testing.T, v *view) string {
 // describes them.
 func escTree(t *testing.T, dir string) map[string]string {
 	t.Helper()
+	syncFolder(t, dir)
 	out := map[string]string{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -56,6 +57,13 @@ func newDir(t testing.TB, name string) string {
 // acpfs runs the CLI and returns stdout, stderr and the exit code.
 func acpfs(t testing.TB, args ...string) (string, string, int) {
 	t.Helper()
+	// A command on a folder sees it as the folder's own file says; the
+	// views of this process write their deferred rewrites first.
+	for i, a := range args {
+		if a == "--folder" && i+1 < len(args) {
+			syncFolder(t, args[i+1])
+		}
+	}
 	cmd := exec.Command(acpfsBin, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -108,7 +116,24 @@ func newCollab(t testing.TB) *collab {
 	c.lw, err = ledger.Open(c.ledger, ledger.Options{Sync: ledger.SyncBatch})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.lw.Close(); c.log.Close() })
+	collabs.Store(c.folder, c)
+	t.Cleanup(func() { collabs.Delete(c.folder) })
 	return c
+}
+
+// collabs maps the folders of the collaborations alive in this process to
+// them, so that helpers given only a folder can write what the views
+// deferred (see syncFolder).
+var collabs sync.Map
+
+// syncFolder writes the protocol.json rewrite that the views of this
+// process may have deferred for folder, so that a snapshot of the folder
+// is not changed by it later.
+func syncFolder(t testing.TB, folder string) {
+	t.Helper()
+	if c, ok := collabs.Load(folder); ok {
+		require.NoError(t, c.(*collab).log.SyncProtocol())
+	}
 }
 
 var protocolDocs = []string{"protocol.json", "events.jsonl", "README.md", "proposal.md", "review.md", "decisions.md", "readiness.md", "conclusion.md", "deliverables/**"}
@@ -304,6 +329,14 @@ func fileSHA(t testing.TB, p string) string {
 	return hex.EncodeToString(s[:])
 }
 
+// protocolOnDisk is the folder's protocol.json once the rewrites that the
+// views deferred are written.
+func (c *collab) protocolOnDisk() string {
+	c.t.Helper()
+	require.NoError(c.t, c.log.SyncProtocol())
+	return readFile(c.t, filepath.Join(c.folder, "protocol.json"))
+}
+
 func readFile(t testing.TB, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(p)
@@ -312,8 +345,10 @@ func readFile(t testing.TB, p string) string {
 }
 
 // snapshotFiles returns the bytes of the protocol files, to prove that a
-// refusal changed nothing.
+// refusal changed nothing. A protocol.json rewrite still pending from an
+// earlier append is written first (the views defer it).
 func (c *collab) snapshotFiles() map[string]string {
+	require.NoError(c.t, c.log.SyncProtocol())
 	out := map[string]string{}
 	for _, n := range []string{"events.jsonl", "protocol.json"} {
 		out[n] = readFile(c.t, filepath.Join(c.folder, n))

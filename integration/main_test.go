@@ -33,6 +33,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmpRoot)
+	// The CLI's derived-state checkpoints go with the run, not to the
+	// user's cache directory.
+	os.Setenv("ACPFS_CHECKPOINT_DIR", filepath.Join(tmpRoot, "checkpoints"))
 	acpfsBin = filepath.Join(tmpRoot, "acpfs")
 	build := exec.Command("go", "build", "-o", acpfsBin, "../cmd/acpfs")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr

@@ -73,6 +73,7 @@ const (
 	KindRepair          = "repair"
 
 	KindReadRepeat      = "read_repeat"      // repeats of a read already recorded in full, aggregated
+	KindReadHash        = "read_hash"        // the content hash of an earlier read recorded without one (Detail: "read seq N")
 	KindDeniedRepeat    = "denied_repeat"    // repeats of a refusal already recorded in full, aggregated
 	KindAppendRecovered = "append_recovered" // an appended line found at start-up without its record
 	KindAppendFailed    = "append_failed"    // an accepted and recorded append whose write then failed

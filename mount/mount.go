@@ -110,6 +110,9 @@ func Start(cfg Config) (*Mount, error) {
 	} else if changed {
 		slog.Warn("protocol.json was behind events.jsonl (interrupted append); rewritten", "folder", folder)
 	}
+	// Views serve protocol.json from the derived state, so its rewrite
+	// leaves the appends' critical path (docs/benchmarks.md).
+	cfg.Log.DeferProtocolWrites()
 	hidden := relHidden(folder, cfg.Hidden)
 	f, err := acpfs.New(acpfs.Options{
 		Folder: folder, Grant: cfg.Grant, Hidden: hidden, Log: cfg.Log, Ledger: cfg.Ledger,
@@ -127,14 +130,14 @@ func Start(cfg Config) (*Mount, error) {
 	}
 	m.watcher.Add(f)
 
-	// One-second entry and attribute caches keep `ls -lR` close to a
-	// plain loopback; the watcher invalidates them when the folder
-	// changes. Negative entries are not cached, so a name a new grant
-	// reveals appears at once.
-	sec, zero := time.Second, time.Duration(0)
+	// The view gives each entry and attribute its own timeout (long
+	// while the watcher sees the whole folder, see fs.CacheTimeout);
+	// anything it does not is not cached. Negative entries are never
+	// cached, so a name a new grant reveals appears at once.
+	zero := time.Duration(0)
 	opts := &gofs.Options{
-		EntryTimeout:    &sec,
-		AttrTimeout:     &sec,
+		EntryTimeout:    &zero,
+		AttrTimeout:     &zero,
 		NegativeTimeout: &zero,
 		// A file whose mode is 0000 shows 0000 (go-fuse would show
 		// 0644): the kernel checks permissions on what the view says.

@@ -56,22 +56,36 @@ func benchFolder(b *testing.B, n int) string {
 // at several history sizes; the cost must not grow with the history.
 func BenchmarkLogAppend(b *testing.B) {
 	for _, n := range []int{1_000, 10_000, 100_000} {
-		b.Run(fmt.Sprintf("events=%dk", n/1000), func(b *testing.B) {
-			dir := benchFolder(b, n)
-			l, err := OpenLog(dir)
-			require.NoError(b, err)
-			lines := make([][]byte, b.N)
-			for i := range lines {
-				seq := n + 1 + i
-				lines[i] = benchLine(seq, kitEpoch.Add(time.Hour+time.Duration(seq)*time.Second))
+		for _, deferred := range []bool{false, true} {
+			name := fmt.Sprintf("events=%dk", n/1000)
+			if deferred {
+				// As a daemon appends: protocol.json written in the
+				// background (DeferProtocolWrites).
+				name += ",deferred"
 			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := l.AppendLine(lines[i], ""); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+			b.Run(name, func(b *testing.B) { benchLogAppend(b, n, deferred) })
+		}
+	}
+}
+
+func benchLogAppend(b *testing.B, n int, deferred bool) {
+	dir := benchFolder(b, n)
+	l, err := OpenLog(dir)
+	require.NoError(b, err)
+	defer l.Close()
+	if deferred {
+		l.DeferProtocolWrites()
+	}
+	lines := make([][]byte, b.N)
+	for i := range lines {
+		seq := n + 1 + i
+		lines[i] = benchLine(seq, kitEpoch.Add(time.Hour+time.Duration(seq)*time.Second))
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := l.AppendLine(lines[i], ""); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -92,8 +92,9 @@ type Snapshot struct {
 //
 // All appends, from any process, are serialized by an exclusive flock on
 // events.jsonl. A line is written with a single write(2) at the true end of
-// the file; protocol.json is then replaced atomically (temp file + rename).
-// A refused append changes no byte of either file.
+// the file; protocol.json is then replaced atomically (temp file, fsync,
+// rename), before the append returns or, after DeferProtocolWrites, in the
+// background. A refused append changes no byte of either file.
 type Log struct {
 	mu     sync.Mutex
 	folder string
@@ -101,8 +102,10 @@ type Log struct {
 
 	proto      *Protocol
 	protoID    fileID
+	protoData  []byte // protocol.json as it is, or will be once pw writes it
 	rules      *rules
 	needReplay bool
+	pw         protoWriter
 
 	state  core
 	seen   seqSet
@@ -236,12 +239,21 @@ func (l *Log) CheckProtocolWrite(content []byte) error {
 	return l.checkProtocolWriteLocked(content)
 }
 
-// Close releases the log's resources.
+// Close writes protocol.json if a deferred write is pending and releases
+// the log's resources.
 func (l *Log) Close() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	l.stopWriter()
+	err := l.flushProtocol()
+	l.mu.Lock()
 	l.closed = true
-	return nil
+	l.mu.Unlock()
+	return err
 }
 
 // Event is one line of events.jsonl. Field order is the order in which the

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
@@ -50,11 +51,23 @@ func (l *Log) loadProtocolLocked() error {
 	if l.proto != nil && id == l.protoID {
 		return nil
 	}
-	p, err := LoadProtocol(l.folder)
+	data, err := readNoFollow(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return unavailable("protocol-json", "missing protocol.json in %s", l.folder)
+		}
+		return unavailable("protocol-json", "cannot read protocol.json: %v", err)
+	}
+	p, err := ParseProtocol(data)
 	if err != nil {
 		return err
 	}
 	l.protoID = id
+	l.protoData = data
+	// Someone else wrote the file: a deferred write of ours rendered
+	// before it must not replace it (see flushProtocol).
+	l.pw.foreign++
+	l.pw.reloaded = true
 	if l.proto != nil && sameStatic(l.proto.Raw, p.Raw) {
 		l.proto = p
 		l.rules.proto = p
@@ -104,6 +117,7 @@ func (l *Log) catchUpLocked(f *os.File) error {
 		l.needReplay = false
 	}
 	l.evID = id
+	defer l.afterCatchUpLocked()
 	if id.size == l.offset {
 		return nil
 	}
@@ -204,7 +218,16 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", eventsFile, err)}
 	}
 	if next.phase != "" {
-		if err := l.writeProtocolLocked(&next); err != nil {
+		var err error
+		if l.pw.on {
+			// Views serve the new content from memory at once; the file
+			// follows off the critical path (see deferred.go).
+			l.renderProtocolLocked(&next, l.now())
+			l.markDirtyLocked()
+		} else {
+			err = l.writeProtocolLocked(&next)
+		}
+		if err != nil {
 			l.undoLocked(f)
 			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", protocolFile, err)}
 		}
@@ -232,6 +255,27 @@ func (l *Log) undoLocked(f *os.File) {
 // writeProtocolLocked replaces protocol.json atomically with the derived
 // fields of next.
 func (l *Log) writeProtocolLocked(next *core) error {
+	l.renderProtocolLocked(next, l.now())
+	data, err := l.protocolDataLocked()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(l.folder, protocolFile)
+	if err := writeFileAtomic(path, data); err != nil {
+		return err
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		l.protoID = idOf(fi)
+	}
+	// Whatever was pending is superseded by this newer content.
+	l.pw.dirty = false
+	return nil
+}
+
+// renderProtocolLocked makes the in-memory protocol.json (l.proto.Raw)
+// state the derived fields of next, stamped at. Its bytes are made when
+// first needed (protocolDataLocked): a burst of appends encodes once.
+func (l *Log) renderProtocolLocked(next *core, at time.Time) {
 	raw := make(map[string]any, len(l.proto.Raw)+4)
 	for k, v := range l.proto.Raw {
 		raw[k] = v
@@ -247,33 +291,49 @@ func (l *Log) writeProtocolLocked(next *core) error {
 		waiting[i] = w
 	}
 	raw["waitingFor"] = waiting
-	raw["updatedAt"] = formatTime(l.now())
-	data, err := marshalPyIndent(raw)
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(l.folder, protocolFile)
-	if err := writeFileAtomic(path, data); err != nil {
-		return err
-	}
+	raw["updatedAt"] = formatTime(at)
 	l.proto.Raw = raw
-	if fi, err := os.Lstat(path); err == nil {
-		l.protoID = idOf(fi)
+	l.protoData = nil
+	l.pw.gen++
+}
+
+// protocolDataLocked returns the bytes of the in-memory protocol.json.
+func (l *Log) protocolDataLocked() ([]byte, error) {
+	if l.protoData == nil {
+		data, err := marshalPyIndent(l.proto.Raw)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", protocolFile, err)
+		}
+		l.protoData = data
 	}
-	return nil
+	return l.protoData, nil
 }
 
 // writeFileAtomic replaces path with data: a temporary file in the same
 // directory is written, synced and renamed over path, keeping its mode.
 func writeFileAtomic(path string, data []byte) error {
+	name, err := writeTemp(path, data)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(name, path); err != nil {
+		os.Remove(name)
+		return err
+	}
+	return nil
+}
+
+// writeTemp writes data to a new temporary file beside path, with path's
+// mode, and syncs it: renaming it over path is then atomic and durable.
+func writeTemp(path string, data []byte) (string, error) {
 	mode := os.FileMode(0o644)
 	if fi, err := os.Lstat(path); err == nil {
 		mode = fi.Mode().Perm()
 	}
 	dir, base := filepath.Split(path)
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*") // ProtocolTempPrefix for protocol.json
 	if err != nil {
-		return err
+		return "", err
 	}
 	name := tmp.Name()
 	ok := false
@@ -284,22 +344,19 @@ func writeFileAtomic(path string, data []byte) error {
 		}
 	}()
 	if _, err := tmp.Write(data); err != nil {
-		return err
+		return "", err
 	}
 	if err := tmp.Chmod(mode); err != nil {
-		return err
+		return "", err
 	}
 	if err := tmp.Sync(); err != nil {
-		return err
+		return "", err
 	}
 	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(name, path); err != nil {
-		return err
+		return "", err
 	}
 	ok = true
-	return nil
+	return name, nil
 }
 
 // newEventLocked builds the event Append writes: the next seq and the

@@ -10,14 +10,20 @@ import (
 // Reconcile repairs what a crash between the two writes of an append
 // leaves behind: an event line whose protocol.json rewrite never
 // happened, and the temporary files of interrupted rewrites. It runs
-// under the events lock, where no writer can be midway, so every
-// temporary file found is garbage. It changes nothing when the history
-// itself is invalid (that needs a person) or when protocol.json already
-// states the derived phase, owner and waiting list. It reports whether
-// protocol.json was rewritten.
+// under the events lock, where no writer can be midway through a
+// rewrite; a deferred writer that is still writing its temporary file
+// (see deferred.go) finds it gone and writes it again. It changes nothing
+// when the history itself is invalid (that needs a person) or when
+// protocol.json already states the derived phase, owner and waiting list.
+// It reports whether protocol.json was rewritten.
 func (l *Log) Reconcile() (bool, error) {
+	if err := l.flushProtocol(); err != nil {
+		return false, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// Judge the file itself, not content rendered in memory for views.
+	l.protoID = fileID{}
 	if err := l.refreshLocked(); err != nil {
 		return false, err
 	}
@@ -65,7 +71,7 @@ func removeStaleTemps(folder string) {
 	if err != nil {
 		return
 	}
-	prefix := "." + protocolFile + ".tmp-"
+	prefix := ProtocolTempPrefix
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), prefix) && e.Type().IsRegular() {
 			os.Remove(filepath.Join(folder, e.Name()))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/acpfs/acpfs/protocol"
 	"github.com/spf13/cobra"
@@ -18,7 +19,13 @@ func newAppendCmd() *cobra.Command {
 		Long: `Append one event to events.jsonl after checking it against the ACP state
 machine and the folder's documents, then update protocol.json. A refused
 event changes nothing; the reason (file, line, rule) goes to stderr and
-the exit code is 2.`,
+the exit code is 2.
+
+The state derived from the history is kept between runs in a checkpoint
+($ACPFS_CHECKPOINT_DIR, default acpfs/checkpoints in the user's cache
+directory), used only while events.jsonl is the same file, ends with the
+same line and protocol.json declares the same collaboration: each run then
+reads only what was appended since the last one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := protoChoice("event", event, protocol.EventNames); err != nil {
@@ -33,7 +40,10 @@ the exit code is 2.`,
 			if err != nil {
 				return withCode(exitFailed, err)
 			}
-			l, err := protocol.OpenLog(dir)
+			// One process per event: start from the state the last one
+			// derived, when the folder is still as it left it.
+			ckpt := protocol.DefaultCheckpointPath(dir)
+			l, err := protocol.OpenLogFrom(dir, ckpt)
 			if err != nil {
 				return withCode(exitFailed, err)
 			}
@@ -43,6 +53,9 @@ the exit code is 2.`,
 				rt = &replyTo
 			}
 			ev, err := l.Append(participant, event, summary, doc, rt, role, sha)
+			if cerr := l.SaveCheckpoint(ckpt); cerr != nil {
+				slog.Debug("checkpoint not saved", "path", ckpt, "err", cerr)
+			}
 			if err != nil {
 				return withCode(exitFailed, err)
 			}

@@ -144,6 +144,36 @@ func TestAppendBinaryRefusal(t *testing.T) {
 	assert.Regexp(t, `^error: events.jsonl line 2: seq 2: .* \[turn\]\n$`, stderr.String())
 }
 
+// TestAppendCommandStartsFromItsCheckpoint: each run leaves a private
+// checkpoint that the next one starts from, and a run after appends made
+// by anyone else (here a long-lived log) still sees the whole history.
+func TestAppendCommandStartsFromItsCheckpoint(t *testing.T) {
+	dir := protoInitFolder(t)
+	ckpt := protocol.DefaultCheckpointPath(dir)
+	require.NotEmpty(t, ckpt)
+	r := runCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "deliverable_drafted",
+		"--summary", "draft", "--doc", "deliverables/design-spec.md", "--reply-to", "1", "--role", "primary")
+	require.Equal(t, exitOK, r.code, "%v", r.err)
+	st, err := os.Stat(ckpt)
+	require.NoError(t, err, "the run leaves a checkpoint")
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+
+	other, err := protocol.OpenLog(dir)
+	require.NoError(t, err)
+	_, err = other.Append("server", "proposal_submitted", "by another writer", "proposal.md", protoIntp(2), "", "")
+	require.NoError(t, err)
+	require.NoError(t, other.Close())
+
+	r = runCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "proposal_submitted",
+		"--summary", "again", "--doc", "proposal.md", "--reply-to", "3")
+	assert.Equal(t, exitFailed, r.code, "the phase moved on since the checkpoint: %s", r.out)
+	r = runCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "blocked",
+		"--summary", "stop", "--reply-to", "3")
+	require.Equal(t, exitOK, r.code, "%v", r.err)
+	assert.Equal(t, "appended seq 4: blocked\n", r.out)
+	assert.Equal(t, 0, protocol.Validate(dir).ExitCode())
+}
+
 // BenchmarkCLIAppend execs the built acpfs binary to append one event to a
 // 5,000-event folder; it includes process start, replay of the history
 // (OpenLog) and the locked append.

@@ -1,0 +1,224 @@
+package fs
+
+import (
+	"bufio"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// HashStoreName is the file, beside the ledger, that keeps content hashes
+// across mounts. It is never in a view: the ledger's directory is hidden
+// from every view and masked in `acpfs run`.
+const HashStoreName = "content-hashes.cache"
+
+// maxStoredHashes bounds the store; past it the oldest half is dropped at
+// the next compaction.
+const maxStoredHashes = 1 << 16
+
+// hashStore keeps content hashes by file version (device, inode, size,
+// modification and change times) in a file, so that a remounted view does
+// not hash again what it hashed before. A file's ctime moves on every
+// change and cannot be set back by its writers, so a version whose hash
+// is known is that content. The file is trusted only when it belongs to
+// the daemon's user and nobody else may write it: whoever could write it
+// could make the ledger record a false hash.
+type hashStore struct {
+	mu    sync.Mutex
+	path  string
+	m     map[fileVersion]string
+	order []fileVersion // insertion order, for compaction
+	f     *os.File      // nil when the store is memory-only
+	lines int           // lines in the file
+	refs  int           // views using it (under storesMu)
+}
+
+var (
+	storesMu sync.Mutex
+	stores   = map[string]*hashStore{}
+)
+
+// openHashStore returns the store at path, shared by every view of this
+// process that uses it. A store that cannot be opened, or is not the
+// daemon's own, works in memory only.
+func openHashStore(path string) *hashStore {
+	storesMu.Lock()
+	defer storesMu.Unlock()
+	if s := stores[path]; s != nil {
+		s.refs++
+		return s
+	}
+	s := &hashStore{path: path, m: map[fileVersion]string{}, refs: 1}
+	if err := s.load(); err != nil {
+		slog.Warn("content hash store not used; hashes are kept in memory only", "path", path, "err", err)
+		if s.f != nil {
+			s.f.Close()
+			s.f = nil
+		}
+	}
+	stores[path] = s
+	return s
+}
+
+// release ends one view's use of the store; the last one closes it.
+func (s *hashStore) release() {
+	if s == nil {
+		return
+	}
+	storesMu.Lock()
+	defer storesMu.Unlock()
+	if s.refs--; s.refs > 0 {
+		return
+	}
+	delete(stores, s.path)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
+	}
+}
+
+func (s *hashStore) load() error {
+	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	s.f = f
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		return fmt.Errorf("%s is not a regular file of uid %d that only it may write", s.path, os.Geteuid())
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		s.lines++
+		if v, sha, ok := parseStoreLine(sc.Text()); ok {
+			s.setLocked(v, sha)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if s.lines > 2*len(s.m)+1024 {
+		s.compactLocked()
+	}
+	return nil
+}
+
+func storeLine(v fileVersion, sha string) string {
+	return fmt.Sprintf("%d %d %d %d %d %s\n", v.dev, v.ino, v.size, v.mtimeNs, v.ctimeNs, sha)
+}
+
+func parseStoreLine(line string) (fileVersion, string, bool) {
+	f := strings.Fields(line)
+	if len(f) != 6 || len(f[5]) != 64 {
+		return fileVersion{}, "", false
+	}
+	var n [5]int64
+	for i := range n {
+		x, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return fileVersion{}, "", false
+		}
+		n[i] = x
+	}
+	return fileVersion{dev: uint64(n[0]), ino: uint64(n[1]), size: uint64(n[2]), mtimeNs: n[3], ctimeNs: n[4]}, f[5], true
+}
+
+func (s *hashStore) setLocked(v fileVersion, sha string) {
+	if _, ok := s.m[v]; !ok {
+		s.order = append(s.order, v)
+	}
+	s.m[v] = sha
+	if len(s.m) > maxStoredHashes {
+		for _, old := range s.order[:len(s.order)/2] {
+			delete(s.m, old)
+		}
+		s.order = append([]fileVersion(nil), s.order[len(s.order)/2:]...)
+	}
+}
+
+// get returns the stored hash of v.
+func (s *hashStore) get(v fileVersion) (string, bool) {
+	if s == nil {
+		return "", false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sha, ok := s.m[v]
+	return sha, ok
+}
+
+// put stores the hash of v, in the file too.
+func (s *hashStore) put(v fileVersion, sha string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.m[v]; ok && old == sha {
+		return
+	}
+	s.setLocked(v, sha)
+	if s.f == nil {
+		return
+	}
+	// One write(2) of one line with O_APPEND: other processes sharing
+	// the store append whole lines too.
+	if _, err := s.f.WriteString(storeLine(v, sha)); err != nil {
+		slog.Warn("content hash store: write failed; keeping hashes in memory", "path", s.path, "err", err)
+		s.f.Close()
+		s.f = nil
+		return
+	}
+	s.lines++
+	if s.lines > 2*maxStoredHashes {
+		s.compactLocked()
+	}
+}
+
+// compactLocked rewrites the file with the hashes in memory.
+func (s *hashStore) compactLocked() {
+	var b strings.Builder
+	for _, v := range s.order {
+		if sha, ok := s.m[v]; ok {
+			b.WriteString(storeLine(v, sha))
+		}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(s.path), "."+filepath.Base(s.path)+".tmp-*")
+	if err != nil {
+		return
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.WriteString(b.String()); err != nil {
+		return
+	}
+	if err := os.Rename(tmp.Name(), s.path); err != nil {
+		return
+	}
+	ok = true
+	tmp.Close()
+	s.f.Close()
+	s.f = nil
+	// Appended to like the original, with O_APPEND: other processes
+	// append whole lines to the same file.
+	if f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+		s.f = f
+	}
+	s.lines = len(s.m)
+}

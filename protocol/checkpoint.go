@@ -1,0 +1,361 @@
+package protocol
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A derived-state checkpoint lets a short-lived process (`acpfs append`,
+// one process per event) skip the replay of the whole history: it stores
+// the state the replay of events.jsonl up to some offset gave, and is
+// used only while events.jsonl is still the file it describes:
+//
+//   - the same file (device and inode),
+//   - at least as long, and ending at the checkpoint's offset with the
+//     very line the checkpoint last applied (compared byte for byte),
+//   - under a protocol.json whose static declaration (everything the
+//     appends do not rewrite) has the same hash.
+//
+// A file rewritten in place with the same length and the same last line
+// would pass; a long-lived Log trusts its consumed prefix the same way
+// (it checks one byte). The lines after the offset are applied as usual,
+// so a checkpoint written by one process serves after appends of any
+// other. Only clean histories are checkpointed: a broken one is replayed,
+// which finds its first problem again.
+//
+// The checkpoint is written where only its writer's user may write (the
+// user's cache directory, see DefaultCheckpointPath): whoever could forge
+// one could make the log accept an event the history forbids.
+
+// checkpointVersion changes whenever the checkpointed state changes shape.
+const checkpointVersion = 1
+
+type checkpointFile struct {
+	Version    int            `json:"version"`
+	Folder     string         `json:"folder"`
+	Static     string         `json:"static"` // SHA-256 of protocol.json's static declaration
+	Dev        uint64         `json:"dev"`
+	Ino        uint64         `json:"ino"`
+	Offset     int64          `json:"offset"`
+	Lines      int            `json:"lines"`
+	LastLine   []byte         `json:"last_line"` // with its newline
+	State      checkpointCore `json:"state"`
+	Contiguous int            `json:"contiguous"`
+	Extra      []int          `json:"extra,omitempty"`
+}
+
+// checkpointCore mirrors core field by field (TestCheckpointCoversCore
+// keeps them in step).
+type checkpointCore struct {
+	Count                  int               `json:"count"`
+	Phase                  string            `json:"phase"`
+	Owner                  string            `json:"owner"`
+	OwnerSet               bool              `json:"owner_set"`
+	Waiting                []string          `json:"waiting"`
+	ReviewWaiting          []string          `json:"review_waiting"`
+	AcceptWaiting          []string          `json:"accept_waiting"`
+	AcceptedRound          []string          `json:"accepted_round"`
+	ClassificationSeq      int               `json:"classification_seq"`
+	LatestDecisionInputSeq int               `json:"latest_decision_input_seq"`
+	ReadinessPassed        bool              `json:"readiness_passed"`
+	PrimaryDrafted         bool              `json:"primary_drafted"`
+	PrimaryFrozen          bool              `json:"primary_frozen"`
+	LastSeq                int               `json:"last_seq"`
+	LastAt                 time.Time         `json:"last_at"`
+	LastAtOK               bool              `json:"last_at_ok"`
+	LastAtStr              string            `json:"last_at_str"`
+	Frozen                 map[string]string `json:"frozen"`
+	HasDecisionAccepted    bool              `json:"has_decision_accepted"`
+	HasReadinessPassed     bool              `json:"has_readiness_passed"`
+	HasCompleted           bool              `json:"has_completed"`
+	HasPrimaryFrozenEvent  bool              `json:"has_primary_frozen_event"`
+	Last                   checkpointEvent   `json:"last"`
+	ProposalSubmitted      *checkpointEvent  `json:"proposal_submitted"`
+	ProposalRevised        *checkpointEvent  `json:"proposal_revised"`
+	LastReviewSubmitted    *checkpointEvent  `json:"last_review_submitted"`
+}
+
+type checkpointEvent struct {
+	Seq    int    `json:"seq"`
+	SeqOK  bool   `json:"seq_ok"`
+	Name   string `json:"name"`
+	From   string `json:"from"`
+	FromOK bool   `json:"from_ok"`
+}
+
+func eventOut(e *lastEvent) *checkpointEvent {
+	if e == nil {
+		return nil
+	}
+	return &checkpointEvent{Seq: e.seq, SeqOK: e.seqOK, Name: e.name, From: e.from, FromOK: e.fromOK}
+}
+
+func eventIn(e *checkpointEvent) *lastEvent {
+	if e == nil {
+		return nil
+	}
+	return &lastEvent{seq: e.Seq, seqOK: e.SeqOK, name: e.Name, from: e.From, fromOK: e.FromOK}
+}
+
+func coreOut(c *core) checkpointCore {
+	return checkpointCore{
+		Count: c.count, Phase: c.phase, Owner: c.owner, OwnerSet: c.ownerSet, Waiting: c.waiting,
+		ReviewWaiting: c.reviewWaiting, AcceptWaiting: c.acceptWaiting, AcceptedRound: c.acceptedRound,
+		ClassificationSeq: c.classificationSeq, LatestDecisionInputSeq: c.latestDecisionInputSeq,
+		ReadinessPassed: c.readinessPassed, PrimaryDrafted: c.primaryDrafted, PrimaryFrozen: c.primaryFrozen,
+		LastSeq: c.lastSeq, LastAt: c.lastAt, LastAtOK: c.lastAtOK, LastAtStr: c.lastAtStr, Frozen: c.frozen,
+		HasDecisionAccepted: c.hasDecisionAccepted, HasReadinessPassed: c.hasReadinessPassed,
+		HasCompleted: c.hasCompleted, HasPrimaryFrozenEvent: c.hasPrimaryFrozenEvent,
+		Last: *eventOut(&c.last), ProposalSubmitted: eventOut(c.proposalSubmitted),
+		ProposalRevised: eventOut(c.proposalRevised), LastReviewSubmitted: eventOut(c.lastReviewSubmitted),
+	}
+}
+
+func coreIn(c *checkpointCore) core {
+	return core{
+		count: c.Count, phase: c.Phase, owner: c.Owner, ownerSet: c.OwnerSet, waiting: c.Waiting,
+		reviewWaiting: c.ReviewWaiting, acceptWaiting: c.AcceptWaiting, acceptedRound: c.AcceptedRound,
+		classificationSeq: c.ClassificationSeq, latestDecisionInputSeq: c.LatestDecisionInputSeq,
+		readinessPassed: c.ReadinessPassed, primaryDrafted: c.PrimaryDrafted, primaryFrozen: c.PrimaryFrozen,
+		lastSeq: c.LastSeq, lastAt: c.LastAt, lastAtOK: c.LastAtOK, lastAtStr: c.LastAtStr, frozen: c.Frozen,
+		hasDecisionAccepted: c.HasDecisionAccepted, hasReadinessPassed: c.HasReadinessPassed,
+		hasCompleted: c.HasCompleted, hasPrimaryFrozenEvent: c.HasPrimaryFrozenEvent,
+		last: *eventIn(&c.Last), proposalSubmitted: eventIn(c.ProposalSubmitted),
+		proposalRevised: eventIn(c.ProposalRevised), lastReviewSubmitted: eventIn(c.LastReviewSubmitted),
+	}
+}
+
+// staticHash is the SHA-256 of protocol.json's static declaration: the
+// fields appends do not rewrite, encoded with sorted keys.
+func staticHash(raw map[string]any) (string, error) {
+	m := make(map[string]any, len(raw))
+	for k, v := range raw {
+		if !dynamicFields[k] {
+			m[k] = v
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// DefaultCheckpointPath is where the CLI keeps the checkpoint of folder:
+// $ACPFS_CHECKPOINT_DIR, else acpfs/checkpoints in the user's cache
+// directory, under a name derived from the folder's absolute path. It is
+// "" when no such directory can be found (no checkpoint is used).
+func DefaultCheckpointPath(folder string) string {
+	dir := os.Getenv("ACPFS_CHECKPOINT_DIR")
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return ""
+		}
+		dir = filepath.Join(cache, "acpfs", "checkpoints")
+	}
+	abs, err := filepath.Abs(folder)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(dir, hex.EncodeToString(sum[:16])+".json")
+}
+
+// OpenLogFrom is OpenLog starting from the checkpoint at path when it
+// still describes the folder (see above), replaying only what was
+// appended since; otherwise it replays the whole history. path "" means
+// no checkpoint.
+func OpenLogFrom(folder, path string) (*Log, error) {
+	abs, err := filepath.Abs(folder)
+	if err != nil {
+		return nil, unavailable("folder", "resolve folder %s: %v", folder, err)
+	}
+	l := &Log{folder: abs, now: time.Now}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if path != "" {
+		if err := l.loadProtocolLocked(); err != nil {
+			return nil, err
+		}
+		l.restoreLocked(path) // a checkpoint that does not fit is ignored
+	}
+	if err := l.refreshLocked(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// restoreLocked adopts the checkpoint at path if it fits the folder.
+func (l *Log) restoreLocked(path string) bool {
+	b, err := readPrivate(path)
+	if err != nil {
+		return false
+	}
+	var cp checkpointFile
+	if json.Unmarshal(b, &cp) != nil || cp.Version != checkpointVersion || cp.Folder != l.folder || cp.Offset <= 0 {
+		return false
+	}
+	if h, err := staticHash(l.proto.Raw); err != nil || h != cp.Static {
+		return false
+	}
+	f, err := os.OpenFile(filepath.Join(l.folder, eventsFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	id := idOf(fi)
+	n := int64(len(cp.LastLine))
+	if id.dev != cp.Dev || id.ino != cp.Ino || id.size < cp.Offset || n == 0 || n > cp.Offset || cp.LastLine[n-1] != '\n' {
+		return false
+	}
+	got := make([]byte, n)
+	if _, err := f.ReadAt(got, cp.Offset-n); err != nil || !bytes.Equal(got, cp.LastLine) {
+		return false
+	}
+	if cp.Offset > n {
+		// The last line starts a line: the byte before it ends one.
+		var prev [1]byte
+		if _, err := f.ReadAt(prev[:], cp.Offset-n-1); err != nil || prev[0] != '\n' {
+			return false
+		}
+	}
+	l.resetLocked()
+	l.state = coreIn(&cp.State)
+	l.seen = seqSet{contiguous: cp.Contiguous}
+	for _, s := range cp.Extra {
+		if l.seen.extra == nil {
+			l.seen.extra = map[int]struct{}{}
+		}
+		l.seen.extra[s] = struct{}{}
+	}
+	l.offset, l.lines = cp.Offset, cp.Lines
+	l.evID = fileID{dev: cp.Dev, ino: cp.Ino, size: cp.Offset}
+	l.needReplay = false
+	return true
+}
+
+// SaveCheckpoint writes the state derived so far to path (see
+// OpenLogFrom). It writes nothing while the history has a problem or is
+// empty.
+func (l *Log) SaveCheckpoint(path string) error {
+	if path == "" {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.historyBad != nil || l.offset == 0 || l.proto == nil {
+		return nil
+	}
+	static, err := staticHash(l.proto.Raw)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(l.folder, eventsFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if id := idOf(fi); id.dev != l.evID.dev || id.ino != l.evID.ino || id.size < l.offset {
+		return nil // replaced since: the next process replays
+	}
+	last, err := lastLine(f, l.offset)
+	if err != nil {
+		return err
+	}
+	cp := checkpointFile{
+		Version: checkpointVersion, Folder: l.folder, Static: static,
+		Dev: l.evID.dev, Ino: l.evID.ino, Offset: l.offset, Lines: l.lines, LastLine: last,
+		State: coreOut(&l.state), Contiguous: l.seen.contiguous,
+	}
+	for s := range l.seen.extra {
+		cp.Extra = append(cp.Extra, s)
+	}
+	b, err := json.Marshal(&cp)
+	if err != nil {
+		return err
+	}
+	return writePrivate(path, b)
+}
+
+// lastLine returns the line of f that ends at off (with its newline).
+func lastLine(f *os.File, off int64) ([]byte, error) {
+	for chunk := int64(4096); ; chunk *= 4 {
+		start := max(off-chunk, 0)
+		buf := make([]byte, off-start)
+		if _, err := f.ReadAt(buf, start); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		if len(buf) == 0 || buf[len(buf)-1] != '\n' {
+			return nil, fmt.Errorf("%s does not end a line at byte %d", eventsFile, off)
+		}
+		if i := bytes.LastIndexByte(buf[:len(buf)-1], '\n'); i >= 0 {
+			return buf[i+1:], nil
+		}
+		if start == 0 {
+			return buf, nil
+		}
+	}
+}
+
+// readPrivate reads path if it is a regular file of this user that
+// nobody else may write, in a directory nobody else may write.
+func readPrivate(path string) ([]byte, error) {
+	for _, p := range []string{filepath.Dir(path), path} {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return nil, err
+		}
+		if int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+			return nil, fmt.Errorf("%s is not private to uid %d", p, os.Geteuid())
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 16<<20))
+}
+
+// writePrivate replaces path with data, readable and writable by this
+// user only. No fsync: a lost checkpoint costs one replay.
+func writePrivate(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".checkpoint-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
