@@ -3,9 +3,9 @@ package fs
 import (
 	"bufio"
 	"fmt"
+	"github.com/acpfs/acpfs/internal/atomicfile"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,25 +194,11 @@ func (s *hashStore) compactLocked() {
 			b.WriteString(storeLine(v, sha))
 		}
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(s.path), "."+filepath.Base(s.path)+".tmp-*")
-	if err != nil {
+	// A cache: losing it costs hashing again, but a torn one must not be
+	// read, hence the one rule of internal/atomicfile.
+	if err := atomicfile.WriteFile(s.path, []byte(b.String()), 0o600); err != nil {
 		return
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.WriteString(b.String()); err != nil {
-		return
-	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
-		return
-	}
-	ok = true
-	tmp.Close()
 	s.f.Close()
 	s.f = nil
 	// Appended to like the original, with O_APPEND: other processes

@@ -405,26 +405,6 @@ func (w *Writer) writeHead(line []byte) error {
 	return nil
 }
 
-// writeFileAtomic replaces path with data (temporary file and rename in
-// the same directory; the name is not followed if it is a symlink).
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return nil
-}
-
 // looksWritable is a cheap guess at whether a write would succeed now.
 func (w *Writer) looksWritable() bool {
 	var sfs unix.Statfs_t

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // Repair actions, in RepairInfo.Action.
@@ -272,7 +274,7 @@ func (r *repairer) appendSigned(rec Record, prev Record) (Record, error) {
 	if err := r.f.Sync(); err != nil {
 		return Record{}, fmt.Errorf("repair ledger: fsync: %w", err)
 	}
-	if err := writeFileAtomic(headPath(r.path), line); err != nil {
+	if err := atomicfile.WriteFile(headPath(r.path), line, 0o600); err != nil {
 		return Record{}, fmt.Errorf("repair ledger: write head: %w", err)
 	}
 	_ = os.Remove(r.path + BrokenFile)

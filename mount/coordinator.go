@@ -18,6 +18,7 @@ import (
 
 	acpfs "github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
@@ -564,42 +565,9 @@ func (c *Coordinator) writeStatus() error {
 	return writeFileAtomic(filepath.Join(c.cfg.Runs.Root, StatusFile), append(b, '\n'), 0o644)
 }
 
-// writeFileAtomic replaces p with data so that a reader sees the old
-// content or the new, even across a crash: a temporary file with a unique
-// name in the same directory, fsynced, renamed over p, then the
-// directory fsynced.
-func writeFileAtomic(p string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(p)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(p)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err == nil {
-		if err = f.Chmod(perm); err == nil {
-			err = f.Sync()
-		}
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, p); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+// writeFileAtomic replaces p by the one rule of internal/atomicfile.
+func writeFileAtomic(p string, data []byte, perm os.FileMode) error {
+	return atomicfile.WriteFile(p, data, perm)
 }
 
 // ReadStatus reads the status a coordinator left in a run directory and

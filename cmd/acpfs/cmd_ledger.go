@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acpfs/acpfs/audit"
+	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -332,26 +332,10 @@ func ledgerAudit(path string, gs []audit.Grant, folder string, live bool) (*audi
 	return a.Report()
 }
 
-// ledgerWriteReport writes the report next to its destination and renames
-// it into place, so that a reviewer never picks up half a report.
+// ledgerWriteReport replaces dst with the report, so that a reviewer
+// never picks up half a report.
 func ledgerWriteReport(dst string, rep *audit.Report, format string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*")
-	if err != nil {
-		return fmt.Errorf("write report: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := rep.Render(tmp, format); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write report: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write report: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
+	if err := atomicfile.Write(dst, 0o644, func(w io.Writer) error { return rep.Render(w, format) }); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
 	return nil

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // The range agent uids are taken from, the one systemd uses for
@@ -139,40 +141,9 @@ func accountIDs(path string) []uint32 {
 	return ids
 }
 
-// writeAtomic replaces path with data: temporary file, fsync, rename,
-// fsync of the directory.
-func writeAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err = os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+// writeAtomic replaces path by the one rule of internal/atomicfile.
+func writeAtomic(path string, data []byte) error {
+	return atomicfile.WriteFile(path, data, 0o644)
 }
 
 // HostProcessWithUID returns a process of this PID namespace (the host's,
