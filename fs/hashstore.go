@@ -3,7 +3,6 @@ package fs
 import (
 	"bufio"
 	"fmt"
-	"github.com/acpfs/acpfs/internal/atomicfile"
 	"log/slog"
 	"os"
 	"strconv"
@@ -11,6 +10,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // HashStoreName is the file, beside the ledger, that keeps content hashes
