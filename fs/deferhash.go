@@ -71,10 +71,14 @@ func (f *FS) knownHash(rel string, fd int, v fileVersion) (string, fileVersion, 
 		sha, err := f.evHash.sum(fd)
 		return sha, v, err == nil, err
 	}
-	if sha, ok := f.hashes.get(v); ok {
+	// A file someone holds open for writing (or mapped writable) can
+	// change without its version changing (a dirty page written again):
+	// a hash kept for its version may not be its content.
+	quiet := noWriters(fd)
+	if sha, ok := f.hashes.get(v); ok && quiet {
 		return sha, v, true, nil
 	}
-	if sha, ok := f.store.get(v); ok {
+	if sha, ok := f.store.get(v); ok && quiet {
 		f.hashes.put(v, sha)
 		return sha, v, true, nil
 	}
@@ -86,14 +90,17 @@ func (f *FS) knownHash(rel string, fd int, v fileVersion) (string, fileVersion, 
 	if err != nil {
 		return "", v, false, err
 	}
-	f.keepHash(hv, sha, start)
+	f.keepHash(hv, sha, start, quiet && noWriters(fd))
 	return sha, hv, true, nil
 }
 
 // keepHash remembers the hash of v, in the store too, when it may be
 // given for v later (cacheable).
-func (f *FS) keepHash(v fileVersion, sha string, start time.Time) {
-	if cacheable(v, start) {
+//
+// It is not kept when the file had writers while it was hashed (quiet
+// false): their changes need not show in its version.
+func (f *FS) keepHash(v fileVersion, sha string, start time.Time, quiet bool) {
+	if cacheable(v, start) && quiet {
 		f.hashes.put(v, sha)
 		f.store.put(v, sha)
 	}
@@ -169,11 +176,13 @@ func (f *FS) deferHash(fd int, v fileVersion, r pendingRead) {
 		defer d.wg.Done()
 		hashSlots <- struct{}{}
 		start := time.Now()
+		quiet := noWriters(dup)
 		sha, err := hashVersion(dup, v)
+		quiet = quiet && noWriters(dup)
 		<-hashSlots
 		unix.Close(dup)
 		if err == nil {
-			f.keepHash(v, sha, start)
+			f.keepHash(v, sha, start, quiet)
 		}
 		d.mu.Lock()
 		delete(d.jobs, v)
@@ -237,4 +246,15 @@ func (f *FS) recordFull(ctx context.Context, kind, op, rel, sha, detail string) 
 		slog.Error("ledger append failed", "kind", kind, "path", rel, "err", err)
 	}
 	return rec, err
+}
+
+// noWriters reports whether nobody holds the file open for writing or
+// mapped writable: a read lease is granted only then. The lease is given
+// back at once; only the answer matters.
+func noWriters(fd int) bool {
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_RDLCK); err != nil {
+		return false
+	}
+	_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
+	return true
 }

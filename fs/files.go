@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -173,6 +174,9 @@ type handle struct {
 	// too. nil when the open recorded no read.
 	verMu   sync.Mutex
 	readVer *fileVersion
+	// placeGen is the entryGen at which the file was last seen at its
+	// name (see inPlace).
+	placeGen atomic.Uint64
 }
 
 var (
@@ -240,10 +244,50 @@ func (h *handle) PassthroughFd() (int, bool) {
 // narrowed or revoked since the open stops the next read.
 func (h *handle) readable(ctx context.Context) syscall.Errno {
 	p := h.path()
-	if h.fsys.matcher().Readable(p) || h.isSnapshotOf(p) || h.isStaged(p) {
+	if h.isSnapshotOf(p) || h.isStaged(p) {
 		return 0
 	}
-	return h.fsys.deny(ctx, ledger.KindDenied, "read", p, syscall.EACCES, "the grant no longer lets this agent read the file")
+	if !h.fsys.matcher().Readable(p) {
+		return h.fsys.deny(ctx, ledger.KindDenied, "read", p, syscall.EACCES, "the grant no longer lets this agent read the file")
+	}
+	return h.inPlace(ctx, "read")
+}
+
+// inPlace refuses a descriptor whose file is no longer the one at the
+// name it was opened by: moved (into a place the grant hides, say),
+// given another name, or replaced. The grant judged the name, so what
+// the descriptor reaches must still be what the name shows. Checked
+// again only after a name change in the folder (entryGen), so a steady
+// stream of reads costs nothing.
+func (h *handle) inPlace(ctx context.Context, op string) syscall.Errno {
+	f := h.fsys
+	if managed(h.path()) {
+		return 0 // acpfs replaces these itself; their content is its own
+	}
+	gen := f.entryGen.Load()
+	if h.placeGen.Load() == gen+1 {
+		return 0
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(h.fd(), &st); err != nil {
+		return errnoOf(err)
+	}
+	p := h.path()
+	t, errno := f.resolve(f.matcher(), p)
+	if errno == 0 {
+		defer t.close()
+	}
+	if errno != 0 || t.e.kind != kindFile || t.e.st.Dev != st.Dev || t.e.st.Ino != st.Ino {
+		if h.node != nil && f.attached.Load() {
+			// Not from inside the request: the kernel may be waiting on
+			// this very request for the pages it would drop.
+			go h.node.NotifyContent(0, 0)
+		}
+		return f.deny(ctx, ledger.KindDenied, op, p, syscall.EACCES,
+			"the file is no longer the one at the name it was opened by (moved, given another name or replaced)")
+	}
+	h.placeGen.Store(gen + 1) // +1: the zero value means never checked
+	return 0
 }
 
 // isStaged reports whether p is a private temporary file of the view:
@@ -337,9 +381,15 @@ func (h *handle) writeCheck(ctx context.Context, op string) syscall.Errno {
 		return 0
 	}
 	if v := checkName(opOpenWrite, p, h.fsys.policy()); v.errno != 0 {
+		// Pages the kernel keeps for a writable mapping hold bytes whose
+		// writeback is refused: drop them, so that the view shows the
+		// file as it is.
+		if h.node != nil && h.fsys.attached.Load() {
+			go h.node.NotifyContent(0, 0) // not inside the writeback request
+		}
 		return h.fsys.deny(ctx, v.record, op, p, v.errno, v.why)
 	}
-	return 0
+	return h.inPlace(ctx, op)
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (n uint32, errno syscall.Errno) {

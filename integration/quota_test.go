@@ -180,3 +180,23 @@ func TestManyRefusedNamesStaySmall(t *testing.T) {
 	assert.LessOrEqual(t, grew, int64(4<<20), "ledger grew %d bytes", grew)
 	t.Logf("%d full refusal records, ledger grew %d bytes", full, grew)
 }
+
+// TestDescriptorOfAMovedFile: a file moved on the backing folder into a
+// place the grant hides is no longer readable through a descriptor opened
+// by its old name.
+func TestDescriptorOfAMovedFile(t *testing.T) {
+	c := newCollab(t)
+	require.NoError(t, os.MkdirAll(filepath.Join(c.folder, "scratch", "private"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(c.folder, "scratch", "x.md"), []byte("public\n"), 0o644))
+	v := c.mountView(reviewerGrant())
+	f, err := os.Open(v.path("scratch/x.md"))
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, os.Rename(filepath.Join(c.folder, "scratch", "x.md"), filepath.Join(c.folder, "scratch", "private", "x.md")))
+	require.NoError(t, os.WriteFile(filepath.Join(c.folder, "scratch", "private", "x.md"), []byte("SECRET\n"), 0o644))
+	buf := make([]byte, 64)
+	n, err := f.ReadAt(buf, 0)
+	if err == nil || n > 0 {
+		assert.NotContains(t, string(buf[:n]), "SECRET", "a moved file is not read through its old name")
+	}
+}

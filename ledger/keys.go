@@ -107,28 +107,37 @@ func LoadOrCreateKey(dir string) (*Key, error) {
 }
 
 // writeKeyFile stores k's seed in dir, failing with fs.ErrExist when a
-// key is already there.
+// key is already there. The key is written to a temporary file and then
+// linked to its name, so that a writer starting at the same moment reads
+// either no key or the whole key, never an empty file.
 func writeKeyFile(dir string, k *Key) error {
 	path := filepath.Join(dir, KeyFile)
 	content := keyHeader + base64.StdEncoding.EncodeToString(k.priv.Seed()) + "\n"
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if errors.Is(err, unix.EEXIST) {
-		return fs.ErrExist
-	}
+	tmp, err := os.CreateTemp(dir, "."+KeyFile+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("create ledger key %s: %w", path, err)
 	}
-	f := os.NewFile(uintptr(fd), path)
-	if _, err := f.WriteString(content); err != nil {
-		f.Close()
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("create ledger key %s: %w", path, err)
+	}
+	if _, err := tmp.WriteString(content); err != nil {
+		tmp.Close()
 		return fmt.Errorf("write ledger key %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
 		return fmt.Errorf("fsync ledger key %s: %w", path, err)
 	}
-	if err := f.Close(); err != nil {
+	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("close ledger key %s: %w", path, err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fs.ErrExist
+		}
+		return fmt.Errorf("create ledger key %s: %w", path, err)
 	}
 	syncDir(dir)
 	return nil
