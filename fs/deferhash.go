@@ -74,11 +74,11 @@ func (f *FS) knownHash(rel string, fd int, v fileVersion) (string, fileVersion, 
 	// A file someone holds open for writing (or mapped writable) can
 	// change without its version changing (a dirty page written again):
 	// a hash kept for its version may not be its content.
-	quiet := noWriters(fd)
-	if sha, ok := f.hashes.get(v); ok && quiet {
+	// (Asked only on a cache hit: the lease costs two fcntl calls.)
+	if sha, ok := f.hashes.get(v); ok && noWriters(fd) {
 		return sha, v, true, nil
 	}
-	if sha, ok := f.store.get(v); ok && quiet {
+	if sha, ok := f.store.get(v); ok && noWriters(fd) {
 		f.hashes.put(v, sha)
 		return sha, v, true, nil
 	}
@@ -90,7 +90,7 @@ func (f *FS) knownHash(rel string, fd int, v fileVersion) (string, fileVersion, 
 	if err != nil {
 		return "", v, false, err
 	}
-	f.keepHash(hv, sha, start, quiet && noWriters(fd))
+	f.keepHash(hv, sha, start, noWriters(fd))
 	return sha, hv, true, nil
 }
 

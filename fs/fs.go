@@ -229,9 +229,12 @@ func (f *FS) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 	// What a directory shows (its listing, size and times) follows the
 	// grant: cached summaries are stale.
 	f.entryGen.Add(1)
-	// Which version of the grant was in force, for the audit.
-	if _, err := f.ledger.Append(ledger.Record{Kind: ledger.KindGrantApplied, Agent: g.AgentID, Grant: g.GrantID, SHA256: g.Hash()}); err != nil {
-		slog.Error("ledger: cannot record the grant applied", "grant", g.GrantID, "err", err)
+	// Which version of the grant was in force, for the audit (once per
+	// version: a grant file rewritten unchanged is no new version).
+	if h := g.Hash(); old == nil || old.grant.Hash() != h {
+		if _, err := f.ledger.Append(ledger.Record{Kind: ledger.KindGrantApplied, Agent: g.AgentID, Grant: g.GrantID, SHA256: h}); err != nil {
+			slog.Error("ledger: cannot record the grant applied", "grant", g.GrantID, "err", err)
+		}
 	}
 	f.reachOpenFiles(g, m)
 	if f.attached.Load() {

@@ -64,7 +64,13 @@ func acpfs(t testing.TB, args ...string) (string, string, int) {
 			syncFolder(t, args[i+1])
 		}
 	}
-	cmd := exec.Command(acpfsBin, args...)
+	return runCmd(t, exec.Command(acpfsBin, args...))
+}
+
+// runCmd runs cmd and returns stdout, stderr and the exit code; failing
+// to start it fails the test.
+func runCmd(t testing.TB, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

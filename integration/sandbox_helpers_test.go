@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"io"
 	"os"
@@ -59,17 +58,7 @@ func (e *coordEnv) sandbox(r sbxRun) (string, string, int) {
 	e.t.Helper()
 	cmd := exec.Command(acpfsBin, e.runArgs(r)...)
 	cmd.Dir = r.dir
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(e.t, err)
-	}
-	return out.String(), errb.String(), code
+	return runCmd(e.t, cmd)
 }
 
 // sbxProc is an `acpfs run` left running: its script prints READY when

@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // Key file names, kept in the ledger's own directory (the run directory),
@@ -200,12 +202,7 @@ func ensurePublic(dir string, k *Key) error {
 		return nil
 	}
 	content := pubHeader + base64.StdEncoding.EncodeToString(k.pub) + "\n"
-	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return fmt.Errorf("write ledger public key: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.WriteFile(path, []byte(content), 0o644); err != nil {
 		return fmt.Errorf("write ledger public key: %w", err)
 	}
 	return nil
