@@ -118,6 +118,8 @@ type Log struct {
 	scratch         record   // reused by replays
 	intern          interner // participant ids seen in the history
 
+	replica Replica // the authority when several hosts serve the folder
+
 	resolvedFolder string
 	frozenKeys     map[string]string // doc reference -> Snapshot.Frozen key
 	closed         bool
@@ -166,7 +168,7 @@ func (l *Log) AppendLineRecorded(line []byte, participant string, record func(Ev
 		return Event{}, err
 	}
 	defer lk.Unlock()
-	return l.commitLocked(lk.File(), line, participant, record)
+	return l.commitRetryLocked(lk.File(), func() []byte { return line }, participant, record)
 }
 
 // lockLocked takes the cross-process lock and catches up under it.
@@ -201,8 +203,10 @@ func (l *Log) Append(participant, event, summary, doc string, replyTo *int, role
 		return Event{}, err
 	}
 	defer lk.Unlock()
-	ev := l.newEventLocked(participant, event, summary, doc, replyTo, role, sha256)
-	return l.commitLocked(lk.File(), encodeLine(ev), participant, nil)
+	mk := func() []byte {
+		return encodeLine(l.newEventLocked(participant, event, summary, doc, replyTo, role, sha256))
+	}
+	return l.commitRetryLocked(lk.File(), mk, participant, nil)
 }
 
 // Refresh catches up with lines appended by other processes. It is cheap
