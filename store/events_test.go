@@ -125,4 +125,3 @@ func TestEventsSeedRefusesForeignHistory(t *testing.T) {
 	err := open(t, url, "hc").Events().Seed(c)
 	require.ErrorContains(t, err, "differs from the store's history")
 }
-
