@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ func newUpCmd() *cobra.Command {
 		runs, folder, root, sync, audit string
 		quota                           quotaFlags
 		allowOther, passthrough         bool
+		sf                              storeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "up --runs DIR --folder F --root R",
@@ -39,7 +41,14 @@ unmounts everything and flushes the ledger.
 One coordinator runs per run directory: up holds a lock on DIR/.acpfs-up.lock
 and a second one fails at once, naming the first one's pid. After a crash
 (even SIGKILL), up restarts on the same root with no cleanup: the dead views
-the killed coordinator left are detached, and their empty directories reused.`,
+the killed coordinator left are detached, and their empty directories reused.
+
+With --store URL --collab NAME the collaboration is served from several
+hosts through a NATS JetStream server (docs/multihost.md): this host's
+folder is a copy kept up to date from the store, appends are taken by the
+store before they reach it, the grants this host mounts are those the
+store assigns to --host, and while the store cannot be reached every view
+is read-only (EROFS).`,
 		Example: "  acpfs up --runs agent_runs --folder collab --root /mnt/agents",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -57,6 +66,25 @@ the killed coordinator left are detached, and their empty directories reused.`,
 			if err := rd.Init(); err != nil {
 				return err
 			}
+			lw, err := openLedger(rd.LedgerPath(), sync)
+			if err != nil {
+				return err
+			}
+			defer lw.Close()
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			st, err := sf.open(ctx)
+			if err != nil {
+				return err
+			}
+			var gate func() error
+			if st != nil {
+				defer st.Close()
+				if err := joinStore(ctx, st, folderAbs, rd, lw); err != nil {
+					return err
+				}
+				gate = st.Check
+			}
 			participants, err := readParticipants(folderAbs)
 			if err != nil {
 				return err
@@ -66,11 +94,11 @@ the killed coordinator left are detached, and their empty directories reused.`,
 				return err
 			}
 			defer log.Close()
-			lw, err := openLedger(rd.LedgerPath(), sync)
-			if err != nil {
-				return err
+			if st != nil {
+				if err := followStore(ctx, st, log); err != nil {
+					return err
+				}
 			}
-			defer lw.Close()
 			rootAbs, err := filepath.Abs(root)
 			if err != nil {
 				return err
@@ -82,7 +110,7 @@ the killed coordinator left are detached, and their empty directories reused.`,
 			c, err := mount.StartCoordinator(mount.CoordinatorConfig{
 				Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
 				AuditReads: audit == "reads", Audit: audit, MaxWriteBytes: quota.maxBytes, MaxFiles: quota.maxFiles, Passthrough: passthrough, AllowOther: allowOther, Participants: participants,
-				Notify: cmd.ErrOrStderr(),
+				Notify: cmd.ErrOrStderr(), Gate: gate,
 			})
 			if errors.Is(err, mount.ErrRunDirBusy) {
 				return err
@@ -90,9 +118,9 @@ the killed coordinator left are detached, and their empty directories reused.`,
 			if err != nil {
 				return withCode(exitMount, err)
 			}
-			st := c.Status()
-			fmt.Fprintf(cmd.OutOrStdout(), "acpfs up: %d view(s) of %s under %s\n", len(st.Views), folderAbs, rootAbs)
-			for _, v := range st.Views {
+			status := c.Status()
+			fmt.Fprintf(cmd.OutOrStdout(), "acpfs up: %d view(s) of %s under %s\n", len(status.Views), folderAbs, rootAbs)
+			for _, v := range status.Views {
 				fmt.Fprintf(cmd.OutOrStdout(), "  %s (%s) at %s\n", v.Agent, v.Grant, v.Mountpoint)
 			}
 			<-sig
@@ -110,6 +138,7 @@ the killed coordinator left are detached, and their empty directories reused.`,
 	cmd.Flags().BoolVar(&allowOther, "allow-other", false, "let other uids use the mounts (with default_permissions)")
 	cmd.Flags().BoolVar(&passthrough, "passthrough", false, passthroughHelp)
 	quota.register(cmd)
+	sf.register(cmd, true)
 	_ = cmd.MarkFlagRequired("folder")
 	_ = cmd.MarkFlagRequired("root")
 	return cmd
