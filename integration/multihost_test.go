@@ -1,0 +1,336 @@
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/natsrv"
+)
+
+// These tests run one collaboration on several "hosts": `acpfs up
+// --store` processes with folders of their own, joined by a NATS server
+// embedded in the test process (a 3-node cluster for the failover test).
+
+const mhCollab = "mh"
+
+// mhServer starts one embedded JetStream server.
+func mhServer(t *testing.T, port int, dir string) *mhNode {
+	t.Helper()
+	n := &mhNode{t: t, cfg: natsrv.Config{Name: "solo", Dir: dir, Port: port}}
+	n.start()
+	t.Cleanup(n.stop)
+	return n
+}
+
+type mhNode struct {
+	t   *testing.T
+	cfg natsrv.Config
+	mu  sync.Mutex
+	srv interface {
+		Shutdown()
+		WaitForShutdown()
+		ClientURL() string
+	}
+}
+
+func (n *mhNode) start() {
+	n.t.Helper()
+	s, err := natsrv.Start(n.cfg)
+	require.NoError(n.t, err)
+	n.mu.Lock()
+	n.srv = s
+	n.cfg.Port = s.Addr().(*net.TCPAddr).Port // a restart listens where clients look
+	n.mu.Unlock()
+}
+
+func (n *mhNode) stop() {
+	n.mu.Lock()
+	s := n.srv
+	n.srv = nil
+	n.mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+func (n *mhNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.cfg.Port) }
+
+// mhEnv is one collaboration and its hosts.
+type mhEnv struct {
+	t     *testing.T
+	dir   string
+	first string // folder the collaboration was initialized in
+	hosts int
+}
+
+type mhHost struct {
+	env                *mhEnv
+	name, url          string
+	folder, runs, root string
+	agents             []string
+	proc               *pmProc
+}
+
+func newMHEnv(t *testing.T, participants ...string) *mhEnv {
+	t.Helper()
+	requireFUSE(t)
+	e := &mhEnv{t: t, dir: newDir(t, "multihost")}
+	e.first = filepath.Join(e.dir, "init")
+	args := []string{"init", "--folder", e.first, "--objective", "Design the cache layer",
+		"--completion", "Cache design reviewed", "--primary-deliverable-type", "design-spec"}
+	for _, p := range participants {
+		args = append(args, "--participant", p)
+	}
+	_, stderr, code := acpfs(t, args...)
+	require.Equal(t, 0, code, stderr)
+	return e
+}
+
+// host prepares a host's directories. The first host's folder is the
+// initialized one, whose history seeds the store; the others start as a
+// copy without the history, which the store provides.
+func (e *mhEnv) host(name, url string) *mhHost {
+	e.t.Helper()
+	d := filepath.Join(e.dir, name)
+	h := &mhHost{env: e, name: name, url: url, folder: filepath.Join(d, "folder"), runs: filepath.Join(d, "runs"), root: filepath.Join(d, "mnt")}
+	require.NoError(e.t, os.CopyFS(h.folder, os.DirFS(e.first)))
+	if e.hosts > 0 {
+		require.NoError(e.t, os.Remove(filepath.Join(h.folder, "events.jsonl")))
+	}
+	e.hosts++
+	return h
+}
+
+// grant creates, through the store, a grant that this host mounts.
+func (h *mhHost) grant(agent, participant string, extra ...string) {
+	h.env.t.Helper()
+	args := append([]string{"grant", "create", "--store", h.url, "--collab", mhCollab, "--host", h.name,
+		"--folder", h.env.first, "--agent", agent, "--participant", participant, "--preset", "owner"}, extra...)
+	_, stderr, code := acpfs(h.env.t, args...)
+	require.Equal(h.env.t, 0, code, stderr)
+	h.agents = append(h.agents, agent)
+}
+
+// up starts the host's coordinator and waits for its views.
+func (h *mhHost) up() {
+	h.env.t.Helper()
+	require.NoError(h.env.t, os.MkdirAll(h.root, 0o755))
+	var mounts, ready []string
+	for _, a := range h.agents {
+		mounts = append(mounts, filepath.Join(h.root, a))
+		ready = append(ready, filepath.Join(h.root, a, ".acpfs", "status"))
+	}
+	h.proc = pmStart(h.env.t, mounts, ready, "up", "--store", h.url, "--collab", mhCollab, "--host", h.name,
+		"--runs", h.runs, "--folder", h.folder, "--root", h.root)
+}
+
+func (h *mhHost) view(agent string) string { return filepath.Join(h.root, agent) }
+
+func (h *mhHost) events() []byte {
+	h.env.t.Helper()
+	b, err := os.ReadFile(filepath.Join(h.folder, "events.jsonl"))
+	require.NoError(h.env.t, err)
+	return b
+}
+
+func countLines(b []byte) int { return bytes.Count(b, []byte("\n")) }
+
+// waitLines waits until every host's copy has n lines.
+func waitLines(t *testing.T, n int, hosts ...*mhHost) {
+	t.Helper()
+	for _, h := range hosts {
+		eventually(t, func() bool { return countLines(h.events()) >= n },
+			fmt.Sprintf("host %s has %d lines of events.jsonl", h.name, n))
+	}
+}
+
+// writeSpec writes the primary deliverable through a view. Hosts apply
+// documents of their own here: the test writes it on every host.
+func writeSpec(t *testing.T, hosts ...*mhHost) {
+	t.Helper()
+	for _, h := range hosts {
+		require.NoError(t, os.WriteFile(filepath.Join(h.folder, primary), []byte(designSpec("Draft")), 0o644))
+	}
+}
+
+// drafted appends a deliverable_drafted event as alice through a view,
+// numbered after what the view shows.
+func drafted(view, summary string) syscall.Errno {
+	b, err := os.ReadFile(filepath.Join(view, "events.jsonl"))
+	if err != nil {
+		return pmErrno(err)
+	}
+	line := pmLine(countLines(b)+1, "alice", "deliverable_drafted", summary, time.Now(),
+		map[string]any{"doc": primary, "role": "primary"})
+	return pmAppend(filepath.Join(view, "events.jsonl"), line)
+}
+
+func lastError(view string) string {
+	b, _ := os.ReadFile(filepath.Join(view, ".acpfs", "last-error"))
+	return string(b)
+}
+
+func TestMultiHostOneHistory(t *testing.T) {
+	e := newMHEnv(t, "alice", "bob")
+	srv := mhServer(t, -1, filepath.Join(e.dir, "nats"))
+	a, b := e.host("ha", srv.url()), e.host("hb", srv.url())
+	a.grant("alice", "alice")
+	b.grant("bob", "bob")
+	writeSpec(t, a, b)
+	a.up()
+	b.up()
+
+	require.Zero(t, drafted(a.view("alice"), "from host a"), lastError(a.view("alice")))
+	waitLines(t, 2, a, b)
+	eventually(t, func() bool {
+		st, err := os.ReadFile(filepath.Join(b.view("bob"), ".acpfs", "status"))
+		return err == nil && strings.Contains(string(st), "last seq: 2")
+	}, "bob's view on host b shows seq 2")
+	// Bob's view binds him to bob, whichever host serves it.
+	line := pmLine(3, "alice", "deliverable_drafted", "forged", time.Now(), map[string]any{"doc": primary, "role": "primary"})
+	require.Equal(t, syscall.EPERM, pmAppend(filepath.Join(b.view("bob"), "events.jsonl"), line))
+	require.Equal(t, string(a.events()), string(b.events()))
+}
+
+// mhProxy forwards TCP connections to a server until cut: a host behind
+// it is then cut off from the store while the others are not.
+type mhProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newMHProxy(t *testing.T, target string) *mhProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &mhProxy{ln: ln, target: strings.TrimPrefix(target, "nats://")}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() { ln.Close(); p.setCut(true); p.wg.Wait() })
+	return p
+}
+
+func (p *mhProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *mhProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		go func() { io.Copy(s, c); s.Close() }()
+		go func() { io.Copy(c, s); c.Close() }()
+	}
+}
+
+// setCut cuts (true) or restores (false) the connection.
+func (p *mhProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+func TestMultiHostCutOffHostIsReadOnlyAndCatchesUp(t *testing.T) {
+	e := newMHEnv(t, "alice", "bob")
+	srv := mhServer(t, -1, filepath.Join(e.dir, "nats"))
+	proxy := newMHProxy(t, srv.url())
+	a, b := e.host("ha", srv.url()), e.host("hb", proxy.url())
+	a.grant("alice", "alice")
+	b.grant("bob", "bob", "--may-write", "notes/**")
+	writeSpec(t, a, b)
+	a.up()
+	b.up()
+	bob := b.view("bob")
+	require.NoError(t, os.WriteFile(filepath.Join(bob, "proposal.md"), []byte("# Proposal\n\nbefore\n"), 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(bob, "notes"), 0o755))
+
+	proxy.setCut(true)
+	eventually(t, func() bool {
+		err := os.WriteFile(filepath.Join(bob, "notes", "probe.md"), []byte("probe\n"), 0o644)
+		return errors.Is(err, syscall.EROFS)
+	}, "host b's view turns read-only once cut off")
+	require.ErrorIs(t, os.WriteFile(filepath.Join(bob, "proposal.md"), []byte("# Proposal\n\ncut off\n"), 0o644), syscall.EROFS)
+	got, err := os.ReadFile(filepath.Join(bob, "proposal.md"))
+	require.NoError(t, err, "reads of the local copy go on")
+	require.Equal(t, "# Proposal\n\nbefore\n", string(got))
+	require.Equal(t, syscall.EROFS, drafted(bob, "from a cut-off host"))
+	le, err := os.ReadFile(filepath.Join(bob, ".acpfs", "last-error"))
+	require.NoError(t, err)
+	require.Contains(t, string(le), "store is unreachable")
+
+	// Host a goes on meanwhile.
+	for i := range 3 {
+		require.Zero(t, drafted(a.view("alice"), fmt.Sprintf("while b is away %d", i)))
+	}
+	require.Equal(t, 1, countLines(b.events()), "b cannot hear of them")
+
+	proxy.setCut(false)
+	waitLines(t, 4, b)
+	require.Equal(t, string(a.events()), string(b.events()))
+	eventually(t, func() bool {
+		return os.WriteFile(filepath.Join(bob, "proposal.md"), []byte("# Proposal\n\nback\n"), 0o644) == nil
+	}, "host b writes again once reconnected")
+}
+
+func TestMultiHostKilledHostRestartsAndCatchesUp(t *testing.T) {
+	e := newMHEnv(t, "alice", "bob")
+	srv := mhServer(t, -1, filepath.Join(e.dir, "nats"))
+	a, b := e.host("ha", srv.url()), e.host("hb", srv.url())
+	a.grant("alice", "alice")
+	b.grant("bob", "bob")
+	writeSpec(t, a, b)
+	a.up()
+	b.up()
+	require.Zero(t, drafted(a.view("alice"), "one"))
+	waitLines(t, 2, b)
+
+	b.proc.kill()
+	for i := range 5 {
+		require.Zero(t, drafted(a.view("alice"), "while b is dead "+strconv.Itoa(i)))
+	}
+	b.up() // restarts over the dead views the killed one left
+	waitLines(t, 7, b)
+	require.Equal(t, string(a.events()), string(b.events()))
+	st, err := os.ReadFile(filepath.Join(b.view("bob"), ".acpfs", "status"))
+	require.NoError(t, err)
+	require.Contains(t, string(st), "last seq: 7")
+}
