@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/internal/natsrv"
@@ -39,11 +40,7 @@ type mhNode struct {
 	t   *testing.T
 	cfg natsrv.Config
 	mu  sync.Mutex
-	srv interface {
-		Shutdown()
-		WaitForShutdown()
-		ClientURL() string
-	}
+	srv *server.Server
 }
 
 func (n *mhNode) start() {
@@ -75,6 +72,8 @@ type mhEnv struct {
 	dir   string
 	first string // folder the collaboration was initialized in
 	hosts int
+	// replicas of the collaboration's streams, set by the first command
+	replicas string
 }
 
 type mhHost struct {
@@ -88,7 +87,7 @@ type mhHost struct {
 func newMHEnv(t *testing.T, participants ...string) *mhEnv {
 	t.Helper()
 	requireFUSE(t)
-	e := &mhEnv{t: t, dir: newDir(t, "multihost")}
+	e := &mhEnv{t: t, dir: newDir(t, "multihost"), replicas: "1"}
 	e.first = filepath.Join(e.dir, "init")
 	args := []string{"init", "--folder", e.first, "--objective", "Design the cache layer",
 		"--completion", "Cache design reviewed", "--primary-deliverable-type", "design-spec"}
@@ -119,7 +118,7 @@ func (e *mhEnv) host(name, url string) *mhHost {
 func (h *mhHost) grant(agent, participant string, extra ...string) {
 	h.env.t.Helper()
 	args := append([]string{"grant", "create", "--store", h.url, "--collab", mhCollab, "--host", h.name,
-		"--folder", h.env.first, "--agent", agent, "--participant", participant, "--preset", "owner"}, extra...)
+		"--replicas", h.env.replicas, "--folder", h.env.first, "--agent", agent, "--participant", participant, "--preset", "owner"}, extra...)
 	_, stderr, code := acpfs(h.env.t, args...)
 	require.Equal(h.env.t, 0, code, stderr)
 	h.agents = append(h.agents, agent)
@@ -134,7 +133,7 @@ func (h *mhHost) up() {
 		mounts = append(mounts, filepath.Join(h.root, a))
 		ready = append(ready, filepath.Join(h.root, a, ".acpfs", "status"))
 	}
-	h.proc = pmStart(h.env.t, mounts, ready, "up", "--store", h.url, "--collab", mhCollab, "--host", h.name,
+	h.proc = pmStart(h.env.t, mounts, ready, "up", "--store", h.url, "--collab", mhCollab, "--host", h.name, "--replicas", h.env.replicas,
 		"--runs", h.runs, "--folder", h.folder, "--root", h.root)
 }
 
@@ -333,4 +332,166 @@ func TestMultiHostKilledHostRestartsAndCatchesUp(t *testing.T) {
 	st, err := os.ReadFile(filepath.Join(b.view("bob"), ".acpfs", "status"))
 	require.NoError(t, err)
 	require.Contains(t, string(st), "last seq: 7")
+}
+
+// freePorts returns n ports free at the time of the call.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var out []int
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+// mhCluster starts a 3-node JetStream cluster and returns its nodes.
+func mhCluster(t *testing.T, dir string) []*mhNode {
+	t.Helper()
+	ports := freePorts(t, 6)
+	var routes []string
+	for i := range 3 {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3+i]))
+	}
+	nodes := make([]*mhNode, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		nodes[i] = &mhNode{t: t, cfg: natsrv.Config{Name: fmt.Sprintf("n%d", i+1), Dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+			Port: ports[i], Cluster: "acpfs", ClusterPort: ports[3+i], Routes: routes}}
+		t.Cleanup(nodes[i].stop)
+		wg.Add(1)
+		go func() { defer wg.Done(); nodes[i].start() }() // nodes wait for each other
+	}
+	wg.Wait()
+	eventually(t, func() bool {
+		leader := false
+		for _, n := range nodes {
+			if !n.srv.JetStreamIsCurrent() {
+				return false
+			}
+			leader = leader || n.srv.JetStreamIsLeader()
+		}
+		return leader
+	}, "the cluster elects a JetStream leader")
+	return nodes
+}
+
+// mhWriter is one agent appending as fast as its view lets it.
+type mhWriter struct {
+	agent string
+	host  *mhHost
+	acked []string // summaries of the appends acknowledged to it
+	other map[string]int
+}
+
+func (w *mhWriter) run(stop <-chan struct{}) {
+	view := w.host.view(w.agent)
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		summary := fmt.Sprintf("%s-%d", w.agent, i)
+		switch errno := drafted(view, summary); errno {
+		case 0:
+			w.acked = append(w.acked, summary)
+		case syscall.EPERM:
+			// Another agent took the seq first: read again and retry.
+		default:
+			// A dead host or a store failing over: try again shortly.
+			w.other[errno.Error()]++
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// mhSeconds is how long the stress test runs: 60 s as the acceptance
+// criterion says, 5 s with -short.
+func mhSeconds() time.Duration {
+	if v, err := strconv.Atoi(os.Getenv("ACPFS_MULTIHOST_SECONDS")); err == nil && v > 0 {
+		return time.Duration(v) * time.Second
+	}
+	if testing.Short() {
+		return 5 * time.Second
+	}
+	return 60 * time.Second
+}
+
+// TestMultiHostClusterStress: 8 agents on 3 hosts append for a minute
+// through a 3-node cluster (R3); one node is killed, and one host is
+// killed and restarted, on the way. The result must be one continuous
+// history on every host that holds every acknowledged event.
+func TestMultiHostClusterStress(t *testing.T) {
+	e := newMHEnv(t, "alice", "bob")
+	e.replicas = "3"
+	nodes := mhCluster(t, filepath.Join(e.dir, "nats"))
+	urls := []string{nodes[0].url(), nodes[1].url(), nodes[2].url()}
+	var hosts []*mhHost
+	for i, name := range []string{"ha", "hb", "hc"} {
+		// Each host prefers another node, so the killed one had clients.
+		order := append(append([]string{}, urls[i:]...), urls[:i]...)
+		hosts = append(hosts, e.host(name, strings.Join(order, ",")))
+	}
+	var writers []*mhWriter
+	for i := range 8 {
+		h := hosts[i%3]
+		agent := fmt.Sprintf("agent%d", i+1)
+		h.grant(agent, "alice")
+		writers = append(writers, &mhWriter{agent: agent, host: h, other: map[string]int{}})
+	}
+	writeSpec(t, hosts...)
+	for _, h := range hosts {
+		h.up()
+	}
+	d := mhSeconds()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, w := range writers {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.run(stop) }()
+	}
+	time.Sleep(d / 3)
+	nodes[1].stop()
+	t.Logf("killed node n2 at %s", d/3)
+	time.Sleep(d / 6)
+	hosts[2].proc.kill()
+	t.Logf("killed host hc at %s", d/2)
+	time.Sleep(d / 6)
+	hosts[2].up()
+	t.Logf("restarted host hc at %s", 2*d/3)
+	time.Sleep(d / 3)
+	close(stop)
+	wg.Wait()
+
+	acked := 0
+	for _, w := range writers {
+		acked += len(w.acked)
+		t.Logf("%s on %s: %d appends acknowledged, other errors %v", w.agent, w.host.name, len(w.acked), w.other)
+	}
+	require.Positive(t, acked)
+	final := countLines(hosts[0].events())
+	waitLines(t, final, hosts...)
+	evs, err := pmParseEvents(hosts[0].events())
+	require.NoError(t, err)
+	pmRequireSeqs(t, evs)
+	for _, h := range hosts[1:] {
+		require.Equal(t, string(hosts[0].events()), string(h.events()), "host %s", h.name)
+	}
+	have := map[string]int{}
+	for _, ev := range evs {
+		have[ev.Summary]++
+	}
+	for _, w := range writers {
+		for _, s := range w.acked {
+			require.Equal(t, 1, have[s], "acknowledged append %s is in the history once", s)
+		}
+	}
+	t.Logf("%d events, %d acknowledged", len(evs), acked)
 }

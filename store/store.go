@@ -130,7 +130,7 @@ func (s *Store) ensure(ctx context.Context) error {
 	defer cancel()
 	c, r := s.opts.Collab, s.opts.Replicas
 	var err error
-	s.events, err = s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	s.events, err = s.stream(ctx, jetstream.StreamConfig{
 		Name:        "ACP_" + c + "_EVENTS",
 		Description: "acpfs: the history (events.jsonl) of collaboration " + c,
 		Subjects:    []string{s.eventsSubject()},
@@ -144,7 +144,7 @@ func (s *Store) ensure(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("events stream of %s: %w", c, err)
 	}
-	s.ledger, err = s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	s.ledger, err = s.stream(ctx, jetstream.StreamConfig{
 		Name:        "ACP_" + c + "_LEDGER",
 		Description: "acpfs: every host's ledger of collaboration " + c,
 		Subjects:    []string{s.ledgerSubject("*")},
@@ -157,7 +157,7 @@ func (s *Store) ensure(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ledger stream of %s: %w", c, err)
 	}
-	s.grants, err = s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	s.grants, err = s.bucket(ctx, jetstream.KeyValueConfig{
 		Bucket:      "ACP_" + c + "_GRANTS",
 		Description: "acpfs: context grants of collaboration " + c,
 		History:     16,
@@ -167,7 +167,7 @@ func (s *Store) ensure(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("grants bucket of %s: %w", c, err)
 	}
-	s.docs, err = s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	s.docs, err = s.bucket(ctx, jetstream.KeyValueConfig{
 		Bucket:       "ACP_" + c + "_DOCS",
 		Description:  "acpfs: documents and deliverables of collaboration " + c,
 		History:      64,
@@ -179,6 +179,32 @@ func (s *Store) ensure(ctx context.Context) error {
 		return fmt.Errorf("documents bucket of %s: %w", c, err)
 	}
 	return nil
+}
+
+// stream binds to an existing stream, or creates it: a collaboration's
+// configuration (its replicas above all) is set once by whoever creates
+// it, never changed by a host that connects later with other options.
+func (s *Store) stream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	st, err := s.js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = s.js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			st, err = s.js.Stream(ctx, cfg.Name)
+		}
+	}
+	return st, offline(err)
+}
+
+// bucket is stream for a key-value bucket.
+func (s *Store) bucket(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := s.js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = s.js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = s.js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	return kv, offline(err)
 }
 
 func (s *Store) eventsSubject() string         { return "acp." + s.opts.Collab + ".events" }

@@ -89,7 +89,7 @@ went in first makes this one catch up and check again).`,
 	f.IntVar(&replyTo, "reply-to", 0, "seq of the earlier event this one responds to")
 	f.StringVar(&role, "role", "", "deliverable role for deliverable_* events: primary or supporting")
 	f.StringVar(&sha, "sha256", "", "64 lowercase hex digits: SHA-256 of the deliverable, for deliverable_frozen")
-	sf.register(cmd, false)
+	sf.register(cmd)
 	for _, name := range []string{"folder", "participant", "event", "summary"} {
 		_ = cmd.MarkFlagRequired(name)
 	}

@@ -170,7 +170,7 @@ host H mounts it (docs/multihost.md).`,
 	fl.StringArrayVar(&f.stops, "stop", nil, "stop condition (repeatable)")
 	fl.StringVar(&f.outputContract, "output-contract", "", "what the agent must produce")
 	fl.StringVar(&f.decisionAuthority, "decision-authority", "", "what the agent may decide")
-	f.store.register(cmd, false)
+	f.store.register(cmd)
 	fl.Lookup("host").Usage = "with --store: the host that mounts the grant"
 	_ = cmd.MarkFlagRequired("folder")
 	_ = cmd.MarkFlagRequired("agent")
@@ -540,7 +540,7 @@ func newGrantRevokeCmd() *cobra.Command {
 	grantRunsFlag(cmd, &runs)
 	cmd.Flags().StringVar(&ref, "grant", "", "grant id or grant file")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the ledger")
-	sf.register(cmd, false)
+	sf.register(cmd)
 	cmd.Flags().Lookup("host").Hidden = true
 	return cmd
 }

@@ -138,7 +138,7 @@ is read-only (EROFS).`,
 	cmd.Flags().BoolVar(&allowOther, "allow-other", false, "let other uids use the mounts (with default_permissions)")
 	cmd.Flags().BoolVar(&passthrough, "passthrough", false, passthroughHelp)
 	quota.register(cmd)
-	sf.register(cmd, true)
+	sf.register(cmd)
 	_ = cmd.MarkFlagRequired("folder")
 	_ = cmd.MarkFlagRequired("root")
 	return cmd

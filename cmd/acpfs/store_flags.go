@@ -21,14 +21,12 @@ type storeFlags struct {
 	replicas          int
 }
 
-func (f *storeFlags) register(cmd *cobra.Command, withReplicas bool) {
+func (f *storeFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.url, "store", "", "NATS server(s) of a collaboration served from several hosts (nats://HOST:PORT[,...]); default: this folder alone")
 	fl.StringVar(&f.collab, "collab", "", "collaboration name in the store (with --store)")
 	fl.StringVar(&f.host, "host", "", "this host's name in the store (default: the machine's host name)")
-	if withReplicas {
-		fl.IntVar(&f.replicas, "replicas", 1, "copies the store keeps of each stream when it creates the collaboration (3 on a 3-node cluster)")
-	}
+	fl.IntVar(&f.replicas, "replicas", 1, "with --store: copies a cluster keeps of each stream, set by the command that creates the collaboration (3 on a 3-node cluster)")
 }
 
 func (f *storeFlags) set() bool { return f.url != "" }
