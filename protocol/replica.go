@@ -108,8 +108,15 @@ func (l *Log) publishLocked(f *os.File, n int, line []byte) error {
 		return &Error{Kind: Unavailable, Line: n, Rule: "store",
 			Msg: fmt.Sprintf("the store did not take the event, so it was not appended: %v", err)}
 	}
-	if _, err := l.pullLocked(f); err != nil {
+	got, err := l.pullLocked(f)
+	if err != nil {
 		return err
+	}
+	if len(got) == 0 {
+		// The store holds fewer lines than the folder: something wrote
+		// to the copy without the store.
+		return &Error{Kind: Unavailable, Line: n, Rule: "store-diverged",
+			Msg: fmt.Sprintf("%s has lines the store does not hold (written without the store?); the folder must be made a copy of the store's history again", eventsFile)}
 	}
 	return errConflictRetry
 }

@@ -125,3 +125,17 @@ func TestEventsSeedRefusesForeignHistory(t *testing.T) {
 	err := open(t, url, "hc").Events().Seed(c)
 	require.ErrorContains(t, err, "differs from the store's history")
 }
+
+func TestEventsLineWrittenWithoutTheStoreStopsAppends(t *testing.T) {
+	url := server(t)
+	a, _ := hostFolders(t)
+	sa := open(t, url, "ha")
+	require.NoError(t, sa.Events().Seed(a))
+	la := openLog(t, a, nil)
+	_, err := draft(la, "alice") // no replica: the stream does not get it
+	require.NoError(t, err)
+	la.SetReplica(sa.Events())
+	_, err = draft(la, "alice")
+	require.Error(t, err)
+	require.Equal(t, "store-diverged", protocol.RuleOf(err), "%v", err)
+}
