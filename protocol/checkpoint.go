@@ -211,7 +211,7 @@ func (l *Log) restoreLocked(path string) bool {
 	if h, err := staticHash(l.proto.Raw); err != nil || h != cp.Static {
 		return false
 	}
-	f, err := os.OpenFile(filepath.Join(l.folder, eventsFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := os.OpenFile(filepath.Join(l.folder, EventsFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return false
 	}
@@ -267,7 +267,7 @@ func (l *Log) SaveCheckpoint(path string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(l.folder, eventsFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := os.OpenFile(filepath.Join(l.folder, EventsFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
 	}
@@ -307,7 +307,7 @@ func lastLine(f *os.File, off int64) ([]byte, error) {
 			return nil, err
 		}
 		if len(buf) == 0 || buf[len(buf)-1] != '\n' {
-			return nil, fmt.Errorf("%s does not end a line at byte %d", eventsFile, off)
+			return nil, fmt.Errorf("%s does not end a line at byte %d", EventsFile, off)
 		}
 		if i := bytes.LastIndexByte(buf[:len(buf)-1], '\n'); i >= 0 {
 			return buf[i+1:], nil

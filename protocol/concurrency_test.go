@@ -131,7 +131,7 @@ func TestConcurrentAppenders(t *testing.T) {
 	}
 
 	// Every accepted event is in the file exactly once, seqs continuous.
-	f, err := os.Open(filepath.Join(k.dir, eventsFile))
+	f, err := os.Open(filepath.Join(k.dir, EventsFile))
 	require.NoError(t, err)
 	defer f.Close()
 	seen := map[string]int{}

@@ -53,7 +53,7 @@ const (
 // ProtocolTempPrefix begins the names of the temporary files that a
 // protocol.json rewrite renames over it; they live beside it for a few
 // milliseconds, and views never show them.
-const ProtocolTempPrefix = "." + protocolFile + ".tmp-"
+const ProtocolTempPrefix = "." + ProtocolFile + ".tmp-"
 
 // maxFlushRounds bounds one flush: appends arriving faster than the disk
 // takes a write are coalesced into the next round, and after this many
@@ -238,7 +238,7 @@ func (l *Log) coalesce(stop chan struct{}) bool {
 func (l *Log) flushProtocol() error {
 	l.pw.flushMu.Lock()
 	defer l.pw.flushMu.Unlock()
-	path := filepath.Join(l.folder, protocolFile)
+	path := filepath.Join(l.folder, ProtocolFile)
 	for i := 0; i < maxFlushRounds; i++ {
 		l.mu.Lock()
 		if !l.pw.dirty || l.closed {
@@ -253,7 +253,7 @@ func (l *Log) flushProtocol() error {
 		}
 		tmp, err := writeTemp(path, data)
 		if err != nil {
-			return fmt.Errorf("write %s: %w", protocolFile, err)
+			return fmt.Errorf("write %s: %w", ProtocolFile, err)
 		}
 		if err := l.installProtocol(path, tmp, gen, foreign); err != nil {
 			return err
@@ -287,7 +287,7 @@ func (l *Log) installProtocol(path, tmp string, gen, foreign uint64) error {
 			// temporary file: write it again.
 			return nil
 		}
-		return fmt.Errorf("replace %s: %w", protocolFile, err)
+		return fmt.Errorf("replace %s: %w", ProtocolFile, err)
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		l.protoID = idOf(fi)

@@ -109,14 +109,14 @@ func Init(o InitOptions) (InitResult, error) {
 
 	folder := resolvePath(expandHome(o.Folder))
 	res := InitResult{Folder: folder}
-	if _, err := os.Stat(filepath.Join(folder, protocolFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(folder, ProtocolFile)); err == nil {
 		if o.Resume {
 			res.Resumed = true
 			return res, nil
 		}
 		return res, usage("%s already contains protocol.json; pass --resume to accept an existing collaboration", folder)
 	}
-	if fi, err := os.Stat(filepath.Join(folder, eventsFile)); err == nil && fi.Size() > 0 {
+	if fi, err := os.Stat(filepath.Join(folder, EventsFile)); err == nil && fi.Size() > 0 {
 		return res, fmt.Errorf("%s already holds a non-empty events.jsonl but no protocol.json; refusing to mix histories", folder)
 	}
 	now := o.Now
@@ -182,7 +182,7 @@ func Init(o InitOptions) (InitResult, error) {
 	if err := os.MkdirAll(folder, 0o755); err != nil {
 		return res, fmt.Errorf("create folder: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(folder, protocolFile), protoBytes); err != nil {
+	if err := writeFileAtomic(filepath.Join(folder, ProtocolFile), protoBytes); err != nil {
 		return res, fmt.Errorf("write protocol.json: %w", err)
 	}
 
@@ -205,11 +205,11 @@ func Init(o InitOptions) (InitResult, error) {
 		primaryType: o.PrimaryType, primaryRef: primaryRef, dir: dir}
 	docs := []struct{ name, text string }{
 		{"README.md", renderReadme(t)},
-		{proposalFile, renderProposal(t)},
-		{reviewFile, renderReview(t)},
-		{decisionsFile, renderDecisions(t)},
-		{readinessFile, renderReadiness(t)},
-		{conclusionFile, renderConclusion(t)},
+		{ProposalFile, renderProposal(t)},
+		{ReviewFile, renderReview(t)},
+		{DecisionsFile, renderDecisions(t)},
+		{ReadinessFile, renderReadiness(t)},
+		{ConclusionFile, renderConclusion(t)},
 	}
 	for _, d := range docs {
 		if err := writeDoc(filepath.Join(folder, d.name), d.text); err != nil {
@@ -217,8 +217,8 @@ func Init(o InitOptions) (InitResult, error) {
 		}
 	}
 	line := encodeLine(Event{Seq: 1, From: owner, Event: EvInitialized, At: stamp,
-		Summary: "Initialized the ACP schema v2 collaboration folder.", Doc: protocolFile})
-	f, err := os.OpenFile(filepath.Join(folder, eventsFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o644)
+		Summary: "Initialized the ACP schema v2 collaboration folder.", Doc: ProtocolFile})
+	f, err := os.OpenFile(filepath.Join(folder, EventsFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return res, fmt.Errorf("create events.jsonl: %w", err)
 	}

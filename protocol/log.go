@@ -174,7 +174,7 @@ func (l *Log) lockLocked() (*Lock, error) {
 	if l.closed {
 		return nil, unavailable("closed", "the log of %s is closed", l.folder)
 	}
-	if _, err := os.Lstat(filepath.Join(l.folder, protocolFile)); err != nil {
+	if _, err := os.Lstat(filepath.Join(l.folder, ProtocolFile)); err != nil {
 		// Checked first so that a folder without protocol.json does not
 		// get an events.jsonl created by the lock.
 		return nil, l.loadProtocolLocked()

@@ -39,7 +39,7 @@ func unavailable(rule, format string, args ...any) *Error {
 // change of anything but the fields appends rewrite invalidates the
 // replayed state, which is then rebuilt.
 func (l *Log) loadProtocolLocked() error {
-	path := filepath.Join(l.folder, protocolFile)
+	path := filepath.Join(l.folder, ProtocolFile)
 	fi, err := os.Lstat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -102,7 +102,7 @@ func (l *Log) catchUpLocked(f *os.File) error {
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		return unavailable("events-read", "cannot stat %s: %v", eventsFile, err)
+		return unavailable("events-read", "cannot stat %s: %v", EventsFile, err)
 	}
 	id := idOf(fi)
 	replay := l.needReplay || id.dev != l.evID.dev || id.ino != l.evID.ino || id.size < l.offset
@@ -130,7 +130,7 @@ func (l *Log) catchUpLocked(f *os.File) error {
 		l.applyHistoryLocked(line, l.lines)
 	})
 	if err != nil {
-		return unavailable("events-read", "cannot read %s: %v", eventsFile, err)
+		return unavailable("events-read", "cannot read %s: %v", EventsFile, err)
 	}
 	return nil
 }
@@ -173,7 +173,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 	lineNo := l.lines + 1
 	if l.evID.size != l.offset {
 		return Event{}, &Error{Kind: Unavailable, Line: l.lines + 1, Rule: "partial-line",
-			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before appending", eventsFile, l.offset)}
+			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before appending", EventsFile, l.offset)}
 	}
 	rec := parseLine(line, lineNo)
 	if len(rec.bad) > 0 {
@@ -187,7 +187,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 	if l.historyBad != nil {
 		h := l.historyBad
 		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "history",
-			Msg: fmt.Sprintf("%s has %d problem(s), first at line %d: %s [%s]; repair it before appending", eventsFile, l.historyProblems, h.Line, h.Msg, h.Rule)}
+			Msg: fmt.Sprintf("%s has %d problem(s), first at line %d: %s [%s]; repair it before appending", EventsFile, l.historyProblems, h.Line, h.Msg, h.Rule)}
 	}
 	if !l.rules.listed[rec.From] {
 		return Event{}, &Error{Kind: Rejected, Line: lineNo, Seq: seq, Rule: "participant",
@@ -215,7 +215,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 		if err == nil {
 			err = io.ErrShortWrite
 		}
-		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", eventsFile, err)}
+		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", EventsFile, err)}
 	}
 	if next.phase != "" {
 		var err error
@@ -229,7 +229,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 		}
 		if err != nil {
 			l.undoLocked(f)
-			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", protocolFile, err)}
+			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", ProtocolFile, err)}
 		}
 	}
 	l.state = next
@@ -260,7 +260,7 @@ func (l *Log) writeProtocolLocked(next *core) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(l.folder, protocolFile)
+	path := filepath.Join(l.folder, ProtocolFile)
 	if err := writeFileAtomic(path, data); err != nil {
 		return err
 	}
@@ -302,7 +302,7 @@ func (l *Log) protocolDataLocked() ([]byte, error) {
 	if l.protoData == nil {
 		data, err := marshalPyIndent(l.proto.Raw)
 		if err != nil {
-			return nil, fmt.Errorf("encode %s: %w", protocolFile, err)
+			return nil, fmt.Errorf("encode %s: %w", ProtocolFile, err)
 		}
 		l.protoData = data
 	}
@@ -425,7 +425,7 @@ func (l *Log) resolveFrozenKey(doc string) string {
 
 // refreshLocked catches up with other writers when the files changed.
 func (l *Log) refreshLocked() error {
-	path := filepath.Join(l.folder, eventsFile)
+	path := filepath.Join(l.folder, EventsFile)
 	fi, err := os.Lstat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -434,18 +434,18 @@ func (l *Log) refreshLocked() error {
 			}
 			return l.loadProtocolLocked()
 		}
-		return unavailable("events-read", "cannot stat %s: %v", eventsFile, err)
+		return unavailable("events-read", "cannot stat %s: %v", EventsFile, err)
 	}
-	if pfi, err := os.Lstat(filepath.Join(l.folder, protocolFile)); err == nil && idOf(pfi) == l.protoID && idOf(fi) == l.evID && !l.needReplay {
+	if pfi, err := os.Lstat(filepath.Join(l.folder, ProtocolFile)); err == nil && idOf(pfi) == l.protoID && idOf(fi) == l.evID && !l.needReplay {
 		return nil
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return unavailable("events-read", "open %s: %v", eventsFile, err)
+		return unavailable("events-read", "open %s: %v", EventsFile, err)
 	}
 	defer f.Close()
 	if err := flock(f, unix.LOCK_SH); err != nil {
-		return unavailable("events-read", "lock %s: %v", eventsFile, err)
+		return unavailable("events-read", "lock %s: %v", EventsFile, err)
 	}
 	defer flock(f, unix.LOCK_UN)
 	return l.catchUpLocked(f)

@@ -17,7 +17,7 @@ type rules struct {
 
 func newRules(p *Protocol) *rules {
 	r := &rules{proto: p, listed: map[string]bool{}}
-	for _, id := range p.Participants {
+	for _, id := range p.participants {
 		r.listed[id] = true
 	}
 	r.participants = sortedKeys(r.listed)
@@ -96,7 +96,7 @@ func step(rs *rules, cur *core, seen *seqSet, r *record) ([]Violation, core) {
 		seq = r.Seq
 	}
 	v := func(rule, format string, args ...any) {
-		viol = append(viol, Violation{File: eventsFile, Line: r.line, Seq: seq, Rule: rule, Msg: fmt.Sprintf(format, args...), Kind: Rejected})
+		viol = append(viol, Violation{File: EventsFile, Line: r.line, Seq: seq, Rule: rule, Msg: fmt.Sprintf(format, args...), Kind: Rejected})
 	}
 	name := ""
 	if r.has.has(fEvent) {
@@ -320,8 +320,8 @@ func step(rs *rules, cur *core, seen *seqSet, r *record) ([]Violation, core) {
 		if cur.phase != PhaseReadinessCheck || !cur.readinessPassed {
 			v("readiness-passed-required", "completed needs an earlier readiness_passed in phase readiness_check (phase is %s)", phaseName(cur.phase))
 		}
-		if !r.has.has(fDoc) || r.Doc != conclusionFile {
-			v("completed-doc", "completed must have doc %q", conclusionFile)
+		if !r.has.has(fDoc) || r.Doc != ConclusionFile {
+			v("completed-doc", "completed must have doc %q", ConclusionFile)
 		}
 		ownerTurn("completing the collaboration")
 		next.phase = PhaseCompleted

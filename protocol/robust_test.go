@@ -23,10 +23,10 @@ func TestOddProtocolValues(t *testing.T) {
 	for _, k := range []string{"type", "file", "checklist"} {
 		paths = append(paths, []string{"deliverables", "primary", k})
 	}
-	original := base.read(protocolFile)
+	original := base.read(ProtocolFile)
 	for _, p := range paths {
 		for _, v := range values {
-			base.write(protocolFile, original)
+			base.write(ProtocolFile, original)
 			base.editJSON(func(m map[string]any) {
 				cur := m
 				for _, k := range p[:len(p)-1] {

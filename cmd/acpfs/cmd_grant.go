@@ -16,6 +16,7 @@ import (
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/protocol"
 )
 
 func init() {
@@ -41,55 +42,24 @@ func grantRunsFlag(cmd *cobra.Command, runs *string) {
 	cmd.Flags().StringVar(runs, "runs", grants.DefaultRunDirName, "run directory (context_grants/, handoffs/, ledger)")
 }
 
-// grantProtocolInfo is the little of protocol.json that grant commands
-// need.
-type grantProtocolInfo struct {
-	Objective    string
-	Participants []string
-	DelivMode    string
-	DelivDir     string
-}
-
-func grantReadProtocol(folder string) (grantProtocolInfo, error) {
-	p := filepath.Join(folder, "protocol.json")
-	data, err := os.ReadFile(p)
+// grantReadProtocol loads the collaboration's protocol.json.
+func grantReadProtocol(folder string) (*protocol.Protocol, error) {
+	p, err := protocol.LoadProtocol(folder)
 	if err != nil {
-		return grantProtocolInfo{}, fmt.Errorf("read collaboration protocol: %w", err)
+		return nil, fmt.Errorf("read collaboration protocol: %w", err)
 	}
-	var raw struct {
-		Objective    string            `json:"objective"`
-		Participants []json.RawMessage `json:"participants"`
-		Deliverables struct {
-			Mode string `json:"mode"`
-			Dir  string `json:"dir"`
-		} `json:"deliverables"`
-	}
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return grantProtocolInfo{}, fmt.Errorf("decode %s: %w", p, err)
-	}
-	info := grantProtocolInfo{Objective: raw.Objective, DelivMode: raw.Deliverables.Mode, DelivDir: raw.Deliverables.Dir}
-	for _, r := range raw.Participants {
-		var obj struct {
-			ID string `json:"id"`
-		}
-		var id string
-		if json.Unmarshal(r, &id) == nil && id != "" {
-			info.Participants = append(info.Participants, id)
-		} else if json.Unmarshal(r, &obj) == nil && obj.ID != "" {
-			info.Participants = append(info.Participants, obj.ID)
-		}
-	}
-	return info, nil
+	return p, nil
 }
 
 // grantCheckParticipant refuses a participant the protocol does not list:
 // its appends to events.jsonl could never be accepted.
-func grantCheckParticipant(info grantProtocolInfo, folder, participant string) error {
-	if slices.Contains(info.Participants, participant) {
+func grantCheckParticipant(p *protocol.Protocol, folder, participant string) error {
+	ids := p.ParticipantIDs()
+	if slices.Contains(ids, participant) {
 		return nil
 	}
 	return fmt.Errorf("participant %q is not listed in %s (participants: %s)",
-		participant, filepath.Join(folder, "protocol.json"), strings.Join(info.Participants, ", "))
+		participant, filepath.Join(folder, protocol.ProtocolFile), strings.Join(ids, ", "))
 }
 
 // grantRecord appends one record to the run directory's ledger.
@@ -195,8 +165,8 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 		return err
 	}
 	if f.preset != "" {
-		deliv := info.DelivDir
-		if info.DelivMode == "external" {
+		deliv := info.Dir()
+		if info.External() {
 			deliv = "-"
 			fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are external to the folder; the preset covers only the protocol files\n")
 		}
@@ -212,7 +182,7 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 	g.MayRead = grantAppendNew(g.MayRead, f.mayRead)
 	g.MayWrite = grantAppendNew(g.MayWrite, f.mayWrite)
 	if g.Objective == "" {
-		g.Objective = info.Objective
+		g.Objective = info.Objective()
 	}
 	if g.Role == "" {
 		return errors.New("--role is required without --preset")
