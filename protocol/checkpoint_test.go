@@ -146,7 +146,7 @@ func TestCheckpointCatchesUp(t *testing.T) {
 
 	k.writeReview(4, "reader")
 	rt := 3
-	_, err = l.Append("reader", EvReviewSubmitted, "review", ReviewFile, &rt, "", "")
+	_, err = l.Append(EventSpec{Participant: "reader", Event: EvReviewSubmitted, Summary: "review", Doc: ReviewFile, ReplyTo: &rt})
 	require.NoError(t, err)
 	require.NoError(t, l.SaveCheckpoint(ckpt))
 	assert.Equal(t, 0, Validate(k.dir).ExitCode())

@@ -160,7 +160,7 @@ func TestLogExtendsForeignHistory(t *testing.T) {
 			require.NoError(t, err)
 			defer l.Close()
 			before, protoBefore := k.files()
-			_, err = l.Append("server", EvProposalRevised, "revised", ProposalFile, intp(4), "", "")
+			_, err = l.Append(EventSpec{Participant: "server", Event: EvProposalRevised, Summary: "revised", Doc: ProposalFile, ReplyTo: intp(4)})
 			if c.rule != "" {
 				require.Error(t, err)
 				assert.Equal(t, c.rule, err.(*Error).Rule, "%v", err)

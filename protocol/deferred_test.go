@@ -43,7 +43,7 @@ func TestDeferredProtocolWrites(t *testing.T) {
 				defer o.Close()
 				k.writeReview(4, "reader")
 				rt := 3
-				_, err = o.Append("reader", EvReviewSubmitted, "review", ReviewFile, &rt, "", "")
+				_, err = o.Append(EventSpec{Participant: "reader", Event: EvReviewSubmitted, Summary: "review", Doc: ReviewFile, ReplyTo: &rt})
 				require.NoError(t, err)
 			}},
 		{name: "a person edits the static declaration meanwhile", objective: "A new objective",

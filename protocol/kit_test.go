@@ -184,7 +184,7 @@ func (k *kit) add(e ev) (Event, error) {
 	if k.appender != nil {
 		return k.appender(e, doc, rt, role, sha)
 	}
-	return k.log.Append(e.from, e.event, "step "+e.event, doc, rt, role, sha)
+	return k.log.Append(EventSpec{Participant: e.from, Event: e.event, Summary: "step " + e.event, Doc: doc, ReplyTo: rt, Role: role, SHA256: sha})
 }
 
 func (k *kit) must(e ev) Event {

@@ -190,10 +190,23 @@ func (l *Log) lockLocked() (*Lock, error) {
 	return lk, nil
 }
 
+// EventSpec is the caller's part of an event that Append builds: who
+// writes it and its fields; Append adds the seq and the time. Empty
+// optional fields are left out of the line, as the reference omits them.
+type EventSpec struct {
+	Participant string // the event's "from"; it must be listed in protocol.json
+	Event       string
+	Summary     string
+	Doc         string
+	ReplyTo     *int
+	Role        string
+	SHA256      string
+}
+
 // Append builds an event as the reference append script does (next seq,
 // current UTC time, optional fields omitted when empty) and appends it
 // through the same path as AppendLine.
-func (l *Log) Append(participant, event, summary, doc string, replyTo *int, role, sha256 string) (Event, error) {
+func (l *Log) Append(spec EventSpec) (Event, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lk, err := l.lockLocked()
@@ -201,8 +214,8 @@ func (l *Log) Append(participant, event, summary, doc string, replyTo *int, role
 		return Event{}, err
 	}
 	defer lk.Unlock()
-	ev := l.newEventLocked(participant, event, summary, doc, replyTo, role, sha256)
-	return l.commitLocked(lk.File(), encodeLine(ev), participant, nil)
+	ev := l.newEventLocked(spec)
+	return l.commitLocked(lk.File(), encodeLine(ev), spec.Participant, nil)
 }
 
 // Refresh catches up with lines appended by other processes. It is cheap

@@ -28,7 +28,7 @@ func TestCatchUpIncremental(t *testing.T) {
 	// An append through other continues from the caught-up state.
 	k.writeReview(4, "reader")
 	rt := 3
-	_, err = other.Append("reader", EvReviewSubmitted, "review", ReviewFile, &rt, "", "")
+	_, err = other.Append(EventSpec{Participant: "reader", Event: EvReviewSubmitted, Summary: "review", Doc: ReviewFile, ReplyTo: &rt})
 	require.NoError(t, err)
 	assert.Greater(t, other.offset, off)
 	require.NoError(t, k.log.Refresh())
@@ -96,7 +96,7 @@ func TestBrokenHistoryRefusesAppends(t *testing.T) {
 	l, err := OpenLog(k.dir)
 	require.NoError(t, err, "an invalid history is not fatal")
 	assert.Equal(t, PhaseBlocked, l.Snapshot().Phase, "state is derived as far as possible")
-	_, err = l.Append("server", EvBlocked, "again", "", intp(1), "", "")
+	_, err = l.Append(EventSpec{Participant: "server", Event: EvBlocked, Summary: "again", ReplyTo: intp(1)})
 	require.Error(t, err)
 	assert.Equal(t, Unavailable, KindOf(err))
 	assert.Equal(t, "history", err.(*Error).Rule)
@@ -118,7 +118,7 @@ func TestMissingProtocol(t *testing.T) {
 	// Removed under a live log: appends fail without creating files.
 	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
 	require.NoError(t, os.Remove(filepath.Join(k.dir, ProtocolFile)))
-	_, err = k.log.Append("server", EvBlocked, "stop", "", intp(1), "", "")
+	_, err = k.log.Append(EventSpec{Participant: "server", Event: EvBlocked, Summary: "stop", ReplyTo: intp(1)})
 	require.Error(t, err)
 	assert.Equal(t, Unavailable, KindOf(err))
 }
@@ -217,7 +217,7 @@ func TestSnapshotFrozenExternalInsideFolder(t *testing.T) {
 func TestClosedLog(t *testing.T) {
 	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
 	require.NoError(t, k.log.Close())
-	_, err := k.log.Append("server", EvBlocked, "stop", "", intp(1), "", "")
+	_, err := k.log.Append(EventSpec{Participant: "server", Event: EvBlocked, Summary: "stop", ReplyTo: intp(1)})
 	require.Error(t, err)
 	assert.Equal(t, Unavailable, KindOf(err))
 	assert.Error(t, k.log.Refresh())

@@ -361,17 +361,17 @@ func writeTemp(path string, data []byte) (string, error) {
 
 // newEventLocked builds the event Append writes: the next seq and the
 // current time, never earlier than the previous event.
-func (l *Log) newEventLocked(participant, event, summary, doc string, replyTo *int, role, sha string) Event {
+func (l *Log) newEventLocked(spec EventSpec) Event {
 	return Event{
 		Seq:     l.state.count + 1,
-		From:    participant,
-		Event:   event,
+		From:    spec.Participant,
+		Event:   spec.Event,
 		At:      eventTime(l.now(), l.state.lastAt, l.state.lastAtOK),
-		Summary: summary,
-		Doc:     doc,
-		ReplyTo: replyTo,
-		Role:    role,
-		SHA256:  sha,
+		Summary: spec.Summary,
+		Doc:     spec.Doc,
+		ReplyTo: spec.ReplyTo,
+		Role:    spec.Role,
+		SHA256:  spec.SHA256,
 	}
 }
 

@@ -182,7 +182,7 @@ func TestTransitions(t *testing.T) {
 			}
 			evBefore, protoBefore := k.files()
 			before := k.log.Snapshot()
-			got, err := k.log.Append(e.from, e.event, "case "+c.name, doc, rt, role, sha)
+			got, err := k.log.Append(EventSpec{Participant: e.from, Event: e.event, Summary: "case " + c.name, Doc: doc, ReplyTo: rt, Role: role, SHA256: sha})
 			if c.rule == "" {
 				require.NoError(t, err)
 				assert.Equal(t, before.LastSeq+1, got.Seq)

@@ -44,7 +44,7 @@ func TestOddProtocolValues(t *testing.T) {
 				l, err := OpenLog(base.dir)
 				if err == nil {
 					l.Snapshot()
-					_, _ = l.Append("reader", EvBlocked, "x", "", intp(1), "", "")
+					_, _ = l.Append(EventSpec{Participant: "reader", Event: EvBlocked, Summary: "x", ReplyTo: intp(1)})
 					_, _ = l.Status("reader")
 					_ = l.CheckProtocolWrite([]byte(original))
 				}
