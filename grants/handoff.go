@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/internal/digest"
 )
 
@@ -213,18 +214,18 @@ func openArtifact(folder, rel string) (*os.File, error) {
 // it, and returns the hash. An intact existing copy is kept; a corrupted
 // one is replaced.
 func (r RunDir) storeArtifact(in *os.File) (string, error) {
-	tmp, err := os.CreateTemp(r.ArtifactsDir(), ".incoming-*")
+	// The name comes from the content, so the copy is made under a
+	// placeholder and installed once it is hashed.
+	tmp, err := atomicfile.NewTemp(r.ArtifactsDir(), "incoming")
 	if err != nil {
 		return "", err
 	}
-	tmpName := tmp.Name()
-	defer os.Remove(tmpName) // a no-op once renamed
+	defer tmp.Discard()
 	h := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(tmp, h), in); err != nil {
-		_ = tmp.Close()
 		return "", err
 	}
-	if err := finishTemp(tmp, 0o444); err != nil {
+	if err := tmp.Finish(0o444); err != nil {
 		return "", err
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
@@ -232,10 +233,7 @@ func (r RunDir) storeArtifact(in *os.File) (string, error) {
 	if got, err := digest.File(dst); err == nil && got == sum {
 		return sum, nil
 	}
-	if err := os.Rename(tmpName, dst); err != nil {
-		return "", err
-	}
-	return sum, syncDir(r.ArtifactsDir())
+	return sum, tmp.Install(dst)
 }
 
 // HashFile returns the lowercase hex SHA-256 of a file's content.

@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // fileID identifies a version of a file cheaply: same inode, size and
@@ -309,54 +311,10 @@ func (l *Log) protocolDataLocked() ([]byte, error) {
 	return l.protoData, nil
 }
 
-// writeFileAtomic replaces path with data: a temporary file in the same
-// directory is written, synced and renamed over path, keeping its mode.
+// writeFileAtomic replaces path with data by the rule of
+// internal/atomicfile, keeping the mode of the file it replaces.
 func writeFileAtomic(path string, data []byte) error {
-	name, err := writeTemp(path, data)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(name, path); err != nil {
-		os.Remove(name)
-		return err
-	}
-	return nil
-}
-
-// writeTemp writes data to a new temporary file beside path, with path's
-// mode, and syncs it: renaming it over path is then atomic and durable.
-func writeTemp(path string, data []byte) (string, error) {
-	mode := os.FileMode(0o644)
-	if fi, err := os.Lstat(path); err == nil {
-		mode = fi.Mode().Perm()
-	}
-	dir, base := filepath.Split(path)
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*") // ProtocolTempPrefix for protocol.json
-	if err != nil {
-		return "", err
-	}
-	name := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(name)
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return "", err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		return "", err
-	}
-	if err := tmp.Sync(); err != nil {
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	ok = true
-	return name, nil
+	return atomicfile.WriteFile(path, data, atomicfile.PermOf(path, 0o644))
 }
 
 // newEventLocked builds the event Append writes: the next seq and the

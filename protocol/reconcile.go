@@ -65,7 +65,7 @@ func (l *Log) derivedMatchesLocked() bool {
 }
 
 // removeStaleTemps deletes leftovers of interrupted protocol.json
-// rewrites (see writeFileAtomic).
+// rewrites (see internal/atomicfile).
 func removeStaleTemps(folder string) {
 	entries, err := os.ReadDir(folder)
 	if err != nil {
