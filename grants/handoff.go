@@ -20,6 +20,7 @@ import (
 
 	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/internal/digest"
+	"github.com/acpfs/acpfs/protocol"
 )
 
 // HandoffArtifact records one file passed from a producer agent to a
@@ -263,7 +264,7 @@ func ParseHandoff(data []byte) (*HandoffArtifact, error) {
 			problems = append(problems, f.name+": missing")
 		}
 	}
-	if !isSHA256(h.ArtifactSHA256) {
+	if !protocol.IsSHA256(h.ArtifactSHA256) {
 		problems = append(problems, fmt.Sprintf("artifact_sha256: %q is not 64 lowercase hex digits", h.ArtifactSHA256))
 	}
 	if rel, err := cleanRel(h.ArtifactPath); err != nil || rel != h.ArtifactPath {
@@ -280,18 +281,6 @@ func ParseHandoff(data []byte) (*HandoffArtifact, error) {
 		return nil, fmt.Errorf("invalid handoff %s: %s", h.HandoffID, strings.Join(problems, "; "))
 	}
 	return &h, nil
-}
-
-func isSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !(s[i] >= '0' && s[i] <= '9' || s[i] >= 'a' && s[i] <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // LoadHandoff reads and checks one handoff file.

@@ -125,19 +125,7 @@ type Log struct {
 
 // OpenLog loads protocol.json and replays events.jsonl. Invalid history is
 // not fatal: state is derived as far as possible and Validate reports it.
-func OpenLog(folder string) (*Log, error) {
-	abs, err := filepath.Abs(folder)
-	if err != nil {
-		return nil, unavailable("folder", "resolve folder %s: %v", folder, err)
-	}
-	l := &Log{folder: abs, now: time.Now}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.refreshLocked(); err != nil {
-		return nil, err
-	}
-	return l, nil
-}
+func OpenLog(folder string) (*Log, error) { return OpenLogFrom(folder, "") }
 
 // Folder returns the collaboration folder.
 func (l *Log) Folder() string { return l.folder }
@@ -159,6 +147,14 @@ func (l *Log) AppendLine(line []byte, participant string) (Event, error) {
 // ledger of a view) records the acceptance there, so that no crash can
 // leave a line on disk without its record.
 func (l *Log) AppendLineRecorded(line []byte, participant string, record func(Event) error) (Event, error) {
+	return l.appendLocked(func(f *os.File) (Event, error) {
+		return l.commitLocked(f, line, participant, record)
+	})
+}
+
+// appendLocked runs commit with the log's mutex and the cross-process
+// lock held, the state caught up; f is the locked events.jsonl.
+func (l *Log) appendLocked(commit func(f *os.File) (Event, error)) (Event, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lk, err := l.lockLocked()
@@ -166,7 +162,7 @@ func (l *Log) AppendLineRecorded(line []byte, participant string, record func(Ev
 		return Event{}, err
 	}
 	defer lk.Unlock()
-	return l.commitLocked(lk.File(), line, participant, record)
+	return commit(lk.File())
 }
 
 // lockLocked takes the cross-process lock and catches up under it.
@@ -207,15 +203,9 @@ type EventSpec struct {
 // current UTC time, optional fields omitted when empty) and appends it
 // through the same path as AppendLine.
 func (l *Log) Append(spec EventSpec) (Event, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lk, err := l.lockLocked()
-	if err != nil {
-		return Event{}, err
-	}
-	defer lk.Unlock()
-	ev := l.newEventLocked(spec)
-	return l.commitLocked(lk.File(), encodeLine(ev), spec.Participant, nil)
+	return l.appendLocked(func(f *os.File) (Event, error) {
+		return l.commitLocked(f, encodeLine(l.newEventLocked(spec)), spec.Participant, nil)
+	})
 }
 
 // Refresh catches up with lines appended by other processes. It is cheap

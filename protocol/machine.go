@@ -2,7 +2,6 @@ package protocol
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"sync"
 	"time"
@@ -72,10 +71,18 @@ type lastEvent struct {
 	fromOK bool
 }
 
-var sha256Pattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
 // IsSHA256 reports a 64-character lowercase hexadecimal string.
-func IsSHA256(s string) bool { return len(s) == 64 && sha256Pattern.MatchString(s) }
+func IsSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !(s[i] >= '0' && s[i] <= '9' || s[i] >= 'a' && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 func phaseName(p string) string {
 	if p == "" {

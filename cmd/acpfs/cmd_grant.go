@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,21 +18,15 @@ import (
 	"github.com/acpfs/acpfs/protocol"
 )
 
-func init() {
-	commands = append(commands, newGrantCmd)
-}
+func init() { commands = append(commands, newGrantCmd) }
 
 func newGrantCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "grant",
-		Short: "Create, check, render, list and revoke context grants in a run directory",
-		Long: `A context grant says what one agent may read and write in the collaboration
+	return groupCmd("grant", "Create, check, render, list and revoke context grants in a run directory",
+		`A context grant says what one agent may read and write in the collaboration
 folder. Grants live in DIR/context_grants/G-<id>.json next to the rendered
 prompt G-<id>.prompt.md; the ledger DIR/communication_ledger.jsonl records
 their creation and revocation.`,
-	}
-	cmd.AddCommand(newGrantCreateCmd(), newGrantCheckCmd(), newGrantRenderCmd(), newGrantListCmd(), newGrantRevokeCmd())
-	return cmd
+		newGrantCreateCmd(), newGrantCheckCmd(), newGrantRenderCmd(), newGrantListCmd(), newGrantRevokeCmd())
 }
 
 // grantRunsFlag adds the --runs flag shared by the grant, handoff and
@@ -363,6 +356,16 @@ func grantSortedSlots(g *grants.Grant) []string {
 	return slots
 }
 
+// grantFind finds the grant named by --grant or the argument (see
+// grantRef), and returns it with its file's path.
+func grantFind(rd grants.RunDir, flag string, args []string) (*grants.Grant, string, error) {
+	ref, err := grantRef(flag, args)
+	if err != nil {
+		return nil, "", err
+	}
+	return rd.FindGrant(ref)
+}
+
 // grantRef takes the grant from --grant or, failing that, the only
 // positional argument.
 func grantRef(flag string, args []string) (string, error) {
@@ -382,11 +385,7 @@ func newGrantRenderCmd() *cobra.Command {
 		Short: "Print a grant's prompt (G is a grant id or the path of a grant file)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := grantRef(ref, args)
-			if err != nil {
-				return err
-			}
-			g, _, err := grants.NewRunDir(runs).FindGrant(r)
+			g, _, err := grantFind(grants.NewRunDir(runs), ref, args)
 			if err != nil {
 				return err
 			}
@@ -423,28 +422,18 @@ func newGrantListCmd() *cobra.Command {
 				}
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				if err := enc.Encode(entries); err != nil {
-					return err
-				}
-			} else {
-				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "GRANT\tAGENT\tPARTICIPANT\tROLE\tSTATE\tCREATED")
-				for _, gf := range gs {
-					g := gf.Grant
-					state := "active"
-					if g.Revoked {
-						state = "revoked " + g.RevokedAt
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", g.GrantID, g.AgentID, g.ParticipantID(), oneLineRole(g.Role), state, g.CreatedAt)
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
+				return listed(enc.Encode(entries), loadErr)
 			}
-			if loadErr != nil {
-				return withCode(exitFailed, loadErr)
+			rows := [][]string{{"GRANT", "AGENT", "PARTICIPANT", "ROLE", "STATE", "CREATED"}}
+			for _, gf := range gs {
+				g := gf.Grant
+				state := "active"
+				if g.Revoked {
+					state = "revoked " + g.RevokedAt
+				}
+				rows = append(rows, []string{g.GrantID, g.AgentID, g.ParticipantID(), oneLineRole(g.Role), state, g.CreatedAt})
 			}
-			return nil
+			return listed(printTable(out, rows), loadErr)
 		},
 	}
 	grantRunsFlag(cmd, &runs)
@@ -461,12 +450,8 @@ func newGrantRevokeCmd() *cobra.Command {
 		Short: "Revoke a grant (live views stop showing anything) and record grant_revoked",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := grantRef(ref, args)
-			if err != nil {
-				return err
-			}
 			rd := grants.NewRunDir(runs)
-			g, p, err := rd.FindGrant(r)
+			g, p, err := grantFind(rd, ref, args)
 			if err != nil {
 				return err
 			}
