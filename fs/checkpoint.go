@@ -10,6 +10,7 @@ import (
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/protocol"
 )
 
 // target is a path that passed the checkpoint: its parent directory,
@@ -200,7 +201,7 @@ const dirBlockSize = 4096
 func (f *FS) fillAttr(rel string, st *unix.Stat_t, a *fuse.Attr) {
 	attrFromStat(a, st)
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		if rel == ProtocolFile && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		if rel == protocol.ProtocolFile && st.Mode&unix.S_IFMT == unix.S_IFREG {
 			f.protocolAttr(a)
 		}
 		return

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/protocol"
 )
 
 // Content hashes of large files are computed after the open returns.
@@ -66,7 +67,7 @@ type pendingRead struct {
 // the open looked at it is hashed as it is now, which is what its reads
 // will serve.
 func (f *FS) knownHash(rel string, fd int, v fileVersion) (string, fileVersion, bool, error) {
-	if rel == EventsFile {
+	if rel == protocol.EventsFile {
 		// Append-only: the running hash costs the new bytes only.
 		sha, err := f.evHash.sum(fd)
 		return sha, v, err == nil, err

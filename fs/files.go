@@ -43,7 +43,7 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		// changed kind since the kernel looked it up.
 		return nil, 0, syscall.ENOENT
 	}
-	if rel == EventsFile && flags&syscall.O_TRUNC != 0 {
+	if rel == protocol.EventsFile && flags&syscall.O_TRUNC != 0 {
 		return nil, 0, f.deny(ctx, ledger.KindAppendRejected, "open", rel, syscall.EPERM, "events.jsonl is append-only; O_TRUNC refused")
 	}
 	// The protocol files are never opened for writing on the backing
@@ -67,7 +67,7 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	// protocol.json as the history gives it, which the file on disk may
 	// not state yet (its rewrite is deferred): what this open reads.
 	var pjson []byte
-	if rel == ProtocolFile {
+	if rel == protocol.ProtocolFile {
 		pjson = f.protocolContent()
 	}
 	// A private temporary file holds only what the agent wrote itself:
@@ -91,13 +91,13 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		}
 	}
 	h := f.newHandle(fd, rel, n)
-	if acc != syscall.O_WRONLY && rel != EventsFile && pjson == nil && !private {
+	if acc != syscall.O_WRONLY && rel != protocol.EventsFile && pjson == nil && !private {
 		h.readVer = &ver
 	}
 	switch {
-	case rel == EventsFile:
+	case rel == protocol.EventsFile:
 		return &eventsFile{handle: f.track(h)}, fuse.FOPEN_DIRECT_IO, 0
-	case rel == ProtocolFile:
+	case rel == protocol.ProtocolFile:
 		pf := &protocolFile{handle: h, content: pjson}
 		if writing {
 			if errno := pf.load(flags&syscall.O_TRUNC != 0); errno != 0 {
@@ -227,7 +227,7 @@ func (h *handle) getattr(out *fuse.AttrOut) syscall.Errno {
 		return errnoOf(err)
 	}
 	attrFromStat(&out.Attr, &st)
-	if h.node != nil && h.path() == ProtocolFile {
+	if h.node != nil && h.path() == protocol.ProtocolFile {
 		h.fsys.protocolAttr(&out.Attr)
 	}
 	return 0
@@ -487,7 +487,7 @@ func (e *eventsFile) drop() {
 }
 
 func (e *eventsFile) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
-	return e.fsys.deny(ctx, ledger.KindAppendRejected, "fallocate", EventsFile, syscall.EPERM, "events.jsonl is append-only")
+	return e.fsys.deny(ctx, ledger.KindAppendRejected, "fallocate", protocol.EventsFile, syscall.EPERM, "events.jsonl is append-only")
 }
 
 // Write acknowledges bytes only as far as they are safely handled: whole
@@ -496,18 +496,18 @@ func (e *eventsFile) Allocate(ctx context.Context, off, size uint64, mode uint32
 // reported as a short write, so the caller retries the rest and receives
 // the error for exactly the refused line.
 func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint32, errno syscall.Errno) {
-	defer e.fsys.guard(ctx, "append", EventsFile, &errno)
-	e.fsys.enter("append", EventsFile)
+	defer e.fsys.guard(ctx, "append", protocol.EventsFile, &errno)
+	e.fsys.enter("append", protocol.EventsFile)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	// Only the grant can have changed since open: events.jsonl is never
 	// a deliverable (so never frozen), and its content is validated line
 	// by line whatever name reached it. The protocol log catches up with
 	// other writers itself, so no refresh is needed here.
-	if !e.fsys.matcher().Writable(EventsFile) {
-		return 0, e.fsys.deny(ctx, ledger.KindDenied, "append", EventsFile, syscall.EACCES, "not writable under the grant")
+	if !e.fsys.matcher().Writable(protocol.EventsFile) {
+		return 0, e.fsys.deny(ctx, ledger.KindDenied, "append", protocol.EventsFile, syscall.EACCES, "not writable under the grant")
 	}
-	if errno := e.fsys.gated(ctx, "append", EventsFile); errno != 0 {
+	if errno := e.fsys.gated(ctx, "append", protocol.EventsFile); errno != 0 {
 		return 0, errno
 	}
 	consumed := 0
@@ -529,7 +529,7 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 				return 0, e.fsys.rejectLine(ctx, syscall.EINVAL, fmt.Sprintf("line longer than %d bytes", maxLine))
 			}
 			if !e.fsys.holdPending(int64(len(rest))) {
-				return 0, e.fsys.deny(ctx, ledger.KindAppendRejected, "append", EventsFile, syscall.ENOMEM,
+				return 0, e.fsys.deny(ctx, ledger.KindAppendRejected, "append", protocol.EventsFile, syscall.ENOMEM,
 					"too many unfinished event lines held by this view or this daemon; finish a line with a newline first")
 			}
 			e.pending = append(e.pending, rest...)
@@ -564,7 +564,7 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 // were there: shells ignore errors of close(2), so refusing it would lose
 // it silently. Anything else is refused, and close(2) reports it.
 func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
-	defer e.fsys.guard(ctx, "flush", EventsFile, &errno)
+	defer e.fsys.guard(ctx, "flush", protocol.EventsFile, &errno)
 	e.mu.Lock()
 	pending := e.pending
 	e.drop()
@@ -585,12 +585,12 @@ func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
 // Read never hands out a line still being written by another process:
 // at the end of the file, it stops after the last newline.
 func (e *eventsFile) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
-	defer e.fsys.guard(ctx, "read", EventsFile, &errno)
+	defer e.fsys.guard(ctx, "read", protocol.EventsFile, &errno)
 	if errno := e.readable(ctx); errno != 0 {
 		return nil, errno
 	}
 	if e.audit {
-		e.fsys.record(ctx, ledger.KindReadRequest, "read", EventsFile, "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
+		e.fsys.record(ctx, ledger.KindReadRequest, "read", protocol.EventsFile, "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
 	}
 	k, err := unix.Pread(e.fd(), dest, off)
 	if err != nil {
@@ -616,7 +616,7 @@ func (e *eventsFile) Read(ctx context.Context, dest []byte, off int64) (res fuse
 func (f *FS) appendLine(ctx context.Context, line []byte) syscall.Errno {
 	recorded := false
 	_, err := f.log.AppendLineRecorded(line, f.participant(), func(ev protocol.Event) error {
-		if err := f.record(ctx, ledger.KindAppendAccepted, "append", EventsFile, "", fmt.Sprintf("seq %d %s", ev.Seq, ev.Event)); err != nil {
+		if err := f.record(ctx, ledger.KindAppendAccepted, "append", protocol.EventsFile, "", fmt.Sprintf("seq %d %s", ev.Seq, ev.Event)); err != nil {
 			return err
 		}
 		recorded = true
@@ -625,10 +625,10 @@ func (f *FS) appendLine(ctx context.Context, line []byte) syscall.Errno {
 	if err != nil {
 		if recorded {
 			// Recorded, then the write failed: say that it did not land.
-			f.record(ctx, ledger.KindAppendFailed, "append", EventsFile, "", err.Error())
+			f.record(ctx, ledger.KindAppendFailed, "append", protocol.EventsFile, "", err.Error())
 		}
 		if protocol.RuleOf(err) == "record" {
-			f.ledgerDown("append", EventsFile, err)
+			f.ledgerDown("append", protocol.EventsFile, err)
 			return syscall.EIO
 		}
 		return f.refuseAppend(ctx, err)
@@ -654,11 +654,11 @@ func (f *FS) refuseAppend(ctx context.Context, err error) syscall.Errno {
 			errno = syscall.EROFS
 		}
 	}
-	return f.denyAs(ctx, ledger.KindAppendRejected, "append", EventsFile, errno, err.Error(), "rule "+protocol.RuleOf(err))
+	return f.denyAs(ctx, ledger.KindAppendRejected, "append", protocol.EventsFile, errno, err.Error(), "rule "+protocol.RuleOf(err))
 }
 
 func (f *FS) rejectLine(ctx context.Context, errno syscall.Errno, why string) syscall.Errno {
-	return f.deny(ctx, ledger.KindAppendRejected, "append", EventsFile, errno, why)
+	return f.deny(ctx, ledger.KindAppendRejected, "append", protocol.EventsFile, errno, why)
 }
 
 // protocolFile is an open protocol.json. Writes are collected in memory
@@ -701,12 +701,12 @@ func (p *protocolFile) Read(ctx context.Context, dest []byte, off int64) (res fu
 	if p.content == nil {
 		return p.handle.Read(ctx, dest, off)
 	}
-	defer p.fsys.guard(ctx, "read", ProtocolFile, &errno)
+	defer p.fsys.guard(ctx, "read", protocol.ProtocolFile, &errno)
 	if errno := p.readable(ctx); errno != 0 {
 		return nil, errno
 	}
 	if p.audit {
-		p.fsys.record(ctx, ledger.KindReadRequest, "read", ProtocolFile, "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
+		p.fsys.record(ctx, ledger.KindReadRequest, "read", protocol.ProtocolFile, "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
 	}
 	if off >= int64(len(p.content)) {
 		return fuse.ReadResultData(nil), 0
@@ -723,7 +723,7 @@ func (p *protocolFile) Write(ctx context.Context, data []byte, off int64) (uint3
 	defer p.mu.Unlock()
 	if end := int(off) + len(data); end > len(p.buf) {
 		if end > maxLine {
-			return 0, p.fsys.deny(ctx, ledger.KindDenied, "write", ProtocolFile, syscall.EFBIG, "protocol.json rewrite too large")
+			return 0, p.fsys.deny(ctx, ledger.KindDenied, "write", protocol.ProtocolFile, syscall.EFBIG, "protocol.json rewrite too large")
 		}
 		p.buf = append(p.buf, make([]byte, end-len(p.buf))...)
 	}
@@ -753,12 +753,12 @@ func (p *protocolFile) truncate(ctx context.Context, size uint64, out *fuse.Attr
 		return errno
 	}
 	out.Size = size
-	p.fsys.attrTimeout(ProtocolFile, out)
+	p.fsys.attrTimeout(protocol.ProtocolFile, out)
 	return 0
 }
 
 func (p *protocolFile) Flush(ctx context.Context) (errno syscall.Errno) {
-	defer p.fsys.guard(ctx, "flush", ProtocolFile, &errno)
+	defer p.fsys.guard(ctx, "flush", protocol.ProtocolFile, &errno)
 	p.mu.Lock()
 	buf, dirty := p.buf, p.dirty
 	p.dirty = false
@@ -767,9 +767,9 @@ func (p *protocolFile) Flush(ctx context.Context) (errno syscall.Errno) {
 		return 0
 	}
 	if err := p.fsys.log.CheckProtocolWrite(buf); err != nil {
-		return p.fsys.deny(ctx, ledger.KindDenied, "write", ProtocolFile, syscall.EPERM, err.Error())
+		return p.fsys.deny(ctx, ledger.KindDenied, "write", protocol.ProtocolFile, syscall.EPERM, err.Error())
 	}
-	return p.fsys.recordChange(ctx, "rewrite", ProtocolFile, "content equals the derived state")
+	return p.fsys.recordChange(ctx, "rewrite", protocol.ProtocolFile, "content equals the derived state")
 }
 
 // protocolContent is protocol.json as the derived state has it (see

@@ -33,12 +33,10 @@ import (
 	"github.com/acpfs/acpfs/protocol"
 )
 
-// Names the filesystem treats specially, relative to the folder root.
-const (
-	EventsFile   = "events.jsonl"
-	ProtocolFile = "protocol.json"
-	ControlDir   = ".acpfs"
-)
+// ControlDir is the view's control directory, relative to the folder
+// root; protocol.EventsFile and protocol.ProtocolFile are the other names
+// the filesystem treats specially.
+const ControlDir = ".acpfs"
 
 // maxLine bounds one buffered event line. Real events are a few hundred
 // bytes; the bound keeps a runaway writer from growing daemon memory.
@@ -477,7 +475,7 @@ func (f *FS) policy() policy {
 }
 
 // managed reports whether rel is a protocol file that only acpfs writes.
-func managed(rel string) bool { return rel == EventsFile || rel == ProtocolFile }
+func managed(rel string) bool { return rel == protocol.EventsFile || rel == protocol.ProtocolFile }
 
 func join(dir, name string) string {
 	if dir == "" {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/protocol"
 )
 
 // node is one file or directory of a view. It holds no descriptor and no
@@ -152,7 +153,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	_, modeSet := in.GetMode()
 	_, uidSet := in.GetUID()
 	_, gidSet := in.GetGID()
-	if pf, ok := fh.(*protocolFile); ok && rel == ProtocolFile && sizeSet && !modeSet && !uidSet && !gidSet {
+	if pf, ok := fh.(*protocolFile); ok && rel == protocol.ProtocolFile && sizeSet && !modeSet && !uidSet && !gidSet {
 		// ftruncate of a protocol.json rewrite in progress: judged
 		// with the rest of the rewrite at close.
 		return pf.truncate(ctx, size, out)

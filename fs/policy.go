@@ -229,9 +229,13 @@ func decide(o op, rel string, e entry, p policy) verdict {
 
 // requiredDocs are the documents every ACP folder must hold (validate
 // fails without them).
-var requiredDocs = map[string]bool{
-	"proposal.md": true, "review.md": true, "decisions.md": true, "readiness.md": true, "conclusion.md": true,
-}
+var requiredDocs = func() map[string]bool {
+	m := map[string]bool{}
+	for _, d := range protocol.ProtocolDocs() {
+		m[d] = true
+	}
+	return m
+}()
 
 // managedChange refuses a change to events.jsonl or protocol.json other
 // than through their handles.
@@ -244,7 +248,7 @@ func managedChange(o op, rel string) verdict {
 	case opSetxattr, opRemovexattr:
 		return refuse(syscall.EPERM, ledger.KindDenied, "protocol files are maintained by acpfs")
 	}
-	if rel == EventsFile {
+	if rel == protocol.EventsFile {
 		return refuse(syscall.EPERM, ledger.KindAppendRejected, "events.jsonl is append-only and maintained by acpfs")
 	}
 	return refuse(syscall.EPERM, ledger.KindDenied, "protocol.json is maintained by acpfs")

@@ -7,21 +7,6 @@ import (
 	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
-// finishTemp syncs, chmods and closes a temporary file.
-func finishTemp(tmp *os.File, perm os.FileMode) error {
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	return tmp.Close()
-}
-
-func syncDir(dir string) error { return atomicfile.SyncDir(dir) }
-
 // writeFileAtomic replaces path by the one rule of internal/atomicfile.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return atomicfile.WriteFile(path, data, perm)

@@ -18,7 +18,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/internal/digest"
+	"github.com/acpfs/acpfs/protocol"
 )
 
 // HandoffArtifact records one file passed from a producer agent to a
@@ -213,18 +215,18 @@ func openArtifact(folder, rel string) (*os.File, error) {
 // it, and returns the hash. An intact existing copy is kept; a corrupted
 // one is replaced.
 func (r RunDir) storeArtifact(in *os.File) (string, error) {
-	tmp, err := os.CreateTemp(r.ArtifactsDir(), ".incoming-*")
+	// The name comes from the content, so the copy is made under a
+	// placeholder and installed once it is hashed.
+	tmp, err := atomicfile.NewTemp(r.ArtifactsDir(), "incoming")
 	if err != nil {
 		return "", err
 	}
-	tmpName := tmp.Name()
-	defer os.Remove(tmpName) // a no-op once renamed
+	defer tmp.Discard()
 	h := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(tmp, h), in); err != nil {
-		_ = tmp.Close()
 		return "", err
 	}
-	if err := finishTemp(tmp, 0o444); err != nil {
+	if err := tmp.Finish(0o444); err != nil {
 		return "", err
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
@@ -232,10 +234,7 @@ func (r RunDir) storeArtifact(in *os.File) (string, error) {
 	if got, err := digest.File(dst); err == nil && got == sum {
 		return sum, nil
 	}
-	if err := os.Rename(tmpName, dst); err != nil {
-		return "", err
-	}
-	return sum, syncDir(r.ArtifactsDir())
+	return sum, tmp.Install(dst)
 }
 
 // HashFile returns the lowercase hex SHA-256 of a file's content.
@@ -265,7 +264,7 @@ func ParseHandoff(data []byte) (*HandoffArtifact, error) {
 			problems = append(problems, f.name+": missing")
 		}
 	}
-	if !isSHA256(h.ArtifactSHA256) {
+	if !protocol.IsSHA256(h.ArtifactSHA256) {
 		problems = append(problems, fmt.Sprintf("artifact_sha256: %q is not 64 lowercase hex digits", h.ArtifactSHA256))
 	}
 	if rel, err := cleanRel(h.ArtifactPath); err != nil || rel != h.ArtifactPath {
@@ -282,18 +281,6 @@ func ParseHandoff(data []byte) (*HandoffArtifact, error) {
 		return nil, fmt.Errorf("invalid handoff %s: %s", h.HandoffID, strings.Join(problems, "; "))
 	}
 	return &h, nil
-}
-
-func isSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !(s[i] >= '0' && s[i] <= '9' || s[i] >= 'a' && s[i] <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // LoadHandoff reads and checks one handoff file.

@@ -391,48 +391,14 @@ func isLiteral(s string) bool {
 // expandBraces turns "{a,b}" alternatives into separate patterns, so that
 // matching never builds strings (doublestar concatenates at match time).
 func expandBraces(p string, depth int) ([]string, error) {
-	open := -1
-	for i := 0; i < len(p) && open < 0; i++ {
-		switch p[i] {
-		case '\\':
-			i++
-		case '[':
-			i = skipClass(p, i)
-		case '{':
-			open = i
-		}
-	}
+	open := nextSyntax(p, 0, "{")
 	if open < 0 {
 		return []string{p}, nil
 	}
 	if depth > 32 {
 		return nil, errors.New("too many brace groups")
 	}
-	var alts []string
-	nest, from := 0, open+1
-	closeAt := -1
-	for i := open + 1; i < len(p) && closeAt < 0; i++ {
-		switch p[i] {
-		case '\\':
-			i++
-		case '[':
-			i = skipClass(p, i)
-		case '{':
-			nest++
-		case '}':
-			if nest == 0 {
-				alts = append(alts, p[from:i])
-				closeAt = i
-			} else {
-				nest--
-			}
-		case ',':
-			if nest == 0 {
-				alts = append(alts, p[from:i])
-				from = i + 1
-			}
-		}
-	}
+	alts, closeAt := braceAlternatives(p, open)
 	if closeAt < 0 {
 		return nil, errors.New("invalid glob syntax: unclosed {")
 	}
@@ -448,6 +414,48 @@ func expandBraces(p string, depth int) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// braceAlternatives splits the brace group opened at open into its
+// top-level alternatives, and returns them with the index of the "}"
+// closing the group, or -1 when nothing closes it.
+func braceAlternatives(p string, open int) ([]string, int) {
+	var alts []string
+	nest, from := 0, open+1
+	for i := nextSyntax(p, open+1, "{},"); i >= 0; i = nextSyntax(p, i+1, "{},") {
+		switch p[i] {
+		case '{':
+			nest++
+		case '}':
+			if nest == 0 {
+				return append(alts, p[from:i]), i
+			}
+			nest--
+		case ',':
+			if nest == 0 {
+				alts = append(alts, p[from:i])
+				from = i + 1
+			}
+		}
+	}
+	return nil, -1
+}
+
+// nextSyntax returns the index of the first byte of p at or after i that
+// is one of chars and neither escaped nor inside a character class, or
+// -1.
+func nextSyntax(p string, i int, chars string) int {
+	for ; i < len(p); i++ {
+		switch c := p[i]; {
+		case c == '\\':
+			i++
+		case c == '[':
+			i = skipClass(p, i)
+		case strings.IndexByte(chars, c) >= 0:
+			return i
+		}
+	}
+	return -1
 }
 
 // skipClass returns the index of the "]" closing the class opened at i.

@@ -3,6 +3,8 @@ package grants
 import (
 	"fmt"
 	"sort"
+
+	"github.com/acpfs/acpfs/protocol"
 )
 
 // Preset names.
@@ -14,9 +16,6 @@ const (
 // DefaultDeliverablesDir is the ACP deliverables directory when the
 // protocol does not declare another.
 const DefaultDeliverablesDir = "deliverables"
-
-// protocolDocs are the ACP protocol Markdown documents.
-var protocolDocs = []string{"proposal.md", "review.md", "decisions.md", "readiness.md", "conclusion.md"}
 
 // RolePreset is the may_read / may_write pair of an ACP role.
 type RolePreset struct {
@@ -61,13 +60,13 @@ func Preset(name, deliverablesDir string) (RolePreset, error) {
 		}
 		deliv = rel + "/"
 	}
-	read := append([]string{"protocol.json", "events.jsonl"}, protocolDocs...)
+	read := append([]string{protocol.ProtocolFile, protocol.EventsFile}, protocol.ProtocolDocs()...)
 	var write []string
 	switch name {
 	case PresetOwner:
-		write = []string{"events.jsonl", "protocol.json", "proposal.md", "decisions.md", "readiness.md", "conclusion.md"}
+		write = []string{protocol.EventsFile, protocol.ProtocolFile, protocol.ProposalFile, protocol.DecisionsFile, protocol.ReadinessFile, protocol.ConclusionFile}
 	case PresetReviewer:
-		write = []string{"events.jsonl", "protocol.json", "review.md"}
+		write = []string{protocol.EventsFile, protocol.ProtocolFile, protocol.ReviewFile}
 	default:
 		return RolePreset{}, fmt.Errorf("unknown preset %q (known: %v)", name, Presets())
 	}

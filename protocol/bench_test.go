@@ -16,9 +16,9 @@ import (
 // right after question_classified: reader accepts, the owner proposes a
 // new decision and classifies the questions again.
 var benchCycle = []struct{ from, event, doc string }{
-	{"reader", EvDecisionAccepted, decisionsFile},
-	{"server", EvDecisionProposed, proposalFile},
-	{"server", EvQuestionClassified, readinessFile},
+	{"reader", EvDecisionAccepted, DecisionsFile},
+	{"server", EvDecisionProposed, ProposalFile},
+	{"server", EvQuestionClassified, ReadinessFile},
 }
 
 func benchLine(seq int, at time.Time) []byte {
@@ -35,7 +35,7 @@ func benchFolder(b *testing.B, n int) string {
 	for _, s := range k.happySteps()[:5] {
 		s()
 	}
-	f, err := os.OpenFile(filepath.Join(k.dir, eventsFile), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(filepath.Join(k.dir, EventsFile), os.O_WRONLY|os.O_APPEND, 0)
 	require.NoError(b, err)
 	w := bufio.NewWriterSize(f, 1<<20)
 	for seq := 7; seq <= n; seq++ {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // A derived-state checkpoint lets a short-lived process (`acpfs append`,
@@ -94,6 +96,56 @@ type checkpointEvent struct {
 	FromOK bool   `json:"from_ok"`
 }
 
+// coreOut is the checkpoint form of c.
+func coreOut(c *core) checkpointCore {
+	var cp checkpointCore
+	exchange(c, &cp, true)
+	return cp
+}
+
+// coreIn is the state a checkpoint holds.
+func coreIn(cp *checkpointCore) core {
+	var c core
+	exchange(&c, cp, false)
+	return c
+}
+
+// exchange copies every field of c to cp (out) or back. One list serves
+// both directions, so that no field is saved without being restored.
+func exchange(c *core, cp *checkpointCore, out bool) {
+	move(out, &c.count, &cp.Count)
+	move(out, &c.phase, &cp.Phase)
+	move(out, &c.owner, &cp.Owner)
+	move(out, &c.ownerSet, &cp.OwnerSet)
+	move(out, &c.waiting, &cp.Waiting)
+	move(out, &c.reviewWaiting, &cp.ReviewWaiting)
+	move(out, &c.acceptWaiting, &cp.AcceptWaiting)
+	move(out, &c.acceptedRound, &cp.AcceptedRound)
+	move(out, &c.classificationSeq, &cp.ClassificationSeq)
+	move(out, &c.latestDecisionInputSeq, &cp.LatestDecisionInputSeq)
+	move(out, &c.readinessPassed, &cp.ReadinessPassed)
+	move(out, &c.primaryDrafted, &cp.PrimaryDrafted)
+	move(out, &c.primaryFrozen, &cp.PrimaryFrozen)
+	move(out, &c.lastSeq, &cp.LastSeq)
+	move(out, &c.lastAt, &cp.LastAt)
+	move(out, &c.lastAtOK, &cp.LastAtOK)
+	move(out, &c.lastAtStr, &cp.LastAtStr)
+	move(out, &c.frozen, &cp.Frozen)
+	move(out, &c.hasDecisionAccepted, &cp.HasDecisionAccepted)
+	move(out, &c.hasReadinessPassed, &cp.HasReadinessPassed)
+	move(out, &c.hasCompleted, &cp.HasCompleted)
+	move(out, &c.hasPrimaryFrozenEvent, &cp.HasPrimaryFrozenEvent)
+	if out {
+		cp.Last = *eventOut(&c.last)
+		cp.ProposalSubmitted, cp.ProposalRevised = eventOut(c.proposalSubmitted), eventOut(c.proposalRevised)
+		cp.LastReviewSubmitted = eventOut(c.lastReviewSubmitted)
+	} else {
+		c.last = *eventIn(&cp.Last)
+		c.proposalSubmitted, c.proposalRevised = eventIn(cp.ProposalSubmitted), eventIn(cp.ProposalRevised)
+		c.lastReviewSubmitted = eventIn(cp.LastReviewSubmitted)
+	}
+}
+
 func eventOut(e *lastEvent) *checkpointEvent {
 	if e == nil {
 		return nil
@@ -108,31 +160,12 @@ func eventIn(e *checkpointEvent) *lastEvent {
 	return &lastEvent{seq: e.Seq, seqOK: e.SeqOK, name: e.Name, from: e.From, fromOK: e.FromOK}
 }
 
-func coreOut(c *core) checkpointCore {
-	return checkpointCore{
-		Count: c.count, Phase: c.phase, Owner: c.owner, OwnerSet: c.ownerSet, Waiting: c.waiting,
-		ReviewWaiting: c.reviewWaiting, AcceptWaiting: c.acceptWaiting, AcceptedRound: c.acceptedRound,
-		ClassificationSeq: c.classificationSeq, LatestDecisionInputSeq: c.latestDecisionInputSeq,
-		ReadinessPassed: c.readinessPassed, PrimaryDrafted: c.primaryDrafted, PrimaryFrozen: c.primaryFrozen,
-		LastSeq: c.lastSeq, LastAt: c.lastAt, LastAtOK: c.lastAtOK, LastAtStr: c.lastAtStr, Frozen: c.frozen,
-		HasDecisionAccepted: c.hasDecisionAccepted, HasReadinessPassed: c.hasReadinessPassed,
-		HasCompleted: c.hasCompleted, HasPrimaryFrozenEvent: c.hasPrimaryFrozenEvent,
-		Last: *eventOut(&c.last), ProposalSubmitted: eventOut(c.proposalSubmitted),
-		ProposalRevised: eventOut(c.proposalRevised), LastReviewSubmitted: eventOut(c.lastReviewSubmitted),
-	}
-}
-
-func coreIn(c *checkpointCore) core {
-	return core{
-		count: c.Count, phase: c.Phase, owner: c.Owner, ownerSet: c.OwnerSet, waiting: c.Waiting,
-		reviewWaiting: c.ReviewWaiting, acceptWaiting: c.AcceptWaiting, acceptedRound: c.AcceptedRound,
-		classificationSeq: c.ClassificationSeq, latestDecisionInputSeq: c.LatestDecisionInputSeq,
-		readinessPassed: c.ReadinessPassed, primaryDrafted: c.PrimaryDrafted, primaryFrozen: c.PrimaryFrozen,
-		lastSeq: c.LastSeq, lastAt: c.LastAt, lastAtOK: c.LastAtOK, lastAtStr: c.LastAtStr, frozen: c.Frozen,
-		hasDecisionAccepted: c.HasDecisionAccepted, hasReadinessPassed: c.HasReadinessPassed,
-		hasCompleted: c.HasCompleted, hasPrimaryFrozenEvent: c.HasPrimaryFrozenEvent,
-		last: *eventIn(&c.Last), proposalSubmitted: eventIn(c.ProposalSubmitted),
-		proposalRevised: eventIn(c.ProposalRevised), lastReviewSubmitted: eventIn(c.LastReviewSubmitted),
+// move copies *a to *b (out) or *b to *a.
+func move[T any](out bool, a, b *T) {
+	if out {
+		*b = *a
+	} else {
+		*a = *b
 	}
 }
 
@@ -211,16 +244,11 @@ func (l *Log) restoreLocked(path string) bool {
 	if h, err := staticHash(l.proto.Raw); err != nil || h != cp.Static {
 		return false
 	}
-	f, err := os.OpenFile(filepath.Join(l.folder, eventsFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, id, err := openEvents(l.folder)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return false
-	}
-	id := idOf(fi)
 	n := int64(len(cp.LastLine))
 	if id.dev != cp.Dev || id.ino != cp.Ino || id.size < cp.Offset || n == 0 || n > cp.Offset || cp.LastLine[n-1] != '\n' {
 		return false
@@ -267,16 +295,12 @@ func (l *Log) SaveCheckpoint(path string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(l.folder, eventsFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, id, err := openEvents(l.folder)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if id := idOf(fi); id.dev != l.evID.dev || id.ino != l.evID.ino || id.size < l.offset {
+	if id.dev != l.evID.dev || id.ino != l.evID.ino || id.size < l.offset {
 		return nil // replaced since: the next process replays
 	}
 	last, err := lastLine(f, l.offset)
@@ -298,6 +322,21 @@ func (l *Log) SaveCheckpoint(path string) error {
 	return writePrivate(path, b)
 }
 
+// openEvents opens folder's events.jsonl for reading, without following
+// a symlink in its place, and identifies the file it opened.
+func openEvents(folder string) (*os.File, fileID, error) {
+	f, err := os.OpenFile(filepath.Join(folder, EventsFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fileID{}, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fileID{}, err
+	}
+	return f, idOf(fi), nil
+}
+
 // lastLine returns the line of f that ends at off (with its newline).
 func lastLine(f *os.File, off int64) ([]byte, error) {
 	for chunk := int64(4096); ; chunk *= 4 {
@@ -307,7 +346,7 @@ func lastLine(f *os.File, off int64) ([]byte, error) {
 			return nil, err
 		}
 		if len(buf) == 0 || buf[len(buf)-1] != '\n' {
-			return nil, fmt.Errorf("%s does not end a line at byte %d", eventsFile, off)
+			return nil, fmt.Errorf("%s does not end a line at byte %d", EventsFile, off)
 		}
 		if i := bytes.LastIndexByte(buf[:len(buf)-1], '\n'); i >= 0 {
 			return buf[i+1:], nil
@@ -341,21 +380,8 @@ func readPrivate(path string) ([]byte, error) {
 // writePrivate replaces path with data, readable and writable by this
 // user only. No fsync: a lost checkpoint costs one replay.
 func writePrivate(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".checkpoint-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.WriteCache(path, data, 0o600)
 }

@@ -57,17 +57,17 @@ func TestCheckpointIsUsedOnlyWhileItDescribesTheFolder(t *testing.T) {
 		{name: "protocol.json rewritten by an append elsewhere (same declaration)", used: true,
 			change: func(t *testing.T, k *kit, ckpt string) {
 				var m map[string]any
-				require.NoError(t, json.Unmarshal([]byte(k.read(protocolFile)), &m))
+				require.NoError(t, json.Unmarshal([]byte(k.read(ProtocolFile)), &m))
 				m["updatedAt"] = "2030-01-01T00:00:00Z"
 				b, err := marshalPyIndent(m)
 				require.NoError(t, err)
-				k.write(protocolFile, string(b))
+				k.write(ProtocolFile, string(b))
 			}},
 		{name: "events.jsonl replaced by a copy (another inode)", change: func(t *testing.T, k *kit, ckpt string) {
 			events, _ := k.files()
 			tmp := filepath.Join(k.dir, "events.copy")
 			require.NoError(t, os.WriteFile(tmp, []byte(events), 0o644))
-			require.NoError(t, os.Rename(tmp, filepath.Join(k.dir, eventsFile)))
+			require.NoError(t, os.Rename(tmp, filepath.Join(k.dir, EventsFile)))
 		}},
 		{name: "last line edited in place, same length", change: func(t *testing.T, k *kit, ckpt string) {
 			events, _ := k.files()
@@ -75,20 +75,20 @@ func TestCheckpointIsUsedOnlyWhileItDescribesTheFolder(t *testing.T) {
 			require.Positive(t, i)
 			b := []byte(events)
 			b[i+len(`"summary":"`)] ^= 0x20 // flip the case of the summary's first letter
-			k.write(eventsFile, string(b))
+			k.write(EventsFile, string(b))
 		}},
 		{name: "events.jsonl cut below the checkpoint", change: func(t *testing.T, k *kit, ckpt string) {
 			events, _ := k.files()
 			lines := strings.SplitAfter(events, "\n")
-			k.write(eventsFile, strings.Join(lines[:2], ""))
+			k.write(EventsFile, strings.Join(lines[:2], ""))
 		}},
 		{name: "static declaration changed", change: func(t *testing.T, k *kit, ckpt string) {
 			var m map[string]any
-			require.NoError(t, json.Unmarshal([]byte(k.read(protocolFile)), &m))
+			require.NoError(t, json.Unmarshal([]byte(k.read(ProtocolFile)), &m))
 			m["objective"] = "Another objective"
 			b, err := marshalPyIndent(m)
 			require.NoError(t, err)
-			k.write(protocolFile, string(b))
+			k.write(ProtocolFile, string(b))
 		}},
 		{name: "checkpoint others may write", change: func(t *testing.T, k *kit, ckpt string) {
 			require.NoError(t, os.Chmod(ckpt, 0o666))
@@ -146,7 +146,7 @@ func TestCheckpointCatchesUp(t *testing.T) {
 
 	k.writeReview(4, "reader")
 	rt := 3
-	_, err = l.Append("reader", EvReviewSubmitted, "review", reviewFile, &rt, "", "")
+	_, err = l.Append(EventSpec{Participant: "reader", Event: EvReviewSubmitted, Summary: "review", Doc: ReviewFile, ReplyTo: &rt})
 	require.NoError(t, err)
 	require.NoError(t, l.SaveCheckpoint(ckpt))
 	assert.Equal(t, 0, Validate(k.dir).ExitCode())

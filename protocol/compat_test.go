@@ -35,10 +35,10 @@ var foreignCases = []struct {
 	errors   []string // rules that must be reported as errors
 	warnings []string // rules that must be reported as warnings
 }{
-	{"CRLF line ends", "revising", func(k *kit) { k.write(eventsFile, crlf(k.read(eventsFile))) }, 0, nil, nil},
+	{"CRLF line ends", "revising", func(k *kit) { k.write(EventsFile, crlf(k.read(EventsFile))) }, 0, nil, nil},
 	{"CRLF on one line only", "revising", func(k *kit) { k.editLine(2, func(s string) string { return s + "\r" }) }, 0, nil, nil},
-	{"CRLF blank lines", "revising", func(k *kit) { k.write(eventsFile, crlf(k.read(eventsFile)+"\n \n")) }, 0, nil, nil},
-	{"CRLF completed collaboration", "completed", func(k *kit) { k.write(eventsFile, crlf(k.read(eventsFile))) }, 0, nil, nil},
+	{"CRLF blank lines", "revising", func(k *kit) { k.write(EventsFile, crlf(k.read(EventsFile)+"\n \n")) }, 0, nil, nil},
+	{"CRLF completed collaboration", "completed", func(k *kit) { k.write(EventsFile, crlf(k.read(EventsFile))) }, 0, nil, nil},
 	{"carriage return inside a line", "revising", func(k *kit) {
 		k.editLine(2, func(s string) string { return strings.Replace(s, `,"from"`, ",\r\"from\"", 1) })
 	}, 2, []string{"line-break"}, nil},
@@ -49,18 +49,18 @@ var foreignCases = []struct {
 			k.addField(i, `"x-trace":{"id":[1,"}"]}`)
 		}
 		k.addField(3, `"note":null`)
-		k.write(eventsFile, crlf(k.read(eventsFile)))
+		k.write(EventsFile, crlf(k.read(EventsFile)))
 	}, 1, nil, []string{"field-unknown", "field-unknown"}},
 	{"unknown field twice in one event", "revising", func(k *kit) { k.addField(2, `"tool":1,"tool":2`) }, 2, []string{"field-duplicate"}, []string{"field-unknown"}},
 	{"known field twice", "revising", func(k *kit) { k.addField(2, `"seq":2`) }, 2, []string{"field-duplicate"}, nil},
-	{"torn last line", "revising", func(k *kit) { k.write(eventsFile, k.read(eventsFile)+`{"seq":5,"from":"ser`) }, 1, nil, []string{"partial-line"}},
+	{"torn last line", "revising", func(k *kit) { k.write(EventsFile, k.read(EventsFile)+`{"seq":5,"from":"ser`) }, 1, nil, []string{"partial-line"}},
 	{"complete last event without newline", "revising", func(k *kit) {
-		text := k.read(eventsFile)
+		text := k.read(EventsFile)
 		lines := strings.SplitAfter(text, "\n")
 		last := strings.TrimSuffix(lines[len(lines)-2], "\n")
-		k.write(eventsFile, strings.Join(lines[:len(lines)-2], "")+last)
+		k.write(EventsFile, strings.Join(lines[:len(lines)-2], "")+last)
 	}, 2, []string{"derived-state"}, []string{"partial-line"}},
-	{"blank last line without newline", "revising", func(k *kit) { k.write(eventsFile, k.read(eventsFile)+"  ") }, 1, nil, []string{"partial-line"}},
+	{"blank last line without newline", "revising", func(k *kit) { k.write(EventsFile, k.read(EventsFile)+"  ") }, 1, nil, []string{"partial-line"}},
 }
 
 // knownForeignDifferences are foreignCases whose reference verdict
@@ -160,7 +160,7 @@ func TestLogExtendsForeignHistory(t *testing.T) {
 			require.NoError(t, err)
 			defer l.Close()
 			before, protoBefore := k.files()
-			_, err = l.Append("server", EvProposalRevised, "revised", proposalFile, intp(4), "", "")
+			_, err = l.Append(EventSpec{Participant: "server", Event: EvProposalRevised, Summary: "revised", Doc: ProposalFile, ReplyTo: intp(4)})
 			if c.rule != "" {
 				require.Error(t, err)
 				assert.Equal(t, c.rule, err.(*Error).Rule, "%v", err)

@@ -61,7 +61,7 @@ func appendBlocked(folder, name string, n int) error {
 	for i := 0; i < n; i++ {
 		summary := fmt.Sprintf("%s-%d", name, i)
 		if i%2 == 0 {
-			if _, err := l.Append("server", EvBlocked, summary, "", intp(1), "", ""); err != nil {
+			if _, err := l.Append(EventSpec{Participant: "server", Event: EvBlocked, Summary: summary, ReplyTo: intp(1)}); err != nil {
 				return fmt.Errorf("append %s: %w", summary, err)
 			}
 			continue
@@ -131,7 +131,7 @@ func TestConcurrentAppenders(t *testing.T) {
 	}
 
 	// Every accepted event is in the file exactly once, seqs continuous.
-	f, err := os.Open(filepath.Join(k.dir, eventsFile))
+	f, err := os.Open(filepath.Join(k.dir, EventsFile))
 	require.NoError(t, err)
 	defer f.Close()
 	seen := map[string]int{}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // Deferred protocol.json writes.
@@ -53,7 +55,7 @@ const (
 // ProtocolTempPrefix begins the names of the temporary files that a
 // protocol.json rewrite renames over it; they live beside it for a few
 // milliseconds, and views never show them.
-const ProtocolTempPrefix = "." + protocolFile + ".tmp-"
+const ProtocolTempPrefix = "." + ProtocolFile + ".tmp-"
 
 // maxFlushRounds bounds one flush: appends arriving faster than the disk
 // takes a write are coalesced into the next round, and after this many
@@ -238,7 +240,6 @@ func (l *Log) coalesce(stop chan struct{}) bool {
 func (l *Log) flushProtocol() error {
 	l.pw.flushMu.Lock()
 	defer l.pw.flushMu.Unlock()
-	path := filepath.Join(l.folder, protocolFile)
 	for i := 0; i < maxFlushRounds; i++ {
 		l.mu.Lock()
 		if !l.pw.dirty || l.closed {
@@ -251,43 +252,59 @@ func (l *Log) flushProtocol() error {
 		if err != nil {
 			return err
 		}
-		tmp, err := writeTemp(path, data)
-		if err != nil {
-			return fmt.Errorf("write %s: %w", protocolFile, err)
-		}
-		if err := l.installProtocol(path, tmp, gen, foreign); err != nil {
+		if err := l.flushRound(data, gen, foreign); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// flushRound writes data, rendered at gen after foreign loads, to a
+// temporary file and installs it; the directory is synced once the lock
+// is released.
+func (l *Log) flushRound(data []byte, gen, foreign uint64) error {
+	path := filepath.Join(l.folder, ProtocolFile)
+	tmp, err := atomicfile.NewTemp(l.folder, ProtocolFile)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", ProtocolFile, err)
+	}
+	defer tmp.Discard()
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", ProtocolFile, err)
+	}
+	if err := tmp.Finish(atomicfile.PermOf(path, 0o644)); err != nil {
+		return fmt.Errorf("write %s: %w", ProtocolFile, err)
+	}
+	installed, err := l.installProtocol(path, tmp, gen, foreign)
+	if err != nil || !installed {
+		return err
+	}
+	return atomicfile.SyncDir(l.folder)
+}
+
 // installProtocol renames tmp (rendered at gen, after foreign loads) over
-// path, unless the file changed hands since.
-func (l *Log) installProtocol(path, tmp string, gen, foreign uint64) error {
+// path, unless the file changed hands since. It reports whether it did.
+func (l *Log) installProtocol(path string, tmp *atomicfile.Temp, gen, foreign uint64) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lk, err := l.lockLocked()
 	if err != nil {
-		os.Remove(tmp)
-		return err
+		return false, err
 	}
 	defer lk.Unlock()
 	if !l.pw.dirty || l.pw.foreign != foreign {
 		// Someone else wrote protocol.json meanwhile: their content
 		// must not be replaced with what was rendered before it. The
 		// catch-up rendered again if anything is still missing.
-		os.Remove(tmp)
-		return nil
+		return false, nil
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := tmp.Rename(path); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			// A reconciliation in another process removed the
 			// temporary file: write it again.
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("replace %s: %w", protocolFile, err)
+		return false, fmt.Errorf("replace %s: %w", ProtocolFile, err)
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		l.protoID = idOf(fi)
@@ -295,5 +312,5 @@ func (l *Log) installProtocol(path, tmp string, gen, foreign uint64) error {
 	if l.pw.gen == gen {
 		l.pw.dirty = false
 	}
-	return nil
+	return true, nil
 }

@@ -43,24 +43,24 @@ func TestDeferredProtocolWrites(t *testing.T) {
 				defer o.Close()
 				k.writeReview(4, "reader")
 				rt := 3
-				_, err = o.Append("reader", EvReviewSubmitted, "review", reviewFile, &rt, "", "")
+				_, err = o.Append(EventSpec{Participant: "reader", Event: EvReviewSubmitted, Summary: "review", Doc: ReviewFile, ReplyTo: &rt})
 				require.NoError(t, err)
 			}},
 		{name: "a person edits the static declaration meanwhile", objective: "A new objective",
 			between: func(t *testing.T, k *kit) {
 				var m map[string]any
-				require.NoError(t, json.Unmarshal([]byte(k.read(protocolFile)), &m))
+				require.NoError(t, json.Unmarshal([]byte(k.read(ProtocolFile)), &m))
 				m["objective"] = "A new objective"
 				b, err := marshalPyIndent(m)
 				require.NoError(t, err)
-				k.write(protocolFile, string(b))
+				k.write(ProtocolFile, string(b))
 			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
 			deferByHand(k.log)
-			before := k.read(protocolFile)
+			before := k.read(ProtocolFile)
 			k.must(ev{from: "server", event: EvDeliverableDrafted})
 			k.must(ev{from: "server", event: EvProposalSubmitted})
 
@@ -68,7 +68,7 @@ func TestDeferredProtocolWrites(t *testing.T) {
 			served, err := k.log.ProtocolJSON()
 			require.NoError(t, err)
 			assert.Equal(t, PhaseReviewing, phaseOf(t, served))
-			assert.Equal(t, before, k.read(protocolFile), "the rewrite is deferred")
+			assert.Equal(t, before, k.read(ProtocolFile), "the rewrite is deferred")
 
 			if tt.between != nil {
 				tt.between(t, k)
@@ -76,7 +76,7 @@ func TestDeferredProtocolWrites(t *testing.T) {
 			require.NoError(t, k.log.Close())
 
 			var m map[string]any
-			require.NoError(t, json.Unmarshal([]byte(k.read(protocolFile)), &m))
+			require.NoError(t, json.Unmarshal([]byte(k.read(ProtocolFile)), &m))
 			assert.Equal(t, tt.objective, m["objective"], "no change of the declaration is lost")
 			res := Validate(k.dir)
 			assert.Equal(t, 0, res.ExitCode(), "%v", res.Errors)
@@ -97,9 +97,9 @@ func TestDeferredWriterWritesInTheBackground(t *testing.T) {
 	require.NoError(t, k.log.SyncProtocol())
 	served, err := k.log.ProtocolJSON()
 	require.NoError(t, err)
-	assert.Equal(t, string(served), k.read(protocolFile))
+	assert.Equal(t, string(served), k.read(ProtocolFile))
 	require.NoError(t, k.log.Close())
-	assert.Equal(t, PhaseReviewing, phaseOf(t, []byte(k.read(protocolFile))))
+	assert.Equal(t, PhaseReviewing, phaseOf(t, []byte(k.read(ProtocolFile))))
 	// After Close, appends are synchronous again.
 	assert.False(t, k.log.pw.on)
 }
@@ -109,10 +109,10 @@ func TestDeferredWriterWritesInTheBackground(t *testing.T) {
 // the derived state without writing the file; Reconcile writes it.
 func TestProtocolJSONWhileTheFileIsBehind(t *testing.T) {
 	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
-	stale := k.read(protocolFile)
+	stale := k.read(ProtocolFile)
 	k.must(ev{from: "server", event: EvDeliverableDrafted})
 	k.must(ev{from: "server", event: EvProposalSubmitted})
-	k.write(protocolFile, stale) // the rewrite never happened
+	k.write(ProtocolFile, stale) // the rewrite never happened
 
 	l, err := OpenLog(k.dir)
 	require.NoError(t, err)
@@ -123,12 +123,12 @@ func TestProtocolJSONWhileTheFileIsBehind(t *testing.T) {
 	again, err := l.ProtocolJSON()
 	require.NoError(t, err)
 	assert.Equal(t, served, again, "the same bytes for the same history")
-	assert.Equal(t, stale, k.read(protocolFile), "serving writes nothing")
+	assert.Equal(t, stale, k.read(ProtocolFile), "serving writes nothing")
 	require.NoError(t, l.CheckProtocolWrite(served), "the served content is what a rewrite must say")
 
 	changed, err := l.Reconcile()
 	require.NoError(t, err)
 	assert.True(t, changed)
-	assert.Equal(t, PhaseReviewing, phaseOf(t, []byte(k.read(protocolFile))))
+	assert.Equal(t, PhaseReviewing, phaseOf(t, []byte(k.read(ProtocolFile))))
 	assert.Equal(t, 0, Validate(k.dir).ExitCode())
 }

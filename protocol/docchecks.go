@@ -20,7 +20,7 @@ func FileSHA256(path string) (string, error) { return digest.File(path) }
 func docChecks(folder string, p *Protocol, r *record) []Violation {
 	var viol []Violation
 	v := func(rule, format string, args ...any) {
-		viol = append(viol, Violation{File: eventsFile, Line: r.line, Seq: r.Seq, Rule: rule, Msg: fmt.Sprintf(format, args...), Kind: Rejected})
+		viol = append(viol, Violation{File: EventsFile, Line: r.line, Seq: r.Seq, Rule: rule, Msg: fmt.Sprintf(format, args...), Kind: Rejected})
 	}
 	name := r.Event.Event
 	if name == EvDeliverableFrozen && (r.Role == RolePrimary || r.Role == RoleSupporting) && IsSHA256(r.SHA256) {

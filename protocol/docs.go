@@ -38,7 +38,7 @@ func readDoc(path string) (string, bool, error) {
 
 // ScanReadiness reads folder/readiness.md.
 func ScanReadiness(folder string) (Readiness, error) {
-	text, _, err := readDoc(filepath.Join(folder, readinessFile))
+	text, _, err := readDoc(filepath.Join(folder, ReadinessFile))
 	if err != nil {
 		return Readiness{}, fmt.Errorf("read readiness.md: %w", err)
 	}
@@ -93,7 +93,7 @@ var completableOutcomes = map[string]bool{"proceed": true, "do_not_proceed": tru
 // ConclusionProblems lists why conclusion.md does not allow completed
 // yet; nil when it does. p may be nil to skip the deliverable reference.
 func ConclusionProblems(folder string, p *Protocol) ([]string, error) {
-	text, _, err := readDoc(filepath.Join(folder, conclusionFile))
+	text, _, err := readDoc(filepath.Join(folder, ConclusionFile))
 	if err != nil {
 		return nil, fmt.Errorf("read conclusion.md: %w", err)
 	}

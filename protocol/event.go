@@ -125,7 +125,7 @@ func (v Violation) asError() *Error {
 }
 
 func malformed(line int, rule, format string, args ...any) Violation {
-	return Violation{File: eventsFile, Line: line, Rule: rule, Msg: fmt.Sprintf(format, args...), Kind: Malformed}
+	return Violation{File: EventsFile, Line: line, Rule: rule, Msg: fmt.Sprintf(format, args...), Kind: Malformed}
 }
 
 // splitsLine reports runes that Python's str.splitlines treats as line

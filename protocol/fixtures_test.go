@@ -76,7 +76,7 @@ var fixtureBuilders = []struct {
 			for _, s := range k.happySteps()[:3] {
 				s()
 			}
-			k.replace(readinessFile, "## Blocking Issues", "- [deferred_nonblocking] Pick a rollout window.\n\n## Blocking Issues")
+			k.replace(ReadinessFile, "## Blocking Issues", "- [deferred_nonblocking] Pick a rollout window.\n\n## Blocking Issues")
 			return k
 		}},
 	{fixture{Name: "broken-seq-gap", Folder: "collab", Exit: 2, Phase: PhaseReviewing, Rules: []string{"seq-continuous"},

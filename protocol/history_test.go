@@ -20,7 +20,7 @@ func TestHistoryProblemNamesTheFirstBadLine(t *testing.T) {
 	require.NoError(t, l.Refresh())
 	assert.Empty(t, l.HistoryProblem())
 
-	f, err := os.OpenFile(filepath.Join(folder, eventsFile), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(filepath.Join(folder, EventsFile), os.O_WRONLY|os.O_APPEND, 0)
 	require.NoError(t, err)
 	_, err = f.WriteString("not json\n")
 	require.NoError(t, err)

@@ -147,23 +147,23 @@ func (k *kit) defaults(e ev) (string, *int, string, string) {
 		}
 	case EvProposalSubmitted, EvProposalRevised, EvDecisionProposed:
 		if doc == "" {
-			doc = proposalFile
+			doc = ProposalFile
 		}
 	case EvReviewSubmitted:
 		if doc == "" {
-			doc = reviewFile
+			doc = ReviewFile
 		}
 	case EvDecisionAccepted:
 		if doc == "" {
-			doc = decisionsFile
+			doc = DecisionsFile
 		}
 	case EvQuestionClassified, EvReadinessPassed:
 		if doc == "" {
-			doc = readinessFile
+			doc = ReadinessFile
 		}
 	case EvCompleted:
 		if doc == "" {
-			doc = conclusionFile
+			doc = ConclusionFile
 		}
 	}
 	var rt *int
@@ -184,7 +184,7 @@ func (k *kit) add(e ev) (Event, error) {
 	if k.appender != nil {
 		return k.appender(e, doc, rt, role, sha)
 	}
-	return k.log.Append(e.from, e.event, "step "+e.event, doc, rt, role, sha)
+	return k.log.Append(EventSpec{Participant: e.from, Event: e.event, Summary: "step " + e.event, Doc: doc, ReplyTo: rt, Role: role, SHA256: sha})
 }
 
 func (k *kit) must(e ev) Event {
@@ -197,7 +197,7 @@ func (k *kit) must(e ev) Event {
 // writeReview adds a review section for the review_submitted event that
 // will get seq.
 func (k *kit) writeReview(seq int, who string) {
-	text := k.read(reviewFile)
+	text := k.read(ReviewFile)
 	ref := k.proto().PrimaryRef()
 	text += fmt.Sprintf(`
 ## 2026-01-02T03:04:%02dZ - %s - seq %d
@@ -212,12 +212,12 @@ Review Scope:
 Position:
 - Accept.
 `, seq%60, who, seq, ref)
-	k.write(reviewFile, text)
+	k.write(ReviewFile, text)
 }
 
 func (k *kit) writeDecisions() {
 	ref := k.proto().PrimaryRef()
-	k.write(decisionsFile, fmt.Sprintf(`# Decisions
+	k.write(DecisionsFile, fmt.Sprintf(`# Decisions
 
 ## Accepted Decisions
 
@@ -239,7 +239,7 @@ func (k *kit) writeReadiness() {
 	for _, g := range k.proto().GateTexts() {
 		gates = append(gates, "- [x] "+g)
 	}
-	k.write(readinessFile, fmt.Sprintf(`# Readiness
+	k.write(ReadinessFile, fmt.Sprintf(`# Readiness
 
 ## Open Question Classification
 
@@ -269,7 +269,7 @@ func (k *kit) fillPrimary(status string) {
 
 func (k *kit) writeConclusion() {
 	ref := k.proto().PrimaryRef()
-	k.write(conclusionFile, fmt.Sprintf(`# Conclusion
+	k.write(ConclusionFile, fmt.Sprintf(`# Conclusion
 
 ## Decision Outcome
 
@@ -370,7 +370,7 @@ func (k *kit) happy() { k.runUntil(func(s Snapshot) bool { return s.Phase == Pha
 
 // files returns the bytes of events.jsonl and protocol.json.
 func (k *kit) files() (string, string) {
-	return k.read(eventsFile), k.read(protocolFile)
+	return k.read(EventsFile), k.read(ProtocolFile)
 }
 
 var ruleRe = regexp.MustCompile(`\[([a-z0-9-]+)\]$`)

@@ -21,14 +21,14 @@ type Lock struct {
 // LockEvents opens folder/events.jsonl for appending (creating it if
 // needed) and blocks until it holds the exclusive lock.
 func LockEvents(folder string) (*Lock, error) {
-	path := filepath.Join(folder, eventsFile)
+	path := filepath.Join(folder, EventsFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", eventsFile, err)
+		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
 	}
 	if err := flock(f, unix.LOCK_EX); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", eventsFile, err)
+		return nil, fmt.Errorf("lock %s: %w", EventsFile, err)
 	}
 	return &Lock{f: f}, nil
 }

@@ -127,19 +127,7 @@ type Log struct {
 
 // OpenLog loads protocol.json and replays events.jsonl. Invalid history is
 // not fatal: state is derived as far as possible and Validate reports it.
-func OpenLog(folder string) (*Log, error) {
-	abs, err := filepath.Abs(folder)
-	if err != nil {
-		return nil, unavailable("folder", "resolve folder %s: %v", folder, err)
-	}
-	l := &Log{folder: abs, now: time.Now}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.refreshLocked(); err != nil {
-		return nil, err
-	}
-	return l, nil
-}
+func OpenLog(folder string) (*Log, error) { return OpenLogFrom(folder, "") }
 
 // Folder returns the collaboration folder.
 func (l *Log) Folder() string { return l.folder }
@@ -161,6 +149,14 @@ func (l *Log) AppendLine(line []byte, participant string) (Event, error) {
 // ledger of a view) records the acceptance there, so that no crash can
 // leave a line on disk without its record.
 func (l *Log) AppendLineRecorded(line []byte, participant string, record func(Event) error) (Event, error) {
+	return l.appendLocked(func(f *os.File) (Event, error) {
+		return l.commitRetryLocked(f, func() []byte { return line }, participant, record)
+	})
+}
+
+// appendLocked runs commit with the log's mutex and the cross-process
+// lock held, the state caught up; f is the locked events.jsonl.
+func (l *Log) appendLocked(commit func(f *os.File) (Event, error)) (Event, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lk, err := l.lockLocked()
@@ -168,7 +164,7 @@ func (l *Log) AppendLineRecorded(line []byte, participant string, record func(Ev
 		return Event{}, err
 	}
 	defer lk.Unlock()
-	return l.commitRetryLocked(lk.File(), func() []byte { return line }, participant, record)
+	return commit(lk.File())
 }
 
 // lockLocked takes the cross-process lock and catches up under it.
@@ -176,7 +172,7 @@ func (l *Log) lockLocked() (*Lock, error) {
 	if l.closed {
 		return nil, unavailable("closed", "the log of %s is closed", l.folder)
 	}
-	if _, err := os.Lstat(filepath.Join(l.folder, protocolFile)); err != nil {
+	if _, err := os.Lstat(filepath.Join(l.folder, ProtocolFile)); err != nil {
 		// Checked first so that a folder without protocol.json does not
 		// get an events.jsonl created by the lock.
 		return nil, l.loadProtocolLocked()
@@ -192,21 +188,27 @@ func (l *Log) lockLocked() (*Lock, error) {
 	return lk, nil
 }
 
+// EventSpec is the caller's part of an event that Append builds: who
+// writes it and its fields; Append adds the seq and the time. Empty
+// optional fields are left out of the line, as the reference omits them.
+type EventSpec struct {
+	Participant string // the event's "from"; it must be listed in protocol.json
+	Event       string
+	Summary     string
+	Doc         string
+	ReplyTo     *int
+	Role        string
+	SHA256      string
+}
+
 // Append builds an event as the reference append script does (next seq,
 // current UTC time, optional fields omitted when empty) and appends it
 // through the same path as AppendLine.
-func (l *Log) Append(participant, event, summary, doc string, replyTo *int, role, sha256 string) (Event, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lk, err := l.lockLocked()
-	if err != nil {
-		return Event{}, err
-	}
-	defer lk.Unlock()
-	mk := func() []byte {
-		return encodeLine(l.newEventLocked(participant, event, summary, doc, replyTo, role, sha256))
-	}
-	return l.commitRetryLocked(lk.File(), mk, participant, nil)
+func (l *Log) Append(spec EventSpec) (Event, error) {
+	return l.appendLocked(func(f *os.File) (Event, error) {
+		mk := func() []byte { return encodeLine(l.newEventLocked(spec)) }
+		return l.commitRetryLocked(f, mk, spec.Participant, nil)
+	})
 }
 
 // Refresh catches up with lines appended by other processes. It is cheap

@@ -28,7 +28,7 @@ func TestCatchUpIncremental(t *testing.T) {
 	// An append through other continues from the caught-up state.
 	k.writeReview(4, "reader")
 	rt := 3
-	_, err = other.Append("reader", EvReviewSubmitted, "review", reviewFile, &rt, "", "")
+	_, err = other.Append(EventSpec{Participant: "reader", Event: EvReviewSubmitted, Summary: "review", Doc: ReviewFile, ReplyTo: &rt})
 	require.NoError(t, err)
 	assert.Greater(t, other.offset, off)
 	require.NoError(t, k.log.Refresh())
@@ -44,21 +44,21 @@ func TestReplayWhenFileShrinksOrIsReplaced(t *testing.T) {
 	lines := strings.SplitAfter(events, "\n")
 
 	// Truncated back to two events: the state follows.
-	k.write(eventsFile, lines[0]+lines[1])
+	k.write(EventsFile, lines[0]+lines[1])
 	require.NoError(t, k.log.Refresh())
 	assert.Equal(t, 2, k.log.Snapshot().LastSeq)
 	assert.Equal(t, PhaseDrafting, k.log.Snapshot().Phase)
 
 	// Same size, different bytes before the offset: detected through the
 	// missing newline at the old end, then replayed.
-	k.write(eventsFile, lines[0]+strings.TrimSuffix(lines[1], "\n")+" \n")
+	k.write(EventsFile, lines[0]+strings.TrimSuffix(lines[1], "\n")+" \n")
 	require.NoError(t, k.log.Refresh())
 	assert.Equal(t, 2, k.log.Snapshot().LastSeq)
 
 	// Replaced by rename (new inode).
 	tmp := filepath.Join(k.dir, "events.new")
 	require.NoError(t, os.WriteFile(tmp, []byte(lines[0]), 0o644))
-	require.NoError(t, os.Rename(tmp, filepath.Join(k.dir, eventsFile)))
+	require.NoError(t, os.Rename(tmp, filepath.Join(k.dir, EventsFile)))
 	require.NoError(t, k.log.Refresh())
 	assert.Equal(t, 1, k.log.Snapshot().LastSeq)
 }
@@ -74,7 +74,7 @@ func TestRefreshIsCheapWhenUnchanged(t *testing.T) {
 
 func TestPartialLineRefusesAppends(t *testing.T) {
 	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
-	f, err := os.OpenFile(filepath.Join(k.dir, eventsFile), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(filepath.Join(k.dir, EventsFile), os.O_WRONLY|os.O_APPEND, 0)
 	require.NoError(t, err)
 	_, err = f.WriteString(`{"seq":2,"from":"server"`)
 	require.NoError(t, err)
@@ -92,11 +92,11 @@ func TestPartialLineRefusesAppends(t *testing.T) {
 func TestBrokenHistoryRefusesAppends(t *testing.T) {
 	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
 	events, _ := k.files()
-	k.write(eventsFile, events+`{"seq":5,"from":"server","event":"blocked","at":"2026-01-02T03:05:00Z","summary":"x","reply_to":1}`+"\n")
+	k.write(EventsFile, events+`{"seq":5,"from":"server","event":"blocked","at":"2026-01-02T03:05:00Z","summary":"x","reply_to":1}`+"\n")
 	l, err := OpenLog(k.dir)
 	require.NoError(t, err, "an invalid history is not fatal")
 	assert.Equal(t, PhaseBlocked, l.Snapshot().Phase, "state is derived as far as possible")
-	_, err = l.Append("server", EvBlocked, "again", "", intp(1), "", "")
+	_, err = l.Append(EventSpec{Participant: "server", Event: EvBlocked, Summary: "again", ReplyTo: intp(1)})
 	require.Error(t, err)
 	assert.Equal(t, Unavailable, KindOf(err))
 	assert.Equal(t, "history", err.(*Error).Rule)
@@ -110,15 +110,15 @@ func TestMissingProtocol(t *testing.T) {
 	assert.Equal(t, Unavailable, KindOf(err))
 	assert.Equal(t, "protocol-json", err.(*Error).Rule)
 
-	require.NoError(t, os.WriteFile(filepath.Join(dir, protocolFile), []byte("{nope"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ProtocolFile), []byte("{nope"), 0o644))
 	_, err = OpenLog(dir)
 	require.Error(t, err)
 	assert.Equal(t, "protocol-json", err.(*Error).Rule)
 
 	// Removed under a live log: appends fail without creating files.
 	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
-	require.NoError(t, os.Remove(filepath.Join(k.dir, protocolFile)))
-	_, err = k.log.Append("server", EvBlocked, "stop", "", intp(1), "", "")
+	require.NoError(t, os.Remove(filepath.Join(k.dir, ProtocolFile)))
+	_, err = k.log.Append(EventSpec{Participant: "server", Event: EvBlocked, Summary: "stop", ReplyTo: intp(1)})
 	require.Error(t, err)
 	assert.Equal(t, Unavailable, KindOf(err))
 }
@@ -127,15 +127,15 @@ func TestProtocolJSONRewrite(t *testing.T) {
 	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec", "server", "reader", "critic"))
 	// Keys the protocol does not know survive a rewrite.
 	var raw map[string]any
-	require.NoError(t, json.Unmarshal([]byte(k.read(protocolFile)), &raw))
+	require.NoError(t, json.Unmarshal([]byte(k.read(ProtocolFile)), &raw))
 	raw["x-note"] = "<kept & \"quoted\"> é"
 	data, err := marshalPyIndent(raw)
 	require.NoError(t, err)
-	k.write(protocolFile, string(data))
+	k.write(ProtocolFile, string(data))
 
 	k.must(ev{from: "server", event: EvDeliverableDrafted})
 	k.must(ev{from: "server", event: EvProposalSubmitted})
-	text := k.read(protocolFile)
+	text := k.read(ProtocolFile)
 	assert.Contains(t, text, `"x-note": "<kept & \"quoted\"> é"`)
 	assert.Contains(t, text, "  \"currentPhase\": \"reviewing\",\n")
 	assert.Contains(t, text, "  \"waitingFor\": [\n    \"critic\",\n    \"reader\"\n  ],\n")
@@ -163,7 +163,7 @@ func TestCheckProtocolWrite(t *testing.T) {
 	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
 	k.must(ev{from: "server", event: EvDeliverableDrafted})
 	k.must(ev{from: "server", event: EvProposalSubmitted})
-	current := k.read(protocolFile)
+	current := k.read(ProtocolFile)
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(current), &raw))
 	edit := func(f func(m map[string]any)) []byte {
@@ -217,7 +217,7 @@ func TestSnapshotFrozenExternalInsideFolder(t *testing.T) {
 func TestClosedLog(t *testing.T) {
 	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
 	require.NoError(t, k.log.Close())
-	_, err := k.log.Append("server", EvBlocked, "stop", "", intp(1), "", "")
+	_, err := k.log.Append(EventSpec{Participant: "server", Event: EvBlocked, Summary: "stop", ReplyTo: intp(1)})
 	require.Error(t, err)
 	assert.Equal(t, Unavailable, KindOf(err))
 	assert.Error(t, k.log.Refresh())

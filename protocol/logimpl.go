@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // fileID identifies a version of a file cheaply: same inode, size and
@@ -39,7 +41,7 @@ func unavailable(rule, format string, args ...any) *Error {
 // change of anything but the fields appends rewrite invalidates the
 // replayed state, which is then rebuilt.
 func (l *Log) loadProtocolLocked() error {
-	path := filepath.Join(l.folder, protocolFile)
+	path := filepath.Join(l.folder, ProtocolFile)
 	fi, err := os.Lstat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -102,7 +104,7 @@ func (l *Log) catchUpLocked(f *os.File) error {
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		return unavailable("events-read", "cannot stat %s: %v", eventsFile, err)
+		return unavailable("events-read", "cannot stat %s: %v", EventsFile, err)
 	}
 	id := idOf(fi)
 	replay := l.needReplay || id.dev != l.evID.dev || id.ino != l.evID.ino || id.size < l.offset
@@ -130,7 +132,7 @@ func (l *Log) catchUpLocked(f *os.File) error {
 		l.applyHistoryLocked(line, l.lines)
 	})
 	if err != nil {
-		return unavailable("events-read", "cannot read %s: %v", eventsFile, err)
+		return unavailable("events-read", "cannot read %s: %v", EventsFile, err)
 	}
 	return nil
 }
@@ -173,7 +175,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 	lineNo := l.lines + 1
 	if l.evID.size != l.offset {
 		return Event{}, &Error{Kind: Unavailable, Line: l.lines + 1, Rule: "partial-line",
-			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before appending", eventsFile, l.offset)}
+			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before appending", EventsFile, l.offset)}
 	}
 	rec := parseLine(line, lineNo)
 	if len(rec.bad) > 0 {
@@ -187,7 +189,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 	if l.historyBad != nil {
 		h := l.historyBad
 		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "history",
-			Msg: fmt.Sprintf("%s has %d problem(s), first at line %d: %s [%s]; repair it before appending", eventsFile, l.historyProblems, h.Line, h.Msg, h.Rule)}
+			Msg: fmt.Sprintf("%s has %d problem(s), first at line %d: %s [%s]; repair it before appending", EventsFile, l.historyProblems, h.Line, h.Msg, h.Rule)}
 	}
 	if !l.rules.listed[rec.From] {
 		return Event{}, &Error{Kind: Rejected, Line: lineNo, Seq: seq, Rule: "participant",
@@ -220,7 +222,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 		if err == nil {
 			err = io.ErrShortWrite
 		}
-		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", eventsFile, err)}
+		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", EventsFile, err)}
 	}
 	if next.phase != "" {
 		var err error
@@ -234,7 +236,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 		}
 		if err != nil {
 			l.undoLocked(f)
-			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", protocolFile, err)}
+			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", ProtocolFile, err)}
 		}
 	}
 	l.state = next
@@ -265,7 +267,7 @@ func (l *Log) writeProtocolLocked(next *core) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(l.folder, protocolFile)
+	path := filepath.Join(l.folder, ProtocolFile)
 	if err := writeFileAtomic(path, data); err != nil {
 		return err
 	}
@@ -307,76 +309,32 @@ func (l *Log) protocolDataLocked() ([]byte, error) {
 	if l.protoData == nil {
 		data, err := marshalPyIndent(l.proto.Raw)
 		if err != nil {
-			return nil, fmt.Errorf("encode %s: %w", protocolFile, err)
+			return nil, fmt.Errorf("encode %s: %w", ProtocolFile, err)
 		}
 		l.protoData = data
 	}
 	return l.protoData, nil
 }
 
-// writeFileAtomic replaces path with data: a temporary file in the same
-// directory is written, synced and renamed over path, keeping its mode.
+// writeFileAtomic replaces path with data by the rule of
+// internal/atomicfile, keeping the mode of the file it replaces.
 func writeFileAtomic(path string, data []byte) error {
-	name, err := writeTemp(path, data)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(name, path); err != nil {
-		os.Remove(name)
-		return err
-	}
-	return nil
-}
-
-// writeTemp writes data to a new temporary file beside path, with path's
-// mode, and syncs it: renaming it over path is then atomic and durable.
-func writeTemp(path string, data []byte) (string, error) {
-	mode := os.FileMode(0o644)
-	if fi, err := os.Lstat(path); err == nil {
-		mode = fi.Mode().Perm()
-	}
-	dir, base := filepath.Split(path)
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*") // ProtocolTempPrefix for protocol.json
-	if err != nil {
-		return "", err
-	}
-	name := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(name)
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return "", err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		return "", err
-	}
-	if err := tmp.Sync(); err != nil {
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	ok = true
-	return name, nil
+	return atomicfile.WriteFile(path, data, atomicfile.PermOf(path, 0o644))
 }
 
 // newEventLocked builds the event Append writes: the next seq and the
 // current time, never earlier than the previous event.
-func (l *Log) newEventLocked(participant, event, summary, doc string, replyTo *int, role, sha string) Event {
+func (l *Log) newEventLocked(spec EventSpec) Event {
 	return Event{
 		Seq:     l.state.count + 1,
-		From:    participant,
-		Event:   event,
+		From:    spec.Participant,
+		Event:   spec.Event,
 		At:      eventTime(l.now(), l.state.lastAt, l.state.lastAtOK),
-		Summary: summary,
-		Doc:     doc,
-		ReplyTo: replyTo,
-		Role:    role,
-		SHA256:  sha,
+		Summary: spec.Summary,
+		Doc:     spec.Doc,
+		ReplyTo: spec.ReplyTo,
+		Role:    spec.Role,
+		SHA256:  spec.SHA256,
 	}
 }
 
@@ -430,7 +388,7 @@ func (l *Log) resolveFrozenKey(doc string) string {
 
 // refreshLocked catches up with other writers when the files changed.
 func (l *Log) refreshLocked() error {
-	path := filepath.Join(l.folder, eventsFile)
+	path := filepath.Join(l.folder, EventsFile)
 	fi, err := os.Lstat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -439,18 +397,18 @@ func (l *Log) refreshLocked() error {
 			}
 			return l.loadProtocolLocked()
 		}
-		return unavailable("events-read", "cannot stat %s: %v", eventsFile, err)
+		return unavailable("events-read", "cannot stat %s: %v", EventsFile, err)
 	}
-	if pfi, err := os.Lstat(filepath.Join(l.folder, protocolFile)); err == nil && idOf(pfi) == l.protoID && idOf(fi) == l.evID && !l.needReplay {
+	if pfi, err := os.Lstat(filepath.Join(l.folder, ProtocolFile)); err == nil && idOf(pfi) == l.protoID && idOf(fi) == l.evID && !l.needReplay {
 		return nil
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return unavailable("events-read", "open %s: %v", eventsFile, err)
+		return unavailable("events-read", "open %s: %v", EventsFile, err)
 	}
 	defer f.Close()
 	if err := flock(f, unix.LOCK_SH); err != nil {
-		return unavailable("events-read", "lock %s: %v", eventsFile, err)
+		return unavailable("events-read", "lock %s: %v", EventsFile, err)
 	}
 	defer flock(f, unix.LOCK_UN)
 	return l.catchUpLocked(f)

@@ -2,9 +2,8 @@ package protocol
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
-	"strings"
+	"sync"
 	"time"
 )
 
@@ -17,7 +16,7 @@ type rules struct {
 
 func newRules(p *Protocol) *rules {
 	r := &rules{proto: p, listed: map[string]bool{}}
-	for _, id := range p.Participants {
+	for _, id := range p.participants {
 		r.listed[id] = true
 	}
 	r.participants = sortedKeys(r.listed)
@@ -72,10 +71,18 @@ type lastEvent struct {
 	fromOK bool
 }
 
-var sha256Pattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
 // IsSHA256 reports a 64-character lowercase hexadecimal string.
-func IsSHA256(s string) bool { return len(s) == 64 && sha256Pattern.MatchString(s) }
+func IsSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !(s[i] >= '0' && s[i] <= '9' || s[i] >= 'a' && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 func phaseName(p string) string {
 	if p == "" {
@@ -88,283 +95,138 @@ func phaseName(p string) string {
 // state after it. cur and seen are not modified; seen holds the seqs of
 // the events before this one. The checks here depend only on the events
 // and protocol.json; checks against other documents are in docchecks.go.
+//
+// The order of the violations is part of the contract (an append reports
+// the first): the event's shape within the log, then its transition (see
+// transitions), then bookkeeping that never fails.
 func step(rs *rules, cur *core, seen *seqSet, r *record) ([]Violation, core) {
-	next := *cur
-	var viol []Violation
-	seq := 0
-	if r.has.has(fSeq) {
-		seq = r.Seq
+	t := transitionPool.Get().(*transition)
+	defer transitionPool.Put(t)
+	*t = newTransition(rs, cur, r)
+	t.checkShape(seen)
+	if apply, ok := transitions[t.name]; ok {
+		apply(t)
 	}
-	v := func(rule, format string, args ...any) {
-		viol = append(viol, Violation{File: eventsFile, Line: r.line, Seq: seq, Rule: rule, Msg: fmt.Sprintf(format, args...), Kind: Rejected})
-	}
-	name := ""
-	if r.has.has(fEvent) {
-		name = r.Event.Event
-	}
-	actor, actorOK := r.From, r.has.has(fFrom)
-	role := ""
-	if r.has.has(fRole) {
-		role = r.Role
-	}
-
-	// Shape of the event within the log.
-	expected := cur.count + 1
-	if !r.has.has(fSeq) {
-		v("seq-continuous", "expected seq %d, got none", expected)
-	} else if r.Seq != expected {
-		v("seq-continuous", "expected seq %d, got %d", expected, r.Seq)
-	}
-	validRole := role == RolePrimary || role == RoleSupporting
-	if isDeliverableEvent(name) {
-		if !validRole {
-			v("role-required", "%s needs role primary or supporting", name)
-		}
-		if !r.has.has(fDoc) {
-			v("doc-required", "%s needs doc naming the deliverable", name)
-		}
-		if name == EvDeliverableFrozen && !(r.has.has(fSHA) && IsSHA256(r.SHA256)) {
-			v("sha256-format", "deliverable_frozen needs sha256 as 64 lowercase hexadecimal digits")
-		}
-	}
-	if name != EvInitialized && r.ReplyTo == nil {
-		v("reply-to-required", "reply_to is required on every event after initialized")
-	}
-	if r.ReplyTo != nil && !seen.has(*r.ReplyTo) {
-		if cur.count == 0 {
-			v("reply-to-range", "reply_to %d names no earlier event (the log is empty)", *r.ReplyTo)
-		} else {
-			v("reply-to-range", "reply_to %d names no earlier event (expected 1..%d)", *r.ReplyTo, cur.lastSeq)
-		}
-	}
-	if r.atOK && cur.lastAtOK && r.at.Before(cur.lastAt) {
-		v("at-order", "at %s is earlier than the previous event's %s", r.At, cur.lastAtStr)
-	}
-	if isDeliverableEvent(name) && validRole && r.has.has(fDoc) {
-		if _, why := rs.proto.deliverableFile(r.Doc, role); why != "" {
-			v("deliverable-doc", "%s", why)
-		}
-	}
-
-	// The phase state machine.
-	inSet := func(set []string) bool { return actorOK && contains(set, actor) }
-	who := func() string {
-		if actorOK {
-			return fmt.Sprintf("%q", actor)
-		}
-		return "an event without from"
-	}
-	expectTurn := func(allowed []string, action string) {
-		if inSet(allowed) {
-			return
-		}
-		list := strings.Join(allowed, ", ")
-		if list == "" {
-			list = "no participant"
-		}
-		v("turn", "%s is reserved for %s, not %s", action, list, who())
-	}
-	ownerTurn := func(action string) {
-		if next.owner != "" {
-			expectTurn([]string{next.owner}, action)
-		}
-	}
-	ownerList := func() []string {
-		if next.owner != "" {
-			return []string{next.owner}
-		}
-		return nil
-	}
-	notFrom := func(allowed ...string) {
-		for _, p := range allowed {
-			if cur.phase == p {
-				return
-			}
-		}
-		v("phase", "%s is not allowed in phase %s (allowed: %s)", name, phaseName(cur.phase), strings.Join(allowed, ", "))
-	}
-
-	switch name {
-	case EvInitialized:
-		if !r.has.has(fSeq) || r.Seq != 1 {
-			v("initialized-seq", "initialized must be seq 1")
-		}
-		if !actorOK || !rs.listed[actor] {
-			v("participant", "initialized by %s, who is not listed in protocol.json", who())
-		}
-		next.owner, next.ownerSet = "", false
-		if actorOK {
-			next.owner, next.ownerSet = actor, true
-		}
-		next.phase = PhaseDrafting
-		next.waiting = ownerList()
-	case EvBlocked:
-		next.phase = PhaseBlocked
-		next.waiting = nil
-	case EvDeliverableDrafted:
-		if role == RolePrimary {
-			notFrom(PhaseDrafting, PhaseRevising, PhaseDecisionReview)
-			ownerTurn("drafting the primary deliverable")
-			next.primaryDrafted = true
-		}
-	case EvDeliverableRevised:
-		if role == RolePrimary {
-			if cur.primaryFrozen {
-				v("revise-after-freeze", "the primary deliverable is frozen and can no longer be revised")
-			}
-			notFrom(PhaseRevising, PhaseDecisionReview)
-			ownerTurn("revising the primary deliverable")
-			next.primaryDrafted = true
-		}
-	case EvDeliverableFrozen:
-		if role == RolePrimary {
-			if cur.primaryFrozen {
-				v("primary-frozen-once", "the primary deliverable is already frozen")
-			}
-			notFrom(PhaseReadinessCheck)
-			ownerTurn("freezing the primary deliverable")
-			next.primaryFrozen = true
-		}
-	case EvProposalSubmitted:
-		notFrom(PhaseDrafting, PhaseRevising)
-		if !cur.primaryDrafted {
-			v("primary-draft-required", "proposal_submitted needs an earlier deliverable_drafted of the primary deliverable")
-		}
-		switch {
-		case cur.owner != "":
-			expectTurn([]string{cur.owner}, "submitting the proposal")
-		case actorOK:
-		default:
-			expectTurn(nil, "submitting the proposal")
-		}
-		if actorOK {
-			next.owner, next.ownerSet = actor, true
-		}
-		var reviewers []string
-		for _, p := range rs.participants {
-			if !(next.ownerSet && p == next.owner) {
-				reviewers = append(reviewers, p)
-			}
-		}
-		if len(reviewers) == 0 {
-			v("reviewer-required", "proposal_submitted needs at least one other participant to review")
-		}
-		next.reviewWaiting = reviewers
-		next.phase = PhaseReviewing
-		next.waiting = reviewers
-	case EvReviewSubmitted:
-		notFrom(PhaseReviewing)
-		expectTurn(cur.reviewWaiting, "submitting a review now")
-		if inSet(cur.reviewWaiting) {
-			next.reviewWaiting = without(cur.reviewWaiting, actor)
-		}
-		if len(next.reviewWaiting) > 0 {
-			next.phase = PhaseReviewing
-			next.waiting = next.reviewWaiting
-		} else {
-			next.phase = PhaseRevising
-			next.waiting = ownerList()
-		}
-	case EvProposalRevised, EvDecisionProposed:
-		if name == EvProposalRevised {
-			notFrom(PhaseRevising)
-			ownerTurn("revising the proposal")
-		} else {
-			notFrom(PhaseRevising, PhaseDecisionReview)
-			ownerTurn("proposing decisions")
-		}
-		if r.has.has(fSeq) {
-			next.latestDecisionInputSeq = r.Seq
-		}
-		next.classificationSeq = 0
-		next.acceptedRound = nil
-		next.phase = PhaseDecisionReview
-		next.waiting = ownerList()
-	case EvQuestionClassified:
-		notFrom(PhaseDecisionReview)
-		ownerTurn("classifying questions")
-		if r.has.has(fSeq) {
-			next.classificationSeq = r.Seq
-		}
-		next.acceptWaiting = rs.participants
-		next.acceptedRound = nil
-		next.phase = PhaseDecisionReview
-		next.waiting = rs.participants
-	case EvDecisionAccepted:
-		notFrom(PhaseDecisionReview)
-		if cur.latestDecisionInputSeq != 0 && cur.classificationSeq <= cur.latestDecisionInputSeq {
-			v("classification-required", "decision_accepted needs a question_classified after the latest proposal_revised or decision_proposed (seq %d)", cur.latestDecisionInputSeq)
-		}
-		expectTurn(cur.acceptWaiting, "accepting decisions now")
-		if inSet(cur.acceptWaiting) {
-			next.acceptWaiting = without(cur.acceptWaiting, actor)
-			next.acceptedRound = withItem(cur.acceptedRound, actor)
-		}
-		if len(next.acceptWaiting) > 0 {
-			next.phase = PhaseDecisionReview
-			next.waiting = next.acceptWaiting
-		} else {
-			next.phase = PhaseReadinessCheck
-			next.waiting = ownerList()
-		}
-	case EvReadinessPassed:
-		notFrom(PhaseReadinessCheck)
-		if !cur.primaryFrozen {
-			v("freeze-required", "readiness_passed needs an earlier deliverable_frozen of the primary deliverable")
-		}
-		ownerTurn("passing readiness")
-		next.readinessPassed = true
-		next.phase = PhaseReadinessCheck
-		next.waiting = ownerList()
-	case EvCompleted:
-		if cur.phase != PhaseReadinessCheck || !cur.readinessPassed {
-			v("readiness-passed-required", "completed needs an earlier readiness_passed in phase readiness_check (phase is %s)", phaseName(cur.phase))
-		}
-		if !r.has.has(fDoc) || r.Doc != conclusionFile {
-			v("completed-doc", "completed must have doc %q", conclusionFile)
-		}
-		ownerTurn("completing the collaboration")
-		next.phase = PhaseCompleted
-		next.waiting = nil
-	}
-
-	// Bookkeeping that never fails.
-	next.count++
-	if r.has.has(fSeq) {
-		next.lastSeq = r.Seq
-	}
-	if r.atOK {
-		next.lastAt, next.lastAtOK, next.lastAtStr = r.at, true, r.At
-	}
-	if name == EvDeliverableFrozen && validRole && r.has.has(fDoc) && r.has.has(fSHA) && IsSHA256(r.SHA256) {
-		m := make(map[string]string, len(cur.frozen)+1)
-		for k, val := range cur.frozen {
-			m[k] = val
-		}
-		m[r.Doc] = r.SHA256
-		next.frozen = m
-	}
-	le := lastEvent{seq: r.Seq, seqOK: r.has.has(fSeq), name: name, from: actor, fromOK: actorOK}
-	next.last = le
-	switch name {
-	case EvDecisionAccepted:
-		next.hasDecisionAccepted = true
-	case EvReadinessPassed:
-		next.hasReadinessPassed = true
-	case EvCompleted:
-		next.hasCompleted = true
-	case EvDeliverableFrozen:
-		if role == RolePrimary {
-			next.hasPrimaryFrozenEvent = true
-		}
-	case EvProposalSubmitted:
-		next.proposalSubmitted = &le
-	case EvProposalRevised:
-		next.proposalRevised = &le
-	case EvReviewSubmitted:
-		next.lastReviewSubmitted = &le
-	}
+	t.bookkeep()
+	viol, next := t.viol, t.next
+	*t = transition{} // the pool keeps no pointer into the caller's state
 	return viol, next
+}
+
+// transitionPool recycles transitions: called through the table, a
+// transition escapes to the heap, and a replay steps through every event
+// of the history.
+var transitionPool = sync.Pool{New: func() any { return new(transition) }}
+
+// transition is one event being applied: the record, the state before it
+// and the state being built, and the rules broken so far.
+type transition struct {
+	rs   *rules
+	cur  *core
+	next core
+	r    *record
+	viol []Violation
+
+	seq     int    // the event's seq, 0 without one
+	name    string // the event name, "" without one
+	actor   string // from
+	actorOK bool
+	role    string // "" without one
+}
+
+func newTransition(rs *rules, cur *core, r *record) transition {
+	t := transition{rs: rs, cur: cur, next: *cur, r: r, actor: r.From, actorOK: r.has.has(fFrom)}
+	if r.has.has(fSeq) {
+		t.seq = r.Seq
+	}
+	if r.has.has(fEvent) {
+		t.name = r.Event.Event
+	}
+	if r.has.has(fRole) {
+		t.role = r.Role
+	}
+	return t
+}
+
+// violate records a broken rule of the event.
+func (t *transition) violate(rule, format string, args ...any) {
+	t.viol = append(t.viol, Violation{File: EventsFile, Line: t.r.line, Seq: t.seq, Rule: rule, Msg: fmt.Sprintf(format, args...), Kind: Rejected})
+}
+
+// validRole reports a role deliverable events accept.
+func (t *transition) validRole() bool { return t.role == RolePrimary || t.role == RoleSupporting }
+
+// event is the event as later checks (validate, next) remember it.
+func (t *transition) event() lastEvent {
+	return lastEvent{seq: t.r.Seq, seqOK: t.r.has.has(fSeq), name: t.name, from: t.actor, fromOK: t.actorOK}
+}
+
+// checkShape checks the event's place within the log and its fields,
+// whatever its transition.
+func (t *transition) checkShape(seen *seqSet) {
+	t.checkSeq()
+	if isDeliverableEvent(t.name) {
+		t.checkDeliverableFields()
+	}
+	t.checkReplyTo(seen)
+	if t.r.atOK && t.cur.lastAtOK && t.r.at.Before(t.cur.lastAt) {
+		t.violate("at-order", "at %s is earlier than the previous event's %s", t.r.At, t.cur.lastAtStr)
+	}
+	if isDeliverableEvent(t.name) && t.validRole() && t.r.has.has(fDoc) {
+		if _, why := t.rs.proto.deliverableFile(t.r.Doc, t.role); why != "" {
+			t.violate("deliverable-doc", "%s", why)
+		}
+	}
+}
+
+func (t *transition) checkSeq() {
+	expected := t.cur.count + 1
+	if !t.r.has.has(fSeq) {
+		t.violate("seq-continuous", "expected seq %d, got none", expected)
+	} else if t.r.Seq != expected {
+		t.violate("seq-continuous", "expected seq %d, got %d", expected, t.r.Seq)
+	}
+}
+
+func (t *transition) checkDeliverableFields() {
+	if !t.validRole() {
+		t.violate("role-required", "%s needs role primary or supporting", t.name)
+	}
+	if !t.r.has.has(fDoc) {
+		t.violate("doc-required", "%s needs doc naming the deliverable", t.name)
+	}
+	if t.name == EvDeliverableFrozen && !t.hasSHA() {
+		t.violate("sha256-format", "deliverable_frozen needs sha256 as 64 lowercase hexadecimal digits")
+	}
+}
+
+func (t *transition) hasSHA() bool { return t.r.has.has(fSHA) && IsSHA256(t.r.SHA256) }
+
+func (t *transition) checkReplyTo(seen *seqSet) {
+	r := t.r
+	if t.name != EvInitialized && r.ReplyTo == nil {
+		t.violate("reply-to-required", "reply_to is required on every event after initialized")
+	}
+	if r.ReplyTo == nil || seen.has(*r.ReplyTo) {
+		return
+	}
+	if t.cur.count == 0 {
+		t.violate("reply-to-range", "reply_to %d names no earlier event (the log is empty)", *r.ReplyTo)
+	} else {
+		t.violate("reply-to-range", "reply_to %d names no earlier event (expected 1..%d)", *r.ReplyTo, t.cur.lastSeq)
+	}
+}
+
+// bookkeep records what every event leaves behind; it never fails.
+func (t *transition) bookkeep() {
+	t.next.count++
+	if t.r.has.has(fSeq) {
+		t.next.lastSeq = t.r.Seq
+	}
+	if t.r.atOK {
+		t.next.lastAt, t.next.lastAtOK, t.next.lastAtStr = t.r.at, true, t.r.At
+	}
+	t.next.last = t.event()
 }
 
 func contains(list []string, s string) bool {

@@ -40,7 +40,7 @@ func kitAt(t *testing.T, state string, parts ...string) *kit {
 const S, R = "server", "reader"
 
 func unresolved(k *kit) {
-	k.write(readinessFile, strings.Replace(k.read(readinessFile), "[resolved]", "[unresolved]", 1))
+	k.write(ReadinessFile, strings.Replace(k.read(ReadinessFile), "[resolved]", "[unresolved]", 1))
 }
 
 // transitionCases are candidate appends at each state, accepted or refused;
@@ -107,14 +107,14 @@ var transitionCases = []struct {
 	{"accept twice", "accepted1", nil, ev{from: R, event: EvDecisionAccepted}, "turn", ""},
 	{"last acceptance", "accepted1", nil, ev{from: S, event: EvDecisionAccepted}, "", PhaseReadinessCheck},
 	{"accept with blocking item", "classified", func(k *kit) {
-		k.write(readinessFile, k.read(readinessFile)+"\n- [blocking] Storage quota unknown.\n")
+		k.write(ReadinessFile, k.read(ReadinessFile)+"\n- [blocking] Storage quota unknown.\n")
 	}, ev{from: R, event: EvDecisionAccepted}, "readiness-blocking", ""},
 	{"accept with unresolved item", "classified", unresolved, ev{from: R, event: EvDecisionAccepted}, "readiness-unresolved", ""},
 	{"accept with TBD", "classified", func(k *kit) {
-		k.write(readinessFile, k.read(readinessFile)+"\n- [resolved] Expiry is TBD.\n")
+		k.write(ReadinessFile, k.read(ReadinessFile)+"\n- [resolved] Expiry is TBD.\n")
 	}, ev{from: R, event: EvDecisionAccepted}, "readiness-unresolved", ""},
 	{"accept with reasonless deferral", "classified", func(k *kit) {
-		k.write(readinessFile, strings.Replace(k.read(readinessFile), "Reason:", "Because", 1))
+		k.write(ReadinessFile, strings.Replace(k.read(ReadinessFile), "Reason:", "Because", 1))
 	}, ev{from: R, event: EvDecisionAccepted}, "readiness-reason", ""},
 	{"accept after a new proposal", "accepted1", func(k *kit) {
 		k.must(ev{from: S, event: EvDecisionProposed})
@@ -137,24 +137,24 @@ var transitionCases = []struct {
 	{"readiness passed", "frozen", nil, ev{from: S, event: EvReadinessPassed}, "", PhaseReadinessCheck},
 	{"readiness by reader", "frozen", nil, ev{from: R, event: EvReadinessPassed}, "turn", ""},
 	{"readiness without ready box", "frozen", func(k *kit) {
-		k.write(readinessFile, strings.Replace(k.read(readinessFile), "- [x] Ready to implement", "- [ ] Ready to implement", 1))
+		k.write(ReadinessFile, strings.Replace(k.read(ReadinessFile), "- [x] Ready to implement", "- [ ] Ready to implement", 1))
 	}, ev{from: S, event: EvReadinessPassed}, "ready-to-implement", ""},
 	{"readiness with unresolved", "frozen", unresolved, ev{from: S, event: EvReadinessPassed}, "readiness-unresolved", ""},
 	{"complete", "passed", func(k *kit) { k.writeConclusion() }, ev{from: S, event: EvCompleted}, "", PhaseCompleted},
 	{"complete by reader", "passed", func(k *kit) { k.writeConclusion() }, ev{from: R, event: EvCompleted}, "turn", ""},
-	{"complete with other doc", "passed", func(k *kit) { k.writeConclusion() }, ev{from: S, event: EvCompleted, doc: readinessFile}, "completed-doc", ""},
+	{"complete with other doc", "passed", func(k *kit) { k.writeConclusion() }, ev{from: S, event: EvCompleted, doc: ReadinessFile}, "completed-doc", ""},
 	{"complete with unchecked gate", "passed", func(k *kit) {
 		k.writeConclusion()
-		k.write(readinessFile, strings.Replace(k.read(readinessFile), "- [x] Readiness passes", "- [ ] Readiness passes", 1))
+		k.write(ReadinessFile, strings.Replace(k.read(ReadinessFile), "- [x] Readiness passes", "- [ ] Readiness passes", 1))
 	}, ev{from: S, event: EvCompleted}, "completion-gates", ""},
 	{"complete with template conclusion", "passed", nil, ev{from: S, event: EvCompleted}, "conclusion", ""},
 	{"complete with placeholder", "passed", func(k *kit) {
 		k.writeConclusion()
-		k.write(conclusionFile, k.read(conclusionFile)+"\nOpen point: todo.\n")
+		k.write(ConclusionFile, k.read(ConclusionFile)+"\nOpen point: todo.\n")
 	}, ev{from: S, event: EvCompleted}, "conclusion", ""},
 	{"complete with two outcomes", "passed", func(k *kit) {
 		k.writeConclusion()
-		k.write(conclusionFile, k.read(conclusionFile)+"\n- [defer] Or later.\n")
+		k.write(ConclusionFile, k.read(ConclusionFile)+"\n- [defer] Or later.\n")
 	}, ev{from: S, event: EvCompleted}, "conclusion", ""},
 	{"readiness passed twice", "passed", nil, ev{from: S, event: EvReadinessPassed}, "", PhaseReadinessCheck},
 	// terminal phases
@@ -182,7 +182,7 @@ func TestTransitions(t *testing.T) {
 			}
 			evBefore, protoBefore := k.files()
 			before := k.log.Snapshot()
-			got, err := k.log.Append(e.from, e.event, "case "+c.name, doc, rt, role, sha)
+			got, err := k.log.Append(EventSpec{Participant: e.from, Event: e.event, Summary: "case " + c.name, Doc: doc, ReplyTo: rt, Role: role, SHA256: sha})
 			if c.rule == "" {
 				require.NoError(t, err)
 				assert.Equal(t, before.LastSeq+1, got.Seq)

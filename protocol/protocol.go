@@ -8,20 +8,30 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
 
-// File names inside a collaboration folder.
+// File names inside a collaboration folder: the two files acpfs maintains
+// and the protocol documents (see ProtocolDocs). They are defined here
+// only; the filesystem, the CLI and the grant presets use these names.
 const (
-	protocolFile   = "protocol.json"
-	eventsFile     = "events.jsonl"
-	proposalFile   = "proposal.md"
-	reviewFile     = "review.md"
-	decisionsFile  = "decisions.md"
-	readinessFile  = "readiness.md"
-	conclusionFile = "conclusion.md"
+	ProtocolFile   = "protocol.json"
+	EventsFile     = "events.jsonl"
+	ProposalFile   = "proposal.md"
+	ReviewFile     = "review.md"
+	DecisionsFile  = "decisions.md"
+	ReadinessFile  = "readiness.md"
+	ConclusionFile = "conclusion.md"
 )
+
+// ProtocolDocs returns the Markdown documents every collaboration folder
+// holds (the validator fails without them), in the order the protocol
+// uses them. The slice is the caller's.
+func ProtocolDocs() []string {
+	return []string{ProposalFile, ReviewFile, DecisionsFile, ReadinessFile, ConclusionFile}
+}
 
 // ProtocolName and SchemaVersion identify ACP schema v2.
 const (
@@ -74,7 +84,7 @@ func (d Deliverable) Sections() []string { return d.sections }
 // decoded (numbers as json.Number) so that rewrites preserve unknown keys.
 type Protocol struct {
 	Raw          map[string]any
-	Participants []string
+	participants []string
 	Supporting   []Deliverable
 	Primary      Deliverable
 	hasPrimary   bool
@@ -89,7 +99,7 @@ type Protocol struct {
 // LoadProtocol reads and parses folder/protocol.json. A missing or
 // unparsable file is an *Error of kind Unavailable.
 func LoadProtocol(folder string) (*Protocol, error) {
-	data, err := readNoFollow(filepath.Join(folder, protocolFile))
+	data, err := readNoFollow(filepath.Join(folder, ProtocolFile))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, &Error{Kind: Unavailable, Rule: "protocol-json", Msg: fmt.Sprintf("missing protocol.json in %s", folder)}
@@ -114,10 +124,10 @@ func ParseProtocol(data []byte) (*Protocol, error) {
 		for _, item := range list {
 			switch x := item.(type) {
 			case string:
-				p.Participants = append(p.Participants, x)
+				p.participants = append(p.participants, x)
 			case map[string]any:
 				if id, ok := x["id"].(string); ok {
-					p.Participants = append(p.Participants, id)
+					p.participants = append(p.participants, id)
 				}
 			}
 		}
@@ -181,6 +191,18 @@ func parseDeliverable(m map[string]any) Deliverable {
 		d.sections = spec.sections
 	}
 	return d
+}
+
+// ParticipantIDs returns the participant ids protocol.json lists, in its
+// order: plain strings and the "id" of objects, as the reference reads
+// them. The slice is the caller's.
+func (p *Protocol) ParticipantIDs() []string { return slices.Clone(p.participants) }
+
+// Objective returns the objective protocol.json states, or "" when it is
+// missing or not a string.
+func (p *Protocol) Objective() string {
+	s, _ := p.Raw["objective"].(string)
+	return s
 }
 
 // External reports whether deliverables live outside the folder.

@@ -37,7 +37,7 @@ func (l *Log) Reconcile() (bool, error) {
 		return false, nil
 	}
 	if err := l.writeProtocolLocked(&l.state); err != nil {
-		return false, &Error{Kind: Unavailable, Rule: "io", Msg: "write " + protocolFile + ": " + err.Error()}
+		return false, &Error{Kind: Unavailable, Rule: "io", Msg: "write " + ProtocolFile + ": " + err.Error()}
 	}
 	return true, nil
 }
@@ -65,7 +65,7 @@ func (l *Log) derivedMatchesLocked() bool {
 }
 
 // removeStaleTemps deletes leftovers of interrupted protocol.json
-// rewrites (see writeFileAtomic).
+// rewrites (see internal/atomicfile).
 func removeStaleTemps(folder string) {
 	entries, err := os.ReadDir(folder)
 	if err != nil {

@@ -19,7 +19,7 @@ func TestReconcileRepairsProtocolJSONAfterCrash(t *testing.T) {
 	l, err := OpenLog(dir)
 	require.NoError(t, err)
 	one := 1
-	_, err = l.Append("alice", "blocked", "stop", "", &one, "", "")
+	_, err = l.Append(EventSpec{Participant: "alice", Event: "blocked", Summary: "stop", ReplyTo: &one})
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
 

@@ -69,7 +69,7 @@ func (l *Log) pullLocked(f *os.File) ([][]byte, error) {
 	}
 	if l.evID.size != l.offset {
 		return nil, &Error{Kind: Unavailable, Line: l.lines + 1, Rule: "partial-line",
-			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before catching up", eventsFile, l.offset)}
+			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before catching up", EventsFile, l.offset)}
 	}
 	var buf bytes.Buffer
 	for _, line := range lines {
@@ -78,7 +78,7 @@ func (l *Log) pullLocked(f *os.File) ([][]byte, error) {
 	}
 	if n, err := f.Write(buf.Bytes()); err != nil || n != buf.Len() {
 		l.undoLocked(f)
-		return nil, unavailable("io", "write %s: %v", eventsFile, err)
+		return nil, unavailable("io", "write %s: %v", EventsFile, err)
 	}
 	if err := l.catchUpLocked(f); err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ func (l *Log) pullLocked(f *os.File) ([][]byte, error) {
 		return lines, nil
 	}
 	if err := l.writeProtocolLocked(&l.state); err != nil {
-		return lines, unavailable("io", "write %s: %v", protocolFile, err)
+		return lines, unavailable("io", "write %s: %v", ProtocolFile, err)
 	}
 	return lines, nil
 }
@@ -116,7 +116,7 @@ func (l *Log) publishLocked(f *os.File, n int, line []byte) error {
 		// The store holds fewer lines than the folder: something wrote
 		// to the copy without the store.
 		return &Error{Kind: Unavailable, Line: n, Rule: "store-diverged",
-			Msg: fmt.Sprintf("%s has lines the store does not hold (written without the store?); the folder must be made a copy of the store's history again", eventsFile)}
+			Msg: fmt.Sprintf("%s has lines the store does not hold (written without the store?); the folder must be made a copy of the store's history again", EventsFile)}
 	}
 	return errConflictRetry
 }

@@ -23,10 +23,10 @@ func TestOddProtocolValues(t *testing.T) {
 	for _, k := range []string{"type", "file", "checklist"} {
 		paths = append(paths, []string{"deliverables", "primary", k})
 	}
-	original := base.read(protocolFile)
+	original := base.read(ProtocolFile)
 	for _, p := range paths {
 		for _, v := range values {
-			base.write(protocolFile, original)
+			base.write(ProtocolFile, original)
 			base.editJSON(func(m map[string]any) {
 				cur := m
 				for _, k := range p[:len(p)-1] {
@@ -44,7 +44,7 @@ func TestOddProtocolValues(t *testing.T) {
 				l, err := OpenLog(base.dir)
 				if err == nil {
 					l.Snapshot()
-					_, _ = l.Append("reader", EvBlocked, "x", "", intp(1), "", "")
+					_, _ = l.Append(EventSpec{Participant: "reader", Event: EvBlocked, Summary: "x", ReplyTo: intp(1)})
 					_, _ = l.Status("reader")
 					_ = l.CheckProtocolWrite([]byte(original))
 				}

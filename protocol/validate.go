@@ -14,7 +14,7 @@ import (
 )
 
 // requiredFiles must exist in every collaboration folder.
-var requiredFiles = []string{protocolFile, eventsFile, proposalFile, reviewFile, decisionsFile, readinessFile, conclusionFile}
+var requiredFiles = []string{ProtocolFile, EventsFile, ProposalFile, ReviewFile, DecisionsFile, ReadinessFile, ConclusionFile}
 
 // forbiddenFiles belong to older protocol versions and must not exist.
 var forbiddenFiles = []string{"state.log", "discussion.md", "opinions.md"}
@@ -85,7 +85,7 @@ func validateFolder(folder string) Result {
 	// review.md is read first: the replay notes the events its headings
 	// name. Its findings are reported after protocol.json's, as before.
 	docs := &validator{folder: abs}
-	reviewText, _ := docs.readText(filepath.Join(abs, reviewFile), reviewFile)
+	reviewText, _ := docs.readText(filepath.Join(abs, ReviewFile), ReviewFile)
 	headings := reviewHeadings(reviewText)
 
 	// protocol.json and events.jsonl are read as one consistent pair,
@@ -98,7 +98,7 @@ func validateFolder(folder string) Result {
 		if errors.As(err, &pe) {
 			msg = fmt.Sprintf("%s [%s]", pe.Msg, pe.Rule)
 		}
-		v.res.Errors = append([]string{protocolFile + ": " + msg}, v.res.Errors...)
+		v.res.Errors = append([]string{ProtocolFile + ": " + msg}, v.res.Errors...)
 		return v.res
 	}
 	v.protocolFields(p)
@@ -112,10 +112,10 @@ func validateFolder(folder string) Result {
 
 	raw := p.Raw
 	if st.phase != "" && raw["currentPhase"] != st.phase {
-		v.err(protocolFile, "derived-state", "currentPhase is %s but the events give %s", pyRepr(raw["currentPhase"]), st.phase)
+		v.err(ProtocolFile, "derived-state", "currentPhase is %s but the events give %s", pyRepr(raw["currentPhase"]), st.phase)
 	}
 	if val, ok := raw["proposalOwner"]; ok && st.ownerSet && val != st.owner {
-		v.err(protocolFile, "derived-state", "proposalOwner is %s but the events give %q", pyRepr(val), st.owner)
+		v.err(ProtocolFile, "derived-state", "proposalOwner is %s but the events give %q", pyRepr(val), st.owner)
 	}
 	if val, ok := raw["waitingFor"]; ok {
 		want := make([]any, len(st.waiting))
@@ -123,63 +123,63 @@ func validateFolder(folder string) Result {
 			want[i] = w
 		}
 		if !jsonEqual(val, want) {
-			v.err(protocolFile, "derived-state", "waitingFor is %s but the events give %s", pyRepr(val), pyRepr(want))
+			v.err(ProtocolFile, "derived-state", "waitingFor is %s but the events give %s", pyRepr(val), pyRepr(want))
 		}
 	}
 
-	readinessText, _ := v.readText(filepath.Join(abs, readinessFile), readinessFile)
+	readinessText, _ := v.readText(filepath.Join(abs, ReadinessFile), ReadinessFile)
 	rd := scanReadinessText(readinessText)
 	requireFrozen := st.hasPrimaryFrozenEvent || st.hasReadinessPassed || st.hasCompleted
 	if schemaOK {
 		v.primaryContent(p, requireFrozen)
 		v.supportingContent(p, frozenDocs)
-		if text, ok := v.readText(filepath.Join(abs, decisionsFile), decisionsFile); !ok {
-			v.err(decisionsFile, "required-file", "decisions.md is missing")
+		if text, ok := v.readText(filepath.Join(abs, DecisionsFile), DecisionsFile); !ok {
+			v.err(DecisionsFile, "required-file", "decisions.md is missing")
 		} else {
 			for _, pr := range decisionProblems(text, p) {
-				v.err(decisionsFile, "decisions", "%s", strings.TrimPrefix(pr, "decisions.md "))
+				v.err(DecisionsFile, "decisions", "%s", strings.TrimPrefix(pr, "decisions.md "))
 			}
 		}
 		v.attachments(p)
 	}
 	if st.hasDecisionAccepted {
 		if len(rd.Blocking) > 0 {
-			v.err(readinessFile, "readiness-blocking", "%d [blocking] item(s) remain after decision_accepted", len(rd.Blocking))
+			v.err(ReadinessFile, "readiness-blocking", "%d [blocking] item(s) remain after decision_accepted", len(rd.Blocking))
 		}
 		if len(rd.Unresolved) > 0 {
-			v.err(readinessFile, "readiness-unresolved", "%d unresolved item(s) ([unresolved] or TBD) remain after decision_accepted", len(rd.Unresolved))
+			v.err(ReadinessFile, "readiness-unresolved", "%d unresolved item(s) ([unresolved] or TBD) remain after decision_accepted", len(rd.Unresolved))
 		}
 		if len(rd.DeferredMissingReason) > 0 {
-			v.err(readinessFile, "readiness-reason", "%d [deferred_nonblocking] item(s) lack \"Reason:\" after decision_accepted", len(rd.DeferredMissingReason))
+			v.err(ReadinessFile, "readiness-reason", "%d [deferred_nonblocking] item(s) lack \"Reason:\" after decision_accepted", len(rd.DeferredMissingReason))
 		}
 	}
 	if st.hasReadinessPassed || st.hasCompleted {
 		if len(rd.Blocking) > 0 {
-			v.err(readinessFile, "readiness-blocking", "%d [blocking] item(s) remain after readiness_passed or completed", len(rd.Blocking))
+			v.err(ReadinessFile, "readiness-blocking", "%d [blocking] item(s) remain after readiness_passed or completed", len(rd.Blocking))
 		}
 		if len(rd.Unresolved) > 0 {
-			v.err(readinessFile, "readiness-unresolved", "%d unresolved item(s) remain after readiness_passed or completed", len(rd.Unresolved))
+			v.err(ReadinessFile, "readiness-unresolved", "%d unresolved item(s) remain after readiness_passed or completed", len(rd.Unresolved))
 		}
 		if len(rd.DeferredMissingReason) > 0 {
-			v.err(readinessFile, "readiness-reason", "%d [deferred_nonblocking] item(s) lack \"Reason:\"", len(rd.DeferredMissingReason))
+			v.err(ReadinessFile, "readiness-reason", "%d [deferred_nonblocking] item(s) lack \"Reason:\"", len(rd.DeferredMissingReason))
 		}
 		if !rd.ReadyToImplement {
-			v.err(readinessFile, "ready-to-implement", "\"- [x] Ready to implement\" must be checked once readiness_passed or completed is logged")
+			v.err(ReadinessFile, "ready-to-implement", "\"- [x] Ready to implement\" must be checked once readiness_passed or completed is logged")
 		}
 		if !st.hasPrimaryFrozenEvent {
-			v.err(eventsFile, "freeze-required", "readiness_passed or completed is logged but the primary deliverable was never frozen")
+			v.err(EventsFile, "freeze-required", "readiness_passed or completed is logged but the primary deliverable was never frozen")
 		}
 	}
 	if st.hasCompleted {
 		if missing := MissingGates(p, rd.Text); len(missing) > 0 {
-			v.err(readinessFile, "completion-gates", "completed is logged but these completion gates are not checked: %s", strings.Join(missing, "; "))
+			v.err(ReadinessFile, "completion-gates", "completed is logged but these completion gates are not checked: %s", strings.Join(missing, "; "))
 		}
-		text, _ := v.readText(filepath.Join(abs, conclusionFile), conclusionFile)
+		text, _ := v.readText(filepath.Join(abs, ConclusionFile), ConclusionFile)
 		for _, pr := range conclusionProblemsText(text, p) {
-			v.err(conclusionFile, "conclusion", "%s", strings.TrimPrefix(pr, "conclusion.md "))
+			v.err(ConclusionFile, "conclusion", "%s", strings.TrimPrefix(pr, "conclusion.md "))
 		}
 	} else if len(rd.DeferredMissingReason) > 0 {
-		v.warn(readinessFile, "readiness-reason", "%d [deferred_nonblocking] item(s) should give a \"Reason:\"", len(rd.DeferredMissingReason))
+		v.warn(ReadinessFile, "readiness-reason", "%d [deferred_nonblocking] item(s) should give a \"Reason:\"", len(rd.DeferredMissingReason))
 	}
 	return v.res
 }
@@ -187,44 +187,44 @@ func validateFolder(folder string) Result {
 func (v *validator) protocolFields(p *Protocol) {
 	raw := p.Raw
 	if raw["protocol"] != ProtocolName {
-		v.err(protocolFile, "protocol-name", "protocol must be %q", ProtocolName)
+		v.err(ProtocolFile, "protocol-name", "protocol must be %q", ProtocolName)
 	}
 	if !jsonEqual(raw["schemaVersion"], json.Number(strconv.Itoa(SchemaVersion))) {
-		v.err(protocolFile, "schema-version", "schemaVersion must be %d", SchemaVersion)
+		v.err(ProtocolFile, "schema-version", "schemaVersion must be %d", SchemaVersion)
 	}
 	if ph, ok := raw["currentPhase"].(string); !ok || !knownPhase(ph) {
-		v.err(protocolFile, "phase-name", "currentPhase must be one of %s", strings.Join(Phases, ", "))
+		v.err(ProtocolFile, "phase-name", "currentPhase must be one of %s", strings.Join(Phases, ", "))
 	}
 	if !truthy(raw["objective"]) {
-		v.err(protocolFile, "objective", "objective must not be blank")
+		v.err(ProtocolFile, "objective", "objective must not be blank")
 	}
-	if len(p.Participants) == 0 {
-		v.err(protocolFile, "participants", "participants must not be empty")
+	if len(p.participants) == 0 {
+		v.err(ProtocolFile, "participants", "participants must not be empty")
 	}
 	gates, ok := raw["completionGates"].([]any)
 	if !ok || len(gates) == 0 {
-		v.err(protocolFile, "completion-gates", "completionGates must not be empty")
+		v.err(ProtocolFile, "completion-gates", "completionGates must not be empty")
 	} else {
 		for i, g := range gates {
 			m, ok := g.(map[string]any)
 			src, _ := m["source"].(string)
 			text, textOK := m["text"].(string)
 			if !ok || (src != "objective" && src != "generated") || !textOK || pyStrip(text) == "" {
-				v.err(protocolFile, "completion-gates", "completionGates[%d] needs source (objective or generated) and a text", i+1)
+				v.err(ProtocolFile, "completion-gates", "completionGates[%d] needs source (objective or generated) and a text", i+1)
 				continue
 			}
 			for _, f := range forbiddenFiles {
 				if strings.Contains(text, f) {
-					v.err(protocolFile, "completion-gates", "completionGates[%d] refers to the obsolete file %s", i+1, f)
+					v.err(ProtocolFile, "completion-gates", "completionGates[%d] refers to the obsolete file %s", i+1, f)
 				}
 			}
 		}
 	}
 	if _, ok := raw["waitingFor"]; !ok {
-		v.err(protocolFile, "derived-state", "waitingFor must be present")
+		v.err(ProtocolFile, "derived-state", "waitingFor must be present")
 	}
 	if _, ok := raw["proposalOwner"]; !ok {
-		v.err(protocolFile, "derived-state", "proposalOwner must be present")
+		v.err(ProtocolFile, "derived-state", "proposalOwner must be present")
 	}
 }
 
@@ -232,7 +232,7 @@ func (v *validator) protocolFields(p *Protocol) {
 // whether it is sound enough to check the deliverables' content.
 func (v *validator) deliverablesSchema(p *Protocol) bool {
 	before := len(v.res.Errors)
-	e := func(format string, args ...any) { v.err(protocolFile, "deliverables", format, args...) }
+	e := func(format string, args ...any) { v.err(ProtocolFile, "deliverables", format, args...) }
 	d, _ := p.Raw["deliverables"].(map[string]any)
 	if len(d) == 0 {
 		e("deliverables.primary is required")
@@ -346,12 +346,12 @@ func isAncestorOrSelf(dir, path string) bool {
 // of the pair: an agent writes them before the event that needs them.
 func (v *validator) readPair(headings map[string]string) (*Protocol, historyFacts, error) {
 	facts := historyFacts{headingEvents: map[string]evInfo{}}
-	f, err := os.Open(filepath.Join(v.folder, eventsFile))
+	f, err := os.Open(filepath.Join(v.folder, EventsFile))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		f = nil // reported as a missing required file
 	case err != nil:
-		v.err(eventsFile, "events-read", "cannot read events.jsonl: %v", err)
+		v.err(EventsFile, "events-read", "cannot read events.jsonl: %v", err)
 		f = nil
 	default:
 		defer f.Close()
@@ -391,7 +391,7 @@ func (v *validator) replay(f *os.File, p *Protocol, headings map[string]string) 
 	err := forEachLine(f, func(line []byte, complete bool) {
 		lineNo++
 		if !complete {
-			v.res.Warnings = append(v.res.Warnings, Violation{File: eventsFile, Line: lineNo, Rule: "partial-line",
+			v.res.Warnings = append(v.res.Warnings, Violation{File: EventsFile, Line: lineNo, Rule: "partial-line",
 				Msg: "the last line has no newline yet, so it was not validated (an append in progress or a torn write; " +
 					"appends are refused until it ends with a newline)"}.String())
 			return
@@ -437,7 +437,7 @@ func (v *validator) replay(f *os.File, p *Protocol, headings map[string]string) 
 		}
 	})
 	if err != nil {
-		v.err(eventsFile, "events-read", "cannot read events.jsonl: %v", err)
+		v.err(EventsFile, "events-read", "cannot read events.jsonl: %v", err)
 	}
 	for _, name := range unknownOrder {
 		u := unknown[name]
@@ -445,7 +445,7 @@ func (v *validator) replay(f *os.File, p *Protocol, headings map[string]string) 
 		if u.count > 1 {
 			where = fmt.Sprintf("%d lines, the first here", u.count)
 		}
-		v.res.Warnings = append(v.res.Warnings, Violation{File: eventsFile, Line: u.line, Seq: u.seq, Rule: "field-unknown",
+		v.res.Warnings = append(v.res.Warnings, Violation{File: EventsFile, Line: u.line, Seq: u.seq, Rule: "field-unknown",
 			Msg: fmt.Sprintf("field %q is not part of ACP schema v2; it is kept but not checked (%s)", name, where)}.String())
 	}
 	return facts
@@ -460,18 +460,18 @@ func (v *validator) reviewLinks(p *Protocol, text string, headings map[string]st
 		}
 		reviewed[seq] = true
 		if _, ok := headings[seq]; !ok {
-			v.err(reviewFile, "review-heading", "no heading '## <time> - <participant> - seq %s' for review_submitted seq %s", seq, seq)
+			v.err(ReviewFile, "review-heading", "no heading '## <time> - <participant> - seq %s' for review_submitted seq %s", seq, seq)
 		}
 	}
 	for seq, who := range headings {
 		ev, ok := facts.headingEvents[seq]
 		switch {
 		case !ok:
-			v.err(reviewFile, "review-heading", "heading for seq %s matches no event", seq)
+			v.err(ReviewFile, "review-heading", "heading for seq %s matches no event", seq)
 		case ev.name != EvReviewSubmitted:
-			v.err(reviewFile, "review-heading", "heading for seq %s, but event %s is %s, not review_submitted", seq, seq, ev.name)
+			v.err(ReviewFile, "review-heading", "heading for seq %s, but event %s is %s, not review_submitted", seq, seq, ev.name)
 		case !ev.fromOK || ev.from != who:
-			v.err(reviewFile, "review-heading", "heading for seq %s names %q but the event is from %q", seq, who, ev.from)
+			v.err(ReviewFile, "review-heading", "heading for seq %s names %q but the event is from %q", seq, who, ev.from)
 		}
 	}
 	if len(facts.reviewSeqs) == 0 {
@@ -479,11 +479,11 @@ func (v *validator) reviewLinks(p *Protocol, text string, headings map[string]st
 	}
 	for _, need := range []string{"Reviewed primary deliverable:", "Review Scope:", "Primary deliverable completeness"} {
 		if !strings.Contains(text, need) {
-			v.err(reviewFile, "review-content", "review.md must contain %q", need)
+			v.err(ReviewFile, "review-content", "review.md must contain %q", need)
 		}
 	}
 	if ref := p.PrimaryRef(); ref != "" && !strings.Contains(text, ref) {
-		v.err(reviewFile, "review-content", "review.md must mention the primary deliverable %s", ref)
+		v.err(ReviewFile, "review-content", "review.md must mention the primary deliverable %s", ref)
 	}
 }
 
@@ -499,11 +499,11 @@ func (v *validator) frozenEvents(p *Protocol, events []frozenEvent) map[string]b
 		}
 		path, err := p.DeliverablePath(v.folder, file)
 		if err != nil {
-			v.err(eventsFile, "deliverable-doc", "line %d: seq %d: %v", fe.line, fe.seq, err)
+			v.err(EventsFile, "deliverable-doc", "line %d: seq %d: %v", fe.line, fe.seq, err)
 			continue
 		}
 		if !exists(path) {
-			v.res.Errors = append(v.res.Errors, Violation{File: eventsFile, Line: fe.line, Seq: fe.seq, Rule: "deliverable-missing", Msg: fmt.Sprintf("frozen deliverable %s does not exist", fe.doc)}.String())
+			v.res.Errors = append(v.res.Errors, Violation{File: EventsFile, Line: fe.line, Seq: fe.seq, Rule: "deliverable-missing", Msg: fmt.Sprintf("frozen deliverable %s does not exist", fe.doc)}.String())
 			continue
 		}
 		sum, ok := hashes[path]
@@ -515,17 +515,17 @@ func (v *validator) frozenEvents(p *Protocol, events []frozenEvent) map[string]b
 			hashes[path] = sum
 		}
 		if sum != fe.hash {
-			v.res.Errors = append(v.res.Errors, Violation{File: eventsFile, Line: fe.line, Seq: fe.seq, Rule: "sha256-mismatch", Msg: fmt.Sprintf("%s changed after it was frozen: sha256 is now %s, the event recorded %s", fe.doc, sum, fe.hash)}.String())
+			v.res.Errors = append(v.res.Errors, Violation{File: EventsFile, Line: fe.line, Seq: fe.seq, Rule: "sha256-mismatch", Msg: fmt.Sprintf("%s changed after it was frozen: sha256 is now %s, the event recorded %s", fe.doc, sum, fe.hash)}.String())
 		}
 		frozen[fe.doc] = true
 	}
 	for _, s := range p.Supporting {
 		ref := p.Ref(s.File)
 		if s.Frozen && !frozen[ref] {
-			v.err(protocolFile, "supporting-frozen", "supporting deliverable %s is marked frozen but has no deliverable_frozen event", ref)
+			v.err(ProtocolFile, "supporting-frozen", "supporting deliverable %s is marked frozen but has no deliverable_frozen event", ref)
 		}
 		if !s.Frozen && frozen[ref] {
-			v.err(protocolFile, "supporting-frozen", "supporting deliverable %s has a deliverable_frozen event but is not marked frozen", ref)
+			v.err(ProtocolFile, "supporting-frozen", "supporting deliverable %s has a deliverable_frozen event but is not marked frozen", ref)
 		}
 	}
 	return frozen
@@ -597,7 +597,7 @@ func (v *validator) attachments(p *Protocol) {
 		}
 		path, err := p.DeliverablePath(v.folder, f)
 		if err != nil || !exists(path) {
-			v.err(protocolFile, "attachment-missing", "attachment %s does not exist", f)
+			v.err(ProtocolFile, "attachment-missing", "attachment %s does not exist", f)
 		}
 	}
 }

@@ -28,7 +28,7 @@ func TestValidateDuringAppends(t *testing.T) {
 		append    func(l *Log, n int) error
 	}{
 		{"Append", 100, func(l *Log, n int) error {
-			_, err := l.Append("server", cycle[n%2], fmt.Sprintf("loop %d", n), "", intp(1), "", "")
+			_, err := l.Append(EventSpec{Participant: "server", Event: cycle[n%2], Summary: fmt.Sprintf("loop %d", n), ReplyTo: intp(1)})
 			return err
 		}},
 		{"AppendLine with CRLF and unknown fields", 100, func(l *Log, n int) error {

@@ -14,11 +14,11 @@ import (
 // editJSON rewrites protocol.json through f.
 func (k *kit) editJSON(f func(m map[string]any)) {
 	var m map[string]any
-	require.NoError(k.t, json.Unmarshal([]byte(k.read(protocolFile)), &m))
+	require.NoError(k.t, json.Unmarshal([]byte(k.read(ProtocolFile)), &m))
 	f(m)
 	b, err := marshalPyIndent(m)
 	require.NoError(k.t, err)
-	k.write(protocolFile, string(b))
+	k.write(ProtocolFile, string(b))
 }
 
 func (k *kit) replace(name, old, new string) {
@@ -29,9 +29,9 @@ func (k *kit) replace(name, old, new string) {
 
 // editLine rewrites line n (1-based) of events.jsonl.
 func (k *kit) editLine(n int, f func(string) string) {
-	lines := strings.Split(strings.TrimSuffix(k.read(eventsFile), "\n"), "\n")
+	lines := strings.Split(strings.TrimSuffix(k.read(EventsFile), "\n"), "\n")
 	lines[n-1] = f(lines[n-1])
-	k.write(eventsFile, strings.Join(lines, "\n")+"\n")
+	k.write(EventsFile, strings.Join(lines, "\n")+"\n")
 }
 
 func deliverables(m map[string]any) map[string]any { return m["deliverables"].(map[string]any) }
@@ -49,14 +49,14 @@ var validateCases = []struct {
 	{"fresh folder", "init", nil, 0, nil},
 	{"completed", "completed", nil, 0, nil},
 	{"reasonless deferral warns", "init", func(k *kit) {
-		k.replace(readinessFile, "## Blocking Issues", "- [deferred_nonblocking] Tune later.\n\n## Blocking Issues")
+		k.replace(ReadinessFile, "## Blocking Issues", "- [deferred_nonblocking] Tune later.\n\n## Blocking Issues")
 	}, 1, nil},
-	{"missing proposal", "init", func(k *kit) { require.NoError(k.t, os.Remove(filepath.Join(k.dir, proposalFile))) }, 2, []string{"required-file"}},
-	{"missing events", "init", func(k *kit) { require.NoError(k.t, os.Remove(filepath.Join(k.dir, eventsFile))) }, 2, []string{"required-file"}},
+	{"missing proposal", "init", func(k *kit) { require.NoError(k.t, os.Remove(filepath.Join(k.dir, ProposalFile))) }, 2, []string{"required-file"}},
+	{"missing events", "init", func(k *kit) { require.NoError(k.t, os.Remove(filepath.Join(k.dir, EventsFile))) }, 2, []string{"required-file"}},
 	{"obsolete file", "init", func(k *kit) { k.write("state.log", "x") }, 2, []string{"forbidden-file"}},
-	{"missing protocol", "init", func(k *kit) { require.NoError(k.t, os.Remove(filepath.Join(k.dir, protocolFile))) }, 2, []string{"protocol-json", "required-file"}},
-	{"invalid protocol", "init", func(k *kit) { k.write(protocolFile, "{") }, 2, []string{"protocol-json"}},
-	{"protocol not an object", "init", func(k *kit) { k.write(protocolFile, "[]") }, 2, []string{"protocol-json"}},
+	{"missing protocol", "init", func(k *kit) { require.NoError(k.t, os.Remove(filepath.Join(k.dir, ProtocolFile))) }, 2, []string{"protocol-json", "required-file"}},
+	{"invalid protocol", "init", func(k *kit) { k.write(ProtocolFile, "{") }, 2, []string{"protocol-json"}},
+	{"protocol not an object", "init", func(k *kit) { k.write(ProtocolFile, "[]") }, 2, []string{"protocol-json"}},
 	{"wrong protocol name", "init", func(k *kit) { k.editJSON(func(m map[string]any) { m["protocol"] = "acp1" }) }, 2, []string{"protocol-name"}},
 	{"wrong schema", "init", func(k *kit) { k.editJSON(func(m map[string]any) { m["schemaVersion"] = 1 }) }, 2, []string{"schema-version"}},
 	{"unknown phase", "init", func(k *kit) { k.editJSON(func(m map[string]any) { m["currentPhase"] = "done" }) }, 2, []string{"phase-name", "derived-state"}},
@@ -120,8 +120,8 @@ var validateCases = []struct {
 	{"reply_to missing", "reviewing", func(k *kit) {
 		k.editLine(3, func(s string) string { return strings.Replace(s, `,"reply_to":2`, ``, 1) })
 	}, 2, []string{"reply-to-required"}},
-	{"array line", "init", func(k *kit) { k.write(eventsFile, k.read(eventsFile)+"[1]\n") }, 2, []string{"json-object"}},
-	{"broken line", "init", func(k *kit) { k.write(eventsFile, k.read(eventsFile)+"{\"seq\":\n") }, 2, []string{"json"}},
+	{"array line", "init", func(k *kit) { k.write(EventsFile, k.read(EventsFile)+"[1]\n") }, 2, []string{"json-object"}},
+	{"broken line", "init", func(k *kit) { k.write(EventsFile, k.read(EventsFile)+"{\"seq\":\n") }, 2, []string{"json"}},
 	{"unknown event", "drafted", func(k *kit) {
 		k.editLine(2, func(s string) string { return strings.Replace(s, `deliverable_drafted`, `deliverable_started`, 1) })
 	}, 2, []string{"event-unknown"}},
@@ -131,13 +131,13 @@ var validateCases = []struct {
 	{"phase violation in history", "drafted", func(k *kit) {
 		k.editLine(2, func(s string) string { return strings.Replace(s, `deliverable_drafted`, `deliverable_frozen`, 1) })
 	}, 2, []string{"phase", "sha256-format"}},
-	{"review without heading", "revising", func(k *kit) { k.write(reviewFile, "# Review\n\nReview Scope:\n") }, 2, []string{"review-heading", "review-content"}},
-	{"review heading of the wrong participant", "revising", func(k *kit) { k.replace(reviewFile, "- reader - seq 4", "- server - seq 4") }, 2, []string{"review-heading"}},
+	{"review without heading", "revising", func(k *kit) { k.write(ReviewFile, "# Review\n\nReview Scope:\n") }, 2, []string{"review-heading", "review-content"}},
+	{"review heading of the wrong participant", "revising", func(k *kit) { k.replace(ReviewFile, "- reader - seq 4", "- server - seq 4") }, 2, []string{"review-heading"}},
 	{"review heading for another event", "revising", func(k *kit) {
-		k.write(reviewFile, k.read(reviewFile)+"\n## 2026-01-02T00:00:00Z - server - seq 2\n")
+		k.write(ReviewFile, k.read(ReviewFile)+"\n## 2026-01-02T00:00:00Z - server - seq 2\n")
 	}, 2, []string{"review-heading"}},
 	{"review heading for no event", "revising", func(k *kit) {
-		k.write(reviewFile, k.read(reviewFile)+"\n## 2026-01-02T00:00:00Z - server - seq 99\n")
+		k.write(ReviewFile, k.read(ReviewFile)+"\n## 2026-01-02T00:00:00Z - server - seq 99\n")
 	}, 2, []string{"review-heading"}},
 	{"deliverable changed after freeze", "completed", func(k *kit) {
 		k.write(k.primaryPath(), strings.Replace(string(mustRead(k.t, k.primaryPath())), "Content for Goals.", "Other goals.", 1))
@@ -150,26 +150,26 @@ var validateCases = []struct {
 	{"frozen primary back to draft", "frozen", func(k *kit) {
 		k.write(k.primaryPath(), strings.Replace(string(mustRead(k.t, k.primaryPath())), "Status: Frozen", "Status: Draft", 1))
 	}, 2, []string{"deliverable-status"}},
-	{"decision heading without id", "init", func(k *kit) { k.replace(decisionsFile, "### D1. ", "### 1. ") }, 2, []string{"decisions"}},
-	{"decision without reflected in", "init", func(k *kit) { k.replace(decisionsFile, "- Reflected in:", "- Seen in:") }, 2, []string{"decisions"}},
-	{"decision ids out of order", "classified", func(k *kit) { k.replace(decisionsFile, "### D2.", "### D3.") }, 2, []string{"decisions"}},
+	{"decision heading without id", "init", func(k *kit) { k.replace(DecisionsFile, "### D1. ", "### 1. ") }, 2, []string{"decisions"}},
+	{"decision without reflected in", "init", func(k *kit) { k.replace(DecisionsFile, "- Reflected in:", "- Seen in:") }, 2, []string{"decisions"}},
+	{"decision ids out of order", "classified", func(k *kit) { k.replace(DecisionsFile, "### D2.", "### D3.") }, 2, []string{"decisions"}},
 	{"decision reflected elsewhere", "classified", func(k *kit) {
-		k.write(decisionsFile, "# Decisions\n\n### D1. X\n\n- Decision: x\n- Reflected in: proposal.md\n")
+		k.write(DecisionsFile, "# Decisions\n\n### D1. X\n\n- Decision: x\n- Reflected in: proposal.md\n")
 	}, 2, []string{"decisions"}},
 	{"blocking after acceptance", "readiness", func(k *kit) {
-		k.write(readinessFile, k.read(readinessFile)+"\n- [blocking] Quota.\n")
+		k.write(ReadinessFile, k.read(ReadinessFile)+"\n- [blocking] Quota.\n")
 	}, 2, []string{"readiness-blocking"}},
 	{"unchecked ready box after readiness", "passed", func(k *kit) {
-		k.replace(readinessFile, "- [x] Ready to implement", "- [ ] Ready to implement")
+		k.replace(ReadinessFile, "- [x] Ready to implement", "- [ ] Ready to implement")
 	}, 2, []string{"ready-to-implement"}},
 	{"unchecked gate after completion", "completed", func(k *kit) {
-		k.replace(readinessFile, "- [x] Readiness passes", "- [ ] Readiness passes")
+		k.replace(ReadinessFile, "- [x] Readiness passes", "- [ ] Readiness passes")
 	}, 2, []string{"completion-gates"}},
 	{"placeholder in conclusion", "completed", func(k *kit) {
-		k.write(conclusionFile, k.read(conclusionFile)+"\nStill 待定 here.\n")
+		k.write(ConclusionFile, k.read(ConclusionFile)+"\nStill 待定 here.\n")
 	}, 2, []string{"conclusion"}},
 	{"conclusion without the deliverable", "completed", func(k *kit) {
-		k.replace(conclusionFile, "`deliverables/design-spec.md`", "the spec")
+		k.replace(ConclusionFile, "`deliverables/design-spec.md`", "the spec")
 	}, 2, []string{"conclusion"}},
 }
 

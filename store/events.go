@@ -159,7 +159,7 @@ func (e Events) fetch(ctx context.Context, from, to int) ([][]byte, error) {
 // collaboration initialized on this host) are published, and a folder
 // whose lines differ from the stream's is refused rather than merged.
 func (e Events) Seed(folder string) error {
-	local, err := readLines(filepath.Join(folder, eventsFile))
+	local, err := readLines(filepath.Join(folder, protocol.EventsFile))
 	if err != nil {
 		return err
 	}
@@ -170,12 +170,12 @@ func (e Events) Seed(folder string) error {
 	for i := 0; i < len(local) && i < len(remote); i++ {
 		if !bytes.Equal(local[i], remote[i]) {
 			return fmt.Errorf("%s line %d differs from the store's history of %s: this folder belongs to another collaboration or was changed without the store",
-				eventsFile, i+1, e.s.opts.Collab)
+				protocol.EventsFile, i+1, e.s.opts.Collab)
 		}
 	}
 	for i := len(remote); i < len(local); i++ {
 		if err := e.Publish(i+1, local[i]); err != nil {
-			return fmt.Errorf("seed the store with %s line %d: %w", eventsFile, i+1, err)
+			return fmt.Errorf("seed the store with %s line %d: %w", protocol.EventsFile, i+1, err)
 		}
 	}
 	return nil

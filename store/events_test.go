@@ -39,7 +39,7 @@ func hostFolders(t *testing.T) (a, b string) {
 		Objective: "o", Completion: []string{"c"}, PrimaryType: "design-spec"})
 	require.NoError(t, err)
 	require.NoError(t, os.CopyFS(b, os.DirFS(a)))
-	require.NoError(t, os.Remove(filepath.Join(b, eventsFile)))
+	require.NoError(t, os.Remove(filepath.Join(b, protocol.EventsFile)))
 	return a, b
 }
 
@@ -54,7 +54,8 @@ func openLog(t *testing.T, folder string, r protocol.Replica) *protocol.Log {
 
 func draft(l *protocol.Log, from string) (protocol.Event, error) {
 	one := 1
-	return l.Append(from, "deliverable_drafted", "draft", "deliverables/design-spec.md", &one, "primary", "")
+	return l.Append(protocol.EventSpec{Participant: from, Event: "deliverable_drafted", Summary: "draft",
+		Doc: "deliverables/design-spec.md", ReplyTo: &one, Role: "primary"})
 }
 
 func TestEventsTwoHostsOneHistory(t *testing.T) {
@@ -86,9 +87,9 @@ func TestEventsTwoHostsOneHistory(t *testing.T) {
 	require.NoError(t, err)
 	_, err = lb.Pull()
 	require.NoError(t, err)
-	ea, err := os.ReadFile(filepath.Join(a, eventsFile))
+	ea, err := os.ReadFile(filepath.Join(a, protocol.EventsFile))
 	require.NoError(t, err)
-	eb, err := os.ReadFile(filepath.Join(b, eventsFile))
+	eb, err := os.ReadFile(filepath.Join(b, protocol.EventsFile))
 	require.NoError(t, err)
 	require.Equal(t, string(ea), string(eb))
 	require.Equal(t, 1+2*each, la.Snapshot().LastSeq)
@@ -120,7 +121,7 @@ func TestEventsSeedRefusesForeignHistory(t *testing.T) {
 	c, _ := hostFolders(t)
 	require.NoError(t, open(t, url, "ha").Events().Seed(a))
 	// Another collaboration's folder: its initialized line differs (time).
-	ec := filepath.Join(c, eventsFile)
+	ec := filepath.Join(c, protocol.EventsFile)
 	require.NoError(t, os.WriteFile(ec, []byte(`{"seq":1,"from":"bob","event":"initialized","at":"2000-01-01T00:00:00Z","summary":"other"}`+"\n"), 0o644))
 	err := open(t, url, "hc").Events().Seed(c)
 	require.ErrorContains(t, err, "differs from the store's history")

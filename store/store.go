@@ -261,9 +261,6 @@ func (s *Store) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.opts.Timeout)
 }
 
-// eventsFile is the history's name in the folder.
-const eventsFile = "events.jsonl"
-
 // noFollow: the folder is written by agents; the daemon never follows a
 // link planted there.
 const noFollow = syscall.O_NOFOLLOW

@@ -11,9 +11,12 @@ import (
 func init() { commands = append(commands, newAppendCmd) }
 
 func newAppendCmd() *cobra.Command {
-	var folder, participant, event, summary, doc, role, sha string
-	var replyTo int
-	var sf storeFlags
+	var (
+		folder  string
+		spec    protocol.EventSpec
+		replyTo int
+		sf      storeFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "append",
 		Short: "Append a validated ACP event to events.jsonl",
@@ -34,11 +37,11 @@ the store takes it as the next line (an append from another host that
 went in first makes this one catch up and check again).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := protoChoice("event", event, protocol.EventNames); err != nil {
+			if err := protoChoice("event", spec.Event, protocol.EventNames); err != nil {
 				return err
 			}
-			if role != "" {
-				if err := protoChoice("role", role, []string{protocol.RolePrimary, protocol.RoleSupporting}); err != nil {
+			if spec.Role != "" {
+				if err := protoChoice("role", spec.Role, []string{protocol.RolePrimary, protocol.RoleSupporting}); err != nil {
 					return err
 				}
 			}
@@ -65,11 +68,10 @@ went in first makes this one catch up and check again).`,
 					return withCode(exitFailed, err)
 				}
 			}
-			var rt *int
 			if cmd.Flags().Changed("reply-to") {
-				rt = &replyTo
+				spec.ReplyTo = &replyTo
 			}
-			ev, err := l.Append(participant, event, summary, doc, rt, role, sha)
+			ev, err := l.Append(spec)
 			if cerr := l.SaveCheckpoint(ckpt); cerr != nil {
 				slog.Debug("checkpoint not saved", "path", ckpt, "err", cerr)
 			}
@@ -82,13 +84,13 @@ went in first makes this one catch up and check again).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&folder, "folder", "", "collaboration folder")
-	f.StringVar(&participant, "participant", "", "participant id writing the event")
-	f.StringVar(&event, "event", "", "event name: "+joinComma(protocol.EventNames))
-	f.StringVar(&summary, "summary", "", "short event summary")
-	f.StringVar(&doc, "doc", "", "document path relative to the folder (external:<file> for external deliverables)")
+	f.StringVar(&spec.Participant, "participant", "", "participant id writing the event")
+	f.StringVar(&spec.Event, "event", "", "event name: "+joinComma(protocol.EventNames))
+	f.StringVar(&spec.Summary, "summary", "", "short event summary")
+	f.StringVar(&spec.Doc, "doc", "", "document path relative to the folder (external:<file> for external deliverables)")
 	f.IntVar(&replyTo, "reply-to", 0, "seq of the earlier event this one responds to")
-	f.StringVar(&role, "role", "", "deliverable role for deliverable_* events: primary or supporting")
-	f.StringVar(&sha, "sha256", "", "64 lowercase hex digits: SHA-256 of the deliverable, for deliverable_frozen")
+	f.StringVar(&spec.Role, "role", "", "deliverable role for deliverable_* events: primary or supporting")
+	f.StringVar(&spec.SHA256, "sha256", "", "64 lowercase hex digits: SHA-256 of the deliverable, for deliverable_frozen")
 	sf.register(cmd)
 	for _, name := range []string{"folder", "participant", "event", "summary"} {
 		_ = cmd.MarkFlagRequired(name)

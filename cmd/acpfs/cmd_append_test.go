@@ -160,7 +160,7 @@ func TestAppendCommandStartsFromItsCheckpoint(t *testing.T) {
 
 	other, err := protocol.OpenLog(dir)
 	require.NoError(t, err)
-	_, err = other.Append("server", "proposal_submitted", "by another writer", "proposal.md", protoIntp(2), "", "")
+	_, err = other.Append(protocol.EventSpec{Participant: "server", Event: "proposal_submitted", Summary: "by another writer", Doc: "proposal.md", ReplyTo: protoIntp(2)})
 	require.NoError(t, err)
 	require.NoError(t, other.Close())
 
@@ -189,7 +189,7 @@ func BenchmarkCLIAppend(b *testing.B) {
 		{"server", "proposal_revised", "proposal.md", ""},
 	}
 	for _, s := range steps {
-		_, err := l.Append(s.who, s.event, "setup", s.doc, protoIntp(1), s.role, "")
+		_, err := l.Append(protocol.EventSpec{Participant: s.who, Event: s.event, Summary: "setup", Doc: s.doc, ReplyTo: protoIntp(1), Role: s.role})
 		require.NoError(b, err)
 	}
 	// Then a loop that is valid forever: the owner proposes decisions and

@@ -9,30 +9,24 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/protocol"
 )
 
-func init() {
-	commands = append(commands, newGrantCmd)
-}
+func init() { commands = append(commands, newGrantCmd) }
 
 func newGrantCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "grant",
-		Short: "Create, check, render, list and revoke context grants in a run directory",
-		Long: `A context grant says what one agent may read and write in the collaboration
+	return groupCmd("grant", "Create, check, render, list and revoke context grants in a run directory",
+		`A context grant says what one agent may read and write in the collaboration
 folder. Grants live in DIR/context_grants/G-<id>.json next to the rendered
 prompt G-<id>.prompt.md; the ledger DIR/communication_ledger.jsonl records
 their creation and revocation.`,
-	}
-	cmd.AddCommand(newGrantCreateCmd(), newGrantCheckCmd(), newGrantRenderCmd(), newGrantListCmd(), newGrantRevokeCmd())
-	return cmd
+		newGrantCreateCmd(), newGrantCheckCmd(), newGrantRenderCmd(), newGrantListCmd(), newGrantRevokeCmd())
 }
 
 // grantRunsFlag adds the --runs flag shared by the grant, handoff and
@@ -41,55 +35,24 @@ func grantRunsFlag(cmd *cobra.Command, runs *string) {
 	cmd.Flags().StringVar(runs, "runs", grants.DefaultRunDirName, "run directory (context_grants/, handoffs/, ledger)")
 }
 
-// grantProtocolInfo is the little of protocol.json that grant commands
-// need.
-type grantProtocolInfo struct {
-	Objective    string
-	Participants []string
-	DelivMode    string
-	DelivDir     string
-}
-
-func grantReadProtocol(folder string) (grantProtocolInfo, error) {
-	p := filepath.Join(folder, "protocol.json")
-	data, err := os.ReadFile(p)
+// grantReadProtocol loads the collaboration's protocol.json.
+func grantReadProtocol(folder string) (*protocol.Protocol, error) {
+	p, err := protocol.LoadProtocol(folder)
 	if err != nil {
-		return grantProtocolInfo{}, fmt.Errorf("read collaboration protocol: %w", err)
+		return nil, fmt.Errorf("read collaboration protocol: %w", err)
 	}
-	var raw struct {
-		Objective    string            `json:"objective"`
-		Participants []json.RawMessage `json:"participants"`
-		Deliverables struct {
-			Mode string `json:"mode"`
-			Dir  string `json:"dir"`
-		} `json:"deliverables"`
-	}
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return grantProtocolInfo{}, fmt.Errorf("decode %s: %w", p, err)
-	}
-	info := grantProtocolInfo{Objective: raw.Objective, DelivMode: raw.Deliverables.Mode, DelivDir: raw.Deliverables.Dir}
-	for _, r := range raw.Participants {
-		var obj struct {
-			ID string `json:"id"`
-		}
-		var id string
-		if json.Unmarshal(r, &id) == nil && id != "" {
-			info.Participants = append(info.Participants, id)
-		} else if json.Unmarshal(r, &obj) == nil && obj.ID != "" {
-			info.Participants = append(info.Participants, obj.ID)
-		}
-	}
-	return info, nil
+	return p, nil
 }
 
 // grantCheckParticipant refuses a participant the protocol does not list:
 // its appends to events.jsonl could never be accepted.
-func grantCheckParticipant(info grantProtocolInfo, folder, participant string) error {
-	if slices.Contains(info.Participants, participant) {
+func grantCheckParticipant(p *protocol.Protocol, folder, participant string) error {
+	ids := p.ParticipantIDs()
+	if slices.Contains(ids, participant) {
 		return nil
 	}
 	return fmt.Errorf("participant %q is not listed in %s (participants: %s)",
-		participant, filepath.Join(folder, "protocol.json"), strings.Join(info.Participants, ", "))
+		participant, filepath.Join(folder, protocol.ProtocolFile), strings.Join(ids, ", "))
 }
 
 // grantRecord appends one record to the run directory's ledger.
@@ -202,8 +165,8 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 		return err
 	}
 	if f.preset != "" {
-		deliv := info.DelivDir
-		if info.DelivMode == "external" {
+		deliv := info.Dir()
+		if info.External() {
 			deliv = "-"
 			fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are external to the folder; the preset covers only the protocol files\n")
 		}
@@ -219,7 +182,7 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 	g.MayRead = grantAppendNew(g.MayRead, f.mayRead)
 	g.MayWrite = grantAppendNew(g.MayWrite, f.mayWrite)
 	if g.Objective == "" {
-		g.Objective = info.Objective
+		g.Objective = info.Objective()
 	}
 	if g.Role == "" {
 		return errors.New("--role is required without --preset")
@@ -403,6 +366,16 @@ func grantSortedSlots(g *grants.Grant) []string {
 	return slots
 }
 
+// grantFind finds the grant named by --grant or the argument (see
+// grantRef), and returns it with its file's path.
+func grantFind(rd grants.RunDir, flag string, args []string) (*grants.Grant, string, error) {
+	ref, err := grantRef(flag, args)
+	if err != nil {
+		return nil, "", err
+	}
+	return rd.FindGrant(ref)
+}
+
 // grantRef takes the grant from --grant or, failing that, the only
 // positional argument.
 func grantRef(flag string, args []string) (string, error) {
@@ -422,11 +395,7 @@ func newGrantRenderCmd() *cobra.Command {
 		Short: "Print a grant's prompt (G is a grant id or the path of a grant file)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := grantRef(ref, args)
-			if err != nil {
-				return err
-			}
-			g, _, err := grants.NewRunDir(runs).FindGrant(r)
+			g, _, err := grantFind(grants.NewRunDir(runs), ref, args)
 			if err != nil {
 				return err
 			}
@@ -463,28 +432,18 @@ func newGrantListCmd() *cobra.Command {
 				}
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				if err := enc.Encode(entries); err != nil {
-					return err
-				}
-			} else {
-				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "GRANT\tAGENT\tPARTICIPANT\tROLE\tSTATE\tCREATED")
-				for _, gf := range gs {
-					g := gf.Grant
-					state := "active"
-					if g.Revoked {
-						state = "revoked " + g.RevokedAt
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", g.GrantID, g.AgentID, g.ParticipantID(), oneLineRole(g.Role), state, g.CreatedAt)
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
+				return listed(enc.Encode(entries), loadErr)
 			}
-			if loadErr != nil {
-				return withCode(exitFailed, loadErr)
+			rows := [][]string{{"GRANT", "AGENT", "PARTICIPANT", "ROLE", "STATE", "CREATED"}}
+			for _, gf := range gs {
+				g := gf.Grant
+				state := "active"
+				if g.Revoked {
+					state = "revoked " + g.RevokedAt
+				}
+				rows = append(rows, []string{g.GrantID, g.AgentID, g.ParticipantID(), oneLineRole(g.Role), state, g.CreatedAt})
 			}
-			return nil
+			return listed(printTable(out, rows), loadErr)
 		},
 	}
 	grantRunsFlag(cmd, &runs)
@@ -502,15 +461,15 @@ func newGrantRevokeCmd() *cobra.Command {
 		Short: "Revoke a grant (live views stop showing anything) and record grant_revoked",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := grantRef(ref, args)
-			if err != nil {
-				return err
-			}
 			if sf.set() {
+				r, err := grantRef(ref, args)
+				if err != nil {
+					return err
+				}
 				return grantRevokeInStore(cmd, sf, r)
 			}
 			rd := grants.NewRunDir(runs)
-			g, p, err := rd.FindGrant(r)
+			g, p, err := grantFind(rd, ref, args)
 			if err != nil {
 				return err
 			}

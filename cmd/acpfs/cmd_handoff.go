@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -13,15 +12,11 @@ import (
 	"github.com/acpfs/acpfs/ledger"
 )
 
-func init() {
-	commands = append(commands, newHandoffCmd)
-}
+func init() { commands = append(commands, newHandoffCmd) }
 
 func newHandoffCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "handoff",
-		Short: "Pass a file from one agent to another as a content-addressed snapshot",
-		Long: `A handoff copies one file that the producer's grant can read to
+	return groupCmd("handoff", "Pass a file from one agent to another as a content-addressed snapshot",
+		`A handoff copies one file that the producer's grant can read to
 DIR/artifacts/<sha256> (read-only) and records it in DIR/handoffs/H-<id>.json
 and in the ledger. The consumer's view shows the handed-over bytes, even if
 the original changes afterwards.
@@ -29,9 +24,7 @@ the original changes afterwards.
 Handing a path to an agent that already received it supersedes the earlier
 handoff: the new record names it ("supersedes"), the view shows the new
 copy, and list and verify treat the old one as superseded.`,
-	}
-	cmd.AddCommand(newHandoffCreateCmd(), newHandoffListCmd(), newHandoffVerifyCmd())
-	return cmd
+		newHandoffCreateCmd(), newHandoffListCmd(), newHandoffVerifyCmd())
 }
 
 // handoffRelPath turns a path given on the command line into a
@@ -151,33 +144,23 @@ newest first. --all also lists the superseded handoffs themselves.`,
 				for _, st := range shown {
 					entries = append(entries, handoffListEntry{Handoff: st.Handoff, Current: st.Current(), SupersededBy: st.SupersededBy, Superseded: st.Replaced})
 				}
-				if err := protoPrintJSON(out, entries); err != nil {
-					return err
-				}
-			} else {
-				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "HANDOFF\tFROM\tTO\tPATH\tSHA256\tCREATED\tSTATE\tSUPERSEDES")
-				for _, st := range shown {
-					h := st.Handoff
-					state := "current"
-					if !st.Current() {
-						state = "superseded by " + st.SupersededBy
-					}
-					replaced := "-"
-					if len(st.Replaced) > 0 {
-						replaced = strings.Join(st.Replaced, ", ")
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.HandoffID, h.ProducerAgentID, h.ConsumerAgentID,
-						h.ArtifactPath, shortSHA(h.ArtifactSHA256), h.CreatedAt, state, replaced)
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
+				return listed(protoPrintJSON(out, entries), loadErr)
 			}
-			if loadErr != nil {
-				return withCode(exitFailed, loadErr)
+			rows := [][]string{{"HANDOFF", "FROM", "TO", "PATH", "SHA256", "CREATED", "STATE", "SUPERSEDES"}}
+			for _, st := range shown {
+				h := st.Handoff
+				state := "current"
+				if !st.Current() {
+					state = "superseded by " + st.SupersededBy
+				}
+				replaced := "-"
+				if len(st.Replaced) > 0 {
+					replaced = strings.Join(st.Replaced, ", ")
+				}
+				rows = append(rows, []string{h.HandoffID, h.ProducerAgentID, h.ConsumerAgentID,
+					h.ArtifactPath, shortSHA(h.ArtifactSHA256), h.CreatedAt, state, replaced})
 			}
-			return nil
+			return listed(printTable(out, rows), loadErr)
 		},
 	}
 	grantRunsFlag(cmd, &runs)

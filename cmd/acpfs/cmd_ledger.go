@@ -21,12 +21,8 @@ import (
 func init() { commands = append(commands, newLedgerCmd, newLedgerRunAuditCmd) }
 
 func newLedgerCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "ledger",
-		Short: "Show, verify and audit the hash-chained communication ledger",
-	}
-	cmd.AddCommand(newLedgerShowCmd(), newLedgerVerifyCmd(), newLedgerAuditCmd())
-	return cmd
+	return groupCmd("ledger", "Show, verify and audit the hash-chained communication ledger", "",
+		newLedgerShowCmd(), newLedgerVerifyCmd(), newLedgerAuditCmd())
 }
 
 func newLedgerShowCmd() *cobra.Command {

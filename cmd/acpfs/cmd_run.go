@@ -256,47 +256,47 @@ const (
 )
 
 func newRunDaemonCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:    runDaemonName,
-		Short:  "internal: the daemon of acpfs run (configuration on descriptor 3)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var cfg mount.RunConfig
-			if err := readConfig(&cfg); err != nil {
-				return err
-			}
-			code, err := mount.Run(cfg, []string{runInitName})
-			var hit *mount.LimitHit
-			if errors.As(err, &hit) {
-				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %v\n", hit)
-				return silentExit(exitLimit)
-			}
-			if err != nil {
-				return withCode(exitMount, err)
-			}
-			return silentExit(code)
-		},
-	}
+	return hiddenCmd(runDaemonName, "internal: the daemon of acpfs run (configuration on descriptor 3)", func(cmd *cobra.Command) error {
+		var cfg mount.RunConfig
+		if err := readConfig(&cfg); err != nil {
+			return err
+		}
+		code, err := mount.Run(cfg, []string{runInitName})
+		var hit *mount.LimitHit
+		if errors.As(err, &hit) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %v\n", hit)
+			return silentExit(exitLimit)
+		}
+		if err != nil {
+			return withCode(exitMount, err)
+		}
+		return silentExit(code)
+	})
 }
 
 func newRunInitCmd() *cobra.Command {
+	return hiddenCmd(runInitName, "internal: the first process of an acpfs run sandbox (spec on descriptor 3, status on 4)", func(*cobra.Command) error {
+		var spec sandbox.Spec
+		if err := readConfig(&spec); err != nil {
+			return err
+		}
+		status := os.NewFile(4, "status")
+		if status == nil {
+			return errors.New("run-init: no status descriptor")
+		}
+		return silentExit(sandbox.Enter(spec, status))
+	})
+}
+
+// hiddenCmd is a command that acpfs runs itself: no arguments, left out
+// of the help.
+func hiddenCmd(use, short string, run func(cmd *cobra.Command) error) *cobra.Command {
 	return &cobra.Command{
-		Use:    runInitName,
-		Short:  "internal: the first process of an acpfs run sandbox (spec on descriptor 3, status on 4)",
+		Use:    use,
+		Short:  short,
 		Hidden: true,
 		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var spec sandbox.Spec
-			if err := readConfig(&spec); err != nil {
-				return err
-			}
-			status := os.NewFile(4, "status")
-			if status == nil {
-				return errors.New("run-init: no status descriptor")
-			}
-			return silentExit(sandbox.Enter(spec, status))
-		},
+		RunE:   func(cmd *cobra.Command, _ []string) error { return run(cmd) },
 	}
 }
 

@@ -85,9 +85,9 @@ is read-only (EROFS).`,
 				}
 				gate = st.Check
 			}
-			participants, err := readParticipants(folderAbs)
+			proto, err := protocol.LoadProtocol(folderAbs)
 			if err != nil {
-				return err
+				return fmt.Errorf("read %s: %w", protocol.ProtocolFile, err)
 			}
 			log, err := protocol.OpenLog(folderAbs)
 			if err != nil {
@@ -109,7 +109,7 @@ is read-only (EROFS).`,
 			defer signal.Stop(sig)
 			c, err := mount.StartCoordinator(mount.CoordinatorConfig{
 				Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
-				AuditReads: audit == "reads", Audit: audit, MaxWriteBytes: quota.maxBytes, MaxFiles: quota.maxFiles, Passthrough: passthrough, AllowOther: allowOther, Participants: participants,
+				AuditReads: audit == "reads", Audit: audit, MaxWriteBytes: quota.maxBytes, MaxFiles: quota.maxFiles, Passthrough: passthrough, AllowOther: allowOther, Participants: proto.ParticipantIDs(),
 				Notify: cmd.ErrOrStderr(), Gate: gate,
 			})
 			if errors.Is(err, mount.ErrRunDirBusy) {
@@ -142,35 +142,6 @@ is read-only (EROFS).`,
 	_ = cmd.MarkFlagRequired("folder")
 	_ = cmd.MarkFlagRequired("root")
 	return cmd
-}
-
-// readParticipants lists the participant ids of folder/protocol.json.
-func readParticipants(folder string) ([]string, error) {
-	b, err := os.ReadFile(filepath.Join(folder, "protocol.json"))
-	if err != nil {
-		return nil, fmt.Errorf("read protocol.json: %w", err)
-	}
-	var p struct {
-		Participants []json.RawMessage `json:"participants"`
-	}
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("protocol.json: %w", err)
-	}
-	var out []string
-	for _, raw := range p.Participants {
-		var id string
-		if json.Unmarshal(raw, &id) == nil {
-			out = append(out, id)
-			continue
-		}
-		var obj struct {
-			ID string `json:"id"`
-		}
-		if json.Unmarshal(raw, &obj) == nil && obj.ID != "" {
-			out = append(out, obj.ID)
-		}
-	}
-	return out, nil
 }
 
 func newStatusCmd() *cobra.Command {

@@ -127,7 +127,7 @@ func protoWaitChange(w *fsnotify.Watcher, dir string, deadline <-chan time.Time)
 				return fmt.Errorf("file watcher closed")
 			}
 			switch filepath.Base(ev.Name) {
-			case "events.jsonl", "protocol.json":
+			case protocol.EventsFile, protocol.ProtocolFile:
 				return nil
 			}
 			if ev.Name == dir {

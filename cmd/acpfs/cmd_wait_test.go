@@ -48,7 +48,7 @@ func TestWaitCommandWakesOnAppend(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	l, err := protocol.OpenLog(dir)
 	require.NoError(t, err)
-	_, err = l.Append("server", "deliverable_drafted", "d", "deliverables/design-spec.md", protoIntp(1), "primary", "")
+	_, err = l.Append(protocol.EventSpec{Participant: "server", Event: "deliverable_drafted", Summary: "d", Doc: "deliverables/design-spec.md", ReplyTo: protoIntp(1), Role: "primary"})
 	require.NoError(t, err)
 	select {
 	case r := <-done:
@@ -56,7 +56,7 @@ func TestWaitCommandWakesOnAppend(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	handed := time.Now()
-	_, err = l.Append("server", "proposal_submitted", "p", "proposal.md", protoIntp(2), "", "")
+	_, err = l.Append(protocol.EventSpec{Participant: "server", Event: "proposal_submitted", Summary: "p", Doc: "proposal.md", ReplyTo: protoIntp(2)})
 	require.NoError(t, err)
 	select {
 	case r := <-done:

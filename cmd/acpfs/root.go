@@ -3,8 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 )
@@ -95,4 +98,30 @@ func exitCodeOf(err error) int {
 		return ee.code
 	}
 	return exitFailed
+}
+
+// groupCmd is a command that only holds subcommands.
+func groupCmd(use, short, long string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Long: long}
+	cmd.AddCommand(subs...)
+	return cmd
+}
+
+// printTable writes rows (the first one a header) aligned in columns, as
+// the list commands print them.
+func printTable(out io.Writer, rows [][]string) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// listed ends a list command: the error of printing, else the error of
+// loading (reported after listing what did load).
+func listed(printErr, loadErr error) error {
+	if printErr != nil {
+		return printErr
+	}
+	return withCode(exitFailed, loadErr)
 }
