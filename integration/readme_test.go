@@ -182,6 +182,7 @@ func readmeEnv(t *testing.T) []string {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(bin) })
 	require.NoError(t, os.Symlink(acpfsBin, filepath.Join(bin, "acpfs")))
+	require.NoError(t, os.Symlink(filepath.Join(tmpRoot, "acpfs-nats"), filepath.Join(bin, "acpfs-nats")))
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PATH=") {
