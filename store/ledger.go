@@ -85,7 +85,16 @@ type Shipper struct {
 	lastMsg  uint64 // stream sequence of the subject's last message
 	keySent  bool
 	lastWarn string
+	// A ledger that cannot be shipped (it diverged from the stream's
+	// copy, a record is forged) stays so until an operator acts: it is
+	// tried again less and less often, not at every poll.
+	backoff time.Duration
+	retryAt time.Time
 }
+
+// maxShipBackoff bounds the wait between attempts to ship a ledger that
+// could not be shipped.
+const maxShipBackoff = time.Minute
 
 // ShipLedger starts shipping the ledger at path (with its sealed
 // segments) to this host's subject, checking signatures with the public
@@ -192,16 +201,21 @@ func (sh *Shipper) run(ctx context.Context) {
 		case <-t.C:
 		case <-sh.wake:
 		}
-		if !sh.s.Connected() {
+		if !sh.s.Connected() || time.Now().Before(sh.retryAt) {
 			continue
 		}
-		if err := sh.pump(); err != nil && !errors.Is(err, ErrOffline) {
+		err := sh.pump()
+		switch {
+		case err == nil:
+			sh.lastWarn, sh.backoff, sh.retryAt = "", 0, time.Time{}
+		case errors.Is(err, ErrOffline):
+		default:
+			sh.backoff = min(max(2*sh.backoff, time.Second), maxShipBackoff)
+			sh.retryAt = time.Now().Add(sh.backoff)
 			if msg := err.Error(); msg != sh.lastWarn {
 				sh.lastWarn = msg
 				slog.Error("store: cannot ship the ledger", "collab", sh.s.opts.Collab, "host", sh.s.opts.Host, "err", err)
 			}
-		} else if err == nil {
-			sh.lastWarn = ""
 		}
 	}
 }
@@ -451,7 +465,9 @@ func (s *Store) fetchLedger(ctx context.Context, dir, host string, count, last u
 		return hl, fmt.Errorf("ledger consumer: %w", offline(err))
 	}
 	for got := uint64(0); got < count; {
-		batch, err := c.Fetch(int(min(count-got, 1024)), jetstream.FetchMaxWait(s.opts.Timeout))
+		// A message holds up to maxShipMessage bytes: 64 of them are
+		// 16 MiB in flight.
+		batch, err := c.Fetch(int(min(count-got, 64)), jetstream.FetchMaxWait(s.opts.Timeout))
 		if err != nil {
 			return hl, fmt.Errorf("ledger fetch: %w", offline(err))
 		}
