@@ -177,3 +177,71 @@ func appendBytes(t *testing.T, path string, b []byte) {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 }
+
+func TestFollowerKeepsUpWithAWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.jsonl")
+	w, err := Open(path, Options{Sync: SyncOff, SignEvery: 16, SegmentBytes: 8 << 10})
+	require.NoError(t, err)
+	pub, err := LoadPublicKey(filepath.Join(filepath.Dir(path), PublicKeyFile))
+	require.NoError(t, err)
+	fo, err := NewFollower(path, []PublicKey{pub})
+	require.NoError(t, err)
+	defer fo.Close()
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 400 {
+			if _, err := w.Append(Record{Kind: KindRead, Agent: "a", Path: "docs/file.md"}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	// Follow while the writer writes and rotates.
+	var got []Line
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		lines, err := fo.Next(16 << 10)
+		require.NoError(t, err)
+		got = append(got, lines...)
+	}
+	require.NoError(t, w.Close())
+	got = append(got, followAll(t, fo)...)
+	assert.Equal(t, string(ledgerBytes(t, path)), string(joined(got)))
+}
+
+func TestFollowerFollowsARestoredLedger(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.jsonl")
+	w, err := Open(path, Options{Sync: SyncOff})
+	require.NoError(t, err)
+	writeRecords(t, w, 10)
+	require.NoError(t, w.Close())
+	pub, err := LoadPublicKey(filepath.Join(filepath.Dir(path), PublicKeyFile))
+	require.NoError(t, err)
+	fo, err := NewFollower(path, []PublicKey{pub})
+	require.NoError(t, err)
+	defer fo.Close()
+	first := followAll(t, fo)
+	require.NotEmpty(t, first)
+
+	// Another file with the same records now stands at the name, as when
+	// an operator puts a preserved copy back; writing goes on in it.
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	tmp := path + ".copy"
+	require.NoError(t, os.WriteFile(tmp, b, 0o600))
+	require.NoError(t, os.Rename(tmp, path))
+	w, err = Open(path, Options{Sync: SyncOff})
+	require.NoError(t, err)
+	writeRecords(t, w, 10)
+	require.NoError(t, w.Close())
+
+	rest := followAll(t, fo)
+	require.NotEmpty(t, rest)
+	assert.Equal(t, string(ledgerBytes(t, path)), string(joined(append(first, rest...))))
+}
