@@ -49,6 +49,7 @@ type Follower struct {
 	pending []Line
 	pendBy  int
 	ready   []Line
+	readyBy int
 }
 
 // Line is one record as the ledger stores it.
@@ -132,7 +133,7 @@ func (fo *Follower) Position() (seq int64, hash string) { return fo.pos.seq, fo.
 // the chain. It fails with ErrDiverged when the ledger does not hold that
 // record.
 func (fo *Follower) After(seq int64, hash string) error {
-	fo.pending, fo.pendBy, fo.ready, fo.seek = nil, 0, nil, false
+	fo.pending, fo.pendBy, fo.ready, fo.readyBy, fo.seek = nil, 0, nil, 0, false
 	for i := len(fo.recent) - 1; i >= 0; i-- {
 		p := fo.recent[i]
 		if p.seq == seq && p.hash == hash && fo.f != nil && p.id == fo.id {
@@ -146,7 +147,7 @@ func (fo *Follower) After(seq int64, hash string) error {
 
 // seekFile is After reading the files again.
 func (fo *Follower) seekFile(seq int64, hash string) error {
-	fo.pending, fo.pendBy, fo.ready = nil, 0, nil
+	fo.pending, fo.pendBy, fo.ready, fo.readyBy = nil, 0, nil, 0
 	fo.closeFile()
 	fo.recent = nil
 	if seq == 0 {
@@ -206,7 +207,7 @@ func (fo *Follower) Next(limit int) ([]Line, error) {
 	}
 	err := fo.scan(limit)
 	out := fo.ready
-	fo.ready = nil
+	fo.ready, fo.readyBy = nil, 0
 	if err != nil {
 		// Read again from the position next time; what a signature
 		// covered before the problem is still handed out.
@@ -227,14 +228,6 @@ func (fo *Follower) Next(limit int) ([]Line, error) {
 	return out, nil
 }
 
-func (fo *Follower) readyBytes() int {
-	n := 0
-	for _, l := range fo.ready {
-		n += len(l.Data)
-	}
-	return n
-}
-
 // scan reads records after the scan position into pending and ready.
 func (fo *Follower) scan(limit int) error {
 	for moves := 0; moves < 4; moves++ {
@@ -249,11 +242,11 @@ func (fo *Follower) scan(limit int) error {
 			if err != nil {
 				return err
 			}
-			if !grew || fo.readyBytes() >= limit {
+			if !grew || fo.readyBy >= limit {
 				break
 			}
 		}
-		if fo.readyBytes() >= limit {
+		if fo.readyBy >= limit {
 			return nil
 		}
 		// At the end of the file: the chain goes on in another file when
@@ -316,7 +309,7 @@ func (fo *Follower) readFile(limit int) (grew bool, err error) {
 		return false, err
 	}
 	r := fo.linesFrom(fo.off, size)
-	for fo.readyBytes() < limit {
+	for fo.readyBy < limit {
 		line, err := r.line()
 		if errors.Is(err, io.EOF) {
 			return grew, nil
@@ -385,6 +378,7 @@ func (fo *Follower) take(line []byte, first bool) error {
 	fo.pendBy += len(data)
 	if signed {
 		fo.ready = append(fo.ready, fo.pending...)
+		fo.readyBy += fo.pendBy
 		fo.pending, fo.pendBy = nil, 0
 	} else if fo.pendBy > maxPendingBytes {
 		return bad("no signature in the %d bytes after seq %d: records were appended without the key", fo.pendBy, fo.pos.seq)
