@@ -128,6 +128,12 @@ func (fo *Follower) closeFile() {
 // "" before the first).
 func (fo *Follower) Position() (seq int64, hash string) { return fo.pos.seq, fo.pos.hash }
 
+// Unsigned returns how many records the Follower has read past the last
+// signature: they wait for one. A writer signs within a second of going
+// quiet, so records that wait much longer were appended by someone
+// without the key, or left by a killed writer (`verify` tells which).
+func (fo *Follower) Unsigned() int { return len(fo.pending) }
+
 // After positions the Follower just after the record seq whose hash is
 // hash, so that Next hands out seq+1 on; seq 0 (hash "") is the start of
 // the chain. It fails with ErrDiverged when the ledger does not hold that
@@ -206,6 +212,14 @@ func (fo *Follower) Next(limit int) ([]Line, error) {
 		}
 	}
 	err := fo.scan(limit)
+	if err != nil && len(fo.ready) == 0 && fo.seq > fo.pos.seq {
+		// The records read past the last signature may have been cut and
+		// others written in their place (an operator's repair of a
+		// forged tail): read them again once before calling it a problem.
+		if err = fo.seekFile(fo.pos.seq, fo.pos.hash); err == nil {
+			err = fo.scan(limit)
+		}
+	}
 	out := fo.ready
 	fo.ready, fo.readyBy = nil, 0
 	if err != nil {

@@ -90,7 +90,15 @@ type Shipper struct {
 	// tried again less and less often, not at every poll.
 	backoff time.Duration
 	retryAt time.Time
+	// Since when records have waited for a signature, to warn once when
+	// they wait far longer than a writer takes to sign.
+	waitSince  time.Time
+	waitWarned bool
 }
+
+// unsignedWarnAfter is how long records may wait for a signature before
+// the shipper warns: writers sign within a second.
+const unsignedWarnAfter = 30 * time.Second
 
 // maxShipBackoff bounds the wait between attempts to ship a ledger that
 // could not be shipped.
@@ -205,6 +213,7 @@ func (sh *Shipper) run(ctx context.Context) {
 			continue
 		}
 		err := sh.pump()
+		sh.watchUnsigned()
 		switch {
 		case err == nil:
 			sh.lastWarn, sh.backoff, sh.retryAt = "", 0, time.Time{}
@@ -217,6 +226,22 @@ func (sh *Shipper) run(ctx context.Context) {
 				slog.Error("store: cannot ship the ledger", "collab", sh.s.opts.Collab, "host", sh.s.opts.Host, "err", err)
 			}
 		}
+	}
+}
+
+// watchUnsigned warns when records have waited for a signature for far
+// longer than a writer takes to sign them: they are not shipped.
+func (sh *Shipper) watchUnsigned() {
+	n := sh.fol.Unsigned()
+	switch {
+	case n == 0:
+		sh.waitSince, sh.waitWarned = time.Time{}, false
+	case sh.waitSince.IsZero():
+		sh.waitSince = time.Now()
+	case !sh.waitWarned && time.Since(sh.waitSince) > unsignedWarnAfter:
+		sh.waitWarned = true
+		slog.Warn("store: ledger records no signature covers are not shipped; run acpfs ledger verify on the ledger",
+			"host", sh.s.opts.Host, "records", n, "after seq", sh.Shipped())
 	}
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/url"
 	"os"
@@ -305,4 +306,48 @@ func TestLedgerShipRefusesADivergedLedger(t *testing.T) {
 	rep := fetch(t, open(t, u, "reviewer"))["ha"]
 	require.True(t, rep.OK(), "%v", rep.Problem)
 	assert.Equal(t, sh.Shipped(), rep.LastSeq, "nothing of the other chain shipped")
+}
+
+func TestLedgerForgedRecordsAreNotShipped(t *testing.T) {
+	u := server(t)
+	h := newHostLedger(t, ledger.Options{Sync: ledger.SyncOff})
+	sh := ship(t, open(t, u, "ha"), h)
+	h.write(t, 20)
+	require.NoError(t, h.w.Close())
+	flush(t, sh)
+	signed := sh.Shipped()
+
+	// Someone who can write the ledger file but not read the key appends
+	// a record that chains correctly.
+	var last ledger.Record
+	require.NoError(t, ledger.Scan(h.path, ledger.Filter{}, func(r ledger.Record) error { last = r; return nil }))
+	forged := ledger.Record{Seq: last.Seq + 1, At: last.At, Kind: ledger.KindRead, Agent: "alice", Grant: "G-alice", Path: "oracle/answers.md", Prev: last.Hash}
+	var err error
+	forged.Hash, err = ledger.HashRecord(forged)
+	require.NoError(t, err)
+	var line bytes.Buffer
+	enc := json.NewEncoder(&line)
+	enc.SetEscapeHTML(false)
+	require.NoError(t, enc.Encode(forged))
+	f, err := os.OpenFile(h.path, os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.Write(line.Bytes())
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	flush(t, sh)
+	assert.Equal(t, signed, sh.Shipped(), "no signature covers it: not shipped")
+
+	// The operator's repair moves it aside and signs a repair record:
+	// shipping goes on with that, and the store never held the forgery.
+	info, err := ledger.Repair(h.path)
+	require.NoError(t, err)
+	require.NotNil(t, info)
+	flush(t, sh)
+	assert.Equal(t, signed+1, sh.Shipped())
+	reviewer := open(t, u, "reviewer")
+	rep := fetch(t, reviewer)["ha"]
+	require.True(t, rep.OK(), "%v", rep.Problem)
+	require.Len(t, rep.Repairs, 1)
+	assert.NotContains(t, string(downloaded(t, reviewer, "ha")), "oracle/answers.md")
 }
