@@ -94,6 +94,7 @@ type Shipper struct {
 	// they wait far longer than a writer takes to sign.
 	waitSince  time.Time
 	waitWarned bool
+	finalErr   error // why the last attempt, at Stop, failed
 }
 
 // unsignedWarnAfter is how long records may wait for a signature before
@@ -184,11 +185,14 @@ func (sh *Shipper) Flush(ctx context.Context) error {
 }
 
 // Stop ships what is signed (when the server answers) and stops. It
-// returns why the last attempt failed, if it did.
+// returns why records were left to ship (ErrOffline when the server could
+// not be reached): they stay in the local ledger, and the next shipper
+// sends them.
 func (sh *Shipper) Stop() error {
 	sh.stop.Do(func() { close(sh.quit) })
 	<-sh.done
-	return sh.fol.Close()
+	_ = sh.fol.Close()
+	return sh.finalErr
 }
 
 func (sh *Shipper) run(ctx context.Context) {
@@ -198,10 +202,10 @@ func (sh *Shipper) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			sh.final()
+			sh.finalErr = sh.final()
 			return
 		case <-sh.quit:
-			sh.final()
+			sh.finalErr = sh.final()
 			return
 		case reply := <-sh.flush:
 			reply <- sh.pump()
@@ -246,13 +250,12 @@ func (sh *Shipper) watchUnsigned() {
 }
 
 // final ships the last signed records when the server answers.
-func (sh *Shipper) final() {
-	if !sh.s.Connected() {
-		return
-	}
-	if err := sh.pump(); err != nil {
+func (sh *Shipper) final() error {
+	err := sh.pump()
+	if err != nil {
 		slog.Warn("store: ledger records left to ship at the next start", "host", sh.s.opts.Host, "shipped", sh.Shipped(), "err", err)
 	}
+	return err
 }
 
 // pump publishes every signed record not yet in the stream.
