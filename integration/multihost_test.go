@@ -203,6 +203,17 @@ func TestMultiHostOneHistory(t *testing.T) {
 	line := pmLine(3, "alice", "deliverable_drafted", "forged", time.Now(), map[string]any{"doc": primary, "role": "primary"})
 	require.Equal(t, syscall.EPERM, pmAppend(filepath.Join(b.view("bob"), "events.jsonl"), line))
 	require.Equal(t, string(a.events()), string(b.events()))
+
+	// Each host's ledger is in the store, and verifies from anywhere.
+	require.NoError(t, a.proc.stop())
+	require.NoError(t, b.proc.stop())
+	out, stderr, code := acpfs(t, "ledger", "verify", "--store", srv.url(), "--collab", mhCollab)
+	require.Equal(t, 0, code, "%s\n%s", out, stderr)
+	require.Contains(t, out, "ha")
+	require.Contains(t, out, "hb")
+	show, _, code := acpfs(t, "ledger", "show", "--store", srv.url(), "--collab", mhCollab, "--host", "hb", "--kind", "append_rejected")
+	require.Equal(t, 0, code)
+	require.Contains(t, show, "from-mismatch")
 }
 
 // mhProxy forwards TCP connections to a server until cut: a host behind

@@ -80,9 +80,18 @@ is read-only (EROFS).`,
 			var gate func() error
 			if st != nil {
 				defer st.Close()
-				if err := joinStore(ctx, st, folderAbs, rd, lw); err != nil {
+				ship, err := joinStore(ctx, st, folderAbs, rd, lw)
+				if err != nil {
 					return err
 				}
+				// Last in, first out: the writer signs its last records
+				// as it closes, then they are shipped.
+				defer func() {
+					lw.Close()
+					if err := ship.Stop(); err != nil {
+						fmt.Fprintf(cmd.ErrOrStderr(), "acpfs up: ledger not wholly shipped to the store: %v\n", err)
+					}
+				}()
 				gate = st.Check
 			}
 			proto, err := protocol.LoadProtocol(folderAbs)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -47,17 +48,22 @@ func (f *storeFlags) open(ctx context.Context) (*store.Store, error) {
 
 // joinStore makes this host's folder and run directory copies of the
 // store's before any view starts: the history is seeded or checked, and
-// the grants assigned to this host are copied (and then followed).
-func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.RunDir, lw *ledger.Writer) error {
+// the grants assigned to this host are copied (and then followed). The
+// host's ledger is shipped to the store from then on; the caller stops
+// the shipper after closing the ledger's writer.
+func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.RunDir, lw *ledger.Writer) (*store.Shipper, error) {
 	if err := st.Events().Seed(folder); err != nil {
-		return err
+		return nil, err
 	}
 	rec := func(kind string, g *grants.Grant, detail string) {
 		if _, err := lw.Append(ledger.Record{Kind: kind, Agent: g.AgentID, Grant: g.GrantID, Detail: detail}); err != nil {
 			slog.Warn("record a grant from the store", "grant", g.GrantID, "err", err)
 		}
 	}
-	return st.SyncGrants(ctx, rd, rec)
+	if err := st.SyncGrants(ctx, rd, rec); err != nil {
+		return nil, err
+	}
+	return store.ShipLedger(ctx, st, lw.Path(), filepath.Join(filepath.Dir(lw.Path()), ledger.PublicKeyFile))
 }
 
 // followStore makes the store the authority for log's history and keeps
