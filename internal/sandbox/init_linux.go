@@ -14,6 +14,8 @@ import (
 
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/mountinfo"
 )
 
 // StatusOK is what Enter writes on its status descriptor once the
@@ -529,7 +531,7 @@ func foreign(fstype string) bool {
 // checkMounts verifies afterwards, from the sandbox's own /proc, that
 // none is left.
 func detachForeign(root string) error {
-	mis, err := mountinfo("/proc/self/mountinfo")
+	mis, err := readMounts("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
@@ -576,7 +578,7 @@ type guardedPath struct{ path, dev, fs string }
 // locateGuarded finds, in the mount table the sandbox starts from (the
 // host's), where the folder and the masks live.
 func locateGuarded(spec Spec) ([]guardedPath, error) {
-	mis, err := mountinfo("/proc/self/mountinfo")
+	mis, err := readMounts("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
@@ -605,7 +607,7 @@ func locateGuarded(spec Spec) ([]guardedPath, error) {
 // the folder elsewhere in a --ro directory, say), where neither the view
 // nor a mask covers them.
 func checkMounts(spec Spec, guarded []guardedPath) error {
-	mis, err := mountinfo("/proc/self/mountinfo")
+	mis, err := readMounts("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
@@ -651,8 +653,8 @@ func checkMounts(spec Spec, guarded []guardedPath) error {
 
 type mountEntry struct{ dev, root, point, fstype string }
 
-// mountinfo reads the mount points and types of a mountinfo file.
-func mountinfo(path string) ([]mountEntry, error) {
+// readMounts reads the mount points and types of a mountinfo file.
+func readMounts(path string) ([]mountEntry, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -665,32 +667,16 @@ func mountinfo(path string) ([]mountEntry, error) {
 		fields := strings.Fields(sc.Text())
 		for i := 6; i+1 < len(fields); i++ {
 			if fields[i] == "-" {
-				out = append(out, mountEntry{dev: fields[2], root: unescapeOctal(fields[3]), point: unescapeOctal(fields[4]), fstype: fields[i+1]})
+				out = append(out, mountEntry{
+					dev: fields[2], root: mountinfo.Unescape(fields[3]),
+					point: mountinfo.Unescape(fields[4]), fstype: fields[i+1],
+				})
 				break
 			}
 		}
 	}
 	return out, sc.Err()
 }
-
-// unescapeOctal undoes mountinfo's \040-style escapes.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOct(s[i+1]) && isOct(s[i+2]) && isOct(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOct(c byte) bool { return c >= '0' && c <= '7' }
 
 // loopbackUp brings up lo in a new network namespace, so that the
 // command can still talk to itself over 127.0.0.1.
