@@ -457,26 +457,36 @@ var procMasks = []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc
 // empty read-only tmpfs.
 func maskProc(root int) error {
 	for _, p := range procMasks {
-		fd, err := openBeneath(root, p, 0)
-		if err != nil {
+		st, found, err := statBeneath(root, p)
+		if !found || err != nil {
 			continue
 		}
-		var st unix.Stat_t
-		err = unix.Fstat(fd, &st)
-		unix.Close(fd)
-		if err != nil {
-			continue
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			err = attachFSBeneath(root, p, "tmpfs", map[string]string{"mode": "0555", "size": "4k"}, attrRO|unix.MOUNT_ATTR_NOEXEC)
-		} else {
-			err = cloneBeneath(root, "/dev/null", p, false, attrRO|unix.MOUNT_ATTR_NOEXEC, false)
-		}
-		if err != nil {
+		if err := cover(root, p, &st, "0555"); err != nil {
 			return fmt.Errorf("mask %s: %w", p, err)
 		}
 	}
 	return nil
+}
+
+// statBeneath stats p beneath root; found is false when p is not there.
+func statBeneath(root int, p string) (st unix.Stat_t, found bool, err error) {
+	fd, err := openBeneath(root, p, 0)
+	if err != nil {
+		return st, false, nil
+	}
+	err = unix.Fstat(fd, &st)
+	unix.Close(fd)
+	return st, true, err
+}
+
+// cover mounts over p beneath root (st is what p is): an empty read-only
+// tmpfs with the given mode over a directory, /dev/null over anything
+// else.
+func cover(root int, p string, st *unix.Stat_t, mode string) error {
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return attachFSBeneath(root, p, "tmpfs", map[string]string{"mode": mode, "size": "4k"}, attrRO|unix.MOUNT_ATTR_NOEXEC)
+	}
+	return cloneBeneath(root, "/dev/null", p, false, attrRO|unix.MOUNT_ATTR_NOEXEC, false)
 }
 
 // maskAll hides the run directory, the ledger and the grant where a bind
@@ -490,20 +500,12 @@ func maskAll(root int, spec Spec) error {
 			// leading to the folder are there, which hold nothing else.
 			continue
 		}
-		fd, err := openBeneath(root, m, 0)
-		if err != nil {
+		st, found, err := statBeneath(root, m)
+		if !found {
 			continue // not in the sandbox
 		}
-		var st unix.Stat_t
-		err = unix.Fstat(fd, &st)
-		unix.Close(fd)
-		if err != nil {
-			return fmt.Errorf("mask %s: %w", m, err)
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			err = attachFSBeneath(root, m, "tmpfs", map[string]string{"mode": "0000", "size": "4k"}, attrRO|unix.MOUNT_ATTR_NOEXEC)
-		} else {
-			err = cloneBeneath(root, "/dev/null", m, false, attrRO|unix.MOUNT_ATTR_NOEXEC, false)
+		if err == nil {
+			err = cover(root, m, &st, "0000")
 		}
 		if err != nil {
 			return fmt.Errorf("mask %s: %w", m, err)
