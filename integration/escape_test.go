@@ -2,6 +2,7 @@ package integration
 
 import (
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
 )
 
 // The escape suite: an agent with ordinary tools and raw system calls
@@ -37,3 +38,16 @@ func escWriterGrant() *grants.Grant {
 		MayWrite:      []string{"events.jsonl", "protocol.json", "review.md", "scratch/**"},
 	}
 }
+
+// escDeniedLookup is the record of a lookup refused because the grant
+// hides path.
+func escDeniedLookup(path string) *escRecord { return escRec(ledger.KindDenied, path, "lookup") }
+
+// escHiddenSymlink is the record of a planted symlink concealed where it
+// is: symlinks are judged at every lookup from where they are, and one
+// leading to a hidden path or out of the folder is concealed.
+func escHiddenSymlink(path string) *escRecord { return escConcealed(path, escSymlinkHidden) }
+
+// escHardLinkedRec is the record of a regular file with a second name,
+// concealed under every name.
+func escHardLinkedRec(path string) *escRecord { return escConcealed(path, escHardLinked) }
