@@ -17,9 +17,60 @@ import (
 	"github.com/acpfs/acpfs/ledger"
 )
 
+// TestEscapeProtocolForgery: the owner (and the reviewer, where it says
+// so) forges events, overwrites, truncates and replaces events.jsonl and
+// protocol.json, and attacks the control directory (escape_control_test.go).
 func TestEscapeProtocolForgery(t *testing.T) {
+	fg := newEscForgery(t)
+	var attempts []escAttempt
+	for _, family := range [][]escAttempt{
+		escEventForgeries(fg), escEventsFileAttempts(fg), escProtocolFileAttempts(fg), escControlDirAttempts(fg),
+	} {
+		attempts = append(attempts, family...)
+	}
+	escRun(t, escEnv{c: fg.c, v: fg.a, other: fg.b}, attempts)
+	escControlDirChecks(t, fg)
+	escShellProtocolCheck(t, fg)
+	escAcceptedAppendChecks(t, fg)
+	escLongLineChecks(t, fg)
+}
+
+// The policy's refusals of changes to the protocol files other than
+// through their handles (fs/policy.go, managedChange), and of changes to
+// the control directory.
+const (
+	escCannotRemove  = "protocol files cannot be removed"
+	escCannotReplace = "protocol files cannot be renamed or replaced"
+	escMaintained    = "protocol files are maintained by acpfs"
+	escCtlRO         = ".acpfs is read-only"
+)
+
+// escDeniedRec is the record of a change the grant or the control
+// directory refuses.
+func escDeniedRec(path, op string) *escRecord { return escRec(ledger.KindDenied, path, op) }
+
+// escProtoDenied is the record of a refused change of protocol.json.
+func escProtoDenied(op string) *escRecord { return escRec(ledger.KindDenied, "protocol.json", op) }
+
+// escAppendAs appends the line line() makes through v.
+func escAppendAs(v *view, line func() string) func(*testing.T) error {
+	return func(*testing.T) error { return escAppend(v, line()) }
+}
+
+// escForgery is the collaboration of TestEscapeProtocolForgery: in
+// drafting, with forged logs and look-alikes of the control files planted.
+type escForgery struct {
+	t    *testing.T
+	c    *collab
+	a, b *view // the owner's and the reviewer's views
+}
+
+func newEscForgery(t *testing.T) *escForgery {
 	r := newRun(t)
-	c, a, b := r.c, r.alice, r.bob
+	c, a := r.c, r.alice
+	require.NoError(t, os.WriteFile(a.path(primary), []byte(designSpec("In Review")), 0o644))
+	r.must(a, owner, "deliverable_drafted", map[string]any{"doc": primary, "role": "primary"})
+
 	require.NoError(t, os.WriteFile(a.path(primary), []byte(designSpec("In Review")), 0o644))
 	r.must(a, owner, "deliverable_drafted", map[string]any{"doc": primary, "role": "primary"})
 	escPlant(t, c.folder, nil, map[string]string{
@@ -30,52 +81,84 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		"scratch/.acpfs/wait":  "ready\n",
 		"scratch/.acpfs/x.txt": "x\n",
 	}, nil)
-	e := escEnv{c: c, v: a, other: b}
-	p := a.path
-	drafted := func() string {
-		return c.event(owner, "deliverable_drafted", map[string]any{"doc": primary, "role": "primary"})
+	return &escForgery{t: t, c: c, a: a, b: r.bob}
+}
+
+// drafted is the next valid event: the owner drafts the deliverable.
+func (fg *escForgery) drafted() string {
+	return fg.c.event(owner, "deliverable_drafted", map[string]any{"doc": primary, "role": "primary"})
+}
+
+// edit changes one field of the next valid event (nil removes it).
+func (fg *escForgery) edit(field string, value any) func() string {
+	return func() string {
+		var m map[string]any
+		require.NoError(fg.t, json.Unmarshal([]byte(fg.drafted()), &m))
+		if value == nil {
+			delete(m, field)
+		} else {
+			m[field] = value
+		}
+		out, err := json.Marshal(m)
+		require.NoError(fg.t, err)
+		return string(out)
 	}
-	// edit changes one field of the next valid event.
-	edit := func(field string, value any) func() string {
-		return func() string {
-			var m map[string]any
-			require.NoError(t, json.Unmarshal([]byte(drafted()), &m))
-			if value == nil {
-				delete(m, field)
-			} else {
-				m[field] = value
-			}
-			out, err := json.Marshal(m)
-			require.NoError(t, err)
-			return string(out)
+}
+
+// forgedProtocol is the folder's protocol.json changed by mutate.
+func (fg *escForgery) forgedProtocol(mutate func(m map[string]any)) []byte {
+	var m map[string]any
+	require.NoError(fg.t, json.Unmarshal([]byte(readFile(fg.t, filepath.Join(fg.c.folder, "protocol.json"))), &m))
+	mutate(m)
+	out, err := json.MarshalIndent(m, "", "  ")
+	require.NoError(fg.t, err)
+	return append(out, '\n')
+}
+
+// accepted runs fn, which appends the valid event (and the forged one
+// when withForged), and checks what an append that is (partly) accepted
+// must leave: the valid event written exactly once, the forged one never.
+func (fg *escForgery) accepted(t *testing.T, withForged bool, fn func(valid, forged string)) {
+	t.Helper()
+	c, drafted, eventsPath := fg.c, fg.drafted, filepath.Join(fg.c.folder, "events.jsonl")
+	valid, forged := drafted(), c.event(reviewer, "blocked", nil)
+	before := readFile(t, eventsPath)
+	seq := c.snapshot().LastSeq
+	nrec := len(c.records())
+	fn(valid, forged)
+	assert.Equal(t, before+valid+"\n", readFile(t, eventsPath), "the valid event must be appended once, the forged one never")
+	assert.Equal(t, seq+1, c.snapshot().LastSeq)
+	var acc, rej int
+	for _, r := range c.records()[nrec:] {
+		switch r.Kind {
+		case ledger.KindAppendAccepted:
+			acc++
+			assert.Equal(t, fmt.Sprintf("seq %d deliverable_drafted", seq+1), r.Detail)
+		case ledger.KindAppendRejected:
+			rej++
+			assert.Contains(t, r.Detail, "from-mismatch")
 		}
 	}
-	appendAs := func(v *view, line func() string) func(*testing.T) error {
-		return func(*testing.T) error { return escAppend(v, line()) }
+	assert.Equal(t, 1, acc, "append_accepted records")
+	if withForged {
+		assert.GreaterOrEqual(t, rej, 1, "append_rejected records")
+	} else {
+		assert.Zero(t, rej, "append_rejected records")
 	}
-	rejected := escRec(ledger.KindAppendRejected, "events.jsonl", "append")
-	ctlDenied := func(path, op string) *escRecord { return escRec(ledger.KindDenied, path, op) }
-	ctlRO := ".acpfs is read-only"
-	protoDenied := func(op string) *escRecord { return escRec(ledger.KindDenied, "protocol.json", op) }
-	// The policy's refusals of changes to the protocol files other than
-	// through their handles (fs/policy.go, managedChange).
-	const (
-		cannotRemove  = "protocol files cannot be removed"
-		cannotReplace = "protocol files cannot be renamed or replaced"
-		maintained    = "protocol files are maintained by acpfs"
-	)
-	evSetattr := escRecD(ledger.KindAppendRejected, "events.jsonl", "setattr", "events.jsonl is append-only")
-	protoSetattr := escRecD(ledger.KindDenied, "protocol.json", "setattr", "protocol.json is maintained by acpfs")
-	forgedProtocol := func(mutate func(m map[string]any)) []byte {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(readFile(t, filepath.Join(c.folder, "protocol.json"))), &m))
-		mutate(m)
-		out, err := json.MarshalIndent(m, "", "  ")
-		require.NoError(t, err)
-		return append(out, '\n')
-	}
+}
 
-	escRun(t, e, []escAttempt{
+// escEventForgeries append events the protocol refuses.
+func escEventForgeries(fg *escForgery) []escAttempt {
+	t := fg.t
+	c := fg.c
+	a := fg.a
+	b := fg.b
+	p := fg.a.path
+	drafted := fg.drafted
+	edit := fg.edit
+	appendAs := escAppendAs
+	rejected := escRec(ledger.KindAppendRejected, "events.jsonl", "append")
+	return []escAttempt{
 		// Forged events.
 		{name: "from another participant", do: appendAs(a, func() string { return c.event(reviewer, "blocked", nil) }),
 			errno: syscall.EPERM, record: rejected, explain: `from is "bob" but this writer is "alice"`},
@@ -137,7 +220,21 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		{name: "10 MiB line from the shell",
 			do:    escSh(a, `head -c 10485760 /dev/zero | tr '\0' x | sed 's/^/{"summary":"/; s/$/"}/' >> events.jsonl`),
 			errno: syscall.EINVAL, record: rejected, explain: "line longer than"},
+	}
+}
 
+// escEventsFileAttempts overwrite, truncate and replace events.jsonl.
+func escEventsFileAttempts(fg *escForgery) []escAttempt {
+	t := fg.t
+	c := fg.c
+	a := fg.a
+	p := fg.a.path
+	rejected := escRec(ledger.KindAppendRejected, "events.jsonl", "append")
+	cannotRemove := escCannotRemove
+	cannotReplace := escCannotReplace
+	maintained := escMaintained
+	evSetattr := escRecD(ledger.KindAppendRejected, "events.jsonl", "setattr", "events.jsonl is append-only")
+	return []escAttempt{
 		// Overwriting, truncating, replacing events.jsonl.
 		{name: "pwrite of the first line at offset 0", do: func(*testing.T) error {
 			first := strings.SplitN(readFile(t, filepath.Join(c.folder, "events.jsonl")), "\n", 2)[0]
@@ -241,7 +338,22 @@ func TestEscapeProtocolForgery(t *testing.T) {
 			return err
 		}, errno: syscall.EPERM, record: rejected, explain: "from-mismatch"},
 		{name: "shared writable mmap of events.jsonl", do: escMapShared(p("events.jsonl")), errno: syscall.ENODEV},
+	}
+}
 
+// escProtocolFileAttempts forge protocol.json and make look-alikes of the
+// protocol files.
+func escProtocolFileAttempts(fg *escForgery) []escAttempt {
+	c := fg.c
+	a := fg.a
+	p := fg.a.path
+	protoDenied := escProtoDenied
+	cannotRemove := escCannotRemove
+	cannotReplace := escCannotReplace
+	maintained := escMaintained
+	protoSetattr := escRecD(ledger.KindDenied, "protocol.json", "setattr", "protocol.json is maintained by acpfs")
+	forgedProtocol := fg.forgedProtocol
+	return []escAttempt{
 		// protocol.json.
 		{name: "protocol.json with a changed phase", do: func(*testing.T) error {
 			return escWriteClose(p("protocol.json"), os.O_WRONLY|os.O_TRUNC, forgedProtocol(func(m map[string]any) { m["currentPhase"] = "completed" }))
@@ -346,130 +458,13 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		{name: "create a case variant PROTOCOL.json",
 			do:      func(*testing.T) error { return escOpen(p("PROTOCOL.json"), os.O_CREATE|os.O_WRONLY) },
 			private: "PROTOCOL.json"},
+	}
+}
 
-		// The control directory.
-		{name: "write .acpfs/status", do: func(*testing.T) error {
-			return escWriteClose(p(".acpfs/status"), os.O_WRONLY, []byte("phase: completed\n"))
-		}, errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "open"), explain: "open .acpfs/status: " + ctlRO},
-		{name: "forge .acpfs/last-error from the shell", do: escSh(a, "echo all good > .acpfs/last-error"),
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/last-error", "open"), explain: ctlRO},
-		{name: "O_RDWR open of .acpfs/grant.md",
-			do: func(*testing.T) error { return escOpen(p(".acpfs/grant.md"), os.O_RDWR) }, errno: syscall.EACCES,
-			record: ctlDenied(".acpfs/grant.md", "open"), explain: ctlRO},
-		{name: "O_RDONLY|O_TRUNC open of .acpfs/status",
-			do:    func(*testing.T) error { return escOpen(p(".acpfs/status"), os.O_RDONLY|os.O_TRUNC) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "open"), explain: ctlRO},
-		{name: "O_CREAT open of the existing .acpfs/status",
-			do:    func(*testing.T) error { return escOpen(p(".acpfs/status"), os.O_CREATE|os.O_WRONLY) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "open"), explain: ctlRO},
-		{name: "O_CREAT|O_EXCL of the existing .acpfs/status",
-			do:    func(*testing.T) error { return escOpen(p(".acpfs/status"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) },
-			errno: syscall.EEXIST},
-		{name: "truncate .acpfs/last-error",
-			do: func(*testing.T) error { return os.Truncate(p(".acpfs/last-error"), 0) }, errno: syscall.EACCES,
-			record: ctlDenied(".acpfs/last-error", "setattr"), explain: "setattr .acpfs/last-error: " + ctlRO},
-		{name: "chmod .acpfs/wait", do: func(*testing.T) error { return os.Chmod(p(".acpfs/wait"), 0o666) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/wait", "setattr"), explain: ctlRO},
-		{name: "touch .acpfs/status", do: escSh(a, "touch .acpfs/status"), errno: syscall.EACCES,
-			record: ctlDenied(".acpfs/status", "setattr"), explain: ctlRO},
-		{name: "chown .acpfs/status", do: func(*testing.T) error { return os.Chown(p(".acpfs/status"), 65534, 65534) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "setattr"), explain: ctlRO},
-		{name: "create a file in .acpfs",
-			do:    func(*testing.T) error { return escOpen(p(".acpfs/forged"), os.O_CREATE|os.O_WRONLY) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/forged", "create"),
-			explain: "create .acpfs/forged: " + ctlRO},
-		{name: "mkdir in .acpfs", do: func(*testing.T) error { return os.Mkdir(p(".acpfs/d"), 0o755) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/d", "mkdir"), explain: ctlRO},
-		{name: "mkfifo in .acpfs", do: func(*testing.T) error { return unix.Mkfifo(p(".acpfs/fifo"), 0o644) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/fifo", "mknod"), explain: ctlRO},
-		{name: "mknod of a regular file in .acpfs",
-			do:    func(*testing.T) error { return unix.Mknod(p(".acpfs/node"), unix.S_IFREG|0o644, 0) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/node", ""), explain: ctlRO},
-		{name: "ln -s in .acpfs", do: escSh(a, "ln -s status .acpfs/s"), errno: syscall.EACCES,
-			record: ctlDenied(".acpfs/s", "symlink"), explain: ctlRO},
-		{name: "ln of a file into .acpfs",
-			do:    func(*testing.T) error { return os.Link(p("scratch/fake.json"), p(".acpfs/fake.json")) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/fake.json", "link"),
-			explain: "link .acpfs/fake.json: " + ctlRO},
-		{name: "ln of a control file out of .acpfs",
-			do:    func(*testing.T) error { return os.Link(p(".acpfs/status"), p("scratch/status")) },
-			errno: syscall.EACCES, record: ctlDenied("scratch/status", "link"), explain: escNoLinks},
-		{name: "mv a file over .acpfs/status",
-			do:    func(*testing.T) error { return os.Rename(p("scratch/fake.json"), p(".acpfs/status")) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "rename"),
-			explain: "not writable under the grant"},
-		{name: "mv .acpfs/wait out",
-			do: func(*testing.T) error { return os.Rename(p(".acpfs/wait"), p("scratch/wait")) }, errno: syscall.EACCES,
-			record: ctlDenied(".acpfs/wait", "rename"), explain: "rename .acpfs/wait: " + ctlRO},
-		{name: "mv within .acpfs",
-			do:    func(*testing.T) error { return os.Rename(p(".acpfs/status"), p(".acpfs/status2")) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "rename"), explain: ctlRO},
-		{name: "RENAME_EXCHANGE of two control files", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p(".acpfs/status"), unix.AT_FDCWD, p(".acpfs/last-error"), unix.RENAME_EXCHANGE)
-		}, errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "rename"), explain: ctlRO},
-		{name: "mv .acpfs away", do: func(*testing.T) error { return os.Rename(p(".acpfs"), p("scratch/ctl")) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs", "rename"), explain: ".acpfs is reserved"},
-		{name: "rmdir .acpfs", do: func(*testing.T) error { return unix.Rmdir(p(".acpfs")) }, errno: syscall.EACCES,
-			record: ctlDenied(".acpfs", "rmdir"), explain: ".acpfs is reserved"},
-		{name: "rmdir of a control file is ENOTDIR from the kernel",
-			do: func(*testing.T) error { return unix.Rmdir(p(".acpfs/status")) }, errno: syscall.ENOTDIR},
-		{name: "mkdir .acpfs", do: func(*testing.T) error { return os.Mkdir(p(".acpfs"), 0o755) },
-			errno: syscall.EEXIST},
-		{name: "the planted .acpfs/planted stays shadowed",
-			do: func(*testing.T) error { return escReadErr(p(".acpfs/planted")) }, errno: syscall.ENOENT},
-		{name: "create .ACPFS", do: func(*testing.T) error { return escOpen(p(".ACPFS"), os.O_CREATE|os.O_WRONLY) },
-			private: ".ACPFS"},
-		{name: "create '.acpfs ' with a trailing space",
-			do: func(*testing.T) error { return escOpen(p(".acpfs "), os.O_CREATE|os.O_WRONLY) }, private: ".acpfs "},
-		{name: "mkdir a fullwidth-dot look-alike of .acpfs",
-			do: func(*testing.T) error { return os.Mkdir(p("\uff0eacpfs"), 0o755) }, errno: syscall.EACCES,
-			record: escRec(ledger.KindDenied, "\uff0eacpfs", "mkdir"), explain: "not writable under the grant"},
-		{name: "rm .acpfs/grant.md", do: func(*testing.T) error { return os.Remove(p(".acpfs/grant.md")) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/grant.md", "unlink"),
-			explain: "unlink .acpfs/grant.md: " + ctlRO},
-		{name: "rm -rf .acpfs", do: escSh(a, "rm -rf .acpfs"), errno: syscall.EACCES, record: ctlDenied("", "unlink"),
-			explain: ctlRO},
-		{name: "setxattr on .acpfs/status",
-			do:    func(*testing.T) error { return unix.Setxattr(p(".acpfs/status"), "user.x", []byte("1"), 0) },
-			errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "setxattr"), explain: ctlRO},
-		{name: "removexattr on .acpfs/status",
-			do: func(*testing.T) error { return unix.Removexattr(p(".acpfs/status"), "user.x") }, errno: syscall.EACCES,
-			record: ctlDenied(".acpfs/status", "removexattr"), explain: ctlRO},
-	})
-
-	t.Run("control files survive every attempt", func(t *testing.T) {
-		names, err := os.ReadDir(p(".acpfs"))
-		require.NoError(t, err)
-		var got []string
-		for _, n := range names {
-			got = append(got, n.Name())
-		}
-		assert.Subset(t, got, []string{"grant.md", "last-error", "status"})
-		// wait is not listed (its reads block, and globs must not open
-		// it), but it is there.
-		assert.NotContains(t, got, "wait")
-		var st unix.Stat_t
-		require.NoError(t, unix.Lstat(p(".acpfs/wait"), &st))
-		assert.EqualValues(t, unix.S_IFREG, st.Mode&unix.S_IFMT)
-		assert.Contains(t, readFile(t, p(".acpfs/grant.md")), "G-")
-		assert.Contains(t, readFile(t, p(".acpfs/last-error")), ctlRO)
-	})
-
-	t.Run("the control files are acpfs's own, not the planted ones", func(t *testing.T) {
-		st := readFile(t, p(".acpfs/status"))
-		assert.Contains(t, st, "phase: drafting")
-		assert.Contains(t, st, "agent: alice")
-		names, err := os.ReadDir(p(".acpfs"))
-		require.NoError(t, err)
-		var got []string
-		for _, n := range names {
-			got = append(got, n.Name())
-		}
-		assert.NotContains(t, got, "planted")
-		// A .acpfs below the root is an ordinary directory.
-		assert.Equal(t, "ready\n", readFile(t, p("scratch/.acpfs/wait")))
-	})
-
+// escShellProtocolCheck: a shell's refused redirection to protocol.json.
+func escShellProtocolCheck(t *testing.T, fg *escForgery) {
+	c := fg.c
+	a := fg.a
 	t.Run("a shell's echo > protocol.json exits 0 but changes nothing", func(t *testing.T) {
 		// bash ignores close(2) errors of redirections, where the
 		// protocol.json refusal is reported: the ledger and last-error
@@ -482,37 +477,17 @@ func TestEscapeProtocolForgery(t *testing.T) {
 		assert.True(t, escHasRecord(c.records()[nrec:], escRecord{kind: ledger.KindDenied, path: "protocol.json", op: "write"}))
 		assert.Contains(t, escLastError(t, a), "write protocol.json")
 	})
+}
 
-	// Appends that are (partly) accepted: what the writer sees, and that
-	// the accepted event is written exactly once.
-	eventsPath := filepath.Join(c.folder, "events.jsonl")
-	accepted := func(t *testing.T, withForged bool, fn func(valid, forged string)) {
-		t.Helper()
-		valid, forged := drafted(), c.event(reviewer, "blocked", nil)
-		before := readFile(t, eventsPath)
-		seq := c.snapshot().LastSeq
-		nrec := len(c.records())
-		fn(valid, forged)
-		assert.Equal(t, before+valid+"\n", readFile(t, eventsPath), "the valid event must be appended once, the forged one never")
-		assert.Equal(t, seq+1, c.snapshot().LastSeq)
-		var acc, rej int
-		for _, r := range c.records()[nrec:] {
-			switch r.Kind {
-			case ledger.KindAppendAccepted:
-				acc++
-				assert.Equal(t, fmt.Sprintf("seq %d deliverable_drafted", seq+1), r.Detail)
-			case ledger.KindAppendRejected:
-				rej++
-				assert.Contains(t, r.Detail, "from-mismatch")
-			}
-		}
-		assert.Equal(t, 1, acc, "append_accepted records")
-		if withForged {
-			assert.GreaterOrEqual(t, rej, 1, "append_rejected records")
-		} else {
-			assert.Zero(t, rej, "append_rejected records")
-		}
-	}
+// escAcceptedAppendChecks: appends that are (partly) accepted, what the
+// writer sees, and that the accepted event is written exactly once.
+func escAcceptedAppendChecks(t *testing.T, fg *escForgery) {
+	c := fg.c
+	a := fg.a
+	p := fg.a.path
+	edit := fg.edit
+	eventsPath := filepath.Join(fg.c.folder, "events.jsonl")
+	accepted := fg.accepted
 	t.Run("an event split across many small writes is appended once", func(t *testing.T) {
 		accepted(t, false, func(valid, _ string) {
 			f, err := os.OpenFile(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
@@ -576,6 +551,17 @@ func TestEscapeProtocolForgery(t *testing.T) {
 			assert.Equal(t, fmt.Sprintf("%d\n", len(valid)+1), out)
 		})
 	})
+}
+
+// escLongLineChecks: an over-long line appends nothing, and the view keeps
+// judging the lines after it.
+func escLongLineChecks(t *testing.T, fg *escForgery) {
+	c := fg.c
+	a := fg.a
+	p := fg.a.path
+	drafted := fg.drafted
+	eventsPath := filepath.Join(fg.c.folder, "events.jsonl")
+	accepted := fg.accepted
 	t.Run("a 10 MiB line appends nothing and the daemon keeps working", func(t *testing.T) {
 		before := escTree(t, c.folder)
 		nrec := len(c.records())
