@@ -9,6 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/ledger"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"path/filepath"
+	"slices"
+	"time"
 )
 
 // escHiddenHardLinkAttempts use hard links of the oracle planted on the backing
@@ -99,4 +104,154 @@ func escHiddenHardLinkAttempts(h *escHidden) []escAttempt {
 		{name: "ln of a hidden symlink into scratch", do: escSh(v, "ln to-oracle.md scratch/h3"), errno: syscall.ENOENT,
 			record: hiddenSymlink("to-oracle.md")},
 	}
+}
+
+// escWriteHardLinkAttempts write, change and replace a hard link of README.md
+// planted in a writable directory.
+func escWriteHardLinkAttempts(w *escWrites) []escAttempt {
+	v := w.v
+	p := w.v.path
+	hardLinked := escHardLinkedRec
+	return []escAttempt{
+		// A planted hard link: the file has two names, so it is concealed
+		// under both (README.md too, though the grant may read it). Every
+		// attempt on the name is a refused lookup, quietly; making a new
+		// name there is EACCES.
+		{name: "write through a planted hard link in a writable directory",
+			do: escSh(v, "echo x > scratch/hard-readme.md"), errno: syscall.EACCES,
+			record:  escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld),
+			explain: "create scratch/hard-readme.md: " + escNameHeld},
+		{name: "read through a planted hard link (its other name is readable, but acpfs cannot know)",
+			do: escSh(v, "cat scratch/hard-readme.md"), errno: syscall.ENOENT,
+			record: hardLinked("scratch/hard-readme.md")},
+		{name: "read the hard-linked file under its readable name",
+			do: func(*testing.T) error { return escReadErr(p("README.md")) }, errno: syscall.ENOENT,
+			record: hardLinked("README.md")},
+		{name: "O_CREAT open of the planted hard link",
+			do:    func(*testing.T) error { return escOpen(p("scratch/hard-readme.md"), os.O_CREATE|os.O_WRONLY) },
+			errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld),
+			explain: escNameHeld},
+		{name: "O_CREAT|O_EXCL of the planted hard link",
+			do: func(*testing.T) error {
+				return escOpen(p("scratch/hard-readme.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY)
+			}, errno: syscall.EACCES,
+			record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld), explain: escNameHeld},
+		// README.md is not writable, but the root is writable somewhere:
+		// a private file of this view shadows the concealed name here.
+		{name: "O_CREAT|O_EXCL of the hard-linked name the grant cannot write",
+			do:      func(*testing.T) error { return escOpen(p("README.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) },
+			private: "README.md", record: hardLinked("README.md")},
+		{name: "O_WRONLY open of the planted hard link",
+			do:    func(*testing.T) error { return escOpen(p("scratch/hard-readme.md"), os.O_WRONLY) },
+			errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "truncate(2) of the planted hard link",
+			do: func(*testing.T) error { return os.Truncate(p("scratch/hard-readme.md"), 0) }, errno: syscall.ENOENT,
+			record: hardLinked("scratch/hard-readme.md")},
+		{name: "chmod of the planted hard link",
+			do: func(*testing.T) error { return os.Chmod(p("scratch/hard-readme.md"), 0o600) }, errno: syscall.ENOENT,
+			record: hardLinked("scratch/hard-readme.md")},
+		// touch opens with O_CREAT first, and reports that refusal.
+		{name: "touch of the planted hard link", do: escSh(v, "touch -d 2001-01-01 scratch/hard-readme.md"),
+			errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld),
+			explain: escNameHeld},
+		{name: "utimes of the planted hard link", do: func(*testing.T) error {
+			return os.Chtimes(p("scratch/hard-readme.md"), time.Unix(0, 0), time.Unix(0, 0))
+		}, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "chown of the planted hard link",
+			do:    func(*testing.T) error { return os.Chown(p("scratch/hard-readme.md"), 65534, 65534) },
+			errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "setxattr on the planted hard link",
+			do:    func(*testing.T) error { return unix.Setxattr(p("scratch/hard-readme.md"), "user.x", []byte("1"), 0) },
+			errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "removexattr on the planted hard link",
+			do:    func(*testing.T) error { return unix.Removexattr(p("scratch/hard-readme.md"), "user.x") },
+			errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "mkdir over the planted hard link",
+			do: func(*testing.T) error { return os.Mkdir(p("scratch/hard-readme.md"), 0o755) }, errno: syscall.EACCES,
+			record:  escRecD(ledger.KindDenied, "scratch/hard-readme.md", "mkdir", escNameHeld),
+			explain: "mkdir scratch/hard-readme.md: " + escNameHeld},
+		{name: "mv a writable file onto the planted hard link",
+			do:    func(*testing.T) error { return os.Rename(p("scratch/mine.md"), p("scratch/hard-readme.md")) },
+			errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "rename", escNameHeld),
+			explain: "rename scratch/hard-readme.md: " + escNameHeld},
+		{name: "ln -s onto the planted hard link", do: escSh(v, "ln -s mine.md scratch/hard-readme.md"),
+			errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "symlink", escNameHeld),
+			explain: "symlink scratch/hard-readme.md: " + escNameHeld},
+	}
+}
+
+// escWriteLinkAttempts make new hard links and symlinks where the grant
+// refuses them.
+func escWriteLinkAttempts(w *escWrites) []escAttempt {
+	v := w.v
+	p := w.v.path
+	notWritable := escNotWritable
+	denied := escDeniedRec
+	hardLinked := escHardLinkedRec
+	return []escAttempt{
+		{name: "ln a writable file into a read-only directory", do: escSh(v, "ln scratch/mine.md deliverables/l.md"),
+			errno: syscall.EACCES, record: denied("deliverables/l.md", "link"), explain: notWritable},
+		{name: "ln a read-only file into scratch (a writable second name)",
+			do: escSh(v, "ln proposal.md scratch/p-link.md"), errno: syscall.EACCES,
+			record: denied("scratch/p-link.md", "link"), explain: "link scratch/p-link.md: " + escNoLinks},
+		{name: "ln a writable file to a writable name",
+			do:    func(*testing.T) error { return os.Link(p("scratch/mine.md"), p("scratch/mine-link.md")) },
+			errno: syscall.EACCES, record: denied("scratch/mine-link.md", "link"), explain: escNoLinks},
+		{name: "ln of the planted hard link to a third name",
+			do:    func(*testing.T) error { return os.Link(p("scratch/hard-readme.md"), p("scratch/h3.md")) },
+			errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
+		{name: "linkat through /proc/self/fd (AT_SYMLINK_FOLLOW)",
+			do: escSh(v, "exec 3<scratch/mine.md && ln -L /proc/self/fd/3 scratch/via-proc.md"), errno: syscall.EACCES,
+			record: denied("scratch/via-proc.md", "link"), explain: escNoLinks},
+		{name: "ln -s in a read-only directory", do: escSh(v, "ln -s design-spec.md deliverables/s.md"),
+			errno: syscall.EACCES, record: denied("deliverables/s.md", "symlink"), explain: notWritable},
+	}
+}
+
+// escWriteHardLinkChecks: a hard-linked file stays concealed, unchanged, under
+// both names, and is shown again once it has one.
+func escWriteHardLinkChecks(t *testing.T, w *escWrites) {
+	c := w.c
+	v := w.v
+	p := w.v.path
+	hardLinked := escHardLinkedRec
+	t.Run("a writable name of a hard-linked file can be neither renamed nor removed", func(t *testing.T) {
+		// Through the view the name does not exist: rename and unlink
+		// answer ENOENT, quietly, and the backing file keeps both names.
+		before := escTree(t, c.folder)
+		last := escLastError(t, v)
+		nrec := len(c.records())
+		assert.ErrorIs(t, os.Rename(p("scratch/hard-readme.md"), p("scratch/hard-renamed.md")), syscall.ENOENT)
+		assert.ErrorIs(t, os.Remove(p("scratch/hard-readme.md")), syscall.ENOENT)
+		out, code := escShell(t, v.dir, "rm -f scratch/hard-readme.md; mv scratch/hard-readme.md scratch/hard-renamed.md")
+		assert.NotZero(t, code, out)
+		assert.Contains(t, out, "No such file or directory")
+		escRequireSameTree(t, before, escTree(t, c.folder))
+		recs := c.records()[nrec:]
+		assert.True(t, escHasRecord(recs, *hardLinked("scratch/hard-readme.md")), escFmtRecords(recs))
+		for _, r := range recs {
+			assert.NotEqual(t, ledger.KindWrite, r.Kind, "a change was recorded: %+v", r)
+		}
+		assert.Equal(t, last, escLastError(t, v), "hidden names are refused silently")
+		var st unix.Stat_t
+		require.NoError(t, unix.Stat(filepath.Join(c.folder, "README.md"), &st))
+		assert.EqualValues(t, 2, st.Nlink)
+		_, err := os.Stat(filepath.Join(c.folder, "scratch/hard-renamed.md"))
+		assert.ErrorIs(t, err, os.ErrNotExist)
+		// Neither name is listed.
+		assert.NotContains(t, escGetdents(t, p("scratch")), "hard-readme.md")
+		assert.NotContains(t, escGetdents(t, p("")), "README.md")
+	})
+
+	t.Run("the file is shown again under its remaining name once its other name is removed on the backing folder", func(t *testing.T) {
+		require.NoError(t, os.Remove(filepath.Join(c.folder, "scratch/hard-readme.md")))
+		want := readFile(t, filepath.Join(c.folder, "README.md"))
+		// A lookup finds it at once; the listing the kernel keeps shows
+		// it once the watcher has seen the removal.
+		eventually(t, func() bool {
+			b, err := os.ReadFile(p("README.md"))
+			return err == nil && string(b) == want && slices.Contains(escGetdents(t, p("")), "README.md")
+		}, "README.md stays concealed with a single name")
+		c.requireRecord(ledger.KindRead, "README.md", "open")
+	})
 }

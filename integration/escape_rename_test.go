@@ -53,3 +53,38 @@ func escHiddenRenameAttempts(h *escHidden) []escAttempt {
 		}, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch", "rename", escDirHoldsHidden), explain: "rename scratch: " + escDirHoldsHidden},
 	}
 }
+
+// escWriteRenameAttempts remove and rename read-only files, and rename onto
+// them.
+func escWriteRenameAttempts(w *escWrites) []escAttempt {
+	v := w.v
+	p := w.v.path
+	notWritable := escNotWritable
+	denied := escDeniedRec
+	return []escAttempt{
+		{name: "rm", do: escSh(v, "rm -f proposal.md"), errno: syscall.EACCES, record: denied("proposal.md", "unlink"),
+			explain: notWritable},
+		{name: "rmdir of a directory the grant cannot write",
+			do: func(*testing.T) error { return unix.Rmdir(p("deliverables")) }, errno: syscall.EACCES,
+			record: denied("deliverables", "rmdir"), explain: notWritable},
+		{name: "mv a read-only file into scratch", do: escSh(v, "mv proposal.md scratch/p.md"), errno: syscall.EACCES,
+			record: denied("proposal.md", "rename"), explain: notWritable},
+		{name: "mv a writable file over a read-only one",
+			do:    func(*testing.T) error { return os.Rename(p("scratch/mine.md"), p("proposal.md")) },
+			errno: syscall.EACCES, record: denied("proposal.md", "rename"), explain: notWritable},
+		// review.md is a required document: exchanging it away is
+		// refused before the read-only name is judged.
+		{name: "RENAME_EXCHANGE of writable and read-only files", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("review.md"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE)
+		}, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "review.md", "rename", escRequiredDoc), explain: "rename review.md: " + escRequiredDoc},
+		{name: "RENAME_EXCHANGE of a writable scratch file and a read-only file", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE)
+		}, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "proposal.md", "rename", notWritable), explain: "rename proposal.md: " + notWritable},
+		{name: "RENAME_WHITEOUT of a writable file", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("scratch/w.md"), unix.RENAME_WHITEOUT)
+		}, errno: syscall.EINVAL},
+		{name: "RENAME_NOREPLACE into a read-only directory", do: func(*testing.T) error {
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("deliverables/new.md"), unix.RENAME_NOREPLACE)
+		}, errno: syscall.EACCES, record: denied("deliverables/new.md", "rename"), explain: notWritable},
+	}
+}

@@ -3,7 +3,6 @@ package integration
 import (
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,44 +15,94 @@ import (
 	"github.com/acpfs/acpfs/ledger"
 )
 
+// TestEscapeWritesOutsideGrant: with a grant that writes only review.md,
+// the protocol files and scratch/, the agent tries to change everything
+// else. The attempts are grouped by what they use (escape_hardlink_test.go,
+// escape_rename_test.go); they run in one view, in this order.
 func TestEscapeWritesOutsideGrant(t *testing.T) {
+	w := newEscWrites(t)
+	var attempts []escAttempt
+	for _, family := range [][]escAttempt{
+		escWriteOpenAttempts(w), escWriteHardLinkAttempts(w), escWriteAttrAttempts(w),
+		escWriteRenameAttempts(w), escWriteLinkAttempts(w), escWriteNewNameAttempts(w),
+	} {
+		attempts = append(attempts, family...)
+	}
+	escRun(t, w.e, attempts)
+	escWriteHardLinkChecks(t, w)
+
+	c, p := w.c, w.v.path
+	t.Run("a private writable mapping never reaches the file", func(t *testing.T) {
+		before := escTree(t, c.folder)
+		// In another process: see escMapper.
+		out, code := escPython(t, `import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+m = mmap.mmap(fd, 16, mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE)
+m[0:12] = b"PRIVATE COPY"
+m.close()
+`, p("proposal.md"))
+		require.Equal(t, 0, code, out)
+		escRequireSameTree(t, before, escTree(t, c.folder))
+		assert.NotContains(t, readFile(t, p("proposal.md")), "PRIVATE COPY")
+	})
+}
+
+// escNotWritable explains a refusal of a name the grant does not let the
+// agent write.
+const escNotWritable = "not writable under the grant"
+
+// escWrites is the collaboration of TestEscapeWritesOutsideGrant: a view
+// with escWriterGrant, a planted symlink to proposal.md and a planted hard
+// link of README.md in scratch/.
+type escWrites struct {
+	c *collab
+	e escEnv
+	v *view
+}
+
+func newEscWrites(t *testing.T) *escWrites {
 	c := newCollab(t)
 	escPlant(t, c.folder,
 		map[string]string{"scratch/to-proposal": "../proposal.md"},
 		map[string]string{"scratch/mine.md": "mine\n", "scratch/private/notes.md": "private\n"},
 		map[string]string{"scratch/hard-readme.md": "README.md"})
 	e := escMount(c, escWriterGrant())
-	v := e.v
-	p := v.path
-	long := strings.Repeat("n", 255)
-	notWritable := "not writable under the grant"
-	denied := func(path, op string) *escRecord { return escRec(ledger.KindDenied, path, op) }
-	hardLinked := func(path string) *escRecord { return escConcealed(path, escHardLinked) }
-	// withPrivate makes a private file of the view at name (a name the
-	// grant cannot write), runs fn, and removes the file again through
-	// the view whatever fn did, so that the staging directory ends as it
-	// began.
-	withPrivate := func(name string, fn func() error) func(*testing.T) error {
-		return func(t *testing.T) error {
-			require.NoError(t, os.WriteFile(p(name), []byte(escPrivateMarker), 0o644))
-			_, err := os.Lstat(filepath.Join(c.folder, name))
-			require.ErrorIs(t, err, os.ErrNotExist, "the private file is in the folder")
-			ferr := fn()
-			require.NoError(t, os.Remove(p(name)), "the private file stays the view's own after a refused change")
-			return ferr
-		}
-	}
-	// withRO runs fn on a read-only descriptor of proposal.md.
-	withRO := func(fn func(fd int) error) func(*testing.T) error {
-		return func(t *testing.T) error {
-			fd, err := unix.Open(p("proposal.md"), unix.O_RDONLY, 0)
-			require.NoError(t, err)
-			defer unix.Close(fd)
-			return fn(fd)
-		}
-	}
+	return &escWrites{c: c, e: e, v: e.v}
+}
 
-	escRun(t, e, []escAttempt{
+// withPrivate makes a private file of the view at name (a name the
+// grant cannot write), runs fn, and removes the file again through
+// the view whatever fn did, so that the staging directory ends as it
+// began.
+func (w *escWrites) withPrivate(name string, fn func() error) func(*testing.T) error {
+	p := w.v.path
+	return func(t *testing.T) error {
+		require.NoError(t, os.WriteFile(p(name), []byte(escPrivateMarker), 0o644))
+		_, err := os.Lstat(filepath.Join(w.c.folder, name))
+		require.ErrorIs(t, err, os.ErrNotExist, "the private file is in the folder")
+		ferr := fn()
+		require.NoError(t, os.Remove(p(name)), "the private file stays the view's own after a refused change")
+		return ferr
+	}
+}
+
+// withRO runs fn on a read-only descriptor of proposal.md.
+func (w *escWrites) withRO(fn func(fd int) error) func(*testing.T) error {
+	return func(t *testing.T) error {
+		fd, err := unix.Open(w.v.path("proposal.md"), unix.O_RDONLY, 0)
+		require.NoError(t, err)
+		defer unix.Close(fd)
+		return fn(fd)
+	}
+}
+
+// escWriteOpenAttempts open a read-only file for writing.
+func escWriteOpenAttempts(w *escWrites) []escAttempt {
+	v := w.v
+	p := w.v.path
+	notWritable := escNotWritable
+	denied := escDeniedRec
+	return []escAttempt{
 		{name: "echo > (O_TRUNC open)", do: escSh(v, "echo x > proposal.md"), errno: syscall.EACCES,
 			record: denied("proposal.md", "open"), explain: "open proposal.md: " + notWritable + " (EACCES)"},
 		{name: "echo >> (O_APPEND open)", do: escSh(v, "echo x >> proposal.md"), errno: syscall.EACCES,
@@ -71,70 +120,18 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 			record: denied("proposal.md", "open"), explain: notWritable},
 		{name: "write through a planted symlink in a writable directory", do: escSh(v, "echo x > scratch/to-proposal"),
 			errno: syscall.EACCES, record: denied("proposal.md", "open"), explain: notWritable},
-		// A planted hard link: the file has two names, so it is concealed
-		// under both (README.md too, though the grant may read it). Every
-		// attempt on the name is a refused lookup, quietly; making a new
-		// name there is EACCES.
-		{name: "write through a planted hard link in a writable directory",
-			do: escSh(v, "echo x > scratch/hard-readme.md"), errno: syscall.EACCES,
-			record:  escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld),
-			explain: "create scratch/hard-readme.md: " + escNameHeld},
-		{name: "read through a planted hard link (its other name is readable, but acpfs cannot know)",
-			do: escSh(v, "cat scratch/hard-readme.md"), errno: syscall.ENOENT,
-			record: hardLinked("scratch/hard-readme.md")},
-		{name: "read the hard-linked file under its readable name",
-			do: func(*testing.T) error { return escReadErr(p("README.md")) }, errno: syscall.ENOENT,
-			record: hardLinked("README.md")},
-		{name: "O_CREAT open of the planted hard link",
-			do:    func(*testing.T) error { return escOpen(p("scratch/hard-readme.md"), os.O_CREATE|os.O_WRONLY) },
-			errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld),
-			explain: escNameHeld},
-		{name: "O_CREAT|O_EXCL of the planted hard link",
-			do: func(*testing.T) error {
-				return escOpen(p("scratch/hard-readme.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY)
-			}, errno: syscall.EACCES,
-			record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld), explain: escNameHeld},
-		// README.md is not writable, but the root is writable somewhere:
-		// a private file of this view shadows the concealed name here.
-		{name: "O_CREAT|O_EXCL of the hard-linked name the grant cannot write",
-			do:      func(*testing.T) error { return escOpen(p("README.md"), os.O_CREATE|os.O_EXCL|os.O_WRONLY) },
-			private: "README.md", record: hardLinked("README.md")},
-		{name: "O_WRONLY open of the planted hard link",
-			do:    func(*testing.T) error { return escOpen(p("scratch/hard-readme.md"), os.O_WRONLY) },
-			errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
-		{name: "truncate(2) of the planted hard link",
-			do: func(*testing.T) error { return os.Truncate(p("scratch/hard-readme.md"), 0) }, errno: syscall.ENOENT,
-			record: hardLinked("scratch/hard-readme.md")},
-		{name: "chmod of the planted hard link",
-			do: func(*testing.T) error { return os.Chmod(p("scratch/hard-readme.md"), 0o600) }, errno: syscall.ENOENT,
-			record: hardLinked("scratch/hard-readme.md")},
-		// touch opens with O_CREAT first, and reports that refusal.
-		{name: "touch of the planted hard link", do: escSh(v, "touch -d 2001-01-01 scratch/hard-readme.md"),
-			errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "create", escNameHeld),
-			explain: escNameHeld},
-		{name: "utimes of the planted hard link", do: func(*testing.T) error {
-			return os.Chtimes(p("scratch/hard-readme.md"), time.Unix(0, 0), time.Unix(0, 0))
-		}, errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
-		{name: "chown of the planted hard link",
-			do:    func(*testing.T) error { return os.Chown(p("scratch/hard-readme.md"), 65534, 65534) },
-			errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
-		{name: "setxattr on the planted hard link",
-			do:    func(*testing.T) error { return unix.Setxattr(p("scratch/hard-readme.md"), "user.x", []byte("1"), 0) },
-			errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
-		{name: "removexattr on the planted hard link",
-			do:    func(*testing.T) error { return unix.Removexattr(p("scratch/hard-readme.md"), "user.x") },
-			errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
-		{name: "mkdir over the planted hard link",
-			do: func(*testing.T) error { return os.Mkdir(p("scratch/hard-readme.md"), 0o755) }, errno: syscall.EACCES,
-			record:  escRecD(ledger.KindDenied, "scratch/hard-readme.md", "mkdir", escNameHeld),
-			explain: "mkdir scratch/hard-readme.md: " + escNameHeld},
-		{name: "mv a writable file onto the planted hard link",
-			do:    func(*testing.T) error { return os.Rename(p("scratch/mine.md"), p("scratch/hard-readme.md")) },
-			errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "rename", escNameHeld),
-			explain: "rename scratch/hard-readme.md: " + escNameHeld},
-		{name: "ln -s onto the planted hard link", do: escSh(v, "ln -s mine.md scratch/hard-readme.md"),
-			errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "symlink", escNameHeld),
-			explain: "symlink scratch/hard-readme.md: " + escNameHeld},
+	}
+}
+
+// escWriteAttrAttempts change a read-only file's size, attributes and
+// extended attributes, by name and through read-only descriptors.
+func escWriteAttrAttempts(w *escWrites) []escAttempt {
+	v := w.v
+	p := w.v.path
+	notWritable := escNotWritable
+	denied := escDeniedRec
+	withRO := w.withRO
+	return []escAttempt{
 		{name: "truncate(2)", do: func(*testing.T) error { return os.Truncate(p("proposal.md"), 0) },
 			errno: syscall.EACCES, record: denied("proposal.md", "setattr"),
 			explain: "setattr proposal.md: " + notWritable},
@@ -178,46 +175,19 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 			errno: syscall.EACCES, record: denied("proposal.md", "setxattr"), explain: notWritable},
 		{name: "removexattr", do: func(*testing.T) error { return unix.Removexattr(p("proposal.md"), "user.x") },
 			errno: syscall.EACCES, record: denied("proposal.md", "removexattr"), explain: notWritable},
-		{name: "rm", do: escSh(v, "rm -f proposal.md"), errno: syscall.EACCES, record: denied("proposal.md", "unlink"),
-			explain: notWritable},
-		{name: "rmdir of a directory the grant cannot write",
-			do: func(*testing.T) error { return unix.Rmdir(p("deliverables")) }, errno: syscall.EACCES,
-			record: denied("deliverables", "rmdir"), explain: notWritable},
-		{name: "mv a read-only file into scratch", do: escSh(v, "mv proposal.md scratch/p.md"), errno: syscall.EACCES,
-			record: denied("proposal.md", "rename"), explain: notWritable},
-		{name: "mv a writable file over a read-only one",
-			do:    func(*testing.T) error { return os.Rename(p("scratch/mine.md"), p("proposal.md")) },
-			errno: syscall.EACCES, record: denied("proposal.md", "rename"), explain: notWritable},
-		// review.md is a required document: exchanging it away is
-		// refused before the read-only name is judged.
-		{name: "RENAME_EXCHANGE of writable and read-only files", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p("review.md"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE)
-		}, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "review.md", "rename", escRequiredDoc), explain: "rename review.md: " + escRequiredDoc},
-		{name: "RENAME_EXCHANGE of a writable scratch file and a read-only file", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE)
-		}, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "proposal.md", "rename", notWritable), explain: "rename proposal.md: " + notWritable},
-		{name: "RENAME_WHITEOUT of a writable file", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("scratch/w.md"), unix.RENAME_WHITEOUT)
-		}, errno: syscall.EINVAL},
-		{name: "RENAME_NOREPLACE into a read-only directory", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("deliverables/new.md"), unix.RENAME_NOREPLACE)
-		}, errno: syscall.EACCES, record: denied("deliverables/new.md", "rename"), explain: notWritable},
-		{name: "ln a writable file into a read-only directory", do: escSh(v, "ln scratch/mine.md deliverables/l.md"),
-			errno: syscall.EACCES, record: denied("deliverables/l.md", "link"), explain: notWritable},
-		{name: "ln a read-only file into scratch (a writable second name)",
-			do: escSh(v, "ln proposal.md scratch/p-link.md"), errno: syscall.EACCES,
-			record: denied("scratch/p-link.md", "link"), explain: "link scratch/p-link.md: " + escNoLinks},
-		{name: "ln a writable file to a writable name",
-			do:    func(*testing.T) error { return os.Link(p("scratch/mine.md"), p("scratch/mine-link.md")) },
-			errno: syscall.EACCES, record: denied("scratch/mine-link.md", "link"), explain: escNoLinks},
-		{name: "ln of the planted hard link to a third name",
-			do:    func(*testing.T) error { return os.Link(p("scratch/hard-readme.md"), p("scratch/h3.md")) },
-			errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
-		{name: "linkat through /proc/self/fd (AT_SYMLINK_FOLLOW)",
-			do: escSh(v, "exec 3<scratch/mine.md && ln -L /proc/self/fd/3 scratch/via-proc.md"), errno: syscall.EACCES,
-			record: denied("scratch/via-proc.md", "link"), explain: escNoLinks},
-		{name: "ln -s in a read-only directory", do: escSh(v, "ln -s design-spec.md deliverables/s.md"),
-			errno: syscall.EACCES, record: denied("deliverables/s.md", "symlink"), explain: notWritable},
+	}
+}
+
+// escWriteNewNameAttempts make new names the grant cannot write: private to
+// the view where it may write elsewhere in the directory, refused otherwise.
+func escWriteNewNameAttempts(w *escWrites) []escAttempt {
+	v := w.v
+	p := w.v.path
+	long := strings.Repeat("n", 255)
+	notWritable := escNotWritable
+	denied := escDeniedRec
+	withPrivate := w.withPrivate
+	return []escAttempt{
 		// A new name the grant cannot write, where it may write others:
 		// private to this view, never in the folder.
 		{name: "create at the root", do: escSh(v, "touch new.md"), private: "new.md"},
@@ -259,59 +229,5 @@ func TestEscapeWritesOutsideGrant(t *testing.T) {
 			errno: syscall.ENOENT, record: escRec(ledger.KindDenied, "scratch/private", "lookup")},
 		{name: "create below the oracle", do: escSh(v, "echo x > oracle/new.md"), errno: syscall.ENOENT,
 			record: escRec(ledger.KindDenied, "oracle", "lookup")},
-	})
-
-	t.Run("a writable name of a hard-linked file can be neither renamed nor removed", func(t *testing.T) {
-		// Through the view the name does not exist: rename and unlink
-		// answer ENOENT, quietly, and the backing file keeps both names.
-		before := escTree(t, c.folder)
-		last := escLastError(t, v)
-		nrec := len(c.records())
-		assert.ErrorIs(t, os.Rename(p("scratch/hard-readme.md"), p("scratch/hard-renamed.md")), syscall.ENOENT)
-		assert.ErrorIs(t, os.Remove(p("scratch/hard-readme.md")), syscall.ENOENT)
-		out, code := escShell(t, v.dir, "rm -f scratch/hard-readme.md; mv scratch/hard-readme.md scratch/hard-renamed.md")
-		assert.NotZero(t, code, out)
-		assert.Contains(t, out, "No such file or directory")
-		escRequireSameTree(t, before, escTree(t, c.folder))
-		recs := c.records()[nrec:]
-		assert.True(t, escHasRecord(recs, *hardLinked("scratch/hard-readme.md")), escFmtRecords(recs))
-		for _, r := range recs {
-			assert.NotEqual(t, ledger.KindWrite, r.Kind, "a change was recorded: %+v", r)
-		}
-		assert.Equal(t, last, escLastError(t, v), "hidden names are refused silently")
-		var st unix.Stat_t
-		require.NoError(t, unix.Stat(filepath.Join(c.folder, "README.md"), &st))
-		assert.EqualValues(t, 2, st.Nlink)
-		_, err := os.Stat(filepath.Join(c.folder, "scratch/hard-renamed.md"))
-		assert.ErrorIs(t, err, os.ErrNotExist)
-		// Neither name is listed.
-		assert.NotContains(t, escGetdents(t, p("scratch")), "hard-readme.md")
-		assert.NotContains(t, escGetdents(t, p("")), "README.md")
-	})
-
-	t.Run("the file is shown again under its remaining name once its other name is removed on the backing folder", func(t *testing.T) {
-		require.NoError(t, os.Remove(filepath.Join(c.folder, "scratch/hard-readme.md")))
-		want := readFile(t, filepath.Join(c.folder, "README.md"))
-		// A lookup finds it at once; the listing the kernel keeps shows
-		// it once the watcher has seen the removal.
-		eventually(t, func() bool {
-			b, err := os.ReadFile(p("README.md"))
-			return err == nil && string(b) == want && slices.Contains(escGetdents(t, p("")), "README.md")
-		}, "README.md stays concealed with a single name")
-		c.requireRecord(ledger.KindRead, "README.md", "open")
-	})
-
-	t.Run("a private writable mapping never reaches the file", func(t *testing.T) {
-		before := escTree(t, c.folder)
-		// In another process: see escMapper.
-		out, code := escPython(t, `import mmap, os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY)
-m = mmap.mmap(fd, 16, mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE)
-m[0:12] = b"PRIVATE COPY"
-m.close()
-`, p("proposal.md"))
-		require.Equal(t, 0, code, out)
-		escRequireSameTree(t, before, escTree(t, c.folder))
-		assert.NotContains(t, readFile(t, p("proposal.md")), "PRIVATE COPY")
-	})
+	}
 }
