@@ -17,7 +17,37 @@ import (
 	"github.com/acpfs/acpfs/ledger"
 )
 
+// TestEscapeFrozenDeliverable: once the primary deliverable is frozen,
+// its owner tries to change it by every name, descriptor and mapping, and
+// through a second name planted on the backing folder
+// (escape_hardlink_test.go).
 func TestEscapeFrozenDeliverable(t *testing.T) {
+	fz := newEscFrozen(t)
+	escRun(t, fz.e, escFrozenAttempts(fz))
+	escFrozenSecondName(t, fz)
+}
+
+// The deliverable's refusals, and the second name planted for it.
+const (
+	escFrozenWhy  = "frozen deliverable (EROFS)"
+	escFrozenLink = "scratch/design-spec-link.md"
+)
+
+// escFrozenRec is the record of a refused change of the frozen primary
+// deliverable.
+func escFrozenRec(op string) *escRecord { return escRec(ledger.KindFrozenRefused, primary, op) }
+
+// escFrozen is the collaboration of TestEscapeFrozenDeliverable: in
+// readiness check with the primary deliverable frozen, and a descriptor
+// (rw) and a shared writable mapping of it made before the freeze.
+type escFrozen struct {
+	r       *collabRun
+	e       escEnv
+	rw      int
+	mapping *escMapper
+}
+
+func newEscFrozen(t *testing.T) *escFrozen {
 	r := newRun(t)
 	a := r.alice
 	r.toReadinessCheck()
@@ -31,14 +61,25 @@ func TestEscapeFrozenDeliverable(t *testing.T) {
 	t.Cleanup(func() { unix.Close(rw) })
 	mapping := escMapFile(t, a.path(primary))
 	r.must(a, owner, "deliverable_frozen", map[string]any{"doc": primary, "role": "primary", "sha256": fileSHA(t, a.path(primary))})
+	return &escFrozen{r: r, e: escEnv{c: r.c, v: a, other: r.bob}, rw: rw, mapping: mapping}
+}
 
-	e := escEnv{c: r.c, v: a, other: r.bob}
-	p := a.path
-	frozen := func(op string) *escRecord { return escRec(ledger.KindFrozenRefused, primary, op) }
-	why := "frozen deliverable (EROFS)"
-	fromRW := func(fn func(fd int) error) func(*testing.T) error { return func(*testing.T) error { return fn(rw) } }
+// fromRW runs fn on the descriptor opened for writing before the freeze.
+func (fz *escFrozen) fromRW(fn func(fd int) error) func(*testing.T) error {
+	return func(*testing.T) error { return fn(fz.rw) }
+}
 
-	escRun(t, e, []escAttempt{
+// escFrozenAttempts change the frozen deliverable by its name, through the
+// descriptor and the mapping made before the freeze, and by events.
+func escFrozenAttempts(fz *escFrozen) []escAttempt {
+	r := fz.r
+	a := fz.r.alice
+	p := fz.r.alice.path
+	mapping := fz.mapping
+	frozen := escFrozenRec
+	why := escFrozenWhy
+	fromRW := fz.fromRW
+	return []escAttempt{
 		{name: "echo > (O_TRUNC open)", do: escSh(a, "echo x > "+primary), errno: syscall.EROFS, record: frozen("open"),
 			explain: "open " + primary + ": " + why},
 		{name: "echo >>", do: escSh(a, "echo x >> "+primary), errno: syscall.EROFS, record: frozen("open"),
@@ -134,17 +175,25 @@ func TestEscapeFrozenDeliverable(t *testing.T) {
 		{name: "the reviewer, who may not write it anyway", as: r.bob, do: escSh(r.bob, "echo x > "+primary),
 			errno: syscall.EACCES, record: escRec(ledger.KindDenied, primary, "open"),
 			explain: "not writable under the grant"},
-	})
+	}
+}
 
+// escFrozenSecondName plants a second name for the frozen deliverable and
+// checks that it is concealed under both, and shown again once it has one.
+func escFrozenSecondName(t *testing.T, fz *escFrozen) {
+	r := fz.r
+	e := fz.e
+	p := fz.r.alice.path
+	frozen := escFrozenRec
+	link := escFrozenLink
+	hardLinked := escHardLinkedRec
 	// A second name for the deliverable, planted on the backing folder
 	// by another process after the freeze. While the file has two names
 	// it is concealed under both: every attempt through either name is a
 	// lookup refused quietly (ENOENT), and making a new name there is
 	// refused. The descriptor opened before the freeze still answers
 	// EROFS.
-	link := "scratch/design-spec-link.md"
 	require.NoError(t, os.Link(filepath.Join(r.c.folder, primary), filepath.Join(r.c.folder, link)))
-	hardLinked := func(path string) *escRecord { return escConcealed(path, escHardLinked) }
 	{
 		// The kernel may still hold the deliverable's entry from the
 		// attempts above; once a lookup of it has been refused, every
@@ -155,55 +204,7 @@ func TestEscapeFrozenDeliverable(t *testing.T) {
 			return errors.Is(err, syscall.ENOENT) && escHasRecord(r.c.records()[nrec:], *hardLinked(primary))
 		}, "the deliverable is still shown while it has a second name")
 	}
-	escRun(t, e, []escAttempt{
-		// O_CREAT: the lookup says ENOENT, the create is refused.
-		{name: "write through the planted hard link", do: escSh(a, "echo x >> "+link), errno: syscall.EACCES,
-			record:  escRecD(ledger.KindDenied, link, "create", escNameHeld),
-			explain: "create " + link + ": " + escNameHeld},
-		{name: "O_TRUNC open of the planted hard link",
-			do: func(*testing.T) error { return escOpen(p(link), os.O_WRONLY|os.O_TRUNC) }, errno: syscall.ENOENT,
-			record: hardLinked(link)},
-		{name: "O_CREAT|O_EXCL of the planted hard link",
-			do:    func(*testing.T) error { return escOpen(p(link), os.O_CREATE|os.O_EXCL|os.O_WRONLY) },
-			errno: syscall.EACCES, record: escRecD(ledger.KindDenied, link, "create", escNameHeld),
-			explain: escNameHeld},
-		{name: "truncate(2) of the planted hard link", do: func(*testing.T) error { return os.Truncate(p(link), 0) },
-			errno: syscall.ENOENT, record: hardLinked(link)},
-		{name: "chmod of the planted hard link", do: func(*testing.T) error { return os.Chmod(p(link), 0o600) },
-			errno: syscall.ENOENT, record: hardLinked(link)},
-		{name: "setxattr on the planted hard link",
-			do:    func(*testing.T) error { return unix.Setxattr(p(link), "user.x", []byte("1"), 0) },
-			errno: syscall.ENOENT, record: hardLinked(link)},
-		{name: "rm of the planted hard link", do: func(*testing.T) error { return os.Remove(p(link)) },
-			errno: syscall.ENOENT, record: hardLinked(link)},
-		{name: "mv of the planted hard link",
-			do: func(*testing.T) error { return os.Rename(p(link), p("scratch/moved.md")) }, errno: syscall.ENOENT,
-			record: hardLinked(link)},
-		{name: "mv another file over the planted hard link",
-			do: func(*testing.T) error { return os.Rename(p("deliverables/other.md"), p(link)) }, errno: syscall.EACCES,
-			record:  escRecD(ledger.KindDenied, link, "rename", escNameHeld),
-			explain: "rename " + link + ": " + escNameHeld},
-		{name: "pwrite on the descriptor opened before the freeze, now hard-linked",
-			do:    fromRW(func(fd int) error { _, err := unix.Pwrite(fd, []byte("X"), 0); return err }),
-			errno: syscall.EROFS, record: frozen("write"), explain: why},
-		// The deliverable's own name is frozen, which the agent knows
-		// from events.jsonl: a new name there is refused as frozen,
-		// whatever the entry holding it.
-		{name: "a refusal on the deliverable once its alias is known names the deliverable",
-			do: escSh(a, "echo x >> "+primary), errno: syscall.EROFS, record: frozen("create"),
-			explain: "create " + primary + ": " + why},
-		{name: "truncate(2) of the deliverable while it has a second name",
-			do: func(*testing.T) error { return os.Truncate(p(primary), 0) }, errno: syscall.ENOENT,
-			record: hardLinked(primary)},
-		{name: "rm of the deliverable while it has a second name",
-			do: func(*testing.T) error { return os.Remove(p(primary)) }, errno: syscall.ENOENT,
-			record: hardLinked(primary)},
-		{name: "reading the deliverable while it has a second name",
-			do: func(*testing.T) error { return escReadErr(p(primary)) }, errno: syscall.ENOENT,
-			record: hardLinked(primary)},
-		{name: "reading the planted hard link", do: func(*testing.T) error { return escReadErr(p(link)) },
-			errno: syscall.ENOENT, record: hardLinked(link)},
-	})
+	escRun(t, e, escFrozenHardLinkAttempts(fz))
 
 	t.Run("the deliverable is concealed under both names while it has two", func(t *testing.T) {
 		nrec := len(r.c.records())

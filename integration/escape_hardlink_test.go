@@ -255,3 +255,64 @@ func escWriteHardLinkChecks(t *testing.T, w *escWrites) {
 		c.requireRecord(ledger.KindRead, "README.md", "open")
 	})
 }
+
+// escFrozenHardLinkAttempts change the frozen deliverable through a second
+// name planted for it, and by its own name while it has two.
+func escFrozenHardLinkAttempts(fz *escFrozen) []escAttempt {
+	a := fz.r.alice
+	p := fz.r.alice.path
+	frozen := escFrozenRec
+	why := escFrozenWhy
+	fromRW := fz.fromRW
+	link := escFrozenLink
+	hardLinked := escHardLinkedRec
+	return []escAttempt{
+		// O_CREAT: the lookup says ENOENT, the create is refused.
+		{name: "write through the planted hard link", do: escSh(a, "echo x >> "+link), errno: syscall.EACCES,
+			record:  escRecD(ledger.KindDenied, link, "create", escNameHeld),
+			explain: "create " + link + ": " + escNameHeld},
+		{name: "O_TRUNC open of the planted hard link",
+			do: func(*testing.T) error { return escOpen(p(link), os.O_WRONLY|os.O_TRUNC) }, errno: syscall.ENOENT,
+			record: hardLinked(link)},
+		{name: "O_CREAT|O_EXCL of the planted hard link",
+			do:    func(*testing.T) error { return escOpen(p(link), os.O_CREATE|os.O_EXCL|os.O_WRONLY) },
+			errno: syscall.EACCES, record: escRecD(ledger.KindDenied, link, "create", escNameHeld),
+			explain: escNameHeld},
+		{name: "truncate(2) of the planted hard link", do: func(*testing.T) error { return os.Truncate(p(link), 0) },
+			errno: syscall.ENOENT, record: hardLinked(link)},
+		{name: "chmod of the planted hard link", do: func(*testing.T) error { return os.Chmod(p(link), 0o600) },
+			errno: syscall.ENOENT, record: hardLinked(link)},
+		{name: "setxattr on the planted hard link",
+			do:    func(*testing.T) error { return unix.Setxattr(p(link), "user.x", []byte("1"), 0) },
+			errno: syscall.ENOENT, record: hardLinked(link)},
+		{name: "rm of the planted hard link", do: func(*testing.T) error { return os.Remove(p(link)) },
+			errno: syscall.ENOENT, record: hardLinked(link)},
+		{name: "mv of the planted hard link",
+			do: func(*testing.T) error { return os.Rename(p(link), p("scratch/moved.md")) }, errno: syscall.ENOENT,
+			record: hardLinked(link)},
+		{name: "mv another file over the planted hard link",
+			do: func(*testing.T) error { return os.Rename(p("deliverables/other.md"), p(link)) }, errno: syscall.EACCES,
+			record:  escRecD(ledger.KindDenied, link, "rename", escNameHeld),
+			explain: "rename " + link + ": " + escNameHeld},
+		{name: "pwrite on the descriptor opened before the freeze, now hard-linked",
+			do:    fromRW(func(fd int) error { _, err := unix.Pwrite(fd, []byte("X"), 0); return err }),
+			errno: syscall.EROFS, record: frozen("write"), explain: why},
+		// The deliverable's own name is frozen, which the agent knows
+		// from events.jsonl: a new name there is refused as frozen,
+		// whatever the entry holding it.
+		{name: "a refusal on the deliverable once its alias is known names the deliverable",
+			do: escSh(a, "echo x >> "+primary), errno: syscall.EROFS, record: frozen("create"),
+			explain: "create " + primary + ": " + why},
+		{name: "truncate(2) of the deliverable while it has a second name",
+			do: func(*testing.T) error { return os.Truncate(p(primary), 0) }, errno: syscall.ENOENT,
+			record: hardLinked(primary)},
+		{name: "rm of the deliverable while it has a second name",
+			do: func(*testing.T) error { return os.Remove(p(primary)) }, errno: syscall.ENOENT,
+			record: hardLinked(primary)},
+		{name: "reading the deliverable while it has a second name",
+			do: func(*testing.T) error { return escReadErr(p(primary)) }, errno: syscall.ENOENT,
+			record: hardLinked(primary)},
+		{name: "reading the planted hard link", do: func(*testing.T) error { return escReadErr(p(link)) },
+			errno: syscall.ENOENT, record: hardLinked(link)},
+	}
+}
