@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -38,6 +39,40 @@ func escLateRead(t *testing.T, f *os.File) error {
 // (recorded, op read), a mapping faults again and is refused, and no
 // byte written on the backing folder after the change is ever returned.
 func TestEscapeRevokedGrant(t *testing.T) {
+	rv := newEscRevoke(t)
+	rv.narrow(t)
+	escNarrowedGrantChecks(t, rv)
+	rv.revoke(t)
+	escRevokedGrantChecks(t, rv)
+}
+
+// escRevoke is the collaboration of TestEscapeRevokedGrant: a view with
+// escWriterGrant (g), and what the agent holds in it before the grant
+// changes: descriptors, a mapping and file handles.
+type escRevoke struct {
+	c       *collab
+	g       *grants.Grant
+	v       *view
+	backing func(rel string) string
+	// noRead, refusedRead and deniedRead check a read after the change
+	// (see newEscRevoke).
+	noRead                  func(t *testing.T, nrec int, rel string)
+	refusedRead, deniedRead func(t *testing.T, f *os.File, rel string)
+	// ro and rw are proposal.md and scratch/mine.md, read-only and
+	// writable for the grant; mapped maps proposal.md and handle is its
+	// file handle.
+	ro, rw *os.File
+	mapped *escMapper
+	handle unix.FileHandle
+	// later and laterRW are opened before the grant narrows to hide them;
+	// laterHandle is later's file handle.
+	later, laterRW *os.File
+	laterHandle    unix.FileHandle
+}
+
+// newEscRevoke mounts the view and opens, maps and takes handles of its
+// files while the grant shows them.
+func newEscRevoke(t *testing.T) *escRevoke {
 	c := newCollab(t)
 	escPlant(t, c.folder, nil, map[string]string{
 		"scratch/mine.md":     "mine\n",
@@ -107,6 +142,14 @@ func TestEscapeRevokedGrant(t *testing.T) {
 	t.Cleanup(func() { laterRW.Close() })
 	laterHandle, _, err := unix.NameToHandleAt(unix.AT_FDCWD, p("scratch/later.md"), 0)
 	require.NoError(t, err)
+	return &escRevoke{c: c, g: g, v: v, backing: backing, noRead: noRead, refusedRead: refusedRead, deniedRead: deniedRead,
+		ro: ro, rw: rw, mapped: mapped, handle: handle, later: later, laterRW: laterRW, laterHandle: laterHandle}
+}
+
+// narrow hides scratch/later.md and scratch/later-rw.md, then rewrites them on
+// the backing folder.
+func (rv *escRevoke) narrow(t *testing.T) {
+	c, g, v, backing := rv.c, rv.g, rv.v, rv.backing
 	g.ForbiddenRead = append(g.ForbiddenRead, "scratch/later.md", "scratch/later-rw.md")
 	c.writeGrant(g)
 	v.m.ReloadGrant() // the grant watcher does the same; here it is synchronous
@@ -114,7 +157,37 @@ func TestEscapeRevokedGrant(t *testing.T) {
 	// opened before it may return these bytes.
 	require.NoError(t, os.WriteFile(backing("scratch/later.md"), []byte(escSecret+" (written after the narrowing)\n"), 0o644))
 	require.NoError(t, os.WriteFile(backing("scratch/later-rw.md"), []byte(escSecret+" (written after the narrowing)\n"), 0o644))
+}
 
+// revoke revokes the grant, then rewrites proposal.md and scratch/mine.md on
+// the backing folder.
+func (rv *escRevoke) revoke(t *testing.T) {
+	c, g, v, backing := rv.c, rv.g, rv.v, rv.backing
+	// Then the grant is revoked, and the files rewritten on the backing
+	// folder.
+	g.Revoked = true
+	c.writeGrant(g)
+	v.m.ReloadGrant()
+	require.NoError(t, os.WriteFile(backing("proposal.md"), []byte(escSecret+" (proposal rewritten after the revocation)\n"), 0o644))
+	require.NoError(t, os.WriteFile(backing("scratch/mine.md"), []byte(escSecret+" (mine rewritten after the revocation)\n"), 0o644))
+}
+
+// escNarrowedGrantChecks: what the narrowed grant does to the names,
+// descriptors and handles the agent held.
+func escNarrowedGrantChecks(t *testing.T, rv *escRevoke) {
+	c := rv.c
+	v := rv.v
+	p := rv.v.path
+	backing := rv.backing
+	noRead := rv.noRead
+	refusedRead := rv.refusedRead
+	deniedRead := rv.deniedRead
+	ro := rv.ro
+	rw := rv.rw
+	mapped := rv.mapped
+	later := rv.later
+	laterRW := rv.laterRW
+	laterHandle := rv.laterHandle
 	t.Run("a name hidden by a narrowed grant vanishes at once", func(t *testing.T) {
 		last := escLastError(t, v)
 		nrec := len(c.records())
@@ -188,14 +261,21 @@ func TestEscapeRevokedGrant(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, readFile(t, backing("proposal.md"))[:len(m)], string(m))
 	})
+}
 
-	// Then the grant is revoked, and the files rewritten on the backing
-	// folder.
-	g.Revoked = true
-	c.writeGrant(g)
-	v.m.ReloadGrant()
-	require.NoError(t, os.WriteFile(backing("proposal.md"), []byte(escSecret+" (proposal rewritten after the revocation)\n"), 0o644))
-	require.NoError(t, os.WriteFile(backing("scratch/mine.md"), []byte(escSecret+" (mine rewritten after the revocation)\n"), 0o644))
+// escRevokedGrantChecks: what the revoked grant does to everything the agent
+// held, and that the backing folder did not change.
+func escRevokedGrantChecks(t *testing.T, rv *escRevoke) {
+	c := rv.c
+	v := rv.v
+	p := rv.v.path
+	noRead := rv.noRead
+	refusedRead := rv.refusedRead
+	deniedRead := rv.deniedRead
+	ro := rv.ro
+	rw := rv.rw
+	mapped := rv.mapped
+	handle := rv.handle
 	before := escTree(t, c.folder)
 
 	t.Run("ls shows nothing at once", func(t *testing.T) {
