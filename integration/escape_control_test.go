@@ -78,7 +78,8 @@ func escControlDirAttempts(fg *escForgery) []escAttempt {
 			do:    func(*testing.T) error { return os.Rename(p(".acpfs/status"), p(".acpfs/status2")) },
 			errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "rename"), explain: ctlRO},
 		{name: "RENAME_EXCHANGE of two control files", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p(".acpfs/status"), unix.AT_FDCWD, p(".acpfs/last-error"), unix.RENAME_EXCHANGE)
+			return unix.Renameat2(unix.AT_FDCWD, p(".acpfs/status"), unix.AT_FDCWD, p(".acpfs/last-error"),
+				unix.RENAME_EXCHANGE)
 		}, errno: syscall.EACCES, record: ctlDenied(".acpfs/status", "rename"), explain: ctlRO},
 		{name: "mv .acpfs away", do: func(*testing.T) error { return os.Rename(p(".acpfs"), p("scratch/ctl")) },
 			errno: syscall.EACCES, record: ctlDenied(".acpfs", "rename"), explain: ".acpfs is reserved"},

@@ -60,7 +60,8 @@ func newEscFrozen(t *testing.T) *escFrozen {
 	require.NoError(t, err)
 	t.Cleanup(func() { unix.Close(rw) })
 	mapping := escMapFile(t, a.path(primary))
-	r.must(a, owner, "deliverable_frozen", map[string]any{"doc": primary, "role": "primary", "sha256": fileSHA(t, a.path(primary))})
+	r.must(a, owner, "deliverable_frozen",
+		map[string]any{"doc": primary, "role": "primary", "sha256": fileSHA(t, a.path(primary))})
 	return &escFrozen{r: r, e: escEnv{c: r.c, v: a, other: r.bob}, rw: rw, mapping: mapping}
 }
 
@@ -111,7 +112,8 @@ func escFrozenAttempts(fz *escFrozen) []escAttempt {
 			do:    func(*testing.T) error { return os.Rename(p("deliverables/other.md"), p(primary)) },
 			errno: syscall.EROFS, record: frozen("rename"), explain: why},
 		{name: "RENAME_EXCHANGE with another file", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p("deliverables/other.md"), unix.AT_FDCWD, p(primary), unix.RENAME_EXCHANGE)
+			return unix.Renameat2(unix.AT_FDCWD, p("deliverables/other.md"), unix.AT_FDCWD, p(primary),
+				unix.RENAME_EXCHANGE)
 		}, errno: syscall.EROFS, record: frozen("rename"), explain: why},
 		{name: "mv the deliverables directory away",
 			do:    func(*testing.T) error { return os.Rename(p("deliverables"), p("scratch/moved")) },
@@ -167,11 +169,16 @@ func escFrozenAttempts(fz *escFrozen) []escAttempt {
 			do:    fromRW(func(fd int) error { return unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, 0) }),
 			errno: syscall.ENOTTY},
 		{name: "deliverable_revised after the freeze", do: func(*testing.T) error {
-			return escAppend(a, r.c.event(owner, "deliverable_revised", map[string]any{"doc": primary, "role": "primary"}))
-		}, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "append"), explain: "append events.jsonl"},
+			return escAppend(a,
+				r.c.event(owner, "deliverable_revised", map[string]any{"doc": primary, "role": "primary"}))
+		}, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "append"),
+			explain: "append events.jsonl"},
 		{name: "a second deliverable_frozen with another hash", do: func(*testing.T) error {
-			return escAppend(a, r.c.event(owner, "deliverable_frozen", map[string]any{"doc": primary, "role": "primary", "sha256": strings.Repeat("0", 64)}))
-		}, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "append"), explain: "append events.jsonl"},
+			return escAppend(a,
+				r.c.event(owner, "deliverable_frozen",
+					map[string]any{"doc": primary, "role": "primary", "sha256": strings.Repeat("0", 64)}))
+		}, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "append"),
+			explain: "append events.jsonl"},
 		{name: "the reviewer, who may not write it anyway", as: r.bob, do: escSh(r.bob, "echo x > "+primary),
 			errno: syscall.EACCES, record: escRec(ledger.KindDenied, primary, "open"),
 			explain: "not writable under the grant"},
@@ -219,28 +226,31 @@ func escFrozenSecondName(t *testing.T, fz *escFrozen) {
 		}
 	})
 
-	t.Run("the deliverable is shown and opens again once its second name is removed on the backing folder", func(t *testing.T) {
-		require.NoError(t, os.Remove(filepath.Join(r.c.folder, link)))
-		// A lookup finds it at once; the listing the kernel keeps shows
-		// it once the watcher has seen the removal.
-		eventually(t, func() bool {
-			b, err := os.ReadFile(p(primary))
-			return err == nil && string(b) == designSpec("Frozen") && slices.Contains(escGetdents(t, p("deliverables")), filepath.Base(primary))
-		}, "the deliverable stays concealed")
-		assert.Equal(t, designSpec("Frozen"), readFile(t, filepath.Join(r.c.folder, primary)))
-		r.c.requireRecord(ledger.KindRead, primary, "open")
-	})
+	t.Run("the deliverable is shown and opens again once its second name is removed on the backing folder",
+		func(t *testing.T) {
+			require.NoError(t, os.Remove(filepath.Join(r.c.folder, link)))
+			// A lookup finds it at once; the listing the kernel keeps shows
+			// it once the watcher has seen the removal.
+			eventually(t, func() bool {
+				b, err := os.ReadFile(p(primary))
+				return err == nil && string(b) == designSpec("Frozen") &&
+					slices.Contains(escGetdents(t, p("deliverables")), filepath.Base(primary))
+			}, "the deliverable stays concealed")
+			assert.Equal(t, designSpec("Frozen"), readFile(t, filepath.Join(r.c.folder, primary)))
+			r.c.requireRecord(ledger.KindRead, primary, "open")
+		})
 
-	t.Run("reading the frozen deliverable works again once its second name is gone, and it is still frozen", func(t *testing.T) {
-		_, err := os.Lstat(filepath.Join(r.c.folder, link))
-		require.ErrorIs(t, err, os.ErrNotExist)
-		eventually(t, func() bool {
-			b, err := os.ReadFile(p(primary))
-			return err == nil && string(b) == designSpec("Frozen")
-		}, "the deliverable stays unreadable")
-		nrec := len(r.c.records())
-		assert.ErrorIs(t, escOpen(p(primary), os.O_WRONLY|os.O_APPEND), syscall.EROFS)
-		assert.True(t, escHasRecord(r.c.records()[nrec:], *frozen("open")), escFmtRecords(r.c.records()[nrec:]))
-		assert.Equal(t, designSpec("Frozen"), readFile(t, filepath.Join(r.c.folder, primary)))
-	})
+	t.Run("reading the frozen deliverable works again once its second name is gone, and it is still frozen",
+		func(t *testing.T) {
+			_, err := os.Lstat(filepath.Join(r.c.folder, link))
+			require.ErrorIs(t, err, os.ErrNotExist)
+			eventually(t, func() bool {
+				b, err := os.ReadFile(p(primary))
+				return err == nil && string(b) == designSpec("Frozen")
+			}, "the deliverable stays unreadable")
+			nrec := len(r.c.records())
+			assert.ErrorIs(t, escOpen(p(primary), os.O_WRONLY|os.O_APPEND), syscall.EROFS)
+			assert.True(t, escHasRecord(r.c.records()[nrec:], *frozen("open")), escFmtRecords(r.c.records()[nrec:]))
+			assert.Equal(t, designSpec("Frozen"), readFile(t, filepath.Join(r.c.folder, primary)))
+		})
 }

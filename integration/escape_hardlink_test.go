@@ -161,7 +161,9 @@ func escWriteHardLinkAttempts(w *escWrites) []escAttempt {
 			do:    func(*testing.T) error { return os.Chown(p("scratch/hard-readme.md"), 65534, 65534) },
 			errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
 		{name: "setxattr on the planted hard link",
-			do:    func(*testing.T) error { return unix.Setxattr(p("scratch/hard-readme.md"), "user.x", []byte("1"), 0) },
+			do: func(*testing.T) error {
+				return unix.Setxattr(p("scratch/hard-readme.md"), "user.x", []byte("1"), 0)
+			},
 			errno: syscall.ENOENT, record: hardLinked("scratch/hard-readme.md")},
 		{name: "removexattr on the planted hard link",
 			do:    func(*testing.T) error { return unix.Removexattr(p("scratch/hard-readme.md"), "user.x") },
@@ -223,7 +225,8 @@ func escWriteHardLinkChecks(t *testing.T, w *escWrites) {
 		nrec := len(c.records())
 		assert.ErrorIs(t, os.Rename(p("scratch/hard-readme.md"), p("scratch/hard-renamed.md")), syscall.ENOENT)
 		assert.ErrorIs(t, os.Remove(p("scratch/hard-readme.md")), syscall.ENOENT)
-		out, code := escShell(t, v.dir, "rm -f scratch/hard-readme.md; mv scratch/hard-readme.md scratch/hard-renamed.md")
+		out, code := escShell(t, v.dir,
+			"rm -f scratch/hard-readme.md; mv scratch/hard-readme.md scratch/hard-renamed.md")
 		assert.NotZero(t, code, out)
 		assert.Contains(t, out, "No such file or directory")
 		escRequireSameTree(t, before, escTree(t, c.folder))
@@ -243,17 +246,18 @@ func escWriteHardLinkChecks(t *testing.T, w *escWrites) {
 		assert.NotContains(t, escGetdents(t, p("")), "README.md")
 	})
 
-	t.Run("the file is shown again under its remaining name once its other name is removed on the backing folder", func(t *testing.T) {
-		require.NoError(t, os.Remove(filepath.Join(c.folder, "scratch/hard-readme.md")))
-		want := readFile(t, filepath.Join(c.folder, "README.md"))
-		// A lookup finds it at once; the listing the kernel keeps shows
-		// it once the watcher has seen the removal.
-		eventually(t, func() bool {
-			b, err := os.ReadFile(p("README.md"))
-			return err == nil && string(b) == want && slices.Contains(escGetdents(t, p("")), "README.md")
-		}, "README.md stays concealed with a single name")
-		c.requireRecord(ledger.KindRead, "README.md", "open")
-	})
+	t.Run("the file is shown again under its remaining name once its other name is removed on the backing folder",
+		func(t *testing.T) {
+			require.NoError(t, os.Remove(filepath.Join(c.folder, "scratch/hard-readme.md")))
+			want := readFile(t, filepath.Join(c.folder, "README.md"))
+			// A lookup finds it at once; the listing the kernel keeps shows
+			// it once the watcher has seen the removal.
+			eventually(t, func() bool {
+				b, err := os.ReadFile(p("README.md"))
+				return err == nil && string(b) == want && slices.Contains(escGetdents(t, p("")), "README.md")
+			}, "README.md stays concealed with a single name")
+			c.requireRecord(ledger.KindRead, "README.md", "open")
+		})
 }
 
 // escFrozenHardLinkAttempts change the frozen deliverable through a second

@@ -166,7 +166,8 @@ func escHiddenNameAttempts(h *escHidden) []escAttempt {
 // escHiddenSpellingAttempts try long names and names that look like, or are
 // spelled differently from, the hidden ones.
 func escHiddenSpellingAttempts(h *escHidden) []escAttempt {
-	v, p, long, deniedLookup, hiddenSymlink := h.v, h.v.path, strings.Repeat("a", 255), escDeniedLookup, escHiddenSymlink
+	v, p, deniedLookup, hiddenSymlink := h.v, h.v.path, escDeniedLookup, escHiddenSymlink
+	long := strings.Repeat("a", 255)
 	return []escAttempt{
 		// Long names.
 		{name: "255-byte name below the hidden directory",
@@ -200,7 +201,8 @@ func escHiddenSpellingAttempts(h *escHidden) []escAttempt {
 func escHiddenListingChecks(t *testing.T, h *escHidden) {
 	c, v, p := h.c, h.v, h.v.path
 	t.Run("listings never show hidden names", func(t *testing.T) {
-		hidden := []string{"oracle", "Oracle", "to-oracle", "up-oracle", "to-passwd", "to-ledger", "private", "via-parent", "réponse", escNFC, escNFD, "secret",
+		hidden := []string{"oracle", "Oracle", "to-oracle", "up-oracle", "to-passwd", "to-ledger", "private",
+			"via-parent", "réponse", escNFC, escNFD, "secret",
 			"hard.md", "hard-w.md"}
 		nrec := len(c.records())
 		var outs []string
@@ -228,7 +230,9 @@ func escHiddenListingChecks(t *testing.T, h *escHidden) {
 		assert.Contains(t, all, "to-deliverabl", "a harmless symlink is listed")
 		assert.Contains(t, all, "mine.md")
 		for _, r := range c.records()[nrec:] {
-			assert.False(t, r.Kind == ledger.KindRead && (strings.Contains(r.Path, "oracle") || strings.Contains(r.Path, "hard")), "read of %s", r.Path)
+			hiddenRead := r.Kind == ledger.KindRead &&
+				(strings.Contains(r.Path, "oracle") || strings.Contains(r.Path, "hard"))
+			assert.False(t, hiddenRead, "read of %s", r.Path)
 		}
 		c.requireRecord(ledger.KindList, "scratch", "readdir")
 	})

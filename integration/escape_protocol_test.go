@@ -45,6 +45,9 @@ const (
 	escCtlRO         = ".acpfs is read-only"
 )
 
+// escLongLineScript appends one 10 MiB line to events.jsonl from the shell.
+const escLongLineScript = `head -c 10485760 /dev/zero | tr '\0' x | sed 's/^/{"summary":"/; s/$/"}/' >> events.jsonl`
+
 // escDeniedRec is the record of a change the grant or the control
 // directory refuses.
 func escDeniedRec(path, op string) *escRecord { return escRec(ledger.KindDenied, path, op) }
@@ -126,7 +129,8 @@ func (fg *escForgery) accepted(t *testing.T, withForged bool, fn func(valid, for
 	seq := c.snapshot().LastSeq
 	nrec := len(c.records())
 	fn(valid, forged)
-	assert.Equal(t, before+valid+"\n", readFile(t, eventsPath), "the valid event must be appended once, the forged one never")
+	assert.Equal(t, before+valid+"\n", readFile(t, eventsPath),
+		"the valid event must be appended once, the forged one never")
 	assert.Equal(t, seq+1, c.snapshot().LastSeq)
 	var acc, rej int
 	for _, r := range c.records()[nrec:] {
@@ -170,7 +174,9 @@ func escEventForgeries(fg *escForgery) []escAttempt {
 		{name: "seq gap", do: appendAs(a, func() string { return edit("seq", c.snapshot().LastSeq+5)() }),
 			errno: syscall.EPERM, record: rejected, explain: "seq-continuous"},
 		{name: "seq replay of initialized",
-			do:    appendAs(a, func() string { return strings.SplitN(readFile(t, filepath.Join(c.folder, "events.jsonl")), "\n", 2)[0] }),
+			do: appendAs(a, func() string {
+				return strings.SplitN(readFile(t, filepath.Join(c.folder, "events.jsonl")), "\n", 2)[0]
+			}),
 			errno: syscall.EPERM, record: rejected, explain: "seq-continuous"},
 		{name: "at earlier than the previous event", do: appendAs(a, edit("at", "2001-01-01T00:00:00Z")),
 			errno: syscall.EPERM, record: rejected, explain: "at-order"},
@@ -193,16 +199,20 @@ func escEventForgeries(fg *escForgery) []escAttempt {
 		{name: "not JSON", do: appendAs(a, func() string { return "phase=completed" }), errno: syscall.EINVAL,
 			record: rejected, explain: "not one JSON value"},
 		{name: "completed straight from drafting",
-			do:    appendAs(a, func() string { return c.event(owner, "completed", map[string]any{"doc": "conclusion.md"}) }),
+			do: appendAs(a,
+				func() string { return c.event(owner, "completed", map[string]any{"doc": "conclusion.md"}) }),
 			errno: syscall.EPERM, record: rejected, explain: "readiness-passed-required"},
 		{name: "deliverable_frozen in drafting", do: appendAs(a, func() string {
-			return c.event(owner, "deliverable_frozen", map[string]any{"doc": primary, "role": "primary", "sha256": fileSHA(t, filepath.Join(c.folder, primary))})
+			return c.event(owner, "deliverable_frozen",
+				map[string]any{"doc": primary, "role": "primary",
+					"sha256": fileSHA(t, filepath.Join(c.folder, primary))})
 		}), errno: syscall.EPERM, record: rejected, explain: "not allowed in phase drafting"},
 		{name: "review_submitted out of turn", as: b,
 			do: appendAs(b, func() string { return c.event(reviewer, "review_submitted", nil) }), errno: syscall.EPERM,
 			record: rejected, explain: "append events.jsonl"},
 		{name: "two events, the refused one first", do: func(*testing.T) error {
-			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(c.event(reviewer, "blocked", nil)+"\n"+drafted()+"\n"))
+			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND,
+				[]byte(c.event(reviewer, "blocked", nil)+"\n"+drafted()+"\n"))
 		}, errno: syscall.EPERM, record: rejected, explain: "from-mismatch"},
 		// A complete event left without its newline is judged at close
 		// like any other line (see "an event without its final newline"
@@ -215,10 +225,11 @@ func escEventForgeries(fg *escForgery) []escAttempt {
 			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(c.event(reviewer, "blocked", nil)))
 		}, errno: syscall.EPERM, record: rejected, explain: "from-mismatch"},
 		{name: "10 MiB line (the writer must see EINVAL)", do: func(*testing.T) error {
-			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(`{"summary":"`+strings.Repeat("x", 10<<20)+"\"}\n"))
+			line := `{"summary":"` + strings.Repeat("x", 10<<20) + "\"}\n"
+			return escWriteClose(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, []byte(line))
 		}, errno: syscall.EINVAL, record: rejected, explain: "line longer than"},
 		{name: "10 MiB line from the shell",
-			do:    escSh(a, `head -c 10485760 /dev/zero | tr '\0' x | sed 's/^/{"summary":"/; s/$/"}/' >> events.jsonl`),
+			do:    escSh(a, escLongLineScript),
 			errno: syscall.EINVAL, record: rejected, explain: "line longer than"},
 	}
 }
@@ -304,11 +315,14 @@ func escEventsFileAttempts(fg *escForgery) []escAttempt {
 			errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "events.jsonl", "rename", cannotReplace),
 			explain: "rename events.jsonl: " + cannotReplace},
 		{name: "RENAME_NOREPLACE of a forged log onto events.jsonl", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p("scratch/fake.jsonl"), unix.AT_FDCWD, p("events.jsonl"), unix.RENAME_NOREPLACE)
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/fake.jsonl"), unix.AT_FDCWD, p("events.jsonl"),
+				unix.RENAME_NOREPLACE)
 		}, errno: syscall.EEXIST},
 		{name: "RENAME_EXCHANGE of a forged log with events.jsonl", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p("scratch/fake.jsonl"), unix.AT_FDCWD, p("events.jsonl"), unix.RENAME_EXCHANGE)
-		}, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "events.jsonl", "rename", cannotReplace), explain: cannotReplace},
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/fake.jsonl"), unix.AT_FDCWD, p("events.jsonl"),
+				unix.RENAME_EXCHANGE)
+		}, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "events.jsonl", "rename", cannotReplace),
+			explain: cannotReplace},
 		{name: "ln events.jsonl to a second name",
 			do:    func(*testing.T) error { return os.Link(p("events.jsonl"), p("scratch/ev.jsonl")) },
 			errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/ev.jsonl", "link"), explain: escNoLinks},
@@ -322,7 +336,8 @@ func escEventsFileAttempts(fg *escForgery) []escAttempt {
 			}
 			defer unix.Close(fd)
 			return unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, 64)
-		}, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "fallocate"), explain: "append-only"},
+		}, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "fallocate"),
+			explain: "append-only"},
 		{name: "copy_file_range of a forged log into events.jsonl", do: func(*testing.T) error {
 			src, err := unix.Open(p("scratch/fake.jsonl"), unix.O_RDONLY, 0)
 			if err != nil {
@@ -356,10 +371,12 @@ func escProtocolFileAttempts(fg *escForgery) []escAttempt {
 	return []escAttempt{
 		// protocol.json.
 		{name: "protocol.json with a changed phase", do: func(*testing.T) error {
-			return escWriteClose(p("protocol.json"), os.O_WRONLY|os.O_TRUNC, forgedProtocol(func(m map[string]any) { m["currentPhase"] = "completed" }))
+			return escWriteClose(p("protocol.json"), os.O_WRONLY|os.O_TRUNC,
+				forgedProtocol(func(m map[string]any) { m["currentPhase"] = "completed" }))
 		}, errno: syscall.EPERM, record: protoDenied("write"), explain: "write protocol.json"},
 		{name: "protocol.json with a changed waitingFor", do: func(*testing.T) error {
-			return escWriteClose(p("protocol.json"), os.O_WRONLY|os.O_TRUNC, forgedProtocol(func(m map[string]any) { m["waitingFor"] = []string{reviewer} }))
+			return escWriteClose(p("protocol.json"), os.O_WRONLY|os.O_TRUNC,
+				forgedProtocol(func(m map[string]any) { m["waitingFor"] = []string{reviewer} }))
 		}, errno: syscall.EPERM, record: protoDenied("write"), explain: "write protocol.json"},
 		{name: "protocol.json patched in place at the phase's offset", do: func(t *testing.T) error {
 			cur := readFile(t, filepath.Join(c.folder, "protocol.json"))
@@ -404,7 +421,8 @@ func escProtocolFileAttempts(fg *escForgery) []escAttempt {
 				return err
 			}
 			defer unix.Close(fd)
-			return unix.UtimesNanoAt(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), []unix.Timespec{{Sec: 0}, {Sec: 0}}, 0)
+			return unix.UtimesNanoAt(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd),
+				[]unix.Timespec{{Sec: 0}, {Sec: 0}}, 0)
 		}, errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
 		{name: "ftruncate on a read-only protocol.json descriptor", do: func(*testing.T) error {
 			fd, err := unix.Open(p("protocol.json"), unix.O_RDONLY, 0)
@@ -474,7 +492,8 @@ func escShellProtocolCheck(t *testing.T, fg *escForgery) {
 		out, code := escShell(t, a.dir, `echo '{"currentPhase":"completed"}' > protocol.json`)
 		assert.Equal(t, 0, code, out)
 		escRequireSameTree(t, before, escTree(t, c.folder))
-		assert.True(t, escHasRecord(c.records()[nrec:], escRecord{kind: ledger.KindDenied, path: "protocol.json", op: "write"}))
+		assert.True(t,
+			escHasRecord(c.records()[nrec:], escRecord{kind: ledger.KindDenied, path: "protocol.json", op: "write"}))
 		assert.Contains(t, escLastError(t, a), "write protocol.json")
 	})
 }
@@ -537,7 +556,10 @@ func escAcceptedAppendChecks(t *testing.T, fg *escForgery) {
 	})
 	t.Run("two events in one write: Python raises PermissionError", func(t *testing.T) {
 		accepted(t, true, func(valid, forged string) {
-			out, code := escPython(t, "import sys\nwith open(sys.argv[1], 'a') as f:\n    f.write(sys.argv[2] + '\\n' + sys.argv[3] + '\\n')\n", p("events.jsonl"), valid, forged)
+			out, code := escPython(t,
+				"import sys\nwith open(sys.argv[1], 'a') as f:\n"+
+					"    f.write(sys.argv[2] + '\\n' + sys.argv[3] + '\\n')\n",
+				p("events.jsonl"), valid, forged)
 			assert.Equal(t, 1, code, out)
 			assert.Contains(t, out, "PermissionError: [Errno 1] Operation not permitted")
 		})
@@ -546,7 +568,10 @@ func escAcceptedAppendChecks(t *testing.T, fg *escForgery) {
 		// Documented: os.write semantics. A caller that ignores the count
 		// never learns that its second event was refused.
 		accepted(t, true, func(valid, forged string) {
-			out, code := escPython(t, "import sys\nf = open(sys.argv[1], 'ab', buffering=0)\nprint(f.write((sys.argv[2] + '\\n' + sys.argv[3] + '\\n').encode()))\nf.close()\n", p("events.jsonl"), valid, forged)
+			out, code := escPython(t,
+				"import sys\nf = open(sys.argv[1], 'ab', buffering=0)\n"+
+					"print(f.write((sys.argv[2] + '\\n' + sys.argv[3] + '\\n').encode()))\nf.close()\n",
+				p("events.jsonl"), valid, forged)
 			assert.Equal(t, 0, code, out)
 			assert.Equal(t, fmt.Sprintf("%d\n", len(valid)+1), out)
 		})
@@ -565,43 +590,46 @@ func escLongLineChecks(t *testing.T, fg *escForgery) {
 	t.Run("a 10 MiB line appends nothing and the daemon keeps working", func(t *testing.T) {
 		before := escTree(t, c.folder)
 		nrec := len(c.records())
-		out, code := escShell(t, a.dir, `set -o pipefail; head -c 10485760 /dev/zero | tr '\0' x | sed 's/^/{"summary":"/; s/$/"}/' >> events.jsonl`)
+		out, code := escShell(t, a.dir, "set -o pipefail; "+escLongLineScript)
 		assert.NotZero(t, code, "the writer must see the refusal: %s", out)
 		escRequireSameTree(t, before, escTree(t, c.folder))
-		assert.True(t, escHasRecord(c.records()[nrec:], escRecord{kind: ledger.KindAppendRejected, path: "events.jsonl", op: "append", detail: "line longer than"}), out)
+		want := escRecord{kind: ledger.KindAppendRejected, path: "events.jsonl", op: "append",
+			detail: "line longer than"}
+		assert.True(t, escHasRecord(c.records()[nrec:], want), out)
 		assert.Contains(t, escLastError(t, a), "line longer than")
 		accepted(t, false, func(valid, _ string) { require.NoError(t, escAppend(a, valid)) })
 		assert.Contains(t, readFile(t, p(".acpfs/status")), "phase: drafting")
 	})
-	t.Run("every write of an over-long line fails, up to its newline; the next line is judged afresh", func(t *testing.T) {
-		const maxLine = 1 << 20
-		before := readFile(t, eventsPath)
-		nrec := len(c.records())
-		f, err := os.OpenFile(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
-		require.NoError(t, err)
-		defer f.Close()
-		write := func(b []byte) error { _, err := unix.Write(int(f.Fd()), b); return err }
-		head := append([]byte(`{"summary":"`), []byte(strings.Repeat("x", maxLine-64))...)
-		require.NoError(t, write(head), "a long line below the limit is buffered")
-		assert.ErrorIs(t, write([]byte(strings.Repeat("y", 128))), syscall.EINVAL, "the write crossing the limit")
-		assert.ErrorIs(t, write([]byte("zzz")), syscall.EINVAL, "a later write of the same line")
-		assert.ErrorIs(t, write([]byte("zz\"}")), syscall.EINVAL, "another")
-		assert.ErrorIs(t, write([]byte("z\n")), syscall.EINVAL, "the write holding its newline")
-		assert.Equal(t, before, readFile(t, eventsPath), "nothing is appended")
-		valid := drafted()
-		require.NoError(t, write([]byte(valid+"\n")), "the next line")
-		assert.Equal(t, before+valid+"\n", readFile(t, eventsPath))
-		var rej, acc int
-		for _, r := range c.records()[nrec:] {
-			switch r.Kind {
-			case ledger.KindAppendRejected:
-				rej++
-				assert.Contains(t, r.Detail, "line longer than")
-			case ledger.KindAppendAccepted:
-				acc++
+	t.Run("every write of an over-long line fails, up to its newline; the next line is judged afresh",
+		func(t *testing.T) {
+			const maxLine = 1 << 20
+			before := readFile(t, eventsPath)
+			nrec := len(c.records())
+			f, err := os.OpenFile(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+			require.NoError(t, err)
+			defer f.Close()
+			write := func(b []byte) error { _, err := unix.Write(int(f.Fd()), b); return err }
+			head := append([]byte(`{"summary":"`), []byte(strings.Repeat("x", maxLine-64))...)
+			require.NoError(t, write(head), "a long line below the limit is buffered")
+			assert.ErrorIs(t, write([]byte(strings.Repeat("y", 128))), syscall.EINVAL, "the write crossing the limit")
+			assert.ErrorIs(t, write([]byte("zzz")), syscall.EINVAL, "a later write of the same line")
+			assert.ErrorIs(t, write([]byte("zz\"}")), syscall.EINVAL, "another")
+			assert.ErrorIs(t, write([]byte("z\n")), syscall.EINVAL, "the write holding its newline")
+			assert.Equal(t, before, readFile(t, eventsPath), "nothing is appended")
+			valid := drafted()
+			require.NoError(t, write([]byte(valid+"\n")), "the next line")
+			assert.Equal(t, before+valid+"\n", readFile(t, eventsPath))
+			var rej, acc int
+			for _, r := range c.records()[nrec:] {
+				switch r.Kind {
+				case ledger.KindAppendRejected:
+					rej++
+					assert.Contains(t, r.Detail, "line longer than")
+				case ledger.KindAppendAccepted:
+					acc++
+				}
 			}
-		}
-		assert.Equal(t, 1, rej, "one refusal for the over-long line")
-		assert.Equal(t, 1, acc)
-	})
+			assert.Equal(t, 1, rej, "one refusal for the over-long line")
+			assert.Equal(t, 1, acc)
+		})
 }

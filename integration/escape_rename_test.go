@@ -27,7 +27,8 @@ func escHiddenRenameAttempts(h *escHidden) []escAttempt {
 		{name: "mv of a visible file onto the hidden file", do: escSh(v, "mv scratch/mine.md oracle/answer.md"),
 			errno: syscall.ENOENT, record: deniedLookup("oracle")},
 		{name: "RENAME_EXCHANGE with a hidden directory", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("scratch/private"), unix.RENAME_EXCHANGE)
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("scratch/private"),
+				unix.RENAME_EXCHANGE)
 		}, errno: syscall.ENOENT, record: deniedLookup("scratch/private")},
 		{name: "mkdir over a hidden directory is EACCES, not EEXIST",
 			do: func(*testing.T) error { return os.Mkdir(p("scratch/private"), 0o755) }, errno: syscall.EACCES,
@@ -50,7 +51,8 @@ func escHiddenRenameAttempts(h *escHidden) []escAttempt {
 			explain: "rename scratch: " + escDirHoldsHidden},
 		{name: "RENAME_EXCHANGE of a directory holding a hidden subdirectory", do: func(*testing.T) error {
 			return unix.Renameat2(unix.AT_FDCWD, p("scratch"), unix.AT_FDCWD, p("deliverables"), unix.RENAME_EXCHANGE)
-		}, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch", "rename", escDirHoldsHidden), explain: "rename scratch: " + escDirHoldsHidden},
+		}, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch", "rename", escDirHoldsHidden),
+			explain: "rename scratch: " + escDirHoldsHidden},
 	}
 }
 
@@ -76,15 +78,20 @@ func escWriteRenameAttempts(w *escWrites) []escAttempt {
 		// refused before the read-only name is judged.
 		{name: "RENAME_EXCHANGE of writable and read-only files", do: func(*testing.T) error {
 			return unix.Renameat2(unix.AT_FDCWD, p("review.md"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE)
-		}, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "review.md", "rename", escRequiredDoc), explain: "rename review.md: " + escRequiredDoc},
+		}, errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "review.md", "rename", escRequiredDoc),
+			explain: "rename review.md: " + escRequiredDoc},
 		{name: "RENAME_EXCHANGE of a writable scratch file and a read-only file", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE)
-		}, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "proposal.md", "rename", notWritable), explain: "rename proposal.md: " + notWritable},
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("proposal.md"),
+				unix.RENAME_EXCHANGE)
+		}, errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "proposal.md", "rename", notWritable),
+			explain: "rename proposal.md: " + notWritable},
 		{name: "RENAME_WHITEOUT of a writable file", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("scratch/w.md"), unix.RENAME_WHITEOUT)
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("scratch/w.md"),
+				unix.RENAME_WHITEOUT)
 		}, errno: syscall.EINVAL},
 		{name: "RENAME_NOREPLACE into a read-only directory", do: func(*testing.T) error {
-			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("deliverables/new.md"), unix.RENAME_NOREPLACE)
+			return unix.Renameat2(unix.AT_FDCWD, p("scratch/mine.md"), unix.AT_FDCWD, p("deliverables/new.md"),
+				unix.RENAME_NOREPLACE)
 		}, errno: syscall.EACCES, record: denied("deliverables/new.md", "rename"), explain: notWritable},
 	}
 }

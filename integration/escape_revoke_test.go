@@ -87,7 +87,8 @@ func newEscRevoke(t *testing.T) *escRevoke {
 	noRead := func(t *testing.T, nrec int, rel string) {
 		t.Helper()
 		for _, r := range c.records()[nrec:] {
-			assert.False(t, r.Kind == ledger.KindRead && r.Path == rel, "read of %s recorded after the change: %+v", rel, r)
+			assert.False(t, r.Kind == ledger.KindRead && r.Path == rel,
+				"read of %s recorded after the change: %+v", rel, r)
 		}
 	}
 	// refusedRead expects the next read through f, opened before the
@@ -107,7 +108,8 @@ func newEscRevoke(t *testing.T) *escRevoke {
 		nrec := len(c.records())
 		assert.ErrorIs(t, escLateRead(t, f), syscall.EACCES, rel)
 		recs := c.records()[nrec:]
-		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: rel, op: "read", detail: escNoLongerReadable}), escFmtRecords(recs))
+		want := escRecord{kind: ledger.KindDenied, path: rel, op: "read", detail: escNoLongerReadable}
+		assert.True(t, escHasRecord(recs, want), escFmtRecords(recs))
 		assert.Contains(t, escLastError(t, v), "read "+rel+": "+escNoLongerReadable)
 		noRead(t, nrec, rel)
 	}
@@ -142,8 +144,10 @@ func newEscRevoke(t *testing.T) *escRevoke {
 	t.Cleanup(func() { laterRW.Close() })
 	laterHandle, _, err := unix.NameToHandleAt(unix.AT_FDCWD, p("scratch/later.md"), 0)
 	require.NoError(t, err)
-	return &escRevoke{c: c, g: g, v: v, backing: backing, noRead: noRead, refusedRead: refusedRead, deniedRead: deniedRead,
-		ro: ro, rw: rw, mapped: mapped, handle: handle, later: later, laterRW: laterRW, laterHandle: laterHandle}
+	return &escRevoke{
+		c: c, g: g, v: v, backing: backing, noRead: noRead, refusedRead: refusedRead, deniedRead: deniedRead,
+		ro: ro, rw: rw, mapped: mapped, handle: handle, later: later, laterRW: laterRW, laterHandle: laterHandle,
+	}
 }
 
 // narrow hides scratch/later.md and scratch/later-rw.md, then rewrites them on
@@ -155,8 +159,10 @@ func (rv *escRevoke) narrow(t *testing.T) {
 	v.m.ReloadGrant() // the grant watcher does the same; here it is synchronous
 	// Written on the backing folder after the change: no descriptor
 	// opened before it may return these bytes.
-	require.NoError(t, os.WriteFile(backing("scratch/later.md"), []byte(escSecret+" (written after the narrowing)\n"), 0o644))
-	require.NoError(t, os.WriteFile(backing("scratch/later-rw.md"), []byte(escSecret+" (written after the narrowing)\n"), 0o644))
+	require.NoError(t,
+		os.WriteFile(backing("scratch/later.md"), []byte(escSecret+" (written after the narrowing)\n"), 0o644))
+	require.NoError(t,
+		os.WriteFile(backing("scratch/later-rw.md"), []byte(escSecret+" (written after the narrowing)\n"), 0o644))
 }
 
 // revoke revokes the grant, then rewrites proposal.md and scratch/mine.md on
@@ -168,8 +174,10 @@ func (rv *escRevoke) revoke(t *testing.T) {
 	g.Revoked = true
 	c.writeGrant(g)
 	v.m.ReloadGrant()
-	require.NoError(t, os.WriteFile(backing("proposal.md"), []byte(escSecret+" (proposal rewritten after the revocation)\n"), 0o644))
-	require.NoError(t, os.WriteFile(backing("scratch/mine.md"), []byte(escSecret+" (mine rewritten after the revocation)\n"), 0o644))
+	require.NoError(t,
+		os.WriteFile(backing("proposal.md"), []byte(escSecret+" (proposal rewritten after the revocation)\n"), 0o644))
+	require.NoError(t,
+		os.WriteFile(backing("scratch/mine.md"), []byte(escSecret+" (mine rewritten after the revocation)\n"), 0o644))
 }
 
 // escNarrowedGrantChecks: what the narrowed grant does to the names,
@@ -198,7 +206,8 @@ func escNarrowedGrantChecks(t *testing.T, rv *escRevoke) {
 		assert.NotContains(t, out, "later")
 		assert.Contains(t, out, "mine.md")
 		recs := c.records()[nrec:]
-		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "scratch/later.md", op: "lookup"}), escFmtRecords(recs))
+		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "scratch/later.md", op: "lookup"}),
+			escFmtRecords(recs))
 		assert.Equal(t, last, escLastError(t, v), "hidden names are refused silently")
 	})
 	t.Run("reopening the newly hidden file through /proc/self/fd is refused and recorded", func(t *testing.T) {
@@ -207,19 +216,22 @@ func escNarrowedGrantChecks(t *testing.T, rv *escRevoke) {
 		err := escReadErr(fmt.Sprintf("/proc/self/fd/%d", later.Fd()))
 		assert.ErrorIs(t, err, syscall.ENOENT)
 		recs := c.records()[nrec:]
-		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "scratch/later.md", op: "open", detail: "hidden by grant"}), escFmtRecords(recs))
+		want := escRecord{kind: ledger.KindDenied, path: "scratch/later.md", op: "open", detail: "hidden by grant"}
+		assert.True(t, escHasRecord(recs, want), escFmtRecords(recs))
 		assert.Equal(t, last, escLastError(t, v), "hidden names are refused silently")
 		noRead(t, nrec, "scratch/later.md")
 	})
-	t.Run("open_by_handle_at of a handle taken before the narrowing is refused, recorded, silently", func(t *testing.T) {
-		last := escLastError(t, v)
-		nrec := len(c.records())
-		assert.ErrorIs(t, escOpenByHandle(v.dir, laterHandle), syscall.ENOENT)
-		recs := c.records()[nrec:]
-		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "scratch/later.md", op: "open", detail: "hidden by grant"}), escFmtRecords(recs))
-		assert.Equal(t, last, escLastError(t, v), "hidden names are refused silently")
-		noRead(t, nrec, "scratch/later.md")
-	})
+	t.Run("open_by_handle_at of a handle taken before the narrowing is refused, recorded, silently",
+		func(t *testing.T) {
+			last := escLastError(t, v)
+			nrec := len(c.records())
+			assert.ErrorIs(t, escOpenByHandle(v.dir, laterHandle), syscall.ENOENT)
+			recs := c.records()[nrec:]
+			want := escRecord{kind: ledger.KindDenied, path: "scratch/later.md", op: "open", detail: "hidden by grant"}
+			assert.True(t, escHasRecord(recs, want), escFmtRecords(recs))
+			assert.Equal(t, last, escLastError(t, v), "hidden names are refused silently")
+			noRead(t, nrec, "scratch/later.md")
+		})
 	t.Run("a read-only descriptor opened before the narrowing refuses its next reads", func(t *testing.T) {
 		refusedRead(t, later, "scratch/later.md")
 		refusedRead(t, later, "scratch/later.md")
@@ -241,7 +253,8 @@ func escNarrowedGrantChecks(t *testing.T, rv *escRevoke) {
 		assert.ErrorIs(t, err, syscall.EACCES)
 		escRequireSameTree(t, before, escTree(t, c.folder))
 		recs := c.records()[nrec:]
-		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "scratch/later-rw.md", op: "write", detail: "not writable under the grant"}), escFmtRecords(recs))
+		want := escRecord{kind: ledger.KindDenied, path: "scratch/later-rw.md", op: "write", detail: escNotWritable}
+		assert.True(t, escHasRecord(recs, want), escFmtRecords(recs))
 		assert.Contains(t, escLastError(t, v), "write scratch/later-rw.md: not writable under the grant")
 	})
 	t.Run("other names, descriptors and mappings stay usable", func(t *testing.T) {
@@ -298,23 +311,27 @@ func escRevokedGrantChecks(t *testing.T, rv *escRevoke) {
 		_, err = os.Open(p("review.md"))
 		assert.ErrorIs(t, err, syscall.ENOENT)
 		recs := c.records()[nrec:]
-		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "proposal.md", op: "lookup"}), escFmtRecords(recs))
-		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "review.md", op: "lookup"}), escFmtRecords(recs))
+		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "proposal.md", op: "lookup"}),
+			escFmtRecords(recs))
+		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "review.md", op: "lookup"}),
+			escFmtRecords(recs))
 	})
 	t.Run("writes through a descriptor opened before are refused", func(t *testing.T) {
 		nrec := len(c.records())
 		_, err := rw.WriteAt([]byte("changed"), 0)
 		assert.ErrorIs(t, err, syscall.EACCES)
-		assert.True(t, escHasRecord(c.records()[nrec:], escRecord{kind: ledger.KindDenied, path: "scratch/mine.md", op: "write"}))
+		assert.True(t,
+			escHasRecord(c.records()[nrec:], escRecord{kind: ledger.KindDenied, path: "scratch/mine.md", op: "write"}))
 		assert.Contains(t, escLastError(t, v), "write scratch/mine.md: not writable under the grant")
 		escRequireSameTree(t, before, escTree(t, c.folder))
 	})
-	t.Run("reads through a descriptor opened before are refused and return nothing written after the revocation", func(t *testing.T) {
-		// The read-only descriptor too: the daemon serves it, and checks
-		// the grant in force before each read.
-		refusedRead(t, ro, "proposal.md")
-		refusedRead(t, rw, "scratch/mine.md")
-	})
+	t.Run("reads through a descriptor opened before are refused and return nothing written after the revocation",
+		func(t *testing.T) {
+			// The read-only descriptor too: the daemon serves it, and checks
+			// the grant in force before each read.
+			refusedRead(t, ro, "proposal.md")
+			refusedRead(t, rw, "scratch/mine.md")
+		})
 	t.Run("reads through a descriptor opened before answer EACCES, recorded", func(t *testing.T) {
 		deniedRead(t, ro, "proposal.md")
 		deniedRead(t, rw, "scratch/mine.md")
@@ -336,7 +353,8 @@ func escRevokedGrantChecks(t *testing.T, rv *escRevoke) {
 		nrec := len(c.records())
 		assert.ErrorIs(t, escOpenByHandle(v.dir, handle), syscall.ENOENT)
 		recs := c.records()[nrec:]
-		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "proposal.md", op: "open", detail: "hidden by grant"}), escFmtRecords(recs))
+		want := escRecord{kind: ledger.KindDenied, path: "proposal.md", op: "open", detail: "hidden by grant"}
+		assert.True(t, escHasRecord(recs, want), escFmtRecords(recs))
 		assert.Equal(t, last, escLastError(t, v), "hidden names are refused silently")
 		noRead(t, nrec, "proposal.md")
 	})
@@ -381,11 +399,14 @@ func TestEscapeRevokedGrantPassthrough(t *testing.T) {
 	g.Revoked = true
 	c.writeGrant(g)
 	v.m.ReloadGrant()
-	require.NoError(t, os.WriteFile(filepath.Join(c.folder, "proposal.md"), []byte(escSecret+" (proposal rewritten after the revocation)\n"), 0o644))
+	require.NoError(t,
+		os.WriteFile(filepath.Join(c.folder, "proposal.md"),
+			[]byte(escSecret+" (proposal rewritten after the revocation)\n"), 0o644))
 
 	t.Run("a descriptor the daemon cannot stop is in the ledger at the change", func(t *testing.T) {
 		recs := c.records()[nrec:]
-		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindRead, path: "proposal.md", op: "passthrough"}), escFmtRecords(recs))
+		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindRead, path: "proposal.md", op: "passthrough"}),
+			escFmtRecords(recs))
 	})
 	t.Run("new opens answer ENOENT", func(t *testing.T) {
 		_, err := os.Open(p("proposal.md"))

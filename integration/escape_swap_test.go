@@ -44,7 +44,8 @@ func TestEscapeSwappedDirectory(t *testing.T) {
 			return errors.Is(err, syscall.ENOENT)
 		}, "scratch is still a directory in the view")
 		recs := c.records()[nrec:]
-		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "scratch", op: "lookup"}), escFmtRecords(recs))
+		assert.True(t, escHasRecord(recs, escRecord{kind: ledger.KindDenied, path: "scratch", op: "lookup"}),
+			escFmtRecords(recs))
 	})
 	t.Run("open below the held directory reads nothing", func(t *testing.T) {
 		fd, err := unix.Openat(dirfd, "answer.md", unix.O_RDONLY, 0)

@@ -49,7 +49,10 @@ func escHiddenSymlinkAttempts(h *escHidden) []escAttempt {
 			record:  escRec(ledger.KindDenied, "scratch/l2", "symlink"),
 			explain: "symlink target is outside the visible folder"},
 		{name: "ln -s to the backing folder's absolute path",
-			do:    func(*testing.T) error { return os.Symlink(filepath.Join(c.folder, "proposal.md"), p("scratch/l3")) },
+			do: func(*testing.T) error {
+				return os.Symlink(filepath.Join(c.folder, "proposal.md"),
+					p("scratch/l3"))
+			},
 			errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/l3", "symlink"),
 			explain: "symlink target is outside the visible folder"},
 		{name: "ln -s climbing out and back in", do: escSh(v, "ln -s ../../folder/proposal.md scratch/l4"),

@@ -200,17 +200,22 @@ func escWriteNewNameAttempts(w *escWrites) []escAttempt {
 			explain: "rename proposal.md: " + notWritable, privateTemp: "sed"},
 		{name: "a private file renamed over the planted hard link", do: withPrivate("draft.tmp", func() error {
 			return os.Rename(p("draft.tmp"), p("scratch/hard-readme.md"))
-		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "rename", escNameHeld), explain: "rename scratch/hard-readme.md: " + escNameHeld},
+		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/hard-readme.md", "rename", escNameHeld),
+			explain: "rename scratch/hard-readme.md: " + escNameHeld},
 		{name: "a private file renamed over a read-only file", do: withPrivate("draft.tmp", func() error {
 			return os.Rename(p("draft.tmp"), p("proposal.md"))
-		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "proposal.md", "rename", notWritable), explain: "rename proposal.md: " + notWritable},
+		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "proposal.md", "rename", notWritable),
+			explain: "rename proposal.md: " + notWritable},
 		{name: "RENAME_EXCHANGE of a private file with a read-only file", do: withPrivate("draft.tmp", func() error {
 			return unix.Renameat2(unix.AT_FDCWD, p("draft.tmp"), unix.AT_FDCWD, p("proposal.md"), unix.RENAME_EXCHANGE)
-		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "draft.tmp", "rename", "a temporary file of this view cannot be exchanged with a file of the folder"),
+		}), errno: syscall.EACCES,
+			record: escRecD(ledger.KindDenied, "draft.tmp", "rename",
+				"a temporary file of this view cannot be exchanged with a file of the folder"),
 			explain: "rename draft.tmp: a temporary file of this view cannot be exchanged"},
 		{name: "ln of a private file into a writable directory", do: withPrivate("draft.tmp", func() error {
 			return os.Link(p("draft.tmp"), p("scratch/draft-link.md"))
-		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/draft-link.md", "link", escNoLinks), explain: escNoLinks},
+		}), errno: syscall.EACCES, record: escRecD(ledger.KindDenied, "scratch/draft-link.md", "link", escNoLinks),
+			explain: escNoLinks},
 		{name: "mkdir in a read-only directory",
 			do: func(*testing.T) error { return os.Mkdir(p("deliverables/x"), 0o755) }, errno: syscall.EACCES,
 			record: denied("deliverables/x", "mkdir"), explain: notWritable},
