@@ -15,10 +15,7 @@ import (
 // escControlDirAttempts write, replace, remove and shadow the files of the
 // control directory .acpfs.
 func escControlDirAttempts(fg *escForgery) []escAttempt {
-	a := fg.a
-	p := fg.a.path
-	ctlDenied := escDeniedRec
-	ctlRO := escCtlRO
+	a, p, ctlDenied, ctlRO := fg.a, fg.a.path, escDeniedRec, escCtlRO
 	return []escAttempt{
 		// The control directory.
 		{name: "write .acpfs/status", do: func(*testing.T) error {
@@ -115,8 +112,7 @@ func escControlDirAttempts(fg *escForgery) []escAttempt {
 // escControlDirChecks: the control files are acpfs's own and survive every
 // attempt.
 func escControlDirChecks(t *testing.T, fg *escForgery) {
-	p := fg.a.path
-	ctlRO := escCtlRO
+	p, ctlRO := fg.a.path, escCtlRO
 	t.Run("control files survive every attempt", func(t *testing.T) {
 		names, err := os.ReadDir(p(".acpfs"))
 		require.NoError(t, err)

@@ -73,12 +73,7 @@ func (fz *escFrozen) fromRW(fn func(fd int) error) func(*testing.T) error {
 // escFrozenAttempts change the frozen deliverable by its name, through the
 // descriptor and the mapping made before the freeze, and by events.
 func escFrozenAttempts(fz *escFrozen) []escAttempt {
-	r := fz.r
-	a := fz.r.alice
-	p := fz.r.alice.path
-	mapping := fz.mapping
-	frozen := escFrozenRec
-	why := escFrozenWhy
+	r, a, p, mapping, frozen, why := fz.r, fz.r.alice, fz.r.alice.path, fz.mapping, escFrozenRec, escFrozenWhy
 	fromRW := fz.fromRW
 	return []escAttempt{
 		{name: "echo > (O_TRUNC open)", do: escSh(a, "echo x > "+primary), errno: syscall.EROFS, record: frozen("open"),
@@ -188,11 +183,7 @@ func escFrozenAttempts(fz *escFrozen) []escAttempt {
 // escFrozenSecondName plants a second name for the frozen deliverable and
 // checks that it is concealed under both, and shown again once it has one.
 func escFrozenSecondName(t *testing.T, fz *escFrozen) {
-	r := fz.r
-	e := fz.e
-	p := fz.r.alice.path
-	frozen := escFrozenRec
-	link := escFrozenLink
+	r, e, p, frozen, link := fz.r, fz.e, fz.r.alice.path, escFrozenRec, escFrozenLink
 	hardLinked := escHardLinkedRec
 	// A second name for the deliverable, planted on the backing folder
 	// by another process after the freeze. While the file has two names

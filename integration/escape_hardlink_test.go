@@ -109,9 +109,7 @@ func escHiddenHardLinkAttempts(h *escHidden) []escAttempt {
 // escWriteHardLinkAttempts write, change and replace a hard link of README.md
 // planted in a writable directory.
 func escWriteHardLinkAttempts(w *escWrites) []escAttempt {
-	v := w.v
-	p := w.v.path
-	hardLinked := escHardLinkedRec
+	v, p, hardLinked := w.v, w.v.path, escHardLinkedRec
 	return []escAttempt{
 		// A planted hard link: the file has two names, so it is concealed
 		// under both (README.md too, though the grant may read it). Every
@@ -185,11 +183,7 @@ func escWriteHardLinkAttempts(w *escWrites) []escAttempt {
 // escWriteLinkAttempts make new hard links and symlinks where the grant
 // refuses them.
 func escWriteLinkAttempts(w *escWrites) []escAttempt {
-	v := w.v
-	p := w.v.path
-	notWritable := escNotWritable
-	denied := escDeniedRec
-	hardLinked := escHardLinkedRec
+	v, p, notWritable, denied, hardLinked := w.v, w.v.path, escNotWritable, escDeniedRec, escHardLinkedRec
 	return []escAttempt{
 		{name: "ln a writable file into a read-only directory", do: escSh(v, "ln scratch/mine.md deliverables/l.md"),
 			errno: syscall.EACCES, record: denied("deliverables/l.md", "link"), explain: notWritable},
@@ -213,10 +207,7 @@ func escWriteLinkAttempts(w *escWrites) []escAttempt {
 // escWriteHardLinkChecks: a hard-linked file stays concealed, unchanged, under
 // both names, and is shown again once it has one.
 func escWriteHardLinkChecks(t *testing.T, w *escWrites) {
-	c := w.c
-	v := w.v
-	p := w.v.path
-	hardLinked := escHardLinkedRec
+	c, v, p, hardLinked := w.c, w.v, w.v.path, escHardLinkedRec
 	t.Run("a writable name of a hard-linked file can be neither renamed nor removed", func(t *testing.T) {
 		// Through the view the name does not exist: rename and unlink
 		// answer ENOENT, quietly, and the backing file keeps both names.
@@ -263,13 +254,8 @@ func escWriteHardLinkChecks(t *testing.T, w *escWrites) {
 // escFrozenHardLinkAttempts change the frozen deliverable through a second
 // name planted for it, and by its own name while it has two.
 func escFrozenHardLinkAttempts(fz *escFrozen) []escAttempt {
-	a := fz.r.alice
-	p := fz.r.alice.path
-	frozen := escFrozenRec
-	why := escFrozenWhy
-	fromRW := fz.fromRW
-	link := escFrozenLink
-	hardLinked := escHardLinkedRec
+	a, p, frozen, why, fromRW := fz.r.alice, fz.r.alice.path, escFrozenRec, escFrozenWhy, fz.fromRW
+	link, hardLinked := escFrozenLink, escHardLinkedRec
 	return []escAttempt{
 		// O_CREAT: the lookup says ENOENT, the create is refused.
 		{name: "write through the planted hard link", do: escSh(a, "echo x >> "+link), errno: syscall.EACCES,

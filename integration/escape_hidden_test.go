@@ -23,14 +23,10 @@ import (
 // this order.
 func TestEscapeHiddenReads(t *testing.T) {
 	h := newEscHidden(t)
-	var attempts []escAttempt
-	for _, family := range [][]escAttempt{
+	escRunFamilies(t, h.e,
 		escHiddenNameAttempts(h), escHiddenSymlinkAttempts(h), escHiddenHardLinkAttempts(h),
 		escHiddenRenameAttempts(h), escHiddenHandleAttempts(h), escHiddenSpellingAttempts(h),
-	} {
-		attempts = append(attempts, family...)
-	}
-	escRun(t, h.e, attempts)
+	)
 	escHiddenListingChecks(t, h)
 	escHiddenDirTimeChecks(t, h)
 	p := h.v.path

@@ -22,13 +22,9 @@ import (
 // protocol.json, and attacks the control directory (escape_control_test.go).
 func TestEscapeProtocolForgery(t *testing.T) {
 	fg := newEscForgery(t)
-	var attempts []escAttempt
-	for _, family := range [][]escAttempt{
+	escRunFamilies(t, escEnv{c: fg.c, v: fg.a, other: fg.b},
 		escEventForgeries(fg), escEventsFileAttempts(fg), escProtocolFileAttempts(fg), escControlDirAttempts(fg),
-	} {
-		attempts = append(attempts, family...)
-	}
-	escRun(t, escEnv{c: fg.c, v: fg.a, other: fg.b}, attempts)
+	)
 	escControlDirChecks(t, fg)
 	escShellProtocolCheck(t, fg)
 	escAcceptedAppendChecks(t, fg)
@@ -153,15 +149,8 @@ func (fg *escForgery) accepted(t *testing.T, withForged bool, fn func(valid, for
 
 // escEventForgeries append events the protocol refuses.
 func escEventForgeries(fg *escForgery) []escAttempt {
-	t := fg.t
-	c := fg.c
-	a := fg.a
-	b := fg.b
-	p := fg.a.path
-	drafted := fg.drafted
-	edit := fg.edit
-	appendAs := escAppendAs
-	rejected := escRec(ledger.KindAppendRejected, "events.jsonl", "append")
+	t, c, a, b, p, drafted, edit := fg.t, fg.c, fg.a, fg.b, fg.a.path, fg.drafted, fg.edit
+	appendAs, rejected := escAppendAs, escRec(ledger.KindAppendRejected, "events.jsonl", "append")
 	return []escAttempt{
 		// Forged events.
 		{name: "from another participant", do: appendAs(a, func() string { return c.event(reviewer, "blocked", nil) }),
@@ -236,14 +225,9 @@ func escEventForgeries(fg *escForgery) []escAttempt {
 
 // escEventsFileAttempts overwrite, truncate and replace events.jsonl.
 func escEventsFileAttempts(fg *escForgery) []escAttempt {
-	t := fg.t
-	c := fg.c
-	a := fg.a
-	p := fg.a.path
-	rejected := escRec(ledger.KindAppendRejected, "events.jsonl", "append")
-	cannotRemove := escCannotRemove
-	cannotReplace := escCannotReplace
-	maintained := escMaintained
+	t, c, a, p := fg.t, fg.c, fg.a, fg.a.path
+	rejected, cannotRemove := escRec(ledger.KindAppendRejected, "events.jsonl", "append"), escCannotRemove
+	cannotReplace, maintained := escCannotReplace, escMaintained
 	evSetattr := escRecD(ledger.KindAppendRejected, "events.jsonl", "setattr", "events.jsonl is append-only")
 	return []escAttempt{
 		// Overwriting, truncating, replacing events.jsonl.
@@ -359,13 +343,8 @@ func escEventsFileAttempts(fg *escForgery) []escAttempt {
 // escProtocolFileAttempts forge protocol.json and make look-alikes of the
 // protocol files.
 func escProtocolFileAttempts(fg *escForgery) []escAttempt {
-	c := fg.c
-	a := fg.a
-	p := fg.a.path
-	protoDenied := escProtoDenied
-	cannotRemove := escCannotRemove
-	cannotReplace := escCannotReplace
-	maintained := escMaintained
+	c, a, p, protoDenied, cannotRemove := fg.c, fg.a, fg.a.path, escProtoDenied, escCannotRemove
+	cannotReplace, maintained := escCannotReplace, escMaintained
 	protoSetattr := escRecD(ledger.KindDenied, "protocol.json", "setattr", "protocol.json is maintained by acpfs")
 	forgedProtocol := fg.forgedProtocol
 	return []escAttempt{
@@ -481,8 +460,7 @@ func escProtocolFileAttempts(fg *escForgery) []escAttempt {
 
 // escShellProtocolCheck: a shell's refused redirection to protocol.json.
 func escShellProtocolCheck(t *testing.T, fg *escForgery) {
-	c := fg.c
-	a := fg.a
+	c, a := fg.c, fg.a
 	t.Run("a shell's echo > protocol.json exits 0 but changes nothing", func(t *testing.T) {
 		// bash ignores close(2) errors of redirections, where the
 		// protocol.json refusal is reported: the ledger and last-error
@@ -501,11 +479,7 @@ func escShellProtocolCheck(t *testing.T, fg *escForgery) {
 // escAcceptedAppendChecks: appends that are (partly) accepted, what the
 // writer sees, and that the accepted event is written exactly once.
 func escAcceptedAppendChecks(t *testing.T, fg *escForgery) {
-	c := fg.c
-	a := fg.a
-	p := fg.a.path
-	edit := fg.edit
-	eventsPath := filepath.Join(fg.c.folder, "events.jsonl")
+	c, a, p, edit, eventsPath := fg.c, fg.a, fg.a.path, fg.edit, filepath.Join(fg.c.folder, "events.jsonl")
 	accepted := fg.accepted
 	t.Run("an event split across many small writes is appended once", func(t *testing.T) {
 		accepted(t, false, func(valid, _ string) {
@@ -581,12 +555,8 @@ func escAcceptedAppendChecks(t *testing.T, fg *escForgery) {
 // escLongLineChecks: an over-long line appends nothing, and the view keeps
 // judging the lines after it.
 func escLongLineChecks(t *testing.T, fg *escForgery) {
-	c := fg.c
-	a := fg.a
-	p := fg.a.path
-	drafted := fg.drafted
-	eventsPath := filepath.Join(fg.c.folder, "events.jsonl")
-	accepted := fg.accepted
+	c, a, p, drafted := fg.c, fg.a, fg.a.path, fg.drafted
+	eventsPath, accepted := filepath.Join(fg.c.folder, "events.jsonl"), fg.accepted
 	t.Run("a 10 MiB line appends nothing and the daemon keeps working", func(t *testing.T) {
 		before := escTree(t, c.folder)
 		nrec := len(c.records())

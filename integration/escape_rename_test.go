@@ -59,10 +59,7 @@ func escHiddenRenameAttempts(h *escHidden) []escAttempt {
 // escWriteRenameAttempts remove and rename read-only files, and rename onto
 // them.
 func escWriteRenameAttempts(w *escWrites) []escAttempt {
-	v := w.v
-	p := w.v.path
-	notWritable := escNotWritable
-	denied := escDeniedRec
+	v, p, notWritable, denied := w.v, w.v.path, escNotWritable, escDeniedRec
 	return []escAttempt{
 		{name: "rm", do: escSh(v, "rm -f proposal.md"), errno: syscall.EACCES, record: denied("proposal.md", "unlink"),
 			explain: notWritable},

@@ -183,18 +183,8 @@ func (rv *escRevoke) revoke(t *testing.T) {
 // escNarrowedGrantChecks: what the narrowed grant does to the names,
 // descriptors and handles the agent held.
 func escNarrowedGrantChecks(t *testing.T, rv *escRevoke) {
-	c := rv.c
-	v := rv.v
-	p := rv.v.path
-	backing := rv.backing
-	noRead := rv.noRead
-	refusedRead := rv.refusedRead
-	deniedRead := rv.deniedRead
-	ro := rv.ro
-	rw := rv.rw
-	mapped := rv.mapped
-	later := rv.later
-	laterRW := rv.laterRW
+	c, v, p, backing, noRead, refusedRead := rv.c, rv.v, rv.v.path, rv.backing, rv.noRead, rv.refusedRead
+	deniedRead, ro, rw, mapped, later, laterRW := rv.deniedRead, rv.ro, rv.rw, rv.mapped, rv.later, rv.laterRW
 	laterHandle := rv.laterHandle
 	t.Run("a name hidden by a narrowed grant vanishes at once", func(t *testing.T) {
 		last := escLastError(t, v)
@@ -279,16 +269,8 @@ func escNarrowedGrantChecks(t *testing.T, rv *escRevoke) {
 // escRevokedGrantChecks: what the revoked grant does to everything the agent
 // held, and that the backing folder did not change.
 func escRevokedGrantChecks(t *testing.T, rv *escRevoke) {
-	c := rv.c
-	v := rv.v
-	p := rv.v.path
-	noRead := rv.noRead
-	refusedRead := rv.refusedRead
-	deniedRead := rv.deniedRead
-	ro := rv.ro
-	rw := rv.rw
-	mapped := rv.mapped
-	handle := rv.handle
+	c, v, p, noRead, refusedRead := rv.c, rv.v, rv.v.path, rv.noRead, rv.refusedRead
+	deniedRead, ro, rw, mapped, handle := rv.deniedRead, rv.ro, rv.rw, rv.mapped, rv.handle
 	before := escTree(t, c.folder)
 
 	t.Run("ls shows nothing at once", func(t *testing.T) {

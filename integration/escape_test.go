@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"testing"
+
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
 )
@@ -51,3 +53,14 @@ func escHiddenSymlink(path string) *escRecord { return escConcealed(path, escSym
 // escHardLinkedRec is the record of a regular file with a second name,
 // concealed under every name.
 func escHardLinkedRec(path string) *escRecord { return escConcealed(path, escHardLinked) }
+
+// escRunFamilies runs the attempts of every family, in order, as one
+// escRun in the view of e.
+func escRunFamilies(t *testing.T, e escEnv, families ...[]escAttempt) {
+	t.Helper()
+	var all []escAttempt
+	for _, f := range families {
+		all = append(all, f...)
+	}
+	escRun(t, e, all)
+}

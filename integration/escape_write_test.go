@@ -21,14 +21,10 @@ import (
 // escape_rename_test.go); they run in one view, in this order.
 func TestEscapeWritesOutsideGrant(t *testing.T) {
 	w := newEscWrites(t)
-	var attempts []escAttempt
-	for _, family := range [][]escAttempt{
+	escRunFamilies(t, w.e,
 		escWriteOpenAttempts(w), escWriteHardLinkAttempts(w), escWriteAttrAttempts(w),
 		escWriteRenameAttempts(w), escWriteLinkAttempts(w), escWriteNewNameAttempts(w),
-	} {
-		attempts = append(attempts, family...)
-	}
-	escRun(t, w.e, attempts)
+	)
 	escWriteHardLinkChecks(t, w)
 
 	c, p := w.c, w.v.path
@@ -98,10 +94,7 @@ func (w *escWrites) withRO(fn func(fd int) error) func(*testing.T) error {
 
 // escWriteOpenAttempts open a read-only file for writing.
 func escWriteOpenAttempts(w *escWrites) []escAttempt {
-	v := w.v
-	p := w.v.path
-	notWritable := escNotWritable
-	denied := escDeniedRec
+	v, p, notWritable, denied := w.v, w.v.path, escNotWritable, escDeniedRec
 	return []escAttempt{
 		{name: "echo > (O_TRUNC open)", do: escSh(v, "echo x > proposal.md"), errno: syscall.EACCES,
 			record: denied("proposal.md", "open"), explain: "open proposal.md: " + notWritable + " (EACCES)"},
@@ -126,11 +119,7 @@ func escWriteOpenAttempts(w *escWrites) []escAttempt {
 // escWriteAttrAttempts change a read-only file's size, attributes and
 // extended attributes, by name and through read-only descriptors.
 func escWriteAttrAttempts(w *escWrites) []escAttempt {
-	v := w.v
-	p := w.v.path
-	notWritable := escNotWritable
-	denied := escDeniedRec
-	withRO := w.withRO
+	v, p, notWritable, denied, withRO := w.v, w.v.path, escNotWritable, escDeniedRec, w.withRO
 	return []escAttempt{
 		{name: "truncate(2)", do: func(*testing.T) error { return os.Truncate(p("proposal.md"), 0) },
 			errno: syscall.EACCES, record: denied("proposal.md", "setattr"),
@@ -181,11 +170,7 @@ func escWriteAttrAttempts(w *escWrites) []escAttempt {
 // escWriteNewNameAttempts make new names the grant cannot write: private to
 // the view where it may write elsewhere in the directory, refused otherwise.
 func escWriteNewNameAttempts(w *escWrites) []escAttempt {
-	v := w.v
-	p := w.v.path
-	long := strings.Repeat("n", 255)
-	notWritable := escNotWritable
-	denied := escDeniedRec
+	v, p, long, notWritable, denied := w.v, w.v.path, strings.Repeat("n", 255), escNotWritable, escDeniedRec
 	withPrivate := w.withPrivate
 	return []escAttempt{
 		// A new name the grant cannot write, where it may write others:
