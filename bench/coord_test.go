@@ -83,7 +83,7 @@ func TestCoordinatorMemory(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	st := procStatus(t, d.pid(), "VmRSS", "VmHWM", "Threads")
+	st := procStatus(t, d.PID(), "VmRSS", "VmHWM", "Threads")
 	rss, hwm := float64(st["VmRSS"])/1024, float64(st["VmHWM"])/1024
 	t.Logf("acpfs up, %d views: ready in %s, VmRSS %.1f MiB, VmHWM %.1f MiB, %d threads", coordViews, ready, rss, hwm, st["Threads"])
 	record("coord", "acpfs up, 50 views", fmt.Sprintf("VmRSS %.1f MiB, VmHWM %.1f MiB", rss, hwm), "",

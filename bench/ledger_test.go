@@ -38,7 +38,7 @@ func TestLedgerGrowth(t *testing.T) {
 		require.Equal(t, treeSub*treeLeaf, strings.Count(string(out), "\n"))
 	}
 	took := time.Since(start)
-	dmn.stop(t) // flushes the repeat counts and signs the end
+	dmn.Close() // flushes the repeat counts and signs the end
 	grew := fileSize(t, ledgerPath) - before
 
 	gs, err := audit.LoadGrants(filepath.Join(d.runs, "context_grants"))

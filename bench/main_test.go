@@ -5,8 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/acpfs/acpfs/internal/testutil"
@@ -57,32 +55,9 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		code = 1
 	}
-	if left := leftoverMounts(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: mounts left behind: %s\n", strings.Join(left, ", "))
-		for _, p := range left {
-			_ = syscall.Unmount(p, syscall.MNT_DETACH)
-		}
+	if err := testutil.DetachLeftovers(tmpRoot + "/"); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		return 1
 	}
 	return code
-}
-
-// leftoverMounts lists the mounts under tmpRoot.
-func leftoverMounts() []string {
-	var out []string
-	for _, p := range testutil.FUSEMounts("") {
-		if strings.HasPrefix(p, tmpRoot+"/") {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func isMounted(p string) bool {
-	for _, m := range testutil.FUSEMounts("") {
-		if m == p {
-			return true
-		}
-	}
-	return false
 }

@@ -192,7 +192,7 @@ func TestFirstOpen(t *testing.T) {
 			got[rel].open = append(got[rel].open, took)
 			got[rel].hash = append(got[rel].hash, time.Since(start))
 		}
-		dmn.stop(t)
+		dmn.Close()
 		lastLedger = dmn.ledger
 	}
 	// Mounted again over the last ledger: the hashes are known at once.
@@ -206,7 +206,7 @@ func TestFirstOpen(t *testing.T) {
 		b, err := os.ReadFile(dmn.ledger)
 		require.NoError(t, err)
 		require.Contains(t, string(b[from:]), `"sha256":"`, "the read record carries the stored hash")
-		dmn.stop(t)
+		dmn.Close()
 	}
 	gib := fmt.Sprintf("%d MiB", size>>20)
 	record("firstopen", "native open", "median "+ms(median(native)), "", fmt.Sprintf("%d opens", len(native)))

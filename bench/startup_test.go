@@ -27,7 +27,7 @@ func TestMountStartup(t *testing.T) {
 			d := startDaemon(t, []string{mnt}, []string{filepath.Join(mnt, "events.jsonl")}, acpfsBin,
 				"mount", "--folder", h.folder, "--grant", gp, "--ledger", ledger, mnt)
 			samples = append(samples, time.Since(start))
-			d.stop(t)
+			d.Close()
 		}
 		med := median(samples)
 		name := fmt.Sprintf("%dk events", n/1000)

@@ -163,7 +163,7 @@ func TestListCold(t *testing.T) {
 			start := time.Now()
 			require.NoError(t, lsLR(filepath.Join(mnt, treeRel)))
 			samples[k] = append(samples[k], time.Since(start))
-			dmn.stop(t)
+			dmn.Close()
 		}
 	}
 	lbm := median(samples["loopback"])

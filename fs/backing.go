@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"runtime"
 	"syscall"
 	"unsafe"
 
@@ -135,27 +136,25 @@ type xattrArgs struct {
 // descriptor without following a final symlink, which no other xattr
 // call can do for a symlink or a file the daemon should not open.
 func setxattrat(dirfd int, name, attr string, data []byte, flags uint32) error {
-	p, err := unix.BytePtrFromString(name)
-	if err != nil {
-		return err
-	}
-	a, err := unix.BytePtrFromString(attr)
-	if err != nil {
-		return err
-	}
 	args := xattrArgs{size: uint32(len(data)), flags: flags}
 	if len(data) > 0 {
 		args.value = uint64(uintptr(unsafe.Pointer(&data[0])))
 	}
-	_, _, e := unix.Syscall6(unix.SYS_SETXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
-		unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args))
-	if e != 0 {
-		return e
-	}
-	return nil
+	err := xattrat(unix.SYS_SETXATTRAT, dirfd, name, attr, unsafe.Pointer(&args), unsafe.Sizeof(args))
+	// The kernel reads data through args.value, which the collector does
+	// not see as a pointer.
+	runtime.KeepAlive(data)
+	return err
 }
 
 func removexattrat(dirfd int, name, attr string) error {
+	return xattrat(unix.SYS_REMOVEXATTRAT, dirfd, name, attr, nil, 0)
+}
+
+// xattrat makes one *xattrat call (trap) on name in dirfd, with
+// AT_SYMLINK_NOFOLLOW, and args and size as the call's last two
+// arguments.
+func xattrat(trap uintptr, dirfd int, name, attr string, args unsafe.Pointer, size uintptr) error {
 	p, err := unix.BytePtrFromString(name)
 	if err != nil {
 		return err
@@ -164,8 +163,8 @@ func removexattrat(dirfd int, name, attr string) error {
 	if err != nil {
 		return err
 	}
-	_, _, e := unix.Syscall6(unix.SYS_REMOVEXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
-		unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), 0, 0)
+	_, _, e := unix.Syscall6(trap, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
+		unix.AT_SYMLINK_NOFOLLOW, uintptr(unsafe.Pointer(a)), uintptr(args), size)
 	if e != 0 {
 		return e
 	}

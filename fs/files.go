@@ -73,19 +73,7 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	// A private temporary file holds only what the agent wrote itself:
 	// reading it back is no read of the folder.
 	if acc != syscall.O_WRONLY && !private {
-		var st syscall.Stat_t
-		if err := syscall.Fstat(fd, &st); err != nil {
-			unix.Close(fd)
-			return nil, 0, errnoOf(err)
-		}
-		ver = versionOf(&st)
-		var errno syscall.Errno
-		if pjson != nil {
-			errno = f.recordRead(ctx, rel, digest(pjson), "")
-		} else {
-			ver, errno = f.recordReadOf(ctx, rel, fd, ver, "")
-		}
-		if errno != 0 {
+		if ver, errno = f.recordOpenRead(ctx, rel, fd, pjson); errno != 0 {
 			unix.Close(fd)
 			return nil, 0, errno
 		}
@@ -130,22 +118,43 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		h.passthrough = true
 		return f.track(h), 0, 0
 	}
-	// Served reads, checked one by one, of pages the kernel may keep
-	// between opens: warm reads then cost what the page cache costs. The
-	// watcher drops the pages when the backing file changes, and a grant
-	// change drops them too. A change inotify does not report shows here:
-	// the file is not the version whose attributes the kernel holds.
-	if n != nil && acc != syscall.O_WRONLY && !private {
+	keep := keepCache(n, ver, acc != syscall.O_WRONLY && !private)
+	return f.track(h), keep, 0
+}
+
+// recordOpenRead records the read an open makes of rel (fd, or pjson
+// for protocol.json as the history gives it) and returns the version of
+// the file read.
+func (f *FS) recordOpenRead(ctx context.Context, rel string, fd int, pjson []byte) (fileVersion, syscall.Errno) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return fileVersion{}, errnoOf(err)
+	}
+	ver := versionOf(&st)
+	if pjson != nil {
+		return ver, f.recordRead(ctx, rel, digest(pjson), "")
+	}
+	return f.recordReadOf(ctx, rel, fd, ver, "")
+}
+
+// keepCache decides the open flags of served reads, checked one by one,
+// of pages the kernel may keep between opens: warm reads then cost what
+// the page cache costs. The watcher drops the pages when the backing
+// file changes, and a grant change drops them too. A change inotify does
+// not report shows here: the file is not the version whose attributes
+// the kernel holds. reading is whether this open reads the folder.
+func keepCache(n *node, ver fileVersion, reading bool) uint32 {
+	if n != nil && reading {
 		if prev := n.seen.Swap(&ver); prev != nil && *prev != ver {
 			// Without FOPEN_KEEP_CACHE the kernel drops the pages at this
 			// open; the attributes (the size above all) go too, from
 			// another goroutine: a notification sent while this request
 			// is answered could wait for it.
 			go n.NotifyContent(0, 0)
-			return f.track(h), 0, 0
+			return 0
 		}
 	}
-	return f.track(h), fuse.FOPEN_KEEP_CACHE, 0
+	return fuse.FOPEN_KEEP_CACHE
 }
 
 // fileHandle is any open regular file of a view.

@@ -403,60 +403,85 @@ func (n *node) made(ctx context.Context, t *target, mode uint32, out *fuse.Entry
 	return n.child(ctx, &st), 0
 }
 
-func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
-	rel := join(n.rel(), name)
-	defer n.fsys.guard(ctx, "mkdir", rel, &errno)
-	n.fsys.enter("mkdir", rel)
-	t, errno := n.fsys.at(ctx, opMkdir, rel)
+// newEntry is how Mkdir, Mknod and Symlink make a name: the operation,
+// what the record of the new name says, a refusal of its own (nil: none)
+// and the *at call that makes it.
+type newEntry struct {
+	name   string
+	op     op
+	detail string
+	refuse func(rel string) syscall.Errno
+	make   func(d dir) error
+	mode   uint32
+}
+
+// makeAt resolves rel through the checkpoint, lets e refuse, charges and
+// records the new name, and only then makes it; a name that could not be
+// made gives its quota back.
+func (n *node) makeAt(ctx context.Context, rel string, e newEntry, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
+	defer n.fsys.guard(ctx, e.name, rel, &errno)
+	n.fsys.enter(e.name, rel)
+	t, errno := n.fsys.at(ctx, e.op, rel)
 	if errno != 0 {
 		return nil, errno
 	}
 	defer t.close()
-	if errno := n.fsys.newName(ctx, "mkdir", rel, ""); errno != 0 {
+	if e.refuse != nil {
+		if errno := e.refuse(rel); errno != 0 {
+			return nil, errno
+		}
+	}
+	if errno := n.fsys.newName(ctx, e.name, rel, e.detail); errno != 0 {
 		return nil, errno
 	}
-	if err := unix.Mkdirat(t.d.fd, t.d.name, mode&0o7777); err != nil {
+	if err := e.make(t.d); err != nil {
 		n.fsys.quota.files.Add(-1)
 		return nil, errnoOf(err)
 	}
-	return n.made(ctx, t, mode, out)
+	return n.made(ctx, t, e.mode, out)
 }
 
-func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
-	rel := join(n.rel(), name)
-	defer n.fsys.guard(ctx, "mknod", rel, &errno)
-	n.fsys.enter("mknod", rel)
-	t, errno := n.fsys.at(ctx, opMknod, rel)
-	if errno != 0 {
-		return nil, errno
-	}
-	defer t.close()
-	if mode&syscall.S_IFMT != syscall.S_IFREG {
-		return nil, n.fsys.deny(ctx, ledger.KindDenied, "mknod", rel, syscall.EPERM, "only regular files may be created")
-	}
-	if errno := n.fsys.newName(ctx, "mknod", rel, ""); errno != 0 {
-		return nil, errno
-	}
-	if err := unix.Mknodat(t.d.fd, t.d.name, mode, 0); err != nil {
-		n.fsys.quota.files.Add(-1)
-		return nil, errnoOf(err)
-	}
-	return n.made(ctx, t, mode, out)
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return n.makeAt(ctx, join(n.rel(), name), newEntry{
+		name: "mkdir", op: opMkdir, mode: mode,
+		make: func(d dir) error { return unix.Mkdirat(d.fd, d.name, mode&0o7777) },
+	}, out)
 }
 
-func (n *node) Rmdir(ctx context.Context, name string) (errno syscall.Errno) {
-	rel := join(n.rel(), name)
-	defer n.fsys.guard(ctx, "rmdir", rel, &errno)
-	n.fsys.enter("rmdir", rel)
-	t, errno := n.fsys.at(ctx, opRmdir, rel)
+func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return n.makeAt(ctx, join(n.rel(), name), newEntry{
+		name: "mknod", op: opMknod, mode: mode,
+		refuse: func(rel string) syscall.Errno {
+			if mode&syscall.S_IFMT != syscall.S_IFREG {
+				return n.fsys.deny(ctx, ledger.KindDenied, "mknod", rel, syscall.EPERM, "only regular files may be created")
+			}
+			return 0
+		},
+		make: func(d dir) error { return unix.Mknodat(d.fd, d.name, mode, 0) },
+	}, out)
+}
+
+// changeAt resolves rel through the checkpoint for o, records the change
+// (name and detail) and only then applies it with act on the parent
+// directory: a change the ledger cannot hold is never made.
+func (n *node) changeAt(ctx context.Context, name string, o op, rel, detail string, act func(d dir) error) (errno syscall.Errno) {
+	defer n.fsys.guard(ctx, name, rel, &errno)
+	n.fsys.enter(name, rel)
+	t, errno := n.fsys.at(ctx, o, rel)
 	if errno != 0 {
 		return errno
 	}
 	defer t.close()
-	if errno := n.fsys.recordChange(ctx, "rmdir", rel, ""); errno != 0 {
+	if errno := n.fsys.recordChange(ctx, name, rel, detail); errno != 0 {
 		return errno
 	}
-	return errnoOf(unix.Unlinkat(t.d.fd, t.d.name, unix.AT_REMOVEDIR))
+	return errnoOf(act(t.d))
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return n.changeAt(ctx, "rmdir", opRmdir, join(n.rel(), name), "", func(d dir) error {
+		return unix.Unlinkat(d.fd, d.name, unix.AT_REMOVEDIR)
+	})
 }
 
 func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
@@ -558,27 +583,18 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	return nil, errno
 }
 
-func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
-	rel := join(n.rel(), name)
-	defer n.fsys.guard(ctx, "symlink", rel, &errno)
-	n.fsys.enter("symlink", rel)
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	f := n.fsys
-	t, errno := f.at(ctx, opSymlink, rel)
-	if errno != 0 {
-		return nil, errno
-	}
-	defer t.close()
-	if tr, ok := cleanSymlinkTarget(rel, target); !ok || !targetVisible(f.matcher(), tr) {
-		return nil, f.deny(ctx, ledger.KindDenied, "symlink", rel, syscall.EACCES, "symlink target is outside the visible folder")
-	}
-	if errno := f.newName(ctx, "symlink", rel, "to "+target); errno != 0 {
-		return nil, errno
-	}
-	if err := unix.Symlinkat(target, t.d.fd, t.d.name); err != nil {
-		f.quota.files.Add(-1)
-		return nil, errnoOf(err)
-	}
-	return n.made(ctx, t, 0, out)
+	return n.makeAt(ctx, join(n.rel(), name), newEntry{
+		name: "symlink", op: opSymlink, detail: "to " + target,
+		refuse: func(rel string) syscall.Errno {
+			if tr, ok := cleanSymlinkTarget(rel, target); !ok || !targetVisible(f.matcher(), tr) {
+				return f.deny(ctx, ledger.KindDenied, "symlink", rel, syscall.EACCES, "symlink target is outside the visible folder")
+			}
+			return 0
+		},
+		make: func(d dir) error { return unix.Symlinkat(target, d.fd, d.name) },
+	}, out)
 }
 
 func (n *node) Readlink(ctx context.Context) (b []byte, errno syscall.Errno) {
@@ -614,34 +630,16 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (sz uint32, errno sys
 	return 0, syscall.ENOSYS
 }
 
-func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) (errno syscall.Errno) {
-	rel := n.rel()
-	defer n.fsys.guard(ctx, "setxattr", rel, &errno)
-	n.fsys.enter("setxattr", rel)
-	t, errno := n.fsys.at(ctx, opSetxattr, rel)
-	if errno != 0 {
-		return errno
-	}
-	defer t.close()
-	if errno := n.fsys.recordChange(ctx, "setxattr", rel, attr); errno != 0 {
-		return errno
-	}
-	return errnoOf(setxattrat(t.d.fd, t.d.name, attr, data, flags))
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return n.changeAt(ctx, "setxattr", opSetxattr, n.rel(), attr, func(d dir) error {
+		return setxattrat(d.fd, d.name, attr, data, flags)
+	})
 }
 
-func (n *node) Removexattr(ctx context.Context, attr string) (errno syscall.Errno) {
-	rel := n.rel()
-	defer n.fsys.guard(ctx, "removexattr", rel, &errno)
-	n.fsys.enter("removexattr", rel)
-	t, errno := n.fsys.at(ctx, opRemovexattr, rel)
-	if errno != 0 {
-		return errno
-	}
-	defer t.close()
-	if errno := n.fsys.recordChange(ctx, "removexattr", rel, attr); errno != 0 {
-		return errno
-	}
-	return errnoOf(removexattrat(t.d.fd, t.d.name, attr))
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return n.changeAt(ctx, "removexattr", opRemovexattr, n.rel(), attr, func(d dir) error {
+		return removexattrat(d.fd, d.name, attr)
+	})
 }
 
 // Statfs reports the backing filesystem's figures: they are shared by

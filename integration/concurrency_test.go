@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/testutil"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -46,7 +47,7 @@ type concRig struct {
 }
 
 func newConcRig(t *testing.T) *concRig {
-	requireFUSE(t)
+	testutil.RequireFUSE(t)
 	root := newDir(t, "conc")
 	r := &concRig{t: t, root: root, folder: filepath.Join(root, "folder"), runs: filepath.Join(root, "agent_runs"),
 		view: map[string]string{}, acked: map[string]int{}, refused: map[string]int{}, lastErr: map[string]string{}}
@@ -78,8 +79,8 @@ func (r *concRig) grant(agent string) *grants.Grant {
 }
 
 // mountEach starts one `acpfs mount` process per agent.
-func (r *concRig) mountEach() []*pmProc {
-	var procs []*pmProc
+func (r *concRig) mountEach() []*testutil.Daemon {
+	var procs []*testutil.Daemon
 	for _, a := range r.agents {
 		gp := pmWriteGrant(r.t, r.runs, r.grant(a))
 		r.view[a] = filepath.Join(r.root, "mnt", a)
@@ -89,7 +90,7 @@ func (r *concRig) mountEach() []*pmProc {
 }
 
 // up starts one `acpfs up` process serving every agent's view.
-func (r *concRig) up() *pmProc {
+func (r *concRig) up() *testutil.Daemon {
 	for _, a := range r.agents {
 		pmWriteGrant(r.t, r.runs, r.grant(a))
 		r.view[a] = filepath.Join(r.root, "mnt", a)
@@ -287,11 +288,11 @@ func (r *concRig) play() {
 // check verifies the end state: every acknowledged append once, seqs
 // continuous, one append_accepted record per line and one
 // append_rejected record per refusal, a valid chain, a clean folder.
-func (r *concRig) check(procs []*pmProc) {
+func (r *concRig) check(procs []*testutil.Daemon) {
 	t := r.t
 	require.Empty(t, r.found())
 	for _, p := range procs {
-		require.NoError(t, p.stop())
+		require.NoError(t, p.Stop())
 	}
 
 	evs, err := pmParseEvents([]byte(readFile(t, filepath.Join(r.folder, "events.jsonl"))))
@@ -369,7 +370,7 @@ func TestConcurrentAgentsCoordinator(t *testing.T) {
 	deadline := time.AfterFunc(25*time.Second, func() { r.problem("over the 25 s budget") })
 	defer deadline.Stop()
 	r.play()
-	r.check([]*pmProc{p})
+	r.check([]*testutil.Daemon{p})
 }
 
 func reviewSection(agent string, seq int) string {

@@ -27,7 +27,7 @@ type coordEnv struct {
 }
 
 func newCoordEnv(t *testing.T) *coordEnv {
-	requireFUSE(t)
+	testutil.RequireFUSE(t)
 	d := newDir(t, "coord")
 	e := &coordEnv{t: t, folder: filepath.Join(d, "collab"), runs: filepath.Join(d, "agent_runs"), root: filepath.Join(d, "mnt")}
 	_, stderr, code := acpfs(t, "init", "--folder", e.folder, "--participant", owner, "--participant", reviewer,
@@ -49,33 +49,12 @@ func (e *coordEnv) standardGrants() {
 	e.grant("--agent", reviewer, "--id", "G-bob", "--preset", "reviewer", "--forbid", "oracle/**")
 }
 
-// up starts `acpfs up` and stops it with SIGTERM at cleanup, checking
-// that it unmounted everything.
-func (e *coordEnv) up(views ...string) *exec.Cmd {
+// up starts `acpfs up`, waits until the views of the agents given
+// answer, and stops it with SIGTERM at cleanup, checking that it
+// unmounted everything.
+func (e *coordEnv) up(views ...string) *testutil.Daemon {
 	e.t.Helper()
-	cmd := exec.Command(acpfsBin, "up", "--runs", e.runs, "--folder", e.folder, "--root", e.root)
-	var out testutil.SyncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(e.t, cmd.Start())
-	e.t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			assert.NoError(e.t, err, "acpfs up: %s", out.String())
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			e.t.Errorf("acpfs up did not stop on SIGTERM: %s", out.String())
-		}
-		for _, v := range views {
-			assert.NotContains(e.t, leftoverMounts(), filepath.Join(e.root, v))
-		}
-	})
-	for _, v := range views {
-		eventually(e.t, func() bool { return e.mounted(v) }, "view "+v+" not mounted: "+out.String())
-	}
-	return cmd
+	return pmUp(e.t, e.runs, e.folder, e.root, views)
 }
 
 func (e *coordEnv) mounted(agent string) bool {

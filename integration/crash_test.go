@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acpfs/acpfs/internal/testutil"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
@@ -29,14 +30,14 @@ type crashRig struct {
 	c      *collab
 	grant  map[string]string // agent -> grant file
 	mnt    map[string]string // agent -> mountpoint
-	proc   map[string]*pmProc
+	proc   map[string]*testutil.Daemon
 	starts []time.Duration // exec to first answer, per (re)start
 }
 
 func newCrashRig(t *testing.T) *crashRig {
-	requireFUSE(t)
+	testutil.RequireFUSE(t)
 	c := newCollab(t)
-	r := &crashRig{t: t, c: c, grant: map[string]string{}, mnt: map[string]string{}, proc: map[string]*pmProc{}}
+	r := &crashRig{t: t, c: c, grant: map[string]string{}, mnt: map[string]string{}, proc: map[string]*testutil.Daemon{}}
 	for _, g := range []struct {
 		agent string
 		path  string
@@ -197,7 +198,7 @@ func TestCrashKillDaemonsDuringAppends(t *testing.T) {
 		res := make(chan syscall.Errno, 1)
 		go func() { res <- pmAppend(r.path(from, "events.jsonl"), line) }()
 		time.Sleep(time.Duration(rng.Intn(3000)) * time.Microsecond)
-		r.proc[from].kill()
+		r.proc[from].Kill()
 		errno := <-res
 		acked[summary] = errno == 0
 		outcome := "acknowledged"
@@ -222,7 +223,7 @@ func TestCrashKillDaemonsDuringAppends(t *testing.T) {
 		}
 		out, stderr, code := acpfs(t, "umount", r.mnt[from])
 		require.Equal(t, 0, code, "umount of a dead view: %s%s", out, stderr)
-		require.False(t, pmMounted(r.mnt[from]))
+		require.False(t, testutil.Mounted(r.mnt[from]))
 		r.start(from)
 		restarted = true
 		if m := derivedMismatch(r.c.folder, []byte(readFile(t, r.path(from, "protocol.json")))); m != "" {
@@ -231,7 +232,7 @@ func TestCrashKillDaemonsDuringAppends(t *testing.T) {
 	}
 
 	for _, a := range []string{owner, reviewer} {
-		require.NoError(t, r.proc[a].stop(), "clean stop of %s's daemon", a)
+		require.NoError(t, r.proc[a].Stop(), "clean stop of %s's daemon", a)
 	}
 	// A restarted daemon reconciles protocol.json before serving, so it
 	// is never stale after a restart.
@@ -313,7 +314,7 @@ func (r *crashRig) readCheck(op int, agent string) string {
 func TestCrashBetweenEventAndProtocolWrite(t *testing.T) {
 	r := newCrashRig(t)
 	r.toDecisionReview()
-	r.proc[owner].kill()
+	r.proc[owner].Kill()
 	out, stderr, code := acpfs(t, "umount", r.mnt[owner])
 	require.Equal(t, 0, code, "%s%s", out, stderr)
 
@@ -345,7 +346,7 @@ func TestCrashBetweenEventAndProtocolWrite(t *testing.T) {
 func BenchmarkProcMountStart(b *testing.B) {
 	for _, n := range []int{1_000, 100_000} {
 		b.Run(fmt.Sprintf("events=%dk", n/1000), func(b *testing.B) {
-			requireFUSE(b)
+			testutil.RequireFUSE(b)
 			c := newCollab(b)
 			writeLongHistory(b, c, n)
 			gp := c.writeGrant(reviewerGrant())
@@ -361,7 +362,7 @@ func BenchmarkProcMountStart(b *testing.B) {
 					statusRead += time.Since(t0)
 					require.NoError(b, err)
 				}
-				require.NoError(b, p.stop())
+				require.NoError(b, p.Stop())
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(statusRead.Microseconds())/float64(3*b.N)/1000, "ms/status-read")

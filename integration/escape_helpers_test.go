@@ -257,7 +257,8 @@ func escCheck(t *testing.T, e escEnv, a escAttempt) {
 	case a.record == nil:
 		assert.Empty(t, refusals, "a refusal record for an attempt acpfs never saw")
 	default:
-		assert.True(t, escHasRecord(refusals, *a.record), "no ledger record %+v among %s", *a.record, escFmtRecords(refusals))
+		assert.True(t, escHasRecord(refusals, *a.record), "no ledger record %+v among %s", *a.record,
+			escFmtRecords(refusals))
 		for _, r := range refusals {
 			assert.Equal(t, e.v.m.FS.Grant().AgentID, r.Agent)
 			assert.Equal(t, e.v.m.FS.Grant().GrantID, r.Grant)
@@ -299,7 +300,8 @@ func escCheck(t *testing.T, e escEnv, a escAttempt) {
 // is shown in the attempting view only, its bytes go to the view's
 // staging directory and never to the backing entry its name may hide,
 // and it leaves nothing behind once removed.
-func escCheckPrivate(t *testing.T, e escEnv, rel string, before, stagedBefore map[string]string, otherBefore string, nrec int) {
+func escCheckPrivate(t *testing.T, e escEnv, rel string, before, stagedBefore map[string]string,
+	otherBefore string, nrec int) {
 	t.Helper()
 	recs := e.c.records()[nrec:]
 	want := escRecord{kind: ledger.KindWrite, path: rel, op: "create", detail: escPrivateFile}
@@ -333,7 +335,8 @@ func escCheckPrivate(t *testing.T, e escEnv, rel string, before, stagedBefore ma
 	escRequireSameTree(t, before, escTree(t, e.c.folder))
 	staged := escStaged(t, e.c.folder)
 	assert.Len(t, staged, len(stagedBefore)+1)
-	assert.Contains(t, escValues(staged), escDigest([]byte(escPrivateMarker)), "the private file's bytes are not in the staging directory")
+	assert.Contains(t, escValues(staged), escDigest([]byte(escPrivateMarker)),
+		"the private file's bytes are not in the staging directory")
 
 	// Another view sees under its name what it saw before (nothing, or
 	// the backing entry), and never reads the private file.
@@ -384,7 +387,8 @@ func escDropPrivateTemps(t *testing.T, e escEnv, prefix string, stagedBefore map
 	t.Helper()
 	var temps []string
 	for _, r := range e.c.records()[nrec:] {
-		if r.Kind == ledger.KindWrite && r.Op == "create" && r.Detail == escPrivateFile && strings.HasPrefix(filepath.Base(r.Path), prefix) {
+		if r.Kind == ledger.KindWrite && r.Op == "create" && r.Detail == escPrivateFile &&
+			strings.HasPrefix(filepath.Base(r.Path), prefix) {
 			temps = append(temps, r.Path)
 		}
 	}
@@ -507,7 +511,8 @@ func escTree(t *testing.T, dir string) map[string]string {
 				return err
 			}
 			sum := sha256.Sum256(b)
-			desc += fmt.Sprintf(" size=%d mtime=%d sha=%s xattrs=%s", st.Size, st.Mtim.Nano(), hex.EncodeToString(sum[:8]), escXattrs(p))
+			desc += fmt.Sprintf(" size=%d mtime=%d sha=%s xattrs=%s", st.Size, st.Mtim.Nano(),
+				hex.EncodeToString(sum[:8]), escXattrs(p))
 		case unix.S_IFLNK:
 			target, err := os.Readlink(p)
 			if err != nil {

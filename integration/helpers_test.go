@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,30 +18,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/testutil"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
 	"github.com/acpfs/acpfs/protocol"
 )
-
-// requireFUSE skips (or, under ACPFS_REQUIRE_FUSE=1, fails) a test that
-// needs to mount.
-func requireFUSE(t testing.TB) {
-	t.Helper()
-	if err := mount.Check().Usable(); err != nil {
-		msg := fmt.Sprintf("FUSE is not usable here: %v (acpfs doctor explains; set ACPFS_REQUIRE_FUSE=1 to make this fatal)", err)
-		if os.Getenv("ACPFS_REQUIRE_FUSE") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	if os.Geteuid() != 0 {
-		msg := "the integration suite mounts with DirectMount and needs root"
-		if os.Getenv("ACPFS_REQUIRE_FUSE") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-}
 
 // newDir makes a directory under tmpRoot, removed after the test (after
 // every mount in it is gone, since cleanups run last-in first-out).
@@ -199,7 +179,7 @@ func withHandoffs(h map[string]string) viewOpt {
 // failing the test if the mount is still there afterwards.
 func (c *collab) mountView(g *grants.Grant, opts ...viewOpt) *view {
 	c.t.Helper()
-	requireFUSE(c.t)
+	testutil.RequireFUSE(c.t)
 	gp := c.writeGrant(g)
 	dir := filepath.Join(c.root, "mnt-"+g.AgentID)
 	require.NoError(c.t, os.MkdirAll(dir, 0o755))

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/internal/testutil"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
 )
@@ -144,7 +145,7 @@ func TestLedgerTamperedWhileMounted(t *testing.T) {
 
 // TestLedgerFullDisk puts the ledger on a tiny tmpfs and fills it.
 func TestLedgerFullDisk(t *testing.T) {
-	requireFUSE(t)
+	testutil.RequireFUSE(t)
 	r := newRunWithLedger(t, func(t *testing.T) string {
 		dir := t.TempDir()
 		require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", 0, "size=256k,mode=0700"))

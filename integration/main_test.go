@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/acpfs/acpfs/internal/testutil"
@@ -51,11 +50,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
-	if left := leftoverMounts(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: mounts left behind: %s\n", strings.Join(left, ", "))
-		for _, p := range left {
-			_ = exec.Command(acpfsBin, "umount", p).Run()
-		}
+	if err := testutil.DetachLeftovers(tmpRoot); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		return 1
 	}
 	return code

@@ -1,15 +1,12 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -22,58 +19,22 @@ import (
 )
 
 // This file starts acpfs daemons (`acpfs mount`, `acpfs up`) as separate
-// processes of the built binary, so that tests can kill them like a crash
-// would and drive their views from this process without the vfork hazard
-// of serving a view to oneself. Names carry a "pm" prefix.
-
-// pmStartTimeout bounds how long a daemon may take to answer its first
-// request; generous because the machine is shared.
-const pmStartTimeout = 20 * time.Second
-
-// pmProc is one acpfs daemon process.
-type pmProc struct {
-	t      testing.TB
-	args   []string
-	cmd    *exec.Cmd
-	out    *testutil.SyncBuffer
-	done   chan struct{}
-	err    error // exit error, valid once done is closed
-	mounts []string
-}
+// processes of the built binary (through testutil.StartDaemon), so that
+// tests can kill them like a crash would and drive their views from this
+// process without the vfork hazard of serving a view to oneself. Names
+// carry a "pm" prefix.
 
 // pmStart execs acpfs with args and waits until every path in ready
 // answers stat (a mountpoint's .acpfs/status). Cleanup stops the process
-// with SIGTERM and unmounts whatever of mounts it left behind.
-func pmStart(t testing.TB, mounts, ready []string, args ...string) *pmProc {
+// with SIGTERM and fails the test if it exited with an error or left any
+// of mounts behind.
+func pmStart(t testing.TB, mounts, ready []string, args ...string) *testutil.Daemon {
 	t.Helper()
-	p := &pmProc{t: t, args: args, out: &testutil.SyncBuffer{}, done: make(chan struct{}), mounts: mounts}
-	p.cmd = exec.Command(acpfsBin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	require.NoError(t, p.cmd.Start())
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(p.cleanup)
-	deadline := time.Now().Add(pmStartTimeout)
-	for _, r := range ready {
-		for {
-			if _, err := os.Stat(r); err == nil {
-				break
-			}
-			select {
-			case <-p.done:
-				t.Fatalf("acpfs %s exited before %s answered: %v\n%s", strings.Join(args, " "), r, p.err, p.out.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("acpfs %s: %s did not answer within %s\n%s", strings.Join(args, " "), r, pmStartTimeout, p.out.String())
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
-	return p
+	return testutil.StartDaemon(t, testutil.DaemonSpec{Bin: acpfsBin, Args: args, Mounts: mounts, Ready: ready})
 }
 
 // pmMount starts `acpfs mount` for one grant file and waits for the view.
-func pmMount(t testing.TB, folder, grantPath, ledgerPath, mountpoint string, extra ...string) *pmProc {
+func pmMount(t testing.TB, folder, grantPath, ledgerPath, mountpoint string, extra ...string) *testutil.Daemon {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(mountpoint, 0o755))
 	args := append([]string{"mount", "--folder", folder, "--grant", grantPath, "--ledger", ledgerPath}, extra...)
@@ -82,7 +43,7 @@ func pmMount(t testing.TB, folder, grantPath, ledgerPath, mountpoint string, ext
 }
 
 // pmUp starts `acpfs up` and waits until the view of every agent answers.
-func pmUp(t testing.TB, runs, folder, root string, agents []string) *pmProc {
+func pmUp(t testing.TB, runs, folder, root string, agents []string) *testutil.Daemon {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(root, 0o755))
 	var mounts, ready []string
@@ -91,69 +52,6 @@ func pmUp(t testing.TB, runs, folder, root string, agents []string) *pmProc {
 		ready = append(ready, filepath.Join(root, a, ".acpfs", "status"))
 	}
 	return pmStart(t, mounts, ready, "up", "--runs", runs, "--folder", folder, "--root", root)
-}
-
-func (p *pmProc) pid() int { return p.cmd.Process.Pid }
-
-// kill sends SIGKILL, as a crash would, and waits for the process to go.
-// Its mounts are left dead ("transport endpoint is not connected").
-func (p *pmProc) kill() {
-	p.t.Helper()
-	_ = syscall.Kill(p.pid(), syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.t.Fatalf("acpfs pid %d survived SIGKILL", p.pid())
-	}
-}
-
-// stop sends SIGTERM and waits for a clean exit.
-func (p *pmProc) stop() error {
-	select {
-	case <-p.done:
-		return p.err
-	default:
-	}
-	_ = syscall.Kill(p.pid(), syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(p.pid(), syscall.SIGKILL)
-		<-p.done
-		return fmt.Errorf("acpfs pid %d ignored SIGTERM for 15s", p.pid())
-	}
-}
-
-func (p *pmProc) cleanup() {
-	if err := p.stop(); err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != -1 { // -1: killed on purpose
-			p.t.Errorf("acpfs %s: %v\n%s", strings.Join(p.args, " "), err, p.out.String())
-		}
-	}
-	for _, m := range p.mounts {
-		if pmMounted(m) {
-			_ = exec.Command(acpfsBin, "umount", m).Run()
-			p.t.Errorf("acpfs pid %d left %s mounted", p.pid(), m)
-		}
-	}
-}
-
-// pmMounted reports whether path is a mountpoint in this namespace.
-func pmMounted(path string) bool {
-	f, err := os.Open("/proc/self/mounts")
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if fields := strings.Fields(s.Text()); len(fields) >= 2 && fields[1] == path {
-			return true
-		}
-	}
-	return false
 }
 
 // pmWriteGrant stores g as runs/context_grants/<id>.json and returns the path.

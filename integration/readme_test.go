@@ -58,7 +58,7 @@ import (
 // afterwards is a failure (the README would leave it behind on a user's
 // machine too), and is unmounted.
 func TestReadme(t *testing.T) {
-	requireFUSE(t)
+	testutil.RequireFUSE(t)
 	data, err := os.ReadFile(filepath.Join("..", "README.md"))
 	require.NoError(t, err)
 	blocks, err := parseReadme(string(data))

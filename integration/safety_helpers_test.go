@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/testutil"
 )
 
 // Helpers of the safety tests (issue 13, "safe commands"): names carry
@@ -96,25 +98,15 @@ func sfTmpfs(t *testing.T, dir string) {
 	})
 }
 
-// sfExited tells whether a daemon process has ended.
-func sfExited(p *pmProc) bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // sfExitCode is the exit code of an ended daemon.
-func sfExitCode(t *testing.T, p *pmProc) int {
+func sfExitCode(t *testing.T, p *testutil.Daemon) int {
 	t.Helper()
-	<-p.done
+	err := p.Wait()
 	var ee *exec.ExitError
-	if errors.As(p.err, &ee) {
+	if errors.As(err, &ee) {
 		return ee.ExitCode()
 	}
-	require.NoError(t, p.err)
+	require.NoError(t, err)
 	return 0
 }
 
@@ -148,11 +140,11 @@ func sfStat(p string) error {
 // in a new mount (its poll hack): that close waits, uninterruptibly, for
 // the daemon's own answer, so the process could never finish dying and
 // the view would hang instead of answering ENOTCONN.
-func sfKill(t *testing.T, p *pmProc) {
+func sfKill(t *testing.T, p *testutil.Daemon) {
 	t.Helper()
 	eventually(t, func() bool {
-		out := p.out.String()
+		out := p.Output()
 		return strings.Contains(out, "mounted ") || strings.Contains(out, " view(s) of ")
-	}, "the daemon did not finish starting: "+p.out.String())
-	p.kill()
+	}, "the daemon did not finish starting: "+p.Output())
+	p.Kill()
 }

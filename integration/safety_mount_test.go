@@ -71,7 +71,7 @@ func TestSafetyMountRefusesBadMountpoints(t *testing.T) {
 	sfOneLine(t, stderr)
 	assert.Equal(t, []string{"fuse.acpfs"}, sfFSTypesAt(viewA))
 	assert.Contains(t, readFile(t, filepath.Join(viewA, ".acpfs", "status")), "agent: alice", "the first view still serves")
-	require.NoError(t, p.stop(), p.out.String())
+	require.NoError(t, p.Stop(), p.Output())
 
 	// A view of a killed daemon: exit 3 with the command that clears it.
 	p = pmMount(t, e.folder, e.grant[owner], e.ledger, viewA)

@@ -21,7 +21,7 @@ import (
 // own directory) are refused with one line and exit 2, --force or not,
 // and the tmpfs stays mounted.
 func TestSafetyUmountRefusesWhatIsNotAView(t *testing.T) {
-	requireFUSE(t)
+	testutil.RequireFUSE(t)
 	d := newDir(t, "sf-umount")
 
 	plain := filepath.Join(d, "plain")
@@ -65,12 +65,12 @@ func TestSafetyUmountLiveView(t *testing.T) {
 	_, stderr, code := sfRun(t, "umount", mnt)
 	require.Equal(t, 0, code, stderr)
 	assert.Empty(t, stderr)
-	assert.False(t, pmMounted(mnt))
+	assert.False(t, testutil.Mounted(mnt))
 	t0 := time.Now()
-	eventually(t, func() bool { return sfExited(p) }, "the daemon did not exit after acpfs umount: "+p.out.String())
+	eventually(t, func() bool { return p.Exited() }, "the daemon did not exit after acpfs umount: "+p.Output())
 	t.Logf("daemon exited %s after the unmount", time.Since(t0))
-	assert.Equal(t, 0, sfExitCode(t, p), p.out.String())
-	assert.NotContains(t, p.out.String(), "fusermount")
+	assert.Equal(t, 0, sfExitCode(t, p), p.Output())
+	assert.NotContains(t, p.Output(), "fusermount")
 
 	var stopped bool
 	for _, r := range pmLedgerRecords(t, e.ledger) {
@@ -82,7 +82,7 @@ func TestSafetyUmountLiveView(t *testing.T) {
 
 	// The directory is an ordinary empty directory again: mountable.
 	p = pmMount(t, e.folder, e.grant[owner], e.ledger, mnt)
-	require.NoError(t, p.stop(), p.out.String())
+	require.NoError(t, p.Stop(), p.Output())
 }
 
 // TestSafetyUmountBusyView: a view in use is not unmounted behind its
@@ -101,15 +101,15 @@ func TestSafetyUmountBusyView(t *testing.T) {
 	assert.Contains(t, stderr, "busy")
 	assert.Contains(t, stderr, "--force")
 	sfOneLine(t, stderr)
-	assert.True(t, pmMounted(mnt), "a busy view must stay mounted")
+	assert.True(t, testutil.Mounted(mnt), "a busy view must stay mounted")
 	require.NoError(t, sfStat(filepath.Join(mnt, ".acpfs", "status")), "and keep serving")
-	assert.False(t, sfExited(p))
+	assert.False(t, p.Exited())
 
 	require.NoError(t, held.Close())
 	_, stderr, code = sfRun(t, "umount", mnt)
 	require.Equal(t, 0, code, stderr)
-	eventually(t, func() bool { return sfExited(p) }, "daemon still running: "+p.out.String())
-	assert.Equal(t, 0, sfExitCode(t, p), p.out.String())
+	eventually(t, func() bool { return p.Exited() }, "daemon still running: "+p.Output())
+	assert.Equal(t, 0, sfExitCode(t, p), p.Output())
 
 	// --force on a busy view: its connection is aborted, the mount is
 	// detached, the open descriptor answers an error, the daemon exits.
@@ -119,11 +119,11 @@ func TestSafetyUmountBusyView(t *testing.T) {
 	defer held.Close()
 	_, stderr, code = sfRun(t, "umount", "--force", mnt)
 	require.Equal(t, 0, code, stderr)
-	assert.False(t, pmMounted(mnt))
+	assert.False(t, testutil.Mounted(mnt))
 	_, err = held.Read(make([]byte, 16))
 	assert.Error(t, err, "the aborted connection must not keep serving")
-	eventually(t, func() bool { return sfExited(p) }, "daemon still running after --force: "+p.out.String())
-	assert.Equal(t, 0, sfExitCode(t, p), p.out.String())
+	eventually(t, func() bool { return p.Exited() }, "daemon still running after --force: "+p.Output())
+	assert.Equal(t, 0, sfExitCode(t, p), p.Output())
 }
 
 // TestSafetyUmountStaleView: a view whose daemon was killed answers
@@ -144,7 +144,7 @@ func TestSafetyUmountStaleView(t *testing.T) {
 		require.ErrorIs(t, sfStat(mnt), syscall.ENOTCONN)
 		_, stderr, code := sfRun(t, "umount", mnt)
 		require.Equal(t, 0, code, "hold=%v: %s", hold, stderr)
-		assert.False(t, pmMounted(mnt), "hold=%v", hold)
+		assert.False(t, testutil.Mounted(mnt), "hold=%v", hold)
 		if held != nil {
 			held.Close()
 		}
@@ -159,12 +159,12 @@ func TestSafetyUmountViewOfCoordinator(t *testing.T) {
 	p := pmUp(t, e.runs, e.folder, e.root, []string{owner, reviewer})
 	_, stderr, code := sfRun(t, "umount", filepath.Join(e.root, reviewer))
 	require.Equal(t, 0, code, stderr)
-	assert.False(t, pmMounted(filepath.Join(e.root, reviewer)))
+	assert.False(t, testutil.Mounted(filepath.Join(e.root, reviewer)))
 	t0 := time.Now()
-	require.NoError(t, p.stop(), p.out.String())
-	assert.Less(t, time.Since(t0), 5*time.Second, "stopping took too long: %s", p.out.String())
-	assert.NotContains(t, p.out.String(), "fusermount")
-	assert.False(t, strings.Contains(p.out.String(), "error"), p.out.String())
+	require.NoError(t, p.Stop(), p.Output())
+	assert.Less(t, time.Since(t0), 5*time.Second, "stopping took too long: %s", p.Output())
+	assert.NotContains(t, p.Output(), "fusermount")
+	assert.False(t, strings.Contains(p.Output(), "error"), p.Output())
 }
 
 // TestSafetyUmountForceFreesHungView: a daemon that stops answering
@@ -179,7 +179,7 @@ func TestSafetyUmountForceFreesHungView(t *testing.T) {
 	e := newSfEnv(t)
 	mnt := filepath.Join(filepath.Dir(e.root), "mnt-alice")
 	p := pmMount(t, e.folder, e.grant[owner], e.ledger, mnt)
-	eventually(t, func() bool { return strings.Contains(p.out.String(), "mounted ") }, "not started: "+p.out.String())
+	eventually(t, func() bool { return strings.Contains(p.Output(), "mounted ") }, "not started: "+p.Output())
 
 	// A shell sitting in the view keeps it busy.
 	sitter := exec.Command("sh", "-c", "cd \"$0\" && echo in && exec sleep 600", mnt)
@@ -189,8 +189,8 @@ func TestSafetyUmountForceFreesHungView(t *testing.T) {
 	t.Cleanup(func() { _ = sitter.Process.Kill(); _ = sitter.Wait() })
 	eventually(t, func() bool { return strings.Contains(sitterOut.String(), "in") }, "the shell did not enter the view")
 
-	require.NoError(t, syscall.Kill(p.pid(), syscall.SIGSTOP))
-	t.Cleanup(func() { _ = syscall.Kill(p.pid(), syscall.SIGCONT) })
+	require.NoError(t, syscall.Kill(p.PID(), syscall.SIGSTOP))
+	t.Cleanup(func() { _ = syscall.Kill(p.PID(), syscall.SIGCONT) })
 
 	// A reader blocks in the hung view.
 	reader := exec.Command("cat", filepath.Join(mnt, "readiness.md"))
@@ -202,11 +202,11 @@ func TestSafetyUmountForceFreesHungView(t *testing.T) {
 	_, stderr, code := sfRun(t, "umount", mnt)
 	assert.Equal(t, 3, code, stderr)
 	assert.Contains(t, stderr, "--force")
-	assert.True(t, pmMounted(mnt))
+	assert.True(t, testutil.Mounted(mnt))
 
 	_, stderr, code = sfRun(t, "umount", "--force", mnt)
 	require.Equal(t, 0, code, stderr)
-	assert.False(t, pmMounted(mnt))
+	assert.False(t, testutil.Mounted(mnt))
 	select {
 	case err := <-readerDone:
 		readerDone <- err
@@ -214,7 +214,7 @@ func TestSafetyUmountForceFreesHungView(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the reader is still blocked after --force")
 	}
-	require.NoError(t, syscall.Kill(p.pid(), syscall.SIGCONT))
-	eventually(t, func() bool { return sfExited(p) }, "daemon still running: "+p.out.String())
-	assert.Equal(t, 0, sfExitCode(t, p), p.out.String())
+	require.NoError(t, syscall.Kill(p.PID(), syscall.SIGCONT))
+	eventually(t, func() bool { return p.Exited() }, "daemon still running: "+p.Output())
+	assert.Equal(t, 0, sfExitCode(t, p), p.Output())
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acpfs/acpfs/internal/testutil"
 	"github.com/acpfs/acpfs/mount"
 )
 
@@ -34,16 +35,16 @@ func TestSafetyUpOneCoordinatorPerRunDir(t *testing.T) {
 	root2 := filepath.Join(filepath.Dir(e.root), "mnt2")
 	_, stderr, code := sfRun(t, "up", "--runs", e.runs, "--folder", e.folder, "--root", root2)
 	assert.Equal(t, 2, code, stderr)
-	assert.Contains(t, stderr, fmt.Sprintf("pid %d", first.pid()))
+	assert.Contains(t, stderr, fmt.Sprintf("pid %d", first.PID()))
 	assert.Contains(t, stderr, "one coordinator per run directory")
 	sfOneLine(t, stderr)
-	assert.False(t, pmMounted(filepath.Join(root2, owner)))
-	assert.False(t, pmMounted(filepath.Join(root2, reviewer)))
+	assert.False(t, testutil.Mounted(filepath.Join(root2, owner)))
+	assert.False(t, testutil.Mounted(filepath.Join(root2, reviewer)))
 
-	eventually(t, func() bool { return strings.Contains(first.out.String(), " view(s) of ") }, "not started: "+first.out.String())
+	eventually(t, func() bool { return strings.Contains(first.Output(), " view(s) of ") }, "not started: "+first.Output())
 	st, stderr, code := sfStatus(t, e.runs)
 	require.Equal(t, 0, code, stderr)
-	assert.Equal(t, first.pid(), st.PID)
+	assert.Equal(t, first.PID(), st.PID)
 	assert.Equal(t, mount.StateRunning, st.State)
 	assert.Len(t, st.Views, 2)
 	assert.NotZero(t, st.PIDStart)
@@ -57,11 +58,11 @@ func TestSafetyUpOneCoordinatorPerRunDir(t *testing.T) {
 
 	// Stopped, the coordinator removes its status file and frees the run
 	// directory.
-	require.NoError(t, first.stop(), first.out.String())
+	require.NoError(t, first.Stop(), first.Output())
 	_, err = os.Stat(filepath.Join(e.runs, mount.StatusFile))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 	second := pmUp(t, e.runs, e.folder, root2, []string{owner, reviewer})
-	require.NoError(t, second.stop(), second.out.String())
+	require.NoError(t, second.Stop(), second.Output())
 }
 
 // TestSafetyUpRestartsAfterSIGKILL: after a SIGKILL of `acpfs up`,
@@ -79,12 +80,12 @@ func TestSafetyUpRestartsAfterSIGKILL(t *testing.T) {
 
 	st, stderr, code := sfStatus(t, e.runs)
 	assert.Equal(t, 2, code, stderr)
-	assert.Equal(t, killed.pid(), st.PID)
+	assert.Equal(t, killed.PID(), st.PID)
 	assert.Equal(t, mount.StateDead, st.State)
 	assert.Contains(t, stderr, "dead")
 	out, _, code := sfRun(t, "status", "--runs", e.runs)
 	assert.Equal(t, 2, code)
-	assert.Contains(t, out, fmt.Sprintf("coordinator pid %d", killed.pid()))
+	assert.Contains(t, out, fmt.Sprintf("coordinator pid %d", killed.PID()))
 	assert.Contains(t, out, "dead")
 	assert.NotContains(t, out, "running")
 
@@ -94,8 +95,8 @@ func TestSafetyUpRestartsAfterSIGKILL(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 
 	restarted := pmUp(t, e.runs, e.folder, e.root, agents)
-	eventually(t, func() bool { return strings.Contains(restarted.out.String(), " view(s) of ") }, "not started: "+restarted.out.String())
-	log := restarted.out.String()
+	eventually(t, func() bool { return strings.Contains(restarted.Output(), " view(s) of ") }, "not started: "+restarted.Output())
+	log := restarted.Output()
 	assert.Contains(t, log, "detached the dead view at "+filepath.Join(e.root, owner))
 	assert.NotContains(t, log, filepath.Join(e.root, reviewer)+" (left by")
 	for _, a := range agents {
@@ -103,11 +104,11 @@ func TestSafetyUpRestartsAfterSIGKILL(t *testing.T) {
 	}
 	st, stderr, code = sfStatus(t, e.runs)
 	require.Equal(t, 0, code, stderr)
-	assert.Equal(t, restarted.pid(), st.PID)
+	assert.Equal(t, restarted.PID(), st.PID)
 	assert.Equal(t, mount.StateRunning, st.State)
-	require.NoError(t, restarted.stop(), restarted.out.String())
+	require.NoError(t, restarted.Stop(), restarted.Output())
 	for _, a := range agents {
-		assert.False(t, pmMounted(filepath.Join(e.root, a)))
+		assert.False(t, testutil.Mounted(filepath.Join(e.root, a)))
 	}
 }
 
@@ -122,15 +123,15 @@ func TestSafetyUpRefusesLiveMountInRoot(t *testing.T) {
 	assert.NotEqual(t, 0, code, stderr)
 	assert.Contains(t, stderr, "mount point")
 	assert.Equal(t, []string{"fuse.acpfs"}, sfFSTypesAt(live))
-	assert.False(t, pmMounted(filepath.Join(e.root, reviewer)))
+	assert.False(t, testutil.Mounted(filepath.Join(e.root, reviewer)))
 	require.NoError(t, sfStat(filepath.Join(live, ".acpfs", "status")))
-	require.NoError(t, p.stop(), p.out.String())
+	require.NoError(t, p.Stop(), p.Output())
 }
 
 // TestSafetyStatusDetectsReusedPid: a status file whose pid now belongs to
 // another process (here: this test) is reported stale, not running.
 func TestSafetyStatusDetectsReusedPid(t *testing.T) {
-	requireFUSE(t)
+	testutil.RequireFUSE(t)
 	runs := newDir(t, "sf-runs")
 	b, err := json.Marshal(mount.CoordinatorStatus{PID: os.Getpid(), PIDStart: 1, Folder: "/nonexistent", Root: "/nonexistent"})
 	require.NoError(t, err)
@@ -151,23 +152,23 @@ func TestSafetyUpLogsUnmounts(t *testing.T) {
 	g := reviewerGrant()
 	g.Revoked = true
 	pmWriteGrant(t, e.runs, g)
-	eventually(t, func() bool { return !pmMounted(filepath.Join(e.root, reviewer)) }, "revoked view still mounted: "+p.out.String())
+	eventually(t, func() bool { return !testutil.Mounted(filepath.Join(e.root, reviewer)) }, "revoked view still mounted: "+p.Output())
 	eventually(t, func() bool {
-		return strings.Contains(p.out.String(), "unmounted bob's view at "+filepath.Join(e.root, reviewer)+" (grant G-reviewer revoked)")
-	}, "no line for the revoked view: "+p.out.String())
+		return strings.Contains(p.Output(), "unmounted bob's view at "+filepath.Join(e.root, reviewer)+" (grant G-reviewer revoked)")
+	}, "no line for the revoked view: "+p.Output())
 
 	require.NoError(t, os.Remove(e.grant[owner]))
-	eventually(t, func() bool { return !pmMounted(filepath.Join(e.root, owner)) }, "removed grant's view still mounted: "+p.out.String())
+	eventually(t, func() bool { return !testutil.Mounted(filepath.Join(e.root, owner)) }, "removed grant's view still mounted: "+p.Output())
 	eventually(t, func() bool {
-		return strings.Contains(p.out.String(), "unmounted alice's view at "+filepath.Join(e.root, owner)+" (grant G-owner removed)")
-	}, "no line for the removed grant: "+p.out.String())
+		return strings.Contains(p.Output(), "unmounted alice's view at "+filepath.Join(e.root, owner)+" (grant G-owner removed)")
+	}, "no line for the removed grant: "+p.Output())
 
 	// A grant given again is mounted again, and said so.
 	pmWriteGrant(t, e.runs, ownerGrant())
-	eventually(t, func() bool { return pmMounted(filepath.Join(e.root, owner)) }, "new grant not mounted: "+p.out.String())
-	eventually(t, func() bool { return strings.Contains(p.out.String(), "acpfs up: mounted alice's view at ") }, "no line for the new view: "+p.out.String())
-	require.NoError(t, p.stop(), p.out.String())
-	for _, line := range strings.Split(strings.TrimSpace(p.out.String()), "\n") {
+	eventually(t, func() bool { return testutil.Mounted(filepath.Join(e.root, owner)) }, "new grant not mounted: "+p.Output())
+	eventually(t, func() bool { return strings.Contains(p.Output(), "acpfs up: mounted alice's view at ") }, "no line for the new view: "+p.Output())
+	require.NoError(t, p.Stop(), p.Output())
+	for _, line := range strings.Split(strings.TrimSpace(p.Output()), "\n") {
 		assert.False(t, strings.HasPrefix(line, "time="), "unexpected log line: %s", line)
 	}
 }

@@ -73,18 +73,9 @@ func TestSandboxOtherViewsUnreachable(t *testing.T) {
 	e := newSandboxEnv(t)
 	mnt := filepath.Join(e.root, "alice")
 	require.NoError(t, os.MkdirAll(mnt, 0o755))
-	cmd := exec.Command(acpfsBin, "mount", "--folder", e.folder, "--runs", e.runs, "--grant", "G-alice", "--allow-other", mnt)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		assert.NotContains(t, leftoverMounts(), mnt)
-	})
-	line := make([]byte, 256)
-	n, _ := stdout.Read(line)
-	require.Contains(t, string(line[:n]), "mounted")
+	p := pmStart(t, []string{mnt}, []string{filepath.Join(mnt, ".acpfs", "status")},
+		"mount", "--folder", e.folder, "--runs", e.runs, "--grant", "G-alice", "--allow-other", mnt)
+	eventually(t, func() bool { return strings.Contains(p.Output(), "mounted") }, "not started: "+p.Output())
 	require.Contains(t, readFile(t, filepath.Join(mnt, "oracle/answer.md")), sbxSecret)
 
 	for _, flags := range [][]string{nil, {"--ro", e.root}, {"--rw", e.root}} {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/testutil"
 )
 
 // TestMountStopsOnEarlySIGTERM stops `acpfs mount` the moment its view
@@ -19,7 +21,7 @@ func TestMountStopsOnEarlySIGTERM(t *testing.T) {
 		mnt := filepath.Join(c.root, "mnt-early")
 		require.NoError(t, os.MkdirAll(mnt, 0o755))
 		p := pmMount(t, c.folder, gp, c.ledger, mnt)
-		assert.NoError(t, p.stop(), "run %d: %s", i, p.out.String())
-		assert.False(t, pmMounted(mnt), "run %d: the mount survived its daemon", i)
+		assert.NoError(t, p.Stop(), "run %d: %s", i, p.Output())
+		assert.False(t, testutil.Mounted(mnt), "run %d: the mount survived its daemon", i)
 	}
 }

@@ -335,14 +335,8 @@ func (w *Writer) repairTail(t tailInfo) error {
 	if err != nil {
 		return fmt.Errorf("repair ledger %s: %w", w.path, err)
 	}
-	if _, err := w.f.Write(line); err != nil {
-		w.rollback(t.end)
-		return fmt.Errorf("repair ledger %s: write repair record: %w", w.path, err)
-	}
-	w.size += int64(len(line))
-	w.seq, w.hash, w.lastLine = r.Seq, r.Hash, line
-	if err := w.f.Sync(); err != nil {
-		return fmt.Errorf("repair ledger %s: fsync: %w", w.path, err)
+	if err := w.appendRepair(&r, line); err != nil {
+		return err
 	}
 	info.Record = r
 	w.lastRepair = info
@@ -394,17 +388,30 @@ func (w *Writer) restoreLineEnd(t tailInfo, r Record, keep int) error {
 	if err != nil {
 		return err
 	}
+	if err := w.appendRepair(&rep, line); err != nil {
+		return err
+	}
+	w.lastRepair = &RepairInfo{
+		Action: RepairRestoredNewline, Offset: t.end, Bytes: int64(len(t.cut)),
+		SHA256: rep.SHA256, Record: rep, Detail: rep.Detail,
+	}
+	slog.Warn("ledger: restored the line end of a sealed record", "path", w.path, "seq", r.Seq)
+	return nil
+}
+
+// appendRepair writes line, the sealed repair record r, at the end of
+// the ledger and makes it durable before the repair is reported; a
+// failed write is cut off again.
+func (w *Writer) appendRepair(r *Record, line []byte) error {
 	if _, err := w.f.Write(line); err != nil {
 		w.rollback(w.size)
 		return fmt.Errorf("repair ledger %s: write repair record: %w", w.path, err)
 	}
 	w.size += int64(len(line))
-	w.seq, w.hash, w.lastLine = rep.Seq, rep.Hash, line
+	w.seq, w.hash, w.lastLine = r.Seq, r.Hash, line
 	if err := w.f.Sync(); err != nil {
 		return fmt.Errorf("repair ledger %s: fsync: %w", w.path, err)
 	}
-	w.lastRepair = &RepairInfo{Action: RepairRestoredNewline, Offset: t.end, Bytes: int64(len(t.cut)), SHA256: rep.SHA256, Record: rep, Detail: rep.Detail}
-	slog.Warn("ledger: restored the line end of a sealed record", "path", w.path, "seq", r.Seq)
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/mountinfo"
 )
 
 func TestRelHidden(t *testing.T) {
@@ -140,8 +141,8 @@ malformed line
 	assert.Equal(t, "tmpfs", top.FSType)
 	_, ok = topmostAt(mis, "/nowhere")
 	assert.False(t, ok)
-	assert.Equal(t, `a\b`, unescapeMountinfo(`a\134b`))
-	assert.Equal(t, `a\9`, unescapeMountinfo(`a\9`))
+	assert.Equal(t, `a\b`, mountinfo.Unescape(`a\134b`))
+	assert.Equal(t, `a\9`, mountinfo.Unescape(`a\9`))
 }
 
 func TestFlockHolder(t *testing.T) {

@@ -216,6 +216,19 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, gr
 		line, _ := bufio.NewReader(statusR).ReadString('\n')
 		status <- strings.TrimSpace(line)
 	}()
+	err = waitForwarding(cmd, sig)
+	if st := <-status; st != sandbox.StatusOK {
+		if st == "" {
+			st = fmt.Sprintf("its first process ended before the command started (%v)", err)
+		}
+		return 0, fmt.Errorf("sandbox: %s", st)
+	}
+	return exitStatus(err)
+}
+
+// waitForwarding waits for the started cmd and passes on to it every
+// signal that arrives on sig meanwhile; it returns what Wait returned.
+func waitForwarding(cmd *exec.Cmd, sig <-chan os.Signal) error {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	for {
@@ -223,13 +236,7 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, gr
 		case s := <-sig:
 			_ = cmd.Process.Signal(s)
 		case err := <-done:
-			if st := <-status; st != sandbox.StatusOK {
-				if st == "" {
-					st = fmt.Sprintf("its first process ended before the command started (%v)", err)
-				}
-				return 0, fmt.Errorf("sandbox: %s", st)
-			}
-			return exitStatus(err)
+			return err
 		}
 	}
 }
@@ -260,16 +267,7 @@ func RunForwardingSignals(cmd *exec.Cmd) (int, error) {
 	if err := cmd.Start(); err != nil {
 		return 0, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	for {
-		select {
-		case s := <-sig:
-			_ = cmd.Process.Signal(s)
-		case err := <-done:
-			return exitStatus(err)
-		}
-	}
+	return exitStatus(waitForwarding(cmd, sig))
 }
 
 // rebase rewrites absolute paths under from to the same paths under to.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/acpfs/acpfs/internal/mountinfo"
 )
 
 func lookPath(name string) (string, error) { return exec.LookPath(name) }
@@ -167,9 +169,9 @@ func parseMountInfo(text string) []MountInfo {
 		if sep < 0 || sep+1 >= len(fields) {
 			continue
 		}
-		mi := MountInfo{Dev: fields[2], Mountpoint: unescapeMountinfo(fields[4]), FSType: fields[sep+1]}
+		mi := MountInfo{Dev: fields[2], Mountpoint: mountinfo.Unescape(fields[4]), FSType: fields[sep+1]}
 		if sep+2 < len(fields) {
-			mi.Source = unescapeMountinfo(fields[sep+2])
+			mi.Source = mountinfo.Unescape(fields[sep+2])
 		}
 		fmt.Sscanf(fields[0], "%d", &mi.ID)
 		fmt.Sscanf(fields[1], "%d", &mi.Parent)
@@ -177,26 +179,6 @@ func parseMountInfo(text string) []MountInfo {
 	}
 	return out
 }
-
-// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space,
-// \011, \012, \134) in mountinfo paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // mountAt returns the topmost mount whose mountpoint is abs (an absolute
 // path with symbolic links resolved), if any.

@@ -14,6 +14,8 @@ import (
 
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/mountinfo"
 )
 
 // StatusOK is what Enter writes on its status descriptor once the
@@ -455,26 +457,36 @@ var procMasks = []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc
 // empty read-only tmpfs.
 func maskProc(root int) error {
 	for _, p := range procMasks {
-		fd, err := openBeneath(root, p, 0)
-		if err != nil {
+		st, found, err := statBeneath(root, p)
+		if !found || err != nil {
 			continue
 		}
-		var st unix.Stat_t
-		err = unix.Fstat(fd, &st)
-		unix.Close(fd)
-		if err != nil {
-			continue
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			err = attachFSBeneath(root, p, "tmpfs", map[string]string{"mode": "0555", "size": "4k"}, attrRO|unix.MOUNT_ATTR_NOEXEC)
-		} else {
-			err = cloneBeneath(root, "/dev/null", p, false, attrRO|unix.MOUNT_ATTR_NOEXEC, false)
-		}
-		if err != nil {
+		if err := cover(root, p, &st, "0555"); err != nil {
 			return fmt.Errorf("mask %s: %w", p, err)
 		}
 	}
 	return nil
+}
+
+// statBeneath stats p beneath root; found is false when p is not there.
+func statBeneath(root int, p string) (st unix.Stat_t, found bool, err error) {
+	fd, err := openBeneath(root, p, 0)
+	if err != nil {
+		return st, false, nil
+	}
+	err = unix.Fstat(fd, &st)
+	unix.Close(fd)
+	return st, true, err
+}
+
+// cover mounts over p beneath root (st is what p is): an empty read-only
+// tmpfs with the given mode over a directory, /dev/null over anything
+// else.
+func cover(root int, p string, st *unix.Stat_t, mode string) error {
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return attachFSBeneath(root, p, "tmpfs", map[string]string{"mode": mode, "size": "4k"}, attrRO|unix.MOUNT_ATTR_NOEXEC)
+	}
+	return cloneBeneath(root, "/dev/null", p, false, attrRO|unix.MOUNT_ATTR_NOEXEC, false)
 }
 
 // maskAll hides the run directory, the ledger and the grant where a bind
@@ -488,20 +500,12 @@ func maskAll(root int, spec Spec) error {
 			// leading to the folder are there, which hold nothing else.
 			continue
 		}
-		fd, err := openBeneath(root, m, 0)
-		if err != nil {
+		st, found, err := statBeneath(root, m)
+		if !found {
 			continue // not in the sandbox
 		}
-		var st unix.Stat_t
-		err = unix.Fstat(fd, &st)
-		unix.Close(fd)
-		if err != nil {
-			return fmt.Errorf("mask %s: %w", m, err)
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			err = attachFSBeneath(root, m, "tmpfs", map[string]string{"mode": "0000", "size": "4k"}, attrRO|unix.MOUNT_ATTR_NOEXEC)
-		} else {
-			err = cloneBeneath(root, "/dev/null", m, false, attrRO|unix.MOUNT_ATTR_NOEXEC, false)
+		if err == nil {
+			err = cover(root, m, &st, "0000")
 		}
 		if err != nil {
 			return fmt.Errorf("mask %s: %w", m, err)
@@ -529,7 +533,7 @@ func foreign(fstype string) bool {
 // checkMounts verifies afterwards, from the sandbox's own /proc, that
 // none is left.
 func detachForeign(root string) error {
-	mis, err := mountinfo("/proc/self/mountinfo")
+	mis, err := readMounts("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
@@ -576,7 +580,7 @@ type guardedPath struct{ path, dev, fs string }
 // locateGuarded finds, in the mount table the sandbox starts from (the
 // host's), where the folder and the masks live.
 func locateGuarded(spec Spec) ([]guardedPath, error) {
-	mis, err := mountinfo("/proc/self/mountinfo")
+	mis, err := readMounts("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
@@ -605,7 +609,7 @@ func locateGuarded(spec Spec) ([]guardedPath, error) {
 // the folder elsewhere in a --ro directory, say), where neither the view
 // nor a mask covers them.
 func checkMounts(spec Spec, guarded []guardedPath) error {
-	mis, err := mountinfo("/proc/self/mountinfo")
+	mis, err := readMounts("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
@@ -651,8 +655,8 @@ func checkMounts(spec Spec, guarded []guardedPath) error {
 
 type mountEntry struct{ dev, root, point, fstype string }
 
-// mountinfo reads the mount points and types of a mountinfo file.
-func mountinfo(path string) ([]mountEntry, error) {
+// readMounts reads the mount points and types of a mountinfo file.
+func readMounts(path string) ([]mountEntry, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -665,32 +669,16 @@ func mountinfo(path string) ([]mountEntry, error) {
 		fields := strings.Fields(sc.Text())
 		for i := 6; i+1 < len(fields); i++ {
 			if fields[i] == "-" {
-				out = append(out, mountEntry{dev: fields[2], root: unescapeOctal(fields[3]), point: unescapeOctal(fields[4]), fstype: fields[i+1]})
+				out = append(out, mountEntry{
+					dev: fields[2], root: mountinfo.Unescape(fields[3]),
+					point: mountinfo.Unescape(fields[4]), fstype: fields[i+1],
+				})
 				break
 			}
 		}
 	}
 	return out, sc.Err()
 }
-
-// unescapeOctal undoes mountinfo's \040-style escapes.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOct(s[i+1]) && isOct(s[i+2]) && isOct(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOct(c byte) bool { return c >= '0' && c <= '7' }
 
 // loopbackUp brings up lo in a new network namespace, so that the
 // command can still talk to itself over 127.0.0.1.
