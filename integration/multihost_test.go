@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/internal/natsrv"
+	"github.com/acpfs/acpfs/internal/testutil"
 )
 
 // These tests run one collaboration on several "hosts": `acpfs up
@@ -81,12 +82,12 @@ type mhHost struct {
 	name, url          string
 	folder, runs, root string
 	agents             []string
-	proc               *pmProc
+	proc               *testutil.Daemon
 }
 
 func newMHEnv(t *testing.T, participants ...string) *mhEnv {
 	t.Helper()
-	requireFUSE(t)
+	testutil.RequireFUSE(t)
 	e := &mhEnv{t: t, dir: newDir(t, "multihost"), replicas: "1"}
 	e.first = filepath.Join(e.dir, "init")
 	args := []string{"init", "--folder", e.first, "--objective", "Design the cache layer",
@@ -205,8 +206,8 @@ func TestMultiHostOneHistory(t *testing.T) {
 	require.Equal(t, string(a.events()), string(b.events()))
 
 	// Each host's ledger is in the store, and verifies from anywhere.
-	require.NoError(t, a.proc.stop())
-	require.NoError(t, b.proc.stop())
+	require.NoError(t, a.proc.Stop())
+	require.NoError(t, b.proc.Stop())
 	out, stderr, code := acpfs(t, "ledger", "verify", "--store", srv.url(), "--collab", mhCollab)
 	require.Equal(t, 0, code, "%s\n%s", out, stderr)
 	require.Contains(t, out, "ha")
@@ -336,7 +337,7 @@ func TestMultiHostKilledHostRestartsAndCatchesUp(t *testing.T) {
 	require.Zero(t, drafted(a.view("alice"), "one"))
 	waitLines(t, 2, b)
 
-	b.proc.kill()
+	b.proc.Kill()
 	for i := range 5 {
 		require.Zero(t, drafted(a.view("alice"), "while b is dead "+strconv.Itoa(i)))
 	}
@@ -475,7 +476,7 @@ func TestMultiHostClusterStress(t *testing.T) {
 	nodes[1].stop()
 	t.Logf("killed node n2 at %s", d/3)
 	time.Sleep(d / 6)
-	hosts[2].proc.kill()
+	hosts[2].proc.Kill()
 	t.Logf("killed host hc at %s", d/2)
 	time.Sleep(d / 6)
 	hosts[2].up()
