@@ -107,8 +107,20 @@ func (e Events) Since(n int) ([][]byte, error) {
 	return e.fetch(ctx, n+1, last)
 }
 
-// fetch reads messages from..to of the events stream.
+// fetch reads messages from..to of the events stream. A message is one
+// line: one holding a line break would put two lines in the copy under
+// one number, so it is refused whoever published it.
 func (e Events) fetch(ctx context.Context, from, to int) ([][]byte, error) {
+	out, err := e.fetchRaw(ctx, from, to)
+	for i, m := range out {
+		if bytes.IndexByte(m, '\n') >= 0 {
+			return nil, fmt.Errorf("events message %d holds a line break", from+i)
+		}
+	}
+	return out, err
+}
+
+func (e Events) fetchRaw(ctx context.Context, from, to int) ([][]byte, error) {
 	out := make([][]byte, 0, to-from+1)
 	if to-from < 4 {
 		for seq := from; seq <= to; seq++ {
