@@ -44,7 +44,14 @@ type Options struct {
 	// Retry keeps trying to connect at start instead of failing when no
 	// server answers.
 	Retry bool
+	// Existing binds to a collaboration that exists and never creates
+	// one: for commands that only read or change it (a mistyped name
+	// would otherwise create an empty collaboration).
+	Existing bool
 }
+
+// ErrNoCollab says the collaboration is not in the store.
+var ErrNoCollab = errors.New("no such collaboration in the store")
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -141,6 +148,9 @@ func (s *Store) ensure(ctx context.Context) error {
 		DenyPurge:  true,
 		Duplicates: 2 * time.Minute,
 	})
+	if errors.Is(err, ErrNoCollab) {
+		return fmt.Errorf("collaboration %s: %w (check --collab and --store)", c, err)
+	}
 	if err != nil {
 		return fmt.Errorf("events stream of %s: %w", c, err)
 	}
@@ -186,6 +196,9 @@ func (s *Store) ensure(ctx context.Context) error {
 // it, never changed by a host that connects later with other options.
 func (s *Store) stream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	st, err := s.js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) && s.opts.Existing {
+		return nil, ErrNoCollab
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		st, err = s.js.CreateStream(ctx, cfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -198,6 +211,9 @@ func (s *Store) stream(ctx context.Context, cfg jetstream.StreamConfig) (jetstre
 // bucket is stream for a key-value bucket.
 func (s *Store) bucket(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := s.js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && s.opts.Existing {
+		return nil, ErrNoCollab
+	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = s.js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {

@@ -57,7 +57,7 @@ went in first makes this one catch up and check again).`,
 				return withCode(exitFailed, err)
 			}
 			defer l.Close()
-			st, err := sf.open(cmd.Context())
+			st, err := sf.open(cmd.Context(), false)
 			if err != nil {
 				return withCode(exitFailed, err)
 			}

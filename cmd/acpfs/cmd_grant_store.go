@@ -16,7 +16,7 @@ func grantCreateInStore(cmd *cobra.Command, sf storeFlags, g *grants.Grant) erro
 	if sf.host == "" {
 		return errors.New("--store needs --host: the host that mounts the grant")
 	}
-	st, err := sf.open(cmd.Context())
+	st, err := sf.open(cmd.Context(), true)
 	if err != nil {
 		return err
 	}
@@ -33,7 +33,7 @@ func grantCreateInStore(cmd *cobra.Command, sf storeFlags, g *grants.Grant) erro
 // mounts it hides everything in the view and records the revocation
 // (--reason is not carried: the grant has no field for it).
 func grantRevokeInStore(cmd *cobra.Command, sf storeFlags, ref string) error {
-	st, err := sf.open(cmd.Context())
+	st, err := sf.open(cmd.Context(), false)
 	if err != nil {
 		return err
 	}

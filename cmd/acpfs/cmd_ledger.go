@@ -570,7 +570,7 @@ func (sf *ledgerStoreFlags) download(cmd *cobra.Command) (*ledgerDownload, error
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	s, err := store.Open(ctx, store.Options{URL: sf.url, Collab: sf.collab})
+	s, err := store.Open(ctx, store.Options{URL: sf.url, Collab: sf.collab, Existing: true})
 	if err != nil {
 		dl.close()
 		return nil, err

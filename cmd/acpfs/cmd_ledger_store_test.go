@@ -112,7 +112,7 @@ func TestLedgerVerifyStore(t *testing.T) {
 		{"both", []string{"ledger", "verify", "--ledger", "l", "--store", url, "--collab", "c1"}, "not both"},
 		{"no collab", []string{"ledger", "verify", "--store", url}, "--store needs --collab"},
 		{"repair", []string{"ledger", "verify", "--store", url, "--collab", "c1", "--repair"}, "local ledger"},
-		{"unknown collab", []string{"ledger", "verify", "--store", url, "--collab", "c2"}, "no host has shipped a ledger"},
+		{"unknown collab", []string{"ledger", "verify", "--store", url, "--collab", "c2"}, "collaboration c2: no such collaboration in the store"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

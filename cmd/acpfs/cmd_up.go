@@ -73,7 +73,7 @@ is read-only (EROFS).`,
 			defer lw.Close()
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
-			st, err := sf.open(ctx)
+			st, err := sf.open(ctx, true)
 			if err != nil {
 				return err
 			}

@@ -32,8 +32,10 @@ func (f *storeFlags) register(cmd *cobra.Command) {
 
 func (f *storeFlags) set() bool { return f.url != "" }
 
-// open connects, or returns nil without --store.
-func (f *storeFlags) open(ctx context.Context) (*store.Store, error) {
+// open connects, or returns nil without --store. Only the commands that
+// may start a collaboration (up, grant create) create it when it is
+// missing.
+func (f *storeFlags) open(ctx context.Context, create bool) (*store.Store, error) {
 	if !f.set() {
 		if f.collab != "" {
 			return nil, errors.New("--collab needs --store")
@@ -43,7 +45,7 @@ func (f *storeFlags) open(ctx context.Context) (*store.Store, error) {
 	if f.collab == "" {
 		return nil, errors.New("--store needs --collab NAME")
 	}
-	return store.Open(ctx, store.Options{URL: f.url, Collab: f.collab, Host: f.host, Replicas: f.replicas})
+	return store.Open(ctx, store.Options{URL: f.url, Collab: f.collab, Host: f.host, Replicas: f.replicas, Existing: !create})
 }
 
 // joinStore makes this host's folder and run directory copies of the
