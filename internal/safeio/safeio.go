@@ -117,6 +117,9 @@ type Info struct {
 	Mode  uint32 // unix.S_IF* type and permission bits
 	Nlink uint64
 	Size  int64
+	// Writing is set by ReadFile when someone holds the file open for
+	// writing: the content read may be a write in progress.
+	Writing bool
 }
 
 // Regular reports whether the entry is a regular file with one link.
@@ -188,10 +191,19 @@ func readJudged(f *os.File, rel string, judged *unix.Stat_t, limit int64) ([]byt
 	if st.Size > limit {
 		return nil, info, fmt.Errorf("read %s (%d bytes, at most %d): %w", rel, st.Size, limit, ErrTooLarge)
 	}
+	// A writer that held the file open before or after the read, or
+	// that came and went during it (the change time moved), may have
+	// been read half-way.
+	writing := openForWrite(int(f.Fd()))
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, info, fmt.Errorf("read %s: %w", rel, err)
 	}
+	var after unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &after); err != nil {
+		return nil, info, pathErr("stat", rel, err)
+	}
+	info.Writing = writing || openForWrite(int(f.Fd())) || after.Ctim != st.Ctim || after.Size != st.Size
 	if int64(len(data)) > limit {
 		return nil, info, fmt.Errorf("read %s (grew past %d bytes): %w", rel, limit, ErrTooLarge)
 	}
@@ -312,6 +324,52 @@ func (d *Detached) Restore() error {
 	err := unix.Renameat2(d.dir, d.tmp, d.dir, d.name, unix.RENAME_NOREPLACE)
 	if err != nil {
 		return pathErr("restore", d.rel, err)
+	}
+	unix.Close(d.dir)
+	return nil
+}
+
+// Busy reports whether someone holds the detached file open for
+// writing: what they write next lands in it, not in the name it left, so
+// the caller waits (and reads it again) before discarding it. A read
+// lease is refused exactly while the file is open for writing.
+func (d *Detached) Busy() bool {
+	if d.Info.Mode&unix.S_IFMT != unix.S_IFREG {
+		return false
+	}
+	fd, err := unix.Openat(d.dir, d.tmp, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return openForWrite(fd)
+}
+
+// openForWrite reports whether the file of fd (opened read-only) is open
+// for writing anywhere: a read lease is refused exactly then. Where
+// leases are not available, nobody is taken to be writing.
+func openForWrite(fd int) bool {
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_RDLCK); err != nil {
+		return err == unix.EAGAIN || err == unix.EBUSY
+	}
+	_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
+	return false
+}
+
+// Reread reads the detached entry again (after its writer closed it).
+func (d *Detached) Reread(limit int64) {
+	d.Content, d.Err = nil, nil
+	d.fill(limit)
+}
+
+// KeepAs gives the detached entry the name name in its directory
+// (a last name, not a path), unless that name is taken (fs.ErrExist).
+func (d *Detached) KeepAs(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		return fmt.Errorf("keep %s as %q: %w", d.rel, name, unix.EINVAL)
+	}
+	if err := unix.Renameat2(d.dir, d.tmp, d.dir, name, unix.RENAME_NOREPLACE); err != nil {
+		return pathErr("keep", d.rel, err)
 	}
 	unix.Close(d.dir)
 	return nil
