@@ -66,8 +66,9 @@ var derivedFields = []string{"currentPhase", "proposalOwner", "waitingFor", "upd
 
 // neverSynced are reserved whatever DocsOptions.Skip says: the history
 // travels through its own stream, and the views' private files
-// (fs.StagingDir) concern one view.
-var neverSynced = map[string]bool{eventsFile: true, ".acpfs-staging": true}
+// (fs.StagingDir) concern one view, and .acpfs is the views' virtual
+// directory.
+var neverSynced = map[string]bool{eventsFile: true, ".acpfs-staging": true, ".acpfs": true}
 
 // headerRoom is what a value's header may take besides the content.
 const headerRoom = 4 << 10
@@ -103,6 +104,7 @@ type Docs struct {
 	applied    uint64
 	waiters    []waiter
 	parked     []parked
+	refused    map[string]bool // refusals recorded, so that a replay does not repeat them
 
 	mu       sync.Mutex
 	notified map[string]bool
@@ -171,7 +173,7 @@ func SyncDocs(ctx context.Context, s *Store, folder string, opts DocsOptions) (*
 	d := &Docs{
 		s: s, root: root, opts: opts, w: w,
 		known: map[string]docState{}, wds: map[int]string{}, busy: map[string]time.Time{},
-		deferred: map[string]jetstream.KeyValueEntry{}, notified: map[string]bool{},
+		deferred: map[string]jetstream.KeyValueEntry{}, notified: map[string]bool{}, refused: map[string]bool{},
 		kick: make(chan struct{}, 1), reconnect: make(chan struct{}, 1), reqs: make(chan chan error),
 		ready: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -255,7 +257,10 @@ func (d *Docs) Close() error {
 func (d *Docs) run(ctx context.Context) {
 	defer close(d.done)
 	defer d.stopWatch()
-	tick := time.NewTicker(time.Second)
+	defer d.keepParked()
+	// The tick retries the bucket's watch and looks at files being
+	// written (nothing signals that a writer let a file go).
+	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	events := d.w.events
 	d.startWatch(ctx)
@@ -365,6 +370,7 @@ func (d *Docs) onSync(done chan error) {
 		done <- fmt.Errorf("documents: %w", ErrOffline)
 		return
 	}
+	d.expireBusy()
 	d.scan("")
 	ctx, cancel := d.s.ctx()
 	defer cancel()
@@ -434,11 +440,13 @@ func (d *Docs) onFileEvents(batch []fileEvent) {
 	}
 }
 
-// expireBusy gives up waiting for the close of files written long ago
-// (a writer that keeps its descriptor open).
+// expireBusy takes up the files seen written that nobody holds open for
+// writing any more (their close was seen before the writer let go, or
+// not at all), and, after busyLimit, those of a writer that keeps its
+// descriptor open.
 func (d *Docs) expireBusy() {
 	for rel, since := range d.busy {
-		if time.Since(since) > busyLimit {
+		if time.Since(since) > busyLimit || !d.root.Writing(rel) {
 			delete(d.busy, rel)
 			d.local(rel)
 			d.applyDeferred(rel)
@@ -867,12 +875,10 @@ func (d *Docs) keepDisplaced(rel string, old *safeio.Detached, by string, safe .
 			}
 		case old.Err != nil:
 			// Too large for the store (or unreadable): keep it here.
-			name := path.Base(conflictName(rel, d.s.Host(), "local"))
-			if err := old.KeepAs(name); err == nil {
-				d.refuse(RecordConflict, rel, fmt.Sprintf("a local version (%v) was in the way of %s; kept in this folder only as %s", old.Err, by, name))
-				return
+			if !d.keepLocal(rel, old, fmt.Sprintf("a local version (%v) was in the way of %s", old.Err, by)) {
+				old.Leave()
 			}
-			slog.Warn("documents: a displaced local version could not be kept", "path", rel, "err", old.Err)
+			return
 		}
 	}
 	if err := old.Discard(); err != nil {
@@ -894,6 +900,42 @@ func (d *Docs) checkParked() {
 		}
 		d.keepDisplaced(p.rel, p.old, p.by, p.safe...)
 	}
+}
+
+// keepLocal renames a displaced entry to a conflict name in its
+// directory, on this host only; the next scan publishes it if it can.
+func (d *Docs) keepLocal(rel string, old *safeio.Detached, why string) bool {
+	for i := 1; i <= 16; i++ {
+		tag := "local"
+		if i > 1 {
+			tag = fmt.Sprintf("local%d", i)
+		}
+		name := conflictName(rel, d.s.Host(), tag)
+		err := old.KeepAs(path.Base(name))
+		if err == nil {
+			slog.Warn("documents: conflicting versions; both kept", "path", rel, "kept_as", name, "why", why)
+			d.record(RecordConflict, rel, why+"; that version is kept as "+name)
+			d.changed(name)
+			return true
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
+	slog.Warn("documents: a displaced local version is left under a temporary name", "path", rel, "why", why)
+	return false
+}
+
+// keepParked runs when the sync stops: the displaced entries still held
+// open for writing get conflict names, so the writes go on into a file
+// of the folder.
+func (d *Docs) keepParked() {
+	for _, p := range d.parked {
+		if !d.keepLocal(p.rel, p.old, "a version being written was in the way of "+p.by+" when the sync stopped") {
+			p.old.Leave()
+		}
+	}
+	d.parked = nil
 }
 
 // conflict keeps a version that lost the name rel: published under a
@@ -964,7 +1006,14 @@ func (d *Docs) inHistory(rel, dg string) bool {
 	return false
 }
 
+// refuse logs and records a refusal, once: the bucket's entries are
+// replayed at every reconnection, and a scan meets the same file again.
 func (d *Docs) refuse(kind, rel, detail string) {
+	k := kind + "\x00" + rel + "\x00" + detail
+	if d.refused[k] {
+		return
+	}
+	d.refused[k] = true
 	slog.Warn("documents: "+kind, "path", rel, "detail", detail)
 	d.record(kind, rel, detail)
 }

@@ -208,9 +208,10 @@ func TestDocsStaleWriteKeepsBothVersions(t *testing.T) {
 	const rel = "deliverables/spec.md"
 	tests := []struct {
 		name  string
-		stale func(t *testing.T, a, b *docHost) // b writes "v3 by b" on top of v1 while a writes v2
+		loser string                            // b's version, which reaches the store last
+		stale func(t *testing.T, a, b *docHost) // b writes loser on top of v1 while a writes "v2 by a"
 	}{
-		{"written while the newer revision arrives", func(t *testing.T, a, b *docHost) {
+		{"written while the newer revision arrives", "v3 by b", func(t *testing.T, a, b *docHost) {
 			f, err := os.OpenFile(filepath.Join(b.dir, rel), os.O_WRONLY|os.O_TRUNC, 0)
 			require.NoError(t, err)
 			_, err = f.WriteString("v3 by b")
@@ -220,12 +221,24 @@ func TestDocsStaleWriteKeepsBothVersions(t *testing.T) {
 			b.sync()
 			require.NoError(t, f.Close())
 		}},
-		{"edited while the sync was stopped", func(t *testing.T, a, b *docHost) {
+		{"edited while the sync was stopped", "v3 by b", func(t *testing.T, a, b *docHost) {
 			b.stop()
 			a.write(rel, "v2 by a")
 			a.sync()
 			b.write(rel, "v3 by b")
 			b.start()
+		}},
+		{"writes go on after the newer revision arrived", "part 1, part 2", func(t *testing.T, a, b *docHost) {
+			f, err := os.OpenFile(filepath.Join(b.dir, rel), os.O_WRONLY|os.O_TRUNC, 0)
+			require.NoError(t, err)
+			_, err = f.WriteString("part 1, ")
+			require.NoError(t, err)
+			a.write(rel, "v2 by a")
+			a.sync()
+			b.sync()
+			_, err = f.WriteString("part 2")
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
 		}},
 	}
 	for _, tt := range tests {
@@ -238,9 +251,9 @@ func TestDocsStaleWriteKeepsBothVersions(t *testing.T) {
 			tt.stale(t, a, b)
 			// The first revision to reach the store keeps the name; the
 			// other version is beside it, on every host.
-			kept := conflictName(rel, "hb", sha([]byte("v3 by b"))[:12])
+			kept := conflictName(rel, "hb", sha([]byte(tt.loser))[:12])
 			for _, h := range []*docHost{a, b} {
-				eventually(t, func() bool { return h.read(rel) == "v2 by a" && h.read(kept) == "v3 by b" },
+				eventually(t, func() bool { return h.read(rel) == "v2 by a" && h.read(kept) == tt.loser },
 					"%s: %s=%q, %s=%q", h.name, rel, h.read(rel), kept, h.read(kept))
 			}
 			eventually(t, func() bool { return b.recorded(RecordConflict, rel) }, "conflict recorded on hb")

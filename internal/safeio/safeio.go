@@ -211,6 +211,24 @@ func readJudged(f *os.File, rel string, judged *unix.Stat_t, limit int64) ([]byt
 	return data, info, nil
 }
 
+// Writing reports whether rel is a regular file that someone holds open
+// for writing now.
+func (r *Root) Writing(rel string) bool {
+	if info, err := r.Lstat(rel); err != nil || info.Mode&unix.S_IFMT != unix.S_IFREG {
+		return false // only a regular file is opened for real
+	}
+	fd, err := r.open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return false
+	}
+	return openForWrite(fd)
+}
+
 // Entry is one name of a directory listing.
 type Entry struct {
 	Name string
@@ -328,6 +346,10 @@ func (d *Detached) Restore() error {
 	unix.Close(d.dir)
 	return nil
 }
+
+// Leave gives up the handle and leaves the entry under its temporary
+// name (TempPrefix...), for a person to look at.
+func (d *Detached) Leave() { unix.Close(d.dir) }
 
 // Busy reports whether someone holds the detached file open for
 // writing: what they write next lands in it, not in the name it left, so
