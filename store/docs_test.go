@@ -476,13 +476,25 @@ func TestDocsConcurrentWritersLoseNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stress")
 	}
-	a, b := twoHosts(t)
-	const writers, rounds = 3, 40
+	// Eight writers over three hosts. Rounds stay under the bucket's
+	// history (64) for the three writers of a shared file, so that every
+	// revision of it can be checked.
+	url := server(t)
+	base := t.TempDir()
+	a := newDocHost(t, url, "ha", filepath.Join(base, "a"))
+	b := newDocHost(t, url, "hb", filepath.Join(base, "b"))
+	c := newDocHost(t, url, "hc", filepath.Join(base, "c"))
+	hosts := []*docHost{a, b, c}
+	const rounds = 20
 	type last struct{ own, shared string }
 	results := map[string]*last{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, h := range []*docHost{a, b} {
+	for i, h := range hosts {
+		writers := 3
+		if i == 2 {
+			writers = 2
+		}
 		for w := range writers {
 			id := fmt.Sprintf("%s-%d", h.name, w)
 			l := &last{}
@@ -495,7 +507,7 @@ func TestDocsConcurrentWritersLoseNothing(t *testing.T) {
 					shared := fmt.Sprintf("shared %s version %d", id, n)
 					h.write("own-"+id+".md", own)
 					// Writer w of each host shares a file with writer w of
-					// the other: the hosts race for it.
+					// the others: the hosts race for it.
 					h.write(fmt.Sprintf("shared-%d.md", w), shared)
 					mu.Lock()
 					l.own, l.shared = own, shared
@@ -505,12 +517,13 @@ func TestDocsConcurrentWritersLoseNothing(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	var fa, fb map[string]string
+	var fa map[string]string
 	eventually(t, func() bool {
-		a.sync()
-		b.sync()
-		fa, fb = a.files(), b.files()
-		return fmt.Sprint(fa) == fmt.Sprint(fb)
+		for _, h := range hosts {
+			h.sync()
+		}
+		fa = a.files()
+		return fmt.Sprint(fa) == fmt.Sprint(b.files()) && fmt.Sprint(fa) == fmt.Sprint(c.files())
 	}, "the folders agree")
 	// A version is kept in the folders (the name or a conflict copy), or
 	// it was published and a later write based on it replaced it: the
