@@ -92,18 +92,20 @@ func Valid(rel string) bool {
 }
 
 // open resolves rel strictly beneath the root. "" is the root itself.
-func (r *Root) open(rel string, flags int, mode uint32) (int, error) {
+func (r *Root) open(rel string, flags int) (int, error) {
 	if rel == "" {
 		rel = "."
 	} else if !Valid(rel) {
 		return -1, fmt.Errorf("path %q: %w", rel, unix.EINVAL)
 	}
+	return openat2(r.fd(), rel, flags)
+}
+
+// openat2 resolves name strictly beneath dirfd.
+func openat2(dirfd int, name string, flags int) (int, error) {
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC), Resolve: resolveFlags}
-	if flags&unix.O_CREAT != 0 {
-		how.Mode = uint64(mode & 0o777)
-	}
 	for {
-		fd, err := unix.Openat2(r.fd(), rel, &how)
+		fd, err := unix.Openat2(dirfd, name, &how)
 		if err == unix.EINTR || err == unix.EAGAIN {
 			// EAGAIN: a rename elsewhere raced the resolution.
 			continue
@@ -154,7 +156,7 @@ func (r *Root) ReadFile(rel string, limit int64) ([]byte, Info, error) {
 	// O_PATH first: opening a fifo or a device for reading could block
 	// or act; only a regular file is opened for real, and it must be the
 	// one judged.
-	pfd, err := r.open(rel, unix.O_PATH, 0)
+	pfd, err := r.open(rel, unix.O_PATH)
 	if err != nil {
 		return nil, Info{}, pathErr("open", rel, err)
 	}
@@ -166,7 +168,7 @@ func (r *Root) ReadFile(rel string, limit int64) ([]byte, Info, error) {
 	if !infoOf(&pst).Regular() {
 		return nil, infoOf(&pst), fmt.Errorf("read %s: %w", rel, ErrNotRegular)
 	}
-	fd, err := r.open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	fd, err := r.open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
 		return nil, Info{}, pathErr("open", rel, err)
 	}
@@ -217,7 +219,7 @@ func (r *Root) Writing(rel string) bool {
 	if info, err := r.Lstat(rel); err != nil || info.Mode&unix.S_IFMT != unix.S_IFREG {
 		return false // only a regular file is opened for real
 	}
-	fd, err := r.open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	fd, err := r.open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
 		return false
 	}
@@ -237,7 +239,7 @@ type Entry struct {
 
 // ReadDir lists the directory rel ("" for the root).
 func (r *Root) ReadDir(rel string) ([]Entry, error) {
-	fd, err := r.open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	fd, err := r.open(rel, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return nil, pathErr("open directory", rel, err)
 	}
@@ -275,13 +277,13 @@ func (r *Root) parent(rel string, mkdir bool) (int, string, error) {
 	dir, name := path.Split(rel)
 	dir = strings.TrimSuffix(dir, "/")
 	if !mkdir {
-		fd, err := r.open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		fd, err := r.open(dir, unix.O_RDONLY|unix.O_DIRECTORY)
 		if err != nil {
 			return -1, "", pathErr("open directory", dir, err)
 		}
 		return fd, name, nil
 	}
-	fd, err := r.open("", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	fd, err := r.open("", unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return -1, "", pathErr("open folder", "", err)
 	}
@@ -298,10 +300,11 @@ func (r *Root) parent(rel string, mkdir bool) (int, string, error) {
 			unix.Close(fd)
 			return -1, "", pathErr("mkdir", rel, err)
 		}
-		next, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		next, err := openat2(fd, c, unix.O_RDONLY|unix.O_DIRECTORY)
 		unix.Close(fd)
 		if err != nil {
-			// ELOOP: a symlink stands where a directory should.
+			// ELOOP: a symlink stands where a directory should;
+			// EXDEV: a mount point.
 			return -1, "", pathErr("open directory", dir, err)
 		}
 		fd = next
@@ -359,7 +362,7 @@ func (d *Detached) Busy() bool {
 	if d.Info.Mode&unix.S_IFMT != unix.S_IFREG {
 		return false
 	}
-	fd, err := unix.Openat(d.dir, d.tmp, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	fd, err := openat2(d.dir, d.tmp, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
 		return false
 	}
@@ -425,7 +428,7 @@ func (d *Detached) fill(limit int64) {
 	if !d.Info.Regular() {
 		return
 	}
-	fd, err := unix.Openat(d.dir, d.tmp, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	fd, err := openat2(d.dir, d.tmp, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
 		d.Err = err
 		return
