@@ -100,11 +100,13 @@ type Docs struct {
 	kw         jetstream.KeyWatcher
 	updates    <-chan jetstream.KeyValueEntry
 	collecting bool
-	initial    []jetstream.KeyValueEntry
-	applied    uint64
-	waiters    []waiter
-	parked     []parked
-	refused    map[string]bool // refusals recorded, so that a replay does not repeat them
+	// watchFailing: the last attempt to watch the bucket failed.
+	watchFailing bool
+	initial      []jetstream.KeyValueEntry
+	applied      uint64
+	waiters      []waiter
+	parked       []parked
+	refused      map[string]bool // refusals recorded, so that a replay does not repeat them
 
 	mu       sync.Mutex
 	notified map[string]bool
@@ -313,9 +315,14 @@ func (d *Docs) startWatch(ctx context.Context) {
 	}
 	kw, err := d.s.docs.WatchAll(ctx)
 	if err != nil {
-		slog.Warn("documents: watch the bucket", "collab", d.s.Collab(), "err", offline(err))
+		// Retried at every tick: said once.
+		if !d.watchFailing {
+			slog.Warn("documents: watch the bucket", "collab", d.s.Collab(), "err", offline(err))
+		}
+		d.watchFailing = true
 		return
 	}
+	d.watchFailing = false
 	d.kw, d.updates = kw, kw.Updates()
 	d.collecting, d.initial = true, nil
 }
@@ -576,11 +583,15 @@ func (d *Docs) limit() int64 {
 // local publishes the state of rel in the folder, if it differs from
 // the last revision this host knows.
 func (d *Docs) local(rel string) {
-	if !safeio.Valid(rel) || len(rel) > maxPathLen || d.skipped(rel) {
+	if !safeio.Valid(rel) || d.skipped(rel) {
 		return
 	}
 	if _, ok := d.busy[rel]; ok {
 		return // published when closed
+	}
+	if len(rel) > maxPathLen {
+		d.refuse(RecordRefused, rel, fmt.Sprintf("a path longer than %d bytes is not synced", maxPathLen))
+		return
 	}
 	if d.kw == nil || d.collecting || !d.s.Connected() {
 		return // the scan after the next catch-up publishes it
