@@ -563,3 +563,63 @@ func TestDocsConcurrentWritersLoseNothing(t *testing.T) {
 		}
 	}
 }
+
+func TestDocsRemovalMeetsEdit(t *testing.T) {
+	const rel = "notes.md"
+	tests := []struct {
+		name   string
+		bEdits bool   // b changes the file while its sync is stopped
+		want   string // rel on both hosts afterwards ("" absent)
+	}{
+		{"unchanged copy is removed", false, ""},
+		{"an edit outlives the removal", true, "edited on b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := twoHosts(t)
+			a.write(rel, "v1")
+			a.sync()
+			b.sync()
+			require.Equal(t, "v1", b.read(rel))
+			b.stop()
+			require.NoError(t, os.Remove(filepath.Join(a.dir, rel)))
+			a.sync()
+			if tt.bEdits {
+				b.write(rel, "edited on b")
+			}
+			b.start()
+			for _, h := range []*docHost{a, b} {
+				eventually(t, func() bool { h.sync(); return h.read(rel) == tt.want }, "%s: %q", h.name, h.read(rel))
+			}
+		})
+	}
+}
+
+func TestDocsNotDocuments(t *testing.T) {
+	a, b := twoHosts(t)
+	outside := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(outside, []byte("secret"), 0o600))
+	big := strings.Repeat("x", int(a.d.limit())+1)
+	tests := []struct {
+		name   string
+		rel    string
+		make   func(p string) error
+		record string // what a records, if anything
+	}{
+		{"hard link", "hard.md", func(p string) error { return os.Link(outside, p) }, ""},
+		{"symlink", "link.md", func(p string) error { return os.Symlink(outside, p) }, ""},
+		{"too large", "big.md", func(p string) error { return os.WriteFile(p, []byte(big), 0o644) }, RecordTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.NoError(t, tt.make(filepath.Join(a.dir, tt.rel)))
+			a.sync()
+			b.sync()
+			_, err := os.Lstat(filepath.Join(b.dir, tt.rel))
+			assert.ErrorIs(t, err, fs.ErrNotExist)
+			if tt.record != "" {
+				assert.True(t, a.recorded(tt.record, tt.rel))
+			}
+		})
+	}
+}
