@@ -611,6 +611,10 @@ func (d *Docs) local(rel string) {
 	case errors.Is(err, safeio.ErrTooLarge):
 		d.refuse(RecordTooLarge, rel, fmt.Sprintf("%d bytes: more than the %d a document of the store may hold; not synced", info.Size, d.limit()))
 		return
+	case errors.Is(err, unix.EAGAIN):
+		// A lease on the file is being broken: look again shortly.
+		d.busy[rel] = time.Now()
+		return
 	case err != nil:
 		slog.Warn("documents: read a file of the folder", "path", rel, "err", err)
 		return
