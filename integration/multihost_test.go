@@ -100,16 +100,17 @@ func newMHEnv(t *testing.T, participants ...string) *mhEnv {
 	return e
 }
 
-// host prepares a host's directories. The first host's folder is the
-// initialized one, whose history seeds the store; the others start as a
-// copy without the history, which the store provides.
+// host prepares a host's directories. The first host's folder is a copy
+// of the initialized one, whose documents and history seed the store;
+// the others start empty and get everything from the store.
 func (e *mhEnv) host(name, url string) *mhHost {
 	e.t.Helper()
 	d := filepath.Join(e.dir, name)
 	h := &mhHost{env: e, name: name, url: url, folder: filepath.Join(d, "folder"), runs: filepath.Join(d, "runs"), root: filepath.Join(d, "mnt")}
-	require.NoError(e.t, os.CopyFS(h.folder, os.DirFS(e.first)))
-	if e.hosts > 0 {
-		require.NoError(e.t, os.Remove(filepath.Join(h.folder, "events.jsonl")))
+	if e.hosts == 0 {
+		require.NoError(e.t, os.CopyFS(h.folder, os.DirFS(e.first)))
+	} else {
+		require.NoError(e.t, os.MkdirAll(h.folder, 0o755))
 	}
 	e.hosts++
 	return h
@@ -158,13 +159,11 @@ func waitLines(t *testing.T, n int, hosts ...*mhHost) {
 	}
 }
 
-// writeSpec writes the primary deliverable through a view. Hosts apply
-// documents of their own here: the test writes it on every host.
-func writeSpec(t *testing.T, hosts ...*mhHost) {
+// writeSpec writes the primary deliverable in the first host's folder
+// before it starts; the store carries it to the others.
+func writeSpec(t *testing.T, first *mhHost) {
 	t.Helper()
-	for _, h := range hosts {
-		require.NoError(t, os.WriteFile(filepath.Join(h.folder, primary), []byte(designSpec("Draft")), 0o644))
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(first.folder, primary), []byte(designSpec("Draft")), 0o644))
 }
 
 // drafted appends a deliverable_drafted event as alice through a view,
@@ -190,7 +189,7 @@ func TestMultiHostOneHistory(t *testing.T) {
 	a, b := e.host("ha", srv.url()), e.host("hb", srv.url())
 	a.grant("alice", "alice")
 	b.grant("bob", "bob")
-	writeSpec(t, a, b)
+	writeSpec(t, a)
 	a.up()
 	b.up()
 
@@ -287,7 +286,7 @@ func TestMultiHostCutOffHostIsReadOnlyAndCatchesUp(t *testing.T) {
 	a, b := e.host("ha", srv.url()), e.host("hb", proxy.url())
 	a.grant("alice", "alice")
 	b.grant("bob", "bob", "--may-write", "notes/**")
-	writeSpec(t, a, b)
+	writeSpec(t, a)
 	a.up()
 	b.up()
 	bob := b.view("bob")
@@ -331,7 +330,7 @@ func TestMultiHostKilledHostRestartsAndCatchesUp(t *testing.T) {
 	a, b := e.host("ha", srv.url()), e.host("hb", srv.url())
 	a.grant("alice", "alice")
 	b.grant("bob", "bob")
-	writeSpec(t, a, b)
+	writeSpec(t, a)
 	a.up()
 	b.up()
 	require.Zero(t, drafted(a.view("alice"), "one"))
@@ -403,6 +402,7 @@ type mhWriter struct {
 	host  *mhHost
 	acked []string // summaries of the appends acknowledged to it
 	other map[string]int
+	note  string // the last version of its note that a write acknowledged
 }
 
 func (w *mhWriter) run(stop <-chan struct{}) {
@@ -417,11 +417,20 @@ func (w *mhWriter) run(stop <-chan struct{}) {
 		switch errno := drafted(view, summary); errno {
 		case 0:
 			w.acked = append(w.acked, summary)
+			// A document update after each event: its last version
+			// must reach every host.
+			note := fmt.Sprintf("# %s\n\nafter %s\n", w.agent, summary)
+			if os.WriteFile(filepath.Join(view, "notes", w.agent+".md"), []byte(note), 0o644) == nil {
+				w.note = note
+			}
 		case syscall.EPERM:
 			// Another agent took the seq first: read again and retry.
 		default:
 			// A dead host or a store failing over: try again shortly.
 			w.other[errno.Error()]++
+			if errno == syscall.EIO {
+				w.other["EIO: "+lastError(view)]++
+			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
@@ -458,10 +467,12 @@ func TestMultiHostClusterStress(t *testing.T) {
 	for i := range 8 {
 		h := hosts[i%3]
 		agent := fmt.Sprintf("agent%d", i+1)
-		h.grant(agent, "alice")
+		h.grant(agent, "alice", "--may-write", "notes/**")
 		writers = append(writers, &mhWriter{agent: agent, host: h, other: map[string]int{}})
 	}
-	writeSpec(t, hosts...)
+	writeSpec(t, hosts[0])
+	require.NoError(t, os.MkdirAll(filepath.Join(hosts[0].folder, "notes"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(hosts[0].folder, "notes", "README.md"), []byte("# Notes\n"), 0o644))
 	for _, h := range hosts {
 		h.up()
 	}
@@ -509,4 +520,17 @@ func TestMultiHostClusterStress(t *testing.T) {
 		}
 	}
 	t.Logf("%d events, %d acknowledged", len(evs), acked)
+	// No lost document update: each agent's last note is on every host.
+	for _, w := range writers {
+		if w.note == "" {
+			continue
+		}
+		for _, h := range hosts {
+			p := filepath.Join(h.folder, "notes", w.agent+".md")
+			eventually(t, func() bool {
+				b, err := os.ReadFile(p)
+				return err == nil && string(b) == w.note
+			}, fmt.Sprintf("%s's last note on host %s: want %q, have %q", w.agent, h.name, w.note, readFile(t, p)))
+		}
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +28,22 @@ var _ protocol.Replica = Events{}
 
 // Events returns the history's authority.
 func (s *Store) Events() Events { return Events{s} }
+
+// seen raises the floor below which the stream surely holds messages: a
+// clustered stream's leader refuses an append against a sequence it has
+// taken before its state (what Since reads) shows the message.
+func (e Events) seen(seq uint64) {
+	for {
+		cur := e.s.eventsFloor.Load()
+		if seq <= cur || e.s.eventsFloor.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// wrongLast reads the stream's last sequence from a refused append
+// ("wrong last sequence: N").
+var wrongLast = regexp.MustCompile(`wrong last sequence: (\d+)`)
 
 // Publish appends line as message n, on condition that the stream holds
 // n-1 messages. A publish whose acknowledgement is lost is sent again
@@ -49,10 +67,16 @@ func (e Events) Publish(n int, line []byte) error {
 		cancel()
 		switch {
 		case err == nil && ack.Sequence == uint64(n):
+			e.seen(ack.Sequence)
 			return nil
 		case err == nil:
 			return fmt.Errorf("publish line %d: the stream took it as message %d", n, ack.Sequence)
 		case isWrongLast(err):
+			if m := wrongLast.FindStringSubmatch(err.Error()); m != nil {
+				if last, perr := strconv.ParseUint(m[1], 10, 64); perr == nil {
+					e.seen(last)
+				}
+			}
 			return fmt.Errorf("line %d: %w", n, protocol.ErrConflict)
 		case !errors.Is(offline(err), ErrOffline):
 			return fmt.Errorf("publish line %d: %w", n, err)
@@ -93,6 +117,16 @@ func (e Events) Since(n int) ([][]byte, error) {
 	ctx, cancel := e.s.ctx()
 	defer cancel()
 	info, err := e.s.events.Info(ctx)
+	// A message the stream took may not show in its state yet: wait for
+	// it rather than take the folder for ahead of the stream.
+	for wait := time.Millisecond; err == nil && info.State.LastSeq < e.s.eventsFloor.Load(); wait = min(2*wait, 50*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("events stream: %w: message %d is not readable yet", ErrOffline, e.s.eventsFloor.Load())
+		case <-time.After(wait):
+		}
+		info, err = e.s.events.Info(ctx)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("events stream: %w", offline(err))
 	}

@@ -66,8 +66,11 @@ type Store struct {
 	ledger jetstream.Stream
 
 	connected atomic.Bool
-	mu        sync.Mutex
-	onChange  []func(connected bool)
+	// eventsFloor: the events stream holds at least this many messages
+	// (see Events.seen).
+	eventsFloor atomic.Uint64
+	mu          sync.Mutex
+	onChange    []func(connected bool)
 }
 
 // ErrOffline says the server cannot be reached now.

@@ -78,18 +78,18 @@ is read-only (EROFS).`,
 				return err
 			}
 			var gate func() error
+			var hs *hostSync
 			if st != nil {
 				defer st.Close()
-				ship, err := joinStore(ctx, st, folderAbs, rd, lw)
+				hs, err = joinStore(ctx, st, folderAbs, rd, lw)
 				if err != nil {
 					return err
 				}
-				// Last in, first out: the writer signs its last records
-				// as it closes, then they are shipped.
+				// Last in, first out: after the views and the log, before
+				// the connection closes.
 				defer func() {
-					lw.Close()
-					if err := ship.Stop(); err != nil {
-						fmt.Fprintf(cmd.ErrOrStderr(), "acpfs up: ledger not wholly shipped to the store: %v\n", err)
+					if err := hs.stop(lw); err != nil {
+						fmt.Fprintf(cmd.ErrOrStderr(), "acpfs up: store sync: %v\n", err)
 					}
 				}()
 				gate = st.Check
@@ -107,6 +107,7 @@ is read-only (EROFS).`,
 				if err := followStore(ctx, st, log); err != nil {
 					return err
 				}
+				hs.log.Store(log)
 			}
 			rootAbs, err := filepath.Abs(root)
 			if err != nil {

@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 
@@ -49,23 +53,80 @@ func (f *storeFlags) open(ctx context.Context, create bool) (*store.Store, error
 }
 
 // joinStore makes this host's folder and run directory copies of the
-// store's before any view starts: the history is seeded or checked, and
-// the grants assigned to this host are copied (and then followed). The
-// host's ledger is shipped to the store from then on; the caller stops
-// the shipper after closing the ledger's writer.
-func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.RunDir, lw *ledger.Writer) (*store.Shipper, error) {
-	if err := st.Events().Seed(folder); err != nil {
-		return nil, err
-	}
-	rec := func(kind string, g *grants.Grant, detail string) {
-		if _, err := lw.Append(ledger.Record{Kind: kind, Agent: g.AgentID, Grant: g.GrantID, Detail: detail}); err != nil {
-			slog.Warn("record a grant from the store", "grant", g.GrantID, "err", err)
+// store's before any view starts: the documents (all of them on a host
+// whose folder is empty) and the history are copied or checked, and the
+// grants assigned to this host are copied; all three are then followed.
+// The host's ledger is shipped to the store from then on; the caller
+// stops the shipper after closing the ledger's writer, and sets the log
+// whose frozen deliverables the document sync checks.
+func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.RunDir, lw *ledger.Writer) (*hostSync, error) {
+	h := &hostSync{}
+	record := func(r ledger.Record) {
+		if _, err := lw.Append(r); err != nil {
+			slog.Warn("record what the store sync did", "kind", r.Kind, "err", err)
 		}
 	}
-	if err := st.SyncGrants(ctx, rd, rec); err != nil {
+	hidden, err := rd.HiddenIn(folder)
+	if err != nil {
 		return nil, err
 	}
-	return store.ShipLedger(ctx, st, lw.Path(), filepath.Join(filepath.Dir(lw.Path()), ledger.PublicKeyFile))
+	docs, err := store.SyncDocs(ctx, st, folder, store.DocsOptions{
+		Skip: func(rel string) bool {
+			return slices.ContainsFunc(hidden, func(h string) bool { return rel == h || strings.HasPrefix(rel, h+"/") })
+		},
+		Frozen: h.frozen,
+		Record: func(kind, rel, detail string) { record(ledger.Record{Kind: kind, Path: rel, Detail: detail}) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.docs = docs
+	if err := docs.Bootstrap(ctx); err != nil {
+		docs.Close()
+		return nil, fmt.Errorf("copy the documents from the store: %w", err)
+	}
+	if err := st.Events().Seed(folder); err != nil {
+		docs.Close()
+		return nil, err
+	}
+	err = st.SyncGrants(ctx, rd, func(kind string, g *grants.Grant, detail string) {
+		record(ledger.Record{Kind: kind, Agent: g.AgentID, Grant: g.GrantID, Detail: detail})
+	})
+	if err == nil {
+		h.ship, err = store.ShipLedger(ctx, st, lw.Path(), filepath.Join(filepath.Dir(lw.Path()), ledger.PublicKeyFile))
+	}
+	if err != nil {
+		docs.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// hostSync is what a host runs beside its views to stay a copy.
+type hostSync struct {
+	docs *store.Docs
+	ship *store.Shipper
+	log  atomic.Pointer[protocol.Log]
+}
+
+// frozen answers the document sync from the history once the log is
+// open: before, while the documents are first copied, nothing is frozen
+// on this host yet.
+func (h *hostSync) frozen(rel string) (string, bool) {
+	l := h.log.Load()
+	if l == nil {
+		return "", false
+	}
+	sha, ok := l.Snapshot().Frozen[rel]
+	return sha, ok
+}
+
+// stop ends the document sync and ships the ledger's last records (its
+// writer closed first, so that they are signed).
+func (h *hostSync) stop(lw *ledger.Writer) error {
+	derr := h.docs.Close()
+	lw.Close()
+	return errors.Join(derr, h.ship.Stop())
 }
 
 // followStore makes the store the authority for log's history and keeps
