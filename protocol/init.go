@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
 // InitOptions are the inputs of Init, one per flag of `acpfs init`.
@@ -43,17 +45,17 @@ func usage(format string, args ...any) error { return &UsageError{Msg: fmt.Sprin
 // protocol documents, the primary deliverable skeleton and events.jsonl
 // holding the initialized event.
 func Init(o InitOptions) (InitResult, error) {
-	objective := pyStrip(o.Objective)
+	objective := pycompat.Strip(o.Objective)
 	var participants []string
 	for _, p := range o.Participants {
-		p = pyStrip(p)
+		p = pycompat.Strip(p)
 		if p != "" && !contains(participants, p) {
 			participants = append(participants, p)
 		}
 	}
 	var objGates []string
 	for _, g := range o.Completion {
-		if g = pyStrip(g); g != "" {
+		if g = pycompat.Strip(g); g != "" {
 			objGates = append(objGates, g)
 		}
 	}
@@ -86,7 +88,7 @@ func Init(o InitOptions) (InitResult, error) {
 	}
 	var checks []string
 	for _, c := range o.PrimaryChecks {
-		if c = pyStrip(c); c != "" {
+		if c = pycompat.Strip(c); c != "" {
 			checks = append(checks, c)
 		}
 	}
@@ -175,7 +177,7 @@ func Init(o InitOptions) (InitResult, error) {
 	if mode == "external" {
 		raw["repoRoot"] = o.RepoRoot
 	}
-	protoBytes, err := marshalPyIndent(raw)
+	protoBytes, err := pycompat.MarshalIndent(raw)
 	if err != nil {
 		return res, fmt.Errorf("encode protocol.json: %w", err)
 	}
