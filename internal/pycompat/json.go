@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // WriteString writes s as a JSON string the way Python's json.dumps does
@@ -53,7 +55,12 @@ func writeString(b *bytes.Buffer, s string, escapeSeparators bool) {
 // byte-identical.
 //
 // Objects are map[string]any, arrays []any or []string. Numbers are
-// json.Number (as Decode returns them, written as is), int or float64.
+// json.Number (as Decode returns them), int or float64. A json.Number is
+// written as Python writes the value its json module loads from that
+// literal (see FormatNumber). A float64 with an integral value is written
+// as an integer: encoding/json decodes every number to float64, so it
+// cannot tell 2 from 2.0, and the integers of protocol.json are the
+// numbers callers hand in that way.
 func MarshalIndent(v any) ([]byte, error) {
 	var b bytes.Buffer
 	if err := writeValue(&b, v, 0); err != nil {
@@ -79,11 +86,22 @@ func writeValue(b *bytes.Buffer, v any, depth int) error {
 	case string:
 		WriteString(b, x)
 	case json.Number:
-		b.WriteString(x.String())
+		s, err := FormatNumber(x)
+		if err != nil {
+			return err
+		}
+		b.WriteString(s)
 	case int:
 		b.WriteString(strconv.Itoa(x))
 	case float64:
-		b.WriteString(strconv.FormatFloat(x, 'g', -1, 64))
+		if x == math.Trunc(x) && !math.IsInf(x, 0) {
+			if x == 0 {
+				x = 0 // an int has no negative zero
+			}
+			b.WriteString(strconv.FormatFloat(x, 'f', 0, 64))
+		} else {
+			b.WriteString(FormatFloat(x))
+		}
 	case []string:
 		items := make([]any, len(x))
 		for i, s := range x {
@@ -147,6 +165,54 @@ func writeObject(b *bytes.Buffer, m map[string]any, depth int) error {
 	writeIndent(b, depth)
 	b.WriteByte('}')
 	return nil
+}
+
+// FormatNumber writes a JSON number literal the way Python's json module
+// writes it back after loading it: a literal without fraction or exponent
+// is an int and keeps its digits ("-0" becomes "0"); any other literal is
+// a float, written as its shortest round-trip repr (FormatFloat), so
+// "2.50" becomes "2.5", "1e5" "100000.0" and "1e400" "Infinity".
+func FormatNumber(n json.Number) (string, error) {
+	s := n.String()
+	if !strings.ContainsAny(s, ".eE") {
+		if s == "-0" {
+			return "0", nil
+		}
+		return s, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return "", fmt.Errorf("number %q: %w", s, err)
+	}
+	return FormatFloat(f), nil
+}
+
+// FormatFloat is Python's repr of a float as json.dumps writes it: the
+// shortest digits that round-trip, in positional notation with at least
+// one fractional digit when the decimal exponent is in [-4, 16), else in
+// scientific notation with a signed exponent of at least two digits
+// ("1e+16", "1e-05"); infinities and NaN as "Infinity", "-Infinity" and
+// "NaN".
+func FormatFloat(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	sci := strconv.FormatFloat(f, 'e', -1, 64)
+	exp, err := strconv.Atoi(sci[strings.IndexByte(sci, 'e')+1:])
+	if err == nil && (exp < -4 || exp >= 16) {
+		// Go's exponent already has a sign and at least two digits.
+		return sci
+	}
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return s
 }
 
 // Decode decodes one JSON value keeping numbers as json.Number, so that
