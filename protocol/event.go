@@ -179,8 +179,7 @@ func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
 		return
 	}
 	s := pycompat.NewScanner(line)
-	s.SkipWS()
-	if s.Peek() != '{' {
+	if !s.Open() {
 		rec.bad = append(rec.bad, malformed(lineNo, "json-object", "line is a JSON value but not an object"))
 		return
 	}
@@ -189,21 +188,11 @@ func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
 		rec.bad = append(rec.bad, malformed(lineNo, "line-break", "line contains a raw line-separator character (U+%04X)", r))
 	}
 	var seen fieldMask
-	s.Skip() // '{'
 	for {
-		s.SkipWS()
-		if s.Peek() == '}' {
+		keyRaw, kind, raw, ok := s.Member()
+		if !ok {
 			break
 		}
-		if s.Peek() == ',' {
-			s.Skip()
-			s.SkipWS()
-		}
-		keyRaw := s.Key()
-		s.SkipWS()
-		s.Skip() // ':'
-		s.SkipWS()
-		kind, raw := s.Value()
 		bit := fieldBit(keyRaw)
 		if bit == 0 {
 			key := pycompat.DecodeString(keyRaw)

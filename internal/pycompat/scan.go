@@ -8,7 +8,7 @@ import (
 // Kind is the kind of a JSON value, named by the byte it starts with.
 type Kind byte
 
-// The kinds Scanner.Value reports.
+// The kinds Scanner.Member reports.
 const (
 	String Kind = '"'
 	Number Kind = '0'
@@ -19,8 +19,8 @@ const (
 	Array  Kind = '['
 )
 
-// Scanner walks the tokens of one JSON text that json.Valid has already
-// accepted. It only finds token boundaries, without decoding or
+// Scanner walks the members of one JSON object that json.Valid has
+// already accepted. It only finds token boundaries, without decoding or
 // allocating, so that a history replay can read the few fields of every
 // line cheaply and keep unknown ones as raw bytes.
 type Scanner struct {
@@ -31,20 +31,47 @@ type Scanner struct {
 // NewScanner returns a Scanner at the start of b.
 func NewScanner(b []byte) *Scanner { return &Scanner{b: b} }
 
-// Peek returns the byte at the position, or 0 at the end.
-func (s *Scanner) Peek() byte {
+// Open moves into the object b holds and reports whether b holds an
+// object at all (rather than another JSON value).
+func (s *Scanner) Open() bool {
+	s.skipWS()
+	if s.peek() != '{' {
+		return false
+	}
+	s.i++
+	return true
+}
+
+// Member returns the next member of the object: its key as a raw string
+// (quotes and escapes included, see DecodeString), the kind of its value
+// and the value's raw bytes. ok is false after the last member.
+func (s *Scanner) Member() (key []byte, kind Kind, raw []byte, ok bool) {
+	s.skipWS()
+	switch s.peek() {
+	case '}', 0:
+		return nil, 0, nil, false
+	case ',':
+		s.i++
+		s.skipWS()
+	}
+	start := s.i
+	s.i = s.strEnd()
+	key = s.b[start:s.i]
+	s.skipWS()
+	s.i++ // ':'
+	s.skipWS()
+	kind, raw = s.value()
+	return key, kind, raw, true
+}
+
+func (s *Scanner) peek() byte {
 	if s.i < len(s.b) {
 		return s.b[s.i]
 	}
 	return 0
 }
 
-// Skip moves past one byte (a structural character such as '{', ':' or
-// ',').
-func (s *Scanner) Skip() { s.i++ }
-
-// SkipWS moves past JSON whitespace.
-func (s *Scanner) SkipWS() {
+func (s *Scanner) skipWS() {
 	for s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
@@ -71,18 +98,10 @@ func (s *Scanner) strEnd() int {
 	return j
 }
 
-// Key returns the raw string (quotes and escapes included) that starts at
-// the position, and moves past it.
-func (s *Scanner) Key() []byte {
+// value moves past one JSON value and returns its kind and raw bytes.
+func (s *Scanner) value() (Kind, []byte) {
 	start := s.i
-	s.i = s.strEnd()
-	return s.b[start:s.i]
-}
-
-// Value moves past one JSON value and returns its kind and raw bytes.
-func (s *Scanner) Value() (Kind, []byte) {
-	start := s.i
-	switch c := s.Peek(); c {
+	switch c := s.peek(); c {
 	case '"':
 		s.i = s.strEnd()
 		return String, s.b[start:s.i]
@@ -131,8 +150,8 @@ func (s *Scanner) skipNumber() {
 	}
 }
 
-// DecodeString returns the text of a raw JSON string (as Key and Value
-// return it). Strings without escapes, nearly all of them, are sliced
+// DecodeString returns the text of a raw JSON string (as Member returns
+// it). Strings without escapes, nearly all of them, are sliced
 // rather than decoded.
 func DecodeString(raw []byte) string {
 	if bytes.IndexByte(raw, '\\') < 0 {

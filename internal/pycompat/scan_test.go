@@ -6,26 +6,16 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// members walks the members of a JSON object with a Scanner, as the
-// event parser does.
 func members(line string) (keys []string, kinds []Kind, raws []string) {
 	s := NewScanner([]byte(line))
-	s.SkipWS()
-	s.Skip() // '{'
+	if !s.Open() {
+		return nil, nil, nil
+	}
 	for {
-		s.SkipWS()
-		if s.Peek() == '}' || s.Peek() == 0 {
+		key, kind, raw, ok := s.Member()
+		if !ok {
 			return
 		}
-		if s.Peek() == ',' {
-			s.Skip()
-			s.SkipWS()
-		}
-		key := s.Key()
-		s.SkipWS()
-		s.Skip() // ':'
-		s.SkipWS()
-		kind, raw := s.Value()
 		keys = append(keys, DecodeString(key))
 		kinds = append(kinds, kind)
 		raws = append(raws, string(raw))
@@ -41,6 +31,7 @@ func TestScanner(t *testing.T) {
 		raws  []string
 	}{
 		{"empty object", ` { } `, nil, nil, nil},
+		{"not an object", ` [1] `, nil, nil, nil},
 		{"every kind", `{"s":"x","n":-1.5e+3,"t":true,"f":false,"z":null,"o":{"a":[1]},"a":[{"b":"]"}]}`,
 			[]string{"s", "n", "t", "f", "z", "o", "a"},
 			[]Kind{String, Number, True, False, Null, Object, Array},
