@@ -170,8 +170,8 @@ func slug(name string) string {
 	return strings.Trim(slugRe.ReplaceAllString(strings.ToLower(name), "-"), "-")
 }
 
-// stateSteps returns the states of the two-participant happy path in
-// order.
+// stateSteps returns the names of the two-participant happy path's
+// states, in order: the i-th is the state after i happy steps.
 func stateSteps() []string {
 	names := make([]string, 0, len(states))
 	for name := range states {
@@ -218,18 +218,15 @@ func parityCorpus() []parityCase {
 }
 
 // matrixCases try every event by every participant at every state of the
-// happy path, with the documents the happy path leaves.
+// happy path, with the documents the happy path leaves: stateNames[i]
+// names the state after i happy steps.
 func matrixCases(l corpusLayout, prefix string, stateNames []string, events []string) []parityCase {
 	var cases []parityCase
 	parts := l.parts
 	if len(parts) == 0 {
 		parts = []string{S, R}
 	}
-	for i, state := range stateNames {
-		steps := i
-		if n, ok := states[state]; ok && l.key() == defaultLayout.key() {
-			steps = n
-		}
+	for steps, state := range stateNames {
 		for _, from := range parts {
 			for _, event := range events {
 				cases = append(cases, parityCase{
