@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"fmt"
 	"math"
 	"math/big"
@@ -228,9 +229,10 @@ func Decode(data []byte) (any, error) {
 	if dec.More() {
 		return nil, errors.New("trailing data after the JSON value")
 	}
-	// A second Decode must hit EOF; More() misses a lone trailing token.
+	// A second Decode must hit EOF; More() misses a lone trailing token,
+	// and a stray closing bracket fails that Decode with another error.
 	var extra any
-	if err := dec.Decode(&extra); err == nil {
+	if err := dec.Decode(&extra); err != io.EOF {
 		return nil, errors.New("trailing data after the JSON value")
 	}
 	return v, nil

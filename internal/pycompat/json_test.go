@@ -168,6 +168,8 @@ func TestDecode(t *testing.T) {
 		{"surrounding whitespace", " [1] \n", true},
 		{"scalar", `2.50`, true},
 		{"two values", `{} {}`, false},
+		{"stray closing bracket", `{}]`, false},
+		{"stray closing brace", `[1]}`, false},
 		{"truncated", `{"a":`, false},
 		{"NaN", `NaN`, false},
 		{"empty", ``, false},
