@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
 // The checkpoint mirrors core field by field: a field added to core and
@@ -59,7 +61,7 @@ func TestCheckpointIsUsedOnlyWhileItDescribesTheFolder(t *testing.T) {
 				var m map[string]any
 				require.NoError(t, json.Unmarshal([]byte(k.read(ProtocolFile)), &m))
 				m["updatedAt"] = "2030-01-01T00:00:00Z"
-				b, err := marshalPyIndent(m)
+				b, err := pycompat.MarshalIndent(m)
 				require.NoError(t, err)
 				k.write(ProtocolFile, string(b))
 			}},
@@ -86,7 +88,7 @@ func TestCheckpointIsUsedOnlyWhileItDescribesTheFolder(t *testing.T) {
 			var m map[string]any
 			require.NoError(t, json.Unmarshal([]byte(k.read(ProtocolFile)), &m))
 			m["objective"] = "Another objective"
-			b, err := marshalPyIndent(m)
+			b, err := pycompat.MarshalIndent(m)
 			require.NoError(t, err)
 			k.write(ProtocolFile, string(b))
 		}},

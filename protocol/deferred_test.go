@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
 // deferByHand switches l to deferred writes without the background
@@ -51,7 +53,7 @@ func TestDeferredProtocolWrites(t *testing.T) {
 				var m map[string]any
 				require.NoError(t, json.Unmarshal([]byte(k.read(ProtocolFile)), &m))
 				m["objective"] = "A new objective"
-				b, err := marshalPyIndent(m)
+				b, err := pycompat.MarshalIndent(m)
 				require.NoError(t, err)
 				k.write(ProtocolFile, string(b))
 			}},

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
 // Readiness is what readiness.md says about the open questions.
@@ -33,7 +35,7 @@ func readDoc(path string) (string, bool, error) {
 		}
 		return "", false, err
 	}
-	return pyText(b), true, nil
+	return pycompat.Text(b), true, nil
 }
 
 // ScanReadiness reads folder/readiness.md.
@@ -47,7 +49,7 @@ func ScanReadiness(folder string) (Readiness, error) {
 
 func scanReadinessText(text string) Readiness {
 	r := Readiness{Text: text}
-	for _, m := range pyRe(`(?m)^\s*-\s*\[([A-Za-z_]+)\]\s*(.*)$`).FindAllStringSubmatch(text, -1) {
+	for _, m := range pycompat.Re(`(?m)^\s*-\s*\[([A-Za-z_]+)\]\s*(.*)$`).FindAllStringSubmatch(text, -1) {
 		status, body := m[1], m[2]
 		switch status {
 		case "blocking", "unresolved", "resolved", "deferred_nonblocking":
@@ -64,7 +66,7 @@ func scanReadinessText(text string) Readiness {
 			r.DeferredMissingReason = append(r.DeferredMissingReason, body)
 		}
 	}
-	r.ReadyToImplement = pyRe(`(?m)^\s*-\s*\[[xX]\]\s*Ready to implement`).MatchString(text)
+	r.ReadyToImplement = pycompat.Re(`(?m)^\s*-\s*\[[xX]\]\s*Ready to implement`).MatchString(text)
 	return r
 }
 
@@ -73,7 +75,7 @@ func scanReadinessText(text string) Readiness {
 func MissingGates(p *Protocol, readinessText string) []string {
 	var missing []string
 	for _, g := range p.GateTexts() {
-		re := pyRe(`(?m)^\s*-\s*\[[xX]\]\s*` + regexp.QuoteMeta(g) + `\s*$`)
+		re := pycompat.Re(`(?m)^\s*-\s*\[[xX]\]\s*` + regexp.QuoteMeta(g) + `\s*$`)
 		if !re.MatchString(readinessText) {
 			missing = append(missing, g)
 		}
@@ -112,7 +114,7 @@ func conclusionProblemsText(text string, p *Protocol) []string {
 		out = append(out, "conclusion.md lacks the sections: "+strings.Join(missing, ", "))
 	}
 	var finals []string
-	for _, m := range pyRe(`(?m)^\s*-\s*\[([A-Za-z_]+)\]\s+(.+)$`).FindAllStringSubmatch(text, -1) {
+	for _, m := range pycompat.Re(`(?m)^\s*-\s*\[([A-Za-z_]+)\]\s+(.+)$`).FindAllStringSubmatch(text, -1) {
 		if completableOutcomes[m[1]] || m[1] == "blocked" {
 			finals = append(finals, m[1])
 		}
@@ -123,7 +125,7 @@ func conclusionProblemsText(text string, p *Protocol) []string {
 	case !completableOutcomes[finals[0]]:
 		out = append(out, "conclusion.md outcome is [blocked], which cannot complete the collaboration")
 	}
-	if containsWordFold(text, "TBD", "TODO", "unresolved", "待定") {
+	if pycompat.ContainsWordFold(text, "TBD", "TODO", "unresolved", "待定") {
 		out = append(out, "conclusion.md still contains a placeholder (TBD, TODO, unresolved)")
 	}
 	if p != nil {
@@ -135,26 +137,26 @@ func conclusionProblemsText(text string, p *Protocol) []string {
 }
 
 func headingPresent(text, heading string) bool {
-	return pyRe(`(?m)^##\s+` + regexp.QuoteMeta(heading) + `\s*$`).MatchString(text)
+	return pycompat.Re(`(?m)^##\s+` + regexp.QuoteMeta(heading) + `\s*$`).MatchString(text)
 }
 
 // sectionHasContent reports whether the first "## heading" section has
 // non-blank text before the next "## " heading.
 func sectionHasContent(text, heading string) bool {
-	loc := pyRe(`(?m)^##\s+` + regexp.QuoteMeta(heading) + `\s*$`).FindStringIndex(text)
+	loc := pycompat.Re(`(?m)^##\s+` + regexp.QuoteMeta(heading) + `\s*$`).FindStringIndex(text)
 	if loc == nil {
 		return false
 	}
 	rest := text[loc[1]:]
-	if next := pyRe(`(?m)^##\s+`).FindStringIndex(rest); next != nil {
+	if next := pycompat.Re(`(?m)^##\s+`).FindStringIndex(rest); next != nil {
 		rest = rest[:next[0]]
 	}
-	return pyStrip(rest) != ""
+	return pycompat.Strip(rest) != ""
 }
 
 // DeliverableStatus returns the "Status:" value of a deliverable, or "".
 func DeliverableStatus(text string) string {
-	m := pyRe(`(?m)^Status:\s*(Draft|In Review|Frozen)\s*$`).FindStringSubmatch(text)
+	m := pycompat.Re(`(?m)^Status:\s*(Draft|In Review|Frozen)\s*$`).FindStringSubmatch(text)
 	if m == nil {
 		return ""
 	}
@@ -166,10 +168,10 @@ func DeliverableStatus(text string) string {
 // participant; later headings win.
 func reviewHeadings(text string) map[string]string {
 	out := map[string]string{}
-	re := pyRe(`^##\s+.+?\s+-\s+(.+?)\s+-\s+seq\s+(\p{Nd}+)\s*$`)
-	for _, line := range pySplitLines(text) {
+	re := pycompat.Re(`^##\s+.+?\s+-\s+(.+?)\s+-\s+seq\s+(\p{Nd}+)\s*$`)
+	for _, line := range pycompat.SplitLines(text) {
 		if m := re.FindStringSubmatch(line); m != nil {
-			out[pyDecimal(m[2])] = pyStrip(m[1])
+			out[pycompat.Decimal(m[2])] = pycompat.Strip(m[1])
 		}
 	}
 	return out
@@ -181,8 +183,8 @@ func reviewHeadings(text string) map[string]string {
 func decisionProblems(text string, p *Protocol) []string {
 	var out []string
 	seen := map[string]bool{}
-	headRe := pyRe(`(?m)^###\s+(.+)$`)
-	idRe := pyRe(`^(D[0-9]+)\.\s+.+`)
+	headRe := pycompat.Re(`(?m)^###\s+(.+)$`)
+	idRe := pycompat.Re(`^(D[0-9]+)\.\s+.+`)
 	refs := []string{p.PrimaryRef()}
 	for _, s := range p.Supporting {
 		refs = append(refs, p.Ref(s.File))
@@ -204,10 +206,10 @@ func decisionProblems(text string, p *Protocol) []string {
 			}
 		}
 		body := ""
-		block := pyRe(`(?m)^###\s+` + regexp.QuoteMeta(heading) + `\s*$`)
+		block := pycompat.Re(`(?m)^###\s+` + regexp.QuoteMeta(heading) + `\s*$`)
 		if loc := block.FindStringIndex(text); loc != nil {
 			body = text[loc[1]:]
-			if next := pyRe(`(?m)^###\s+`).FindStringIndex(body); next != nil {
+			if next := pycompat.Re(`(?m)^###\s+`).FindStringIndex(body); next != nil {
 				body = body[:next[0]]
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
 // Event names of ACP schema v2.
@@ -128,17 +130,6 @@ func malformed(line int, rule, format string, args ...any) Violation {
 	return Violation{File: EventsFile, Line: line, Rule: rule, Msg: fmt.Sprintf(format, args...), Kind: Malformed}
 }
 
-// splitsLine reports runes that Python's str.splitlines treats as line
-// boundaries; a line holding one raw would be read back as two lines by
-// tools that split that way, so such lines are refused.
-func splitsLine(r rune) bool {
-	switch r {
-	case '\n', '\r', '\v', '\f', 0x1c, 0x1d, 0x1e, 0x85, 0x2028, 0x2029:
-		return true
-	}
-	return false
-}
-
 // parseLine parses one line of events.jsonl (without its newline). It never
 // fails outright: problems are reported in rec.bad, and rec.object tells
 // whether the line still counts as an event for the history. One "\r"
@@ -157,12 +148,12 @@ type interner map[string]string
 
 func (in interner) get(raw []byte) string {
 	if in == nil {
-		return decodeString(raw)
+		return pycompat.DecodeString(raw)
 	}
 	if s, ok := in[string(raw)]; ok {
 		return s
 	}
-	s := decodeString(raw)
+	s := pycompat.DecodeString(raw)
 	if len(in) < 1024 {
 		in[string(raw)] = s
 	}
@@ -179,7 +170,7 @@ func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
 		rec.bad = append(rec.bad, malformed(lineNo, "utf8", "line is not valid UTF-8"))
 		return
 	}
-	if isBlank(line) {
+	if pycompat.IsBlank(line) {
 		rec.bad = append(rec.bad, malformed(lineNo, "empty-line", "line is empty"))
 		return
 	}
@@ -187,37 +178,24 @@ func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
 		rec.bad = append(rec.bad, malformed(lineNo, "json", "line is not one JSON value"))
 		return
 	}
-	s := &scanner{b: line}
-	s.skipWS()
-	if s.peek() != '{' {
+	s := pycompat.NewScanner(line)
+	if !s.Open() {
 		rec.bad = append(rec.bad, malformed(lineNo, "json-object", "line is a JSON value but not an object"))
 		return
 	}
 	rec.object = true
-	if r := lineBreakRune(line); r != 0 {
+	if r := pycompat.LineBreakRune(line); r != 0 {
 		rec.bad = append(rec.bad, malformed(lineNo, "line-break", "line contains a raw line-separator character (U+%04X)", r))
 	}
 	var seen fieldMask
-	s.i++ // '{'
 	for {
-		s.skipWS()
-		if s.peek() == '}' {
+		keyRaw, kind, raw, ok := s.Member()
+		if !ok {
 			break
 		}
-		if s.peek() == ',' {
-			s.i++
-			s.skipWS()
-		}
-		keyEnd := s.strEnd()
-		keyRaw := s.b[s.i:keyEnd]
-		s.i = keyEnd
-		s.skipWS()
-		s.i++ // ':'
-		s.skipWS()
-		kind, raw := s.value()
 		bit := fieldBit(keyRaw)
 		if bit == 0 {
-			key := decodeString(keyRaw)
+			key := pycompat.DecodeString(keyRaw)
 			if bit = fieldBit([]byte(`"` + key + `"`)); bit == 0 {
 				if contains(rec.unknown, key) {
 					rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", key))
@@ -261,42 +239,6 @@ func trimCR(line []byte) []byte {
 	return line
 }
 
-// isBlank reports a line of whitespace only (Python's str.isspace set).
-func isBlank(line []byte) bool {
-	for i := 0; i < len(line); {
-		c := line[i]
-		if c < utf8.RuneSelf {
-			if !pyIsSpace(rune(c)) {
-				return false
-			}
-			i++
-			continue
-		}
-		r, n := utf8.DecodeRune(line[i:])
-		if !pyIsSpace(r) {
-			return false
-		}
-		i += n
-	}
-	return true
-}
-
-// lineBreakRune returns the first raw character of line that line
-// splitters treat as a line break, or 0.
-func lineBreakRune(line []byte) rune {
-	for i := 0; i < len(line); i++ {
-		switch c := line[i]; {
-		case c == '\n', c == '\r', c == '\v', c == '\f', c >= 0x1c && c <= 0x1e:
-			return rune(c)
-		case c == 0xC2 || c == 0xE2:
-			if r, _ := utf8.DecodeRune(line[i:]); splitsLine(r) {
-				return r
-			}
-		}
-	}
-	return 0
-}
-
 var fieldNames = map[fieldMask]string{fSeq: "seq", fFrom: "from", fEvent: "event", fAt: "at", fSummary: "summary",
 	fDoc: "doc", fReplyTo: "reply_to", fRole: "role", fSHA: "sha256"}
 
@@ -331,10 +273,10 @@ var requiredFields = []struct {
 	bit  fieldMask
 }{{"seq", fSeq}, {"from", fFrom}, {"event", fEvent}, {"at", fAt}, {"summary", fSummary}}
 
-func (rec *record) setField(bit fieldMask, kind byte, raw []byte, lineNo int, in interner) {
+func (rec *record) setField(bit fieldMask, kind pycompat.Kind, raw []byte, lineNo int, in interner) {
 	key := fieldNames[bit]
 	isString := func() bool {
-		if kind != '"' {
+		if kind != pycompat.String {
 			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be a string", key))
 			return false
 		}
@@ -342,7 +284,7 @@ func (rec *record) setField(bit fieldMask, kind byte, raw []byte, lineNo int, in
 		return true
 	}
 	wantInt := func() (int, bool) {
-		if kind != '0' || bytes.ContainsAny(raw, ".eE") {
+		if kind != pycompat.Number || bytes.ContainsAny(raw, ".eE") {
 			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be an integer", key))
 			return 0, false
 		}
@@ -367,7 +309,7 @@ func (rec *record) setField(bit fieldMask, kind byte, raw []byte, lineNo int, in
 		}
 	case fAt:
 		if isString() {
-			rec.At = decodeString(raw)
+			rec.At = pycompat.DecodeString(raw)
 			t, ok := parseTime(rec.At)
 			if !ok {
 				rec.bad = append(rec.bad, malformed(lineNo, "at-format", "at %q is not an ISO-8601 UTC timestamp such as 2026-01-02T03:04:05Z", rec.At))
@@ -376,11 +318,11 @@ func (rec *record) setField(bit fieldMask, kind byte, raw []byte, lineNo int, in
 		}
 	case fSummary:
 		if isString() && in == nil {
-			rec.Summary = decodeString(raw)
+			rec.Summary = pycompat.DecodeString(raw)
 		}
 	case fDoc:
 		if isString() {
-			rec.Doc = decodeString(raw)
+			rec.Doc = pycompat.DecodeString(raw)
 		}
 	case fReplyTo:
 		if n, ok := wantInt(); ok {
@@ -394,12 +336,12 @@ func (rec *record) setField(bit fieldMask, kind byte, raw []byte, lineNo int, in
 			case `"supporting"`:
 				rec.Role = RoleSupporting
 			default:
-				rec.Role = decodeString(raw)
+				rec.Role = pycompat.DecodeString(raw)
 			}
 		}
 	case fSHA:
 		if isString() {
-			rec.SHA256 = decodeString(raw)
+			rec.SHA256 = pycompat.DecodeString(raw)
 		}
 	}
 }
@@ -415,103 +357,7 @@ func canonicalEvent(raw []byte) string {
 			}
 		}
 	}
-	return decodeString(raw)
-}
-
-func decodeString(raw []byte) string {
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1 : len(raw)-1])
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return string(raw[1 : len(raw)-1])
-	}
-	return s
-}
-
-// scanner walks a byte slice that json.Valid has already accepted, so it
-// only needs to find token boundaries.
-type scanner struct {
-	b []byte
-	i int
-}
-
-func (s *scanner) peek() byte {
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-func (s *scanner) skipWS() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-// strEnd returns the index just past the string starting at s.i.
-func (s *scanner) strEnd() int {
-	j := s.i + 1
-	for j < len(s.b) {
-		switch s.b[j] {
-		case '\\':
-			j += 2
-		case '"':
-			return j + 1
-		default:
-			j++
-		}
-	}
-	return j
-}
-
-// value skips one JSON value and returns its kind ('"', '0' for numbers,
-// 't', 'f', 'n', '{', '[') and raw bytes.
-func (s *scanner) value() (byte, []byte) {
-	start := s.i
-	switch c := s.peek(); c {
-	case '"':
-		s.i = s.strEnd()
-		return '"', s.b[start:s.i]
-	case '{', '[':
-		depth := 0
-		for s.i < len(s.b) {
-			switch s.b[s.i] {
-			case '"':
-				s.i = s.strEnd()
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-			}
-			s.i++
-			if depth == 0 {
-				break
-			}
-		}
-		return c, s.b[start:s.i]
-	case 't', 'f', 'n':
-		for s.i < len(s.b) && s.b[s.i] >= 'a' && s.b[s.i] <= 'z' {
-			s.i++
-		}
-		return c, s.b[start:s.i]
-	default:
-		for s.i < len(s.b) {
-			switch s.b[s.i] {
-			case '-', '+', '.', 'e', 'E', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-				s.i++
-				continue
-			}
-			break
-		}
-		return '0', s.b[start:s.i]
-	}
+	return pycompat.DecodeString(raw)
 }
 
 // encodeLine renders an event as one compact JSON line, fields in the
@@ -521,16 +367,16 @@ func encodeLine(e Event) []byte {
 	b.WriteString(`{"seq":`)
 	b.WriteString(strconv.Itoa(e.Seq))
 	b.WriteString(`,"from":`)
-	writeLineString(&b, e.From)
+	pycompat.WriteLineString(&b, e.From)
 	b.WriteString(`,"event":`)
-	writeLineString(&b, e.Event)
+	pycompat.WriteLineString(&b, e.Event)
 	b.WriteString(`,"at":`)
-	writeLineString(&b, e.At)
+	pycompat.WriteLineString(&b, e.At)
 	b.WriteString(`,"summary":`)
-	writeLineString(&b, e.Summary)
+	pycompat.WriteLineString(&b, e.Summary)
 	if e.Doc != "" {
 		b.WriteString(`,"doc":`)
-		writeLineString(&b, e.Doc)
+		pycompat.WriteLineString(&b, e.Doc)
 	}
 	if e.ReplyTo != nil {
 		b.WriteString(`,"reply_to":`)
@@ -538,11 +384,11 @@ func encodeLine(e Event) []byte {
 	}
 	if e.Role != "" {
 		b.WriteString(`,"role":`)
-		writeLineString(&b, e.Role)
+		pycompat.WriteLineString(&b, e.Role)
 	}
 	if e.SHA256 != "" {
 		b.WriteString(`,"sha256":`)
-		writeLineString(&b, e.SHA256)
+		pycompat.WriteLineString(&b, e.SHA256)
 	}
 	b.WriteByte('}')
 	return b.Bytes()

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
 // InitOptions are the inputs of Init, one per flag of `acpfs init`.
@@ -59,7 +61,7 @@ type initPlan struct {
 // disk.
 func checkInitOptions(o InitOptions) (initPlan, error) {
 	p := initPlan{
-		objective:    pyStrip(o.Objective),
+		objective:    pycompat.Strip(o.Objective),
 		participants: stripUnique(o.Participants),
 		objGates:     stripNonBlank(o.Completion),
 		primaryType:  o.PrimaryType,
@@ -117,7 +119,7 @@ func (p initPlan) checkFiles() error {
 func stripUnique(items []string) []string {
 	var out []string
 	for _, s := range items {
-		if s = pyStrip(s); s != "" && !contains(out, s) {
+		if s = pycompat.Strip(s); s != "" && !contains(out, s) {
 			out = append(out, s)
 		}
 	}
@@ -128,7 +130,7 @@ func stripUnique(items []string) []string {
 func stripNonBlank(items []string) []string {
 	var out []string
 	for _, s := range items {
-		if s = pyStrip(s); s != "" {
+		if s = pycompat.Strip(s); s != "" {
 			out = append(out, s)
 		}
 	}
@@ -237,7 +239,7 @@ func anySlice(items []string) []any {
 
 // writeProtocol creates the folder and its protocol.json.
 func (p initPlan) writeProtocol(folder, stamp string) error {
-	data, err := marshalPyIndent(p.protocolJSON(stamp))
+	data, err := pycompat.MarshalIndent(p.protocolJSON(stamp))
 	if err != nil {
 		return fmt.Errorf("encode protocol.json: %w", err)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
 func TestCatchUpIncremental(t *testing.T) {
@@ -129,7 +131,7 @@ func TestProtocolJSONRewrite(t *testing.T) {
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(k.read(ProtocolFile)), &raw))
 	raw["x-note"] = "<kept & \"quoted\"> é"
-	data, err := marshalPyIndent(raw)
+	data, err := pycompat.MarshalIndent(raw)
 	require.NoError(t, err)
 	k.write(ProtocolFile, string(data))
 
@@ -148,13 +150,7 @@ func TestProtocolJSONRewrite(t *testing.T) {
 	}
 }
 
-func TestMarshalPyIndent(t *testing.T) {
-	v, err := decodeJSON([]byte(`{"b":[1,{"z":null,"a":true}],"a":{},"c":[],"d":"\u0001\t\u2028<>&","e":2.50}`))
-	require.NoError(t, err)
-	out, err := marshalPyIndent(v)
-	require.NoError(t, err)
-	want := "{\n  \"a\": {},\n  \"b\": [\n    1,\n    {\n      \"a\": true,\n      \"z\": null\n    }\n  ],\n  \"c\": [],\n  \"d\": \"\\u0001\\t\u2028<>&\",\n  \"e\": 2.50\n}\n"
-	assert.Equal(t, want, string(out))
+func TestEncodeLineEscapesSeparators(t *testing.T) {
 	assert.Equal(t, `{"seq":1,"from":"a","event":"blocked","at":"t","summary":"x\u2028y<>"}`,
 		string(encodeLine(Event{Seq: 1, From: "a", Event: "blocked", At: "t", Summary: "x\u2028y<>"})))
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/acpfs/acpfs/internal/pycompat"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/internal/atomicfile"
@@ -142,7 +144,7 @@ func (l *Log) catchUpLocked(f *os.File) error {
 // the first problem is remembered: new appends are refused until the
 // history is repaired.
 func (l *Log) applyHistoryLocked(line []byte, lineNo int) {
-	if utf8.Valid(line) && isBlank(line) {
+	if utf8.Valid(line) && pycompat.IsBlank(line) {
 		return
 	}
 	rec := &l.scratch
@@ -307,7 +309,7 @@ func (l *Log) renderProtocolLocked(next *core, at time.Time) {
 // protocolDataLocked returns the bytes of the in-memory protocol.json.
 func (l *Log) protocolDataLocked() ([]byte, error) {
 	if l.protoData == nil {
-		data, err := marshalPyIndent(l.proto.Raw)
+		data, err := pycompat.MarshalIndent(l.proto.Raw)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s: %w", ProtocolFile, err)
 		}
@@ -421,7 +423,7 @@ func (l *Log) checkProtocolWriteLocked(content []byte) error {
 	bad := func(format string, args ...any) error {
 		return &Error{Kind: Rejected, Rule: "protocol-json", Msg: fmt.Sprintf(format, args...)}
 	}
-	v, err := decodeJSON(content)
+	v, err := pycompat.Decode(content)
 	if err != nil {
 		return bad("the new protocol.json is not valid JSON: %v", err)
 	}
@@ -452,7 +454,7 @@ func (l *Log) checkProtocolWriteLocked(content []byte) error {
 	for _, k := range []string{"currentPhase", "proposalOwner", "waitingFor"} {
 		w, wok := want[k]
 		got, gok := m[k]
-		if wok != gok || (wok && !jsonEqual(w, got)) {
+		if wok != gok || (wok && !pycompat.Equal(w, got)) {
 			return bad("%s would be %s but the events give %s; protocol.json is derived from events.jsonl", k, pyRepr(got), pyRepr(w))
 		}
 	}
@@ -463,7 +465,7 @@ func (l *Log) checkProtocolWriteLocked(content []byte) error {
 			}
 			a, aok := l.proto.Raw[k]
 			b, bok := m[k]
-			if aok != bok || !jsonEqual(a, b) {
+			if aok != bok || !pycompat.Equal(a, b) {
 				return bad("the write changes %s; only currentPhase, proposalOwner, waitingFor and updatedAt may change", k)
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"unicode/utf8"
+
+	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
 // PendingState classifies the bytes that a writer of events.jsonl left
@@ -55,7 +57,7 @@ func (s PendingState) String() string {
 // is appended as if the newline had been written (see AppendPending),
 // while a cut-off or broken line is still refused.
 func ClassifyPending(pending []byte) PendingState {
-	if utf8.Valid(pending) && isBlank(pending) {
+	if utf8.Valid(pending) && pycompat.IsBlank(pending) {
 		return PendingEmpty
 	}
 	if json.Valid(pending) {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
 func TestClassifyPending(t *testing.T) {
@@ -115,7 +117,7 @@ func FuzzClassifyPending(f *testing.F) {
 		if got == PendingComplete {
 			assert.True(t, json.Valid(data))
 		}
-		if !json.Valid(data) || isBlank(data) {
+		if !json.Valid(data) || pycompat.IsBlank(data) {
 			return
 		}
 		assert.Equal(t, PendingComplete, got)

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
 // File names inside a collaboration folder: the two files acpfs maintains
@@ -111,7 +113,7 @@ func LoadProtocol(folder string) (*Protocol, error) {
 
 // ParseProtocol parses the content of a protocol.json file.
 func ParseProtocol(data []byte) (*Protocol, error) {
-	v, err := decodeJSON(data)
+	v, err := pycompat.Decode(data)
 	if err != nil {
 		return nil, &Error{Kind: Unavailable, Rule: "protocol-json", Msg: fmt.Sprintf("protocol.json is not valid JSON: %v", err)}
 	}
@@ -175,14 +177,14 @@ func parseDeliverable(m map[string]any) Deliverable {
 		switch c := m["checklist"].(type) {
 		case []any:
 			for _, item := range c {
-				if s, ok := item.(string); ok && pyStrip(s) != "" {
-					d.sections = append(d.sections, pyStrip(s))
+				if s, ok := item.(string); ok && pycompat.Strip(s) != "" {
+					d.sections = append(d.sections, pycompat.Strip(s))
 				}
 			}
 		case string:
 			// Iterating a string yields its characters.
 			for _, r := range c {
-				if s := pyStrip(string(r)); s != "" {
+				if s := pycompat.Strip(string(r)); s != "" {
 					d.sections = append(d.sections, s)
 				}
 			}
@@ -284,7 +286,7 @@ func sameStatic(a, b map[string]any) bool {
 			continue
 		}
 		w, ok := b[k]
-		if !ok || !jsonEqual(v, w) {
+		if !ok || !pycompat.Equal(v, w) {
 			return false
 		}
 	}

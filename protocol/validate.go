@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/acpfs/acpfs/internal/pycompat"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -48,7 +50,7 @@ func (v *validator) readText(path, name string) (string, bool) {
 	if !utf8.Valid(b) {
 		v.err(name, "utf8", "%s is not valid UTF-8", name)
 	}
-	return pyText(b), true
+	return pycompat.Text(b), true
 }
 
 // historyFacts are what the folder-level rules need from the replay.
@@ -122,7 +124,7 @@ func validateFolder(folder string) Result {
 		for i, w := range st.waiting {
 			want[i] = w
 		}
-		if !jsonEqual(val, want) {
+		if !pycompat.Equal(val, want) {
 			v.err(ProtocolFile, "derived-state", "waitingFor is %s but the events give %s", pyRepr(val), pyRepr(want))
 		}
 	}
@@ -189,7 +191,7 @@ func (v *validator) protocolFields(p *Protocol) {
 	if raw["protocol"] != ProtocolName {
 		v.err(ProtocolFile, "protocol-name", "protocol must be %q", ProtocolName)
 	}
-	if !jsonEqual(raw["schemaVersion"], json.Number(strconv.Itoa(SchemaVersion))) {
+	if !pycompat.Equal(raw["schemaVersion"], json.Number(strconv.Itoa(SchemaVersion))) {
 		v.err(ProtocolFile, "schema-version", "schemaVersion must be %d", SchemaVersion)
 	}
 	if ph, ok := raw["currentPhase"].(string); !ok || !knownPhase(ph) {
@@ -209,7 +211,7 @@ func (v *validator) protocolFields(p *Protocol) {
 			m, ok := g.(map[string]any)
 			src, _ := m["source"].(string)
 			text, textOK := m["text"].(string)
-			if !ok || (src != "objective" && src != "generated") || !textOK || pyStrip(text) == "" {
+			if !ok || (src != "objective" && src != "generated") || !textOK || pycompat.Strip(text) == "" {
 				v.err(ProtocolFile, "completion-gates", "completionGates[%d] needs source (objective or generated) and a text", i+1)
 				continue
 			}
@@ -248,7 +250,7 @@ func (v *validator) deliverablesSchema(p *Protocol) bool {
 	if mode == "external" {
 		rr, ok := p.Raw["repoRoot"].(string)
 		switch {
-		case !ok || pyStrip(rr) == "":
+		case !ok || pycompat.Strip(rr) == "":
 			e("repoRoot is required for external deliverables")
 		case strings.HasPrefix(rr, "/"):
 			e("repoRoot must be relative to the folder")
@@ -265,7 +267,7 @@ func (v *validator) deliverablesSchema(p *Protocol) bool {
 			}
 		}
 	}
-	if dir, ok := d["dir"].(string); !ok || pyStrip(dir) == "" {
+	if dir, ok := d["dir"].(string); !ok || pycompat.Strip(dir) == "" {
 		e("deliverables.dir is required")
 	} else if pathEscapes(dir) {
 		e("deliverables.dir must be relative and must not contain ..")
@@ -396,7 +398,7 @@ func (v *validator) replay(f *os.File, p *Protocol, headings map[string]string) 
 					"appends are refused until it ends with a newline)"}.String())
 			return
 		}
-		if utf8.Valid(line) && isBlank(line) {
+		if utf8.Valid(line) && pycompat.IsBlank(line) {
 			return
 		}
 		rec := &scratch

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
 // editJSON rewrites protocol.json through f.
@@ -16,7 +18,7 @@ func (k *kit) editJSON(f func(m map[string]any)) {
 	var m map[string]any
 	require.NoError(k.t, json.Unmarshal([]byte(k.read(ProtocolFile)), &m))
 	f(m)
-	b, err := marshalPyIndent(m)
+	b, err := pycompat.MarshalIndent(m)
 	require.NoError(k.t, err)
 	k.write(ProtocolFile, string(b))
 }
