@@ -2,13 +2,13 @@
 GO      ?= go
 BIN     := bin/acpfs
 # Packages that never mount anything: run under the race detector.
-PURE    := ./protocol/... ./grants/... ./ledger/... ./audit/... ./internal/... ./cmd/...
+PURE    := ./protocol/... ./grants/... ./ledger/... ./audit/... ./internal/... ./cmd/... ./store/...
 # Packages whose tests use real FUSE mounts.
 FUSE    := ./fs/... ./mount/... ./integration/... ./bench/...
 
 PREFIX  ?= /usr/local
 
-.PHONY: all build install test test-pure test-fuse lint bench bench-core bench-fs demo clean conformance
+.PHONY: all build build-nats install test test-pure test-fuse lint bench bench-core bench-fs demo demo-cluster clean conformance
 
 all: build
 
@@ -18,6 +18,10 @@ all: build
 # nothing in acpfs needs cgo.
 build:
 	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o $(BIN) ./cmd/acpfs
+
+# A JetStream server built from the Go module, for trying several hosts.
+build-nats:
+	CGO_ENABLED=0 $(GO) build -o bin/acpfs-nats ./cmd/acpfs-nats
 
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/acpfs
@@ -41,6 +45,10 @@ clean:
 # The main job: an end-to-end collaboration through per-agent mounts.
 demo: build
 	ACPFS=$(CURDIR)/$(BIN) bash examples/demo.sh
+
+# The same collaboration across two hosts joined by NATS JetStream.
+demo-cluster: build build-nats
+	ACPFS=$(CURDIR)/$(BIN) ACPFS_NATS=$(CURDIR)/bin/acpfs-nats bash examples/demo-cluster.sh
 
 # Benchmarks: the library and CLI figures, then the FUSE harness that
 # compares native, plain go-fuse loopback and acpfs in one run

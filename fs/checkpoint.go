@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
 
@@ -67,7 +68,25 @@ func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) 
 		}
 		return nil, verdict.errno
 	}
+	if o.class() != classRead {
+		// Judged after the policy, so a hidden name stays ENOENT.
+		if errno := f.gated(ctx, o.String(), rel); errno != 0 {
+			t.close()
+			return nil, errno
+		}
+	}
 	return t, 0
+}
+
+// gated refuses a change while the gate is closed.
+func (f *FS) gated(ctx context.Context, op, rel string) syscall.Errno {
+	if f.gate == nil {
+		return 0
+	}
+	if err := f.gate(); err != nil {
+		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EROFS, "read-only: "+err.Error())
+	}
+	return 0
 }
 
 // shows reports whether the view shows an entry at rel now (a private

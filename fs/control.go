@@ -244,6 +244,13 @@ func (f *FS) statusText(ctx context.Context) ([]byte, syscall.Errno) {
 	} else {
 		b.WriteString("ledger: recording\n")
 	}
+	if f.gate != nil {
+		if err := f.gate(); err != nil {
+			fmt.Fprintf(&b, "writes: refused with EROFS, reads go on (%v)\n", err)
+		} else {
+			b.WriteString("writes: open\n")
+		}
+	}
 	turn := "no"
 	if ready {
 		turn = "yes"

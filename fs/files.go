@@ -386,6 +386,9 @@ func (h *handle) writeCheck(ctx context.Context, op string) syscall.Errno {
 		return syscall.EBADF
 	}
 	p := h.path()
+	if errno := h.fsys.gated(ctx, op, p); errno != 0 {
+		return errno
+	}
 	if h.isStaged(p) {
 		return 0
 	}
@@ -512,6 +515,9 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 	// other writers itself, so no refresh is needed here.
 	if !e.fsys.matcher().Writable(protocol.EventsFile) {
 		return 0, e.fsys.deny(ctx, ledger.KindDenied, "append", protocol.EventsFile, syscall.EACCES, "not writable under the grant")
+	}
+	if errno := e.fsys.gated(ctx, "append", protocol.EventsFile); errno != 0 {
+		return 0, errno
 	}
 	consumed := 0
 	rest := data
@@ -650,6 +656,12 @@ func (f *FS) refuseAppend(ctx context.Context, err error) syscall.Errno {
 		// The folder itself is broken (unreadable files, a history
 		// that already violates the protocol): not this line's fault.
 		errno = syscall.EIO
+		if protocol.RuleOf(err) == "store" {
+			// The store of a multi-host collaboration did not take
+			// it: nothing changed, and the view is read-only until
+			// the store answers again.
+			errno = syscall.EROFS
+		}
 	}
 	return f.denyAs(ctx, ledger.KindAppendRejected, "append", protocol.EventsFile, errno, err.Error(), "rule "+protocol.RuleOf(err))
 }

@@ -72,6 +72,11 @@ type Options struct {
 	// (absolute paths) that this agent must see instead of the live file:
 	// an artifact handed to it reads exactly as it was handed over.
 	Handoffs map[string]string
+	// Gate, when set, is asked before every change to the folder, and
+	// while it returns an error the view is read-only (EROFS): a host
+	// cut off from the store of a collaboration served from several
+	// hosts must not change its copy, or the copies would fork.
+	Gate func() error
 	// Fault, when set, is called at the start of every handler; tests use
 	// it to inject panics. It is never set in production.
 	Fault func(op, rel string)
@@ -104,6 +109,7 @@ type FS struct {
 	maxFiles    int64
 	repeats     *repeats // aggregation of repeated reads and refusals (AuditCompact)
 	fault       func(op, rel string)
+	gate        func() error
 	hidden      []string
 
 	// view holds the grant, its compiled matcher and the handoff map; it
@@ -171,6 +177,7 @@ func New(opts Options) (*FS, error) {
 		maxHandles:  capOr(opts.MaxHandles, DefaultMaxHandles),
 		repeats:     newRepeats(),
 		fault:       opts.Fault,
+		gate:        opts.Gate,
 		hidden:      opts.Hidden,
 		turn:        make(chan struct{}),
 	}

@@ -42,6 +42,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "build acpfs:", err)
 		return 1
 	}
+	// The README's several-hosts example runs a JetStream server.
+	natsBuild := exec.Command("go", "build", "-o", filepath.Join(tmpRoot, "acpfs-nats"), "../cmd/acpfs-nats")
+	natsBuild.Stdout, natsBuild.Stderr = os.Stdout, os.Stderr
+	if err := natsBuild.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build acpfs-nats:", err)
+		return 1
+	}
 	code := m.Run()
 	if err := testutil.DetachLeftovers(tmpRoot); err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)

@@ -83,6 +83,11 @@ const (
 	KindSegmentEnd      = "segment_end"      // the last record of a sealed segment
 	KindSegmentStart    = "segment_start"    // the first record of a new segment
 	KindLedgerRecovered = "ledger_recovered" // a writer resumed after an operator restored the ledger
+
+	// Several hosts: what a host's document sync did (see store.DocsOptions).
+	KindDocConflict = "doc_conflict"  // two hosts wrote one file from one revision: both versions kept
+	KindDocRefused  = "doc_refused"   // a document from the store was refused (bad path, header, hash)
+	KindDocTooLarge = "doc_too_large" // a file too large for the store stays on its host
 )
 
 // Record is one ledger line. Seq, At, Prev and Hash are set by the Writer.

@@ -41,6 +41,9 @@ type CoordinatorConfig struct {
 	// Participants are the ACP participants of the folder; a grant for
 	// anyone else is refused.
 	Participants []string
+	// Gate makes every view read-only while it returns an error (a host
+	// cut off from the store; see fs.Options.Gate).
+	Gate func() error
 	// Notify receives one line per event an operator should see: a view
 	// unmounted because its grant was revoked or removed, a new grant
 	// mounted, a dead view of a killed coordinator detached. Nil means
@@ -503,7 +506,7 @@ func (c *Coordinator) reconcile(starting bool) error {
 		hidden := []string{c.cfg.Runs.Root, filepath.Dir(c.cfg.Ledger.Path())}
 		m, err := Start(Config{
 			Folder: c.cfg.Folder, Mountpoint: mp, Grant: gf.Grant, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
-			Hidden: hidden, AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, MaxWriteBytes: c.cfg.MaxWriteBytes, MaxFiles: c.cfg.MaxFiles, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher,
+			Hidden: hidden, AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, MaxWriteBytes: c.cfg.MaxWriteBytes, MaxFiles: c.cfg.MaxFiles, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("mount %s: %w", agent, err))

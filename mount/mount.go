@@ -31,6 +31,9 @@ type Config struct {
 	Folder     string // backing collaboration folder
 	Mountpoint string
 	Grant      *grants.Grant
+	// Gate makes the view read-only while it returns an error (see
+	// fs.Options.Gate).
+	Gate func() error
 	// GrantPath, when set, is watched: a changed grant applies to the
 	// live view, a revoked or removed one hides everything at once.
 	GrantPath string
@@ -117,6 +120,7 @@ func Start(cfg Config) (*Mount, error) {
 	f, err := acpfs.New(acpfs.Options{
 		Folder: folder, Grant: cfg.Grant, Hidden: hidden, Log: cfg.Log, Ledger: cfg.Ledger,
 		AuditReads: cfg.AuditReads, Audit: cfg.Audit, MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles, Passthrough: cfg.Passthrough, Handoffs: cfg.Handoffs, Fault: cfg.Fault,
+		Gate: cfg.Gate,
 	})
 	if err != nil {
 		return nil, err

@@ -118,6 +118,8 @@ type Log struct {
 	scratch         record   // reused by replays
 	intern          interner // participant ids seen in the history
 
+	replica Replica // the authority when several hosts serve the folder
+
 	resolvedFolder string
 	frozenKeys     map[string]string // doc reference -> Snapshot.Frozen key
 	closed         bool
@@ -148,7 +150,7 @@ func (l *Log) AppendLine(line []byte, participant string) (Event, error) {
 // leave a line on disk without its record.
 func (l *Log) AppendLineRecorded(line []byte, participant string, record func(Event) error) (Event, error) {
 	return l.appendLocked(func(f *os.File) (Event, error) {
-		return l.commitLocked(f, line, participant, record)
+		return l.commitRetryLocked(f, func() []byte { return line }, participant, record)
 	})
 }
 
@@ -204,7 +206,8 @@ type EventSpec struct {
 // through the same path as AppendLine.
 func (l *Log) Append(spec EventSpec) (Event, error) {
 	return l.appendLocked(func(f *os.File) (Event, error) {
-		return l.commitLocked(f, encodeLine(l.newEventLocked(spec)), spec.Participant, nil)
+		mk := func() []byte { return encodeLine(l.newEventLocked(spec)) }
+		return l.commitRetryLocked(f, mk, spec.Participant, nil)
 	})
 }
 

@@ -211,6 +211,11 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 				Msg: fmt.Sprintf("the event was valid but could not be recorded, so it was not appended: %v", err)}
 		}
 	}
+	if l.replica != nil {
+		if err := l.publishLocked(f, lineNo, line); err != nil {
+			return Event{}, err
+		}
+	}
 	buf := make([]byte, 0, len(line)+1)
 	buf = append(append(buf, line...), '\n')
 	n, err := f.Write(buf)

@@ -15,6 +15,7 @@ func newAppendCmd() *cobra.Command {
 		folder  string
 		spec    protocol.EventSpec
 		replyTo int
+		sf      storeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "append",
@@ -28,7 +29,12 @@ The state derived from the history is kept between runs in a checkpoint
 ($ACPFS_CHECKPOINT_DIR, default acpfs/checkpoints in the user's cache
 directory), used only while events.jsonl is the same file, ends with the
 same line and protocol.json declares the same collaboration: each run then
-reads only what was appended since the last one.`,
+reads only what was appended since the last one.
+
+With --store the collaboration is served from several hosts: the event is
+checked against the folder caught up with the store, and appended only if
+the store takes it as the next line (an append from another host that
+went in first makes this one catch up and check again).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := protoChoice("event", spec.Event, protocol.EventNames); err != nil {
@@ -51,6 +57,17 @@ reads only what was appended since the last one.`,
 				return withCode(exitFailed, err)
 			}
 			defer l.Close()
+			st, err := sf.open(cmd.Context(), false)
+			if err != nil {
+				return withCode(exitFailed, err)
+			}
+			if st != nil {
+				defer st.Close()
+				l.SetReplica(st.Events())
+				if _, err := l.Pull(); err != nil {
+					return withCode(exitFailed, err)
+				}
+			}
 			if cmd.Flags().Changed("reply-to") {
 				spec.ReplyTo = &replyTo
 			}
@@ -74,6 +91,7 @@ reads only what was appended since the last one.`,
 	f.IntVar(&replyTo, "reply-to", 0, "seq of the earlier event this one responds to")
 	f.StringVar(&spec.Role, "role", "", "deliverable role for deliverable_* events: primary or supporting")
 	f.StringVar(&spec.SHA256, "sha256", "", "64 lowercase hex digits: SHA-256 of the deliverable, for deliverable_frozen")
+	sf.register(cmd)
 	for _, name := range []string{"folder", "participant", "event", "summary"} {
 		_ = cmd.MarkFlagRequired(name)
 	}

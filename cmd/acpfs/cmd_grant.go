@@ -86,6 +86,7 @@ type grantCreateFlags struct {
 	runs, folder, agent, id, participant, role, objective, preset string
 	outputContract, decisionAuthority                             string
 	mayRead, forbid, mayWrite, guidance, inputs, stops            []string
+	store                                                         storeFlags
 }
 
 func newGrantCreateCmd() *cobra.Command {
@@ -101,7 +102,11 @@ grant id is G-<agent> unless --id names another ("--id bob-2" and
 owner; reviewer); --may-read, --may-write and --forbid add to them. The
 role defaults to the preset's name and the objective to the protocol's.
 The participant (default: the agent id) must be listed in F/protocol.json.
-An agent may hold only one active grant: revoke the old one first.`,
+An agent may hold only one active grant: revoke the old one first.
+
+With --store URL --collab NAME --host H the grant goes to the store of a
+collaboration served from several hosts instead of the run directory, and
+host H mounts it (docs/multihost.md).`,
 		Example: `  acpfs grant create --folder collab --agent claude --participant server --preset owner
   acpfs grant create --folder collab --agent codex --participant reader --preset reviewer --forbid 'oracle/**'
   acpfs grant create --folder collab --agent grader --role grader --objective "Grade the spec" \
@@ -128,6 +133,8 @@ An agent may hold only one active grant: revoke the old one first.`,
 	fl.StringArrayVar(&f.stops, "stop", nil, "stop condition (repeatable)")
 	fl.StringVar(&f.outputContract, "output-contract", "", "what the agent must produce")
 	fl.StringVar(&f.decisionAuthority, "decision-authority", "", "what the agent may decide")
+	f.store.register(cmd)
+	fl.Lookup("host").Usage = "with --store: the host that mounts the grant"
 	_ = cmd.MarkFlagRequired("folder")
 	_ = cmd.MarkFlagRequired("agent")
 	return cmd
@@ -197,6 +204,9 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 	}
 	if err := grants.Validate(g); err != nil {
 		return err
+	}
+	if f.store.set() {
+		return grantCreateInStore(cmd, f.store, g)
 	}
 	rd := grants.NewRunDir(f.runs)
 	existing, _ := rd.LoadGrants() // problems of other grants do not block this one
@@ -445,11 +455,19 @@ func oneLineRole(s string) string { return strings.Join(strings.Fields(s), " ") 
 
 func newGrantRevokeCmd() *cobra.Command {
 	var runs, ref, reason string
+	var sf storeFlags
 	cmd := &cobra.Command{
 		Use:   "revoke --grant G [--reason TEXT]",
 		Short: "Revoke a grant (live views stop showing anything) and record grant_revoked",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if sf.set() {
+				r, err := grantRef(ref, args)
+				if err != nil {
+					return err
+				}
+				return grantRevokeInStore(cmd, sf, r)
+			}
 			rd := grants.NewRunDir(runs)
 			g, p, err := grantFind(rd, ref, args)
 			if err != nil {
@@ -481,5 +499,7 @@ func newGrantRevokeCmd() *cobra.Command {
 	grantRunsFlag(cmd, &runs)
 	cmd.Flags().StringVar(&ref, "grant", "", "grant id or grant file")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the ledger")
+	sf.register(cmd)
+	cmd.Flags().Lookup("host").Hidden = true
 	return cmd
 }

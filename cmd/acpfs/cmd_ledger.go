@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"github.com/acpfs/acpfs/audit"
 	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/store"
 )
 
 func init() { commands = append(commands, newLedgerCmd, newLedgerRunAuditCmd) }
@@ -30,12 +34,18 @@ func newLedgerShowCmd() *cobra.Command {
 		path, since, until string
 		flt                ledger.Filter
 		asJSON             bool
+		sf                 ledgerStoreFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "show --ledger L [--agent A] [--grant G] [--kind K] [--path P] [--since T] [--until T] [--json]",
+		Use:   "show (--ledger L | --store URL --collab C) [--agent A] [--grant G] [--kind K] [--path P] [--since T] [--until T] [--json]",
 		Short: "List ledger records, filtered (a table, or JSON lines as stored)",
+		Long: `Show lists the records of a ledger (its sealed segments, then the file),
+filtered. With --store and --collab it reads every host's ledger of the
+collaboration from the store instead, and names each record's host (a HOST
+column; with --json, a "host" field before the record's own).`,
 		Example: `  acpfs ledger show --ledger agent_runs/communication_ledger.jsonl --agent reviewer --kind read,list
-  acpfs ledger show --ledger L --path 'oracle/**' --since 2h --json`,
+  acpfs ledger show --ledger L --path 'oracle/**' --since 2h --json
+  acpfs ledger show --store nats://10.0.0.5:4222 --collab design --agent reviewer`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			now := time.Now()
@@ -49,6 +59,11 @@ func newLedgerShowCmd() *cobra.Command {
 			if err := flt.Validate(); err != nil {
 				return withCode(exitFailed, fmt.Errorf("--path: %w", err))
 			}
+			if remote, err := sf.check(path, "ledger"); err != nil {
+				return withCode(exitFailed, err)
+			} else if remote {
+				return ledgerShowStore(cmd, &sf, flt, asJSON)
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
@@ -60,12 +75,7 @@ func newLedgerShowCmd() *cobra.Command {
 			n := 0
 			err = ledger.Scan(path, flt, func(r ledger.Record) error {
 				n++
-				p := r.Path
-				if p == "" && (r.Kind == ledger.KindList || r.Kind == ledger.KindRead) {
-					p = "."
-				}
-				_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.At, r.Kind,
-					ledgerCell(r.Agent), ledgerCell(r.Grant), ledgerCell(r.Op), ledgerCell(p), ledgerCell(r.Detail))
+				_, err := io.WriteString(tw, ledgerRow(r))
 				return err
 			})
 			if ferr := tw.Flush(); err == nil {
@@ -87,8 +97,18 @@ func newLedgerShowCmd() *cobra.Command {
 	f.StringVar(&since, "since", "", "only records at or after: RFC 3339 time, a date, or a duration ago (90m)")
 	f.StringVar(&until, "until", "", "only records before: same forms as --since")
 	f.BoolVar(&asJSON, "json", false, "print JSON lines exactly as stored")
-	_ = cmd.MarkFlagRequired("ledger")
+	sf.register(cmd)
 	return cmd
+}
+
+// ledgerRow is one record as a line of show's table.
+func ledgerRow(r ledger.Record) string {
+	p := r.Path
+	if p == "" && (r.Kind == ledger.KindList || r.Kind == ledger.KindRead) {
+		p = "."
+	}
+	return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.At, r.Kind,
+		ledgerCell(r.Agent), ledgerCell(r.Grant), ledgerCell(r.Op), ledgerCell(p), ledgerCell(r.Detail))
 }
 
 // exitUnchecked is ledger verify's status for a sound chain whose
@@ -107,9 +127,10 @@ func newLedgerVerifyCmd() *cobra.Command {
 		live    bool
 		repair  bool
 		asJSON  bool
+		sf      ledgerStoreFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "verify --ledger L [--pubkey FILE]... [--live] [--repair] [--json]",
+		Use:   "verify (--ledger L | --store URL --collab C) [--pubkey FILE]... [--live] [--repair] [--json]",
 		Short: "Check the hash chain and its signatures: exit 0 when sound, 2 with the first bad seq, 5 when no key was found",
 		Long: `Verify recomputes every record's hash and checks every seq and prev link,
 across the ledger's sealed segments (L's stem.<first seq>.jsonl beside it) and
@@ -141,12 +162,27 @@ never repaired. A writer that stopped serves again once the ledger is back.
 Keep the last hash it prints: it is what proves later that the tail was not
 rewritten.
 
+With --store and --collab, verify downloads every host's ledger of the
+collaboration from the store (each host ships its own chain, see
+docs/ledger.md) and verifies each with the keys that host published there,
+or with the --pubkey keys only when given: a key read from the store proves
+that the chain is intact, not who wrote it; pin each host's ledger.pub to
+prove that. It prints a report per host and fails when any chain does.
+--repair is for a local ledger only.
+
 Exit status: 0 sound and signed; 2 broken (the first problem is printed);
 5 the chain is sound but no public key was found, so signatures were not
 checked.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
+			remote, err := sf.check(path, "ledger")
+			if err != nil {
+				return withCode(exitFailed, err)
+			}
+			if remote && repair {
+				return withCode(exitFailed, errors.New("--repair repairs a local ledger: run it on the host that writes it"))
+			}
 			var keys []ledger.PublicKey
 			for _, p := range pubkeys {
 				k, err := ledger.LoadPublicKey(p)
@@ -154,6 +190,9 @@ checked.`,
 					return withCode(exitFailed, fmt.Errorf("--pubkey: %w", err))
 				}
 				keys = append(keys, k)
+			}
+			if remote {
+				return ledgerVerifyStore(cmd, &sf, keys, live, asJSON)
 			}
 			// Each repair step may uncover the next (a restored copy whose
 			// tail its writer never signed): repeat until nothing is left.
@@ -197,7 +236,7 @@ checked.`,
 	f.BoolVar(&live, "live", false, "the ledger is still being written: records after the last signature are a warning, not a problem")
 	f.BoolVar(&repair, "repair", false, "repair what a crash or tampering left, recording each step, then verify")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	_ = cmd.MarkFlagRequired("ledger")
+	sf.register(cmd)
 	return cmd
 }
 
@@ -268,6 +307,16 @@ func (af *ledgerAuditFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&af.live, "live", false, "views are still mounted: also judge their last records, which a running writer signs within a second (without it, records no signature covers yet are not judged)")
 }
 
+// ledgerAuditStore is the several-hosts paragraph of both audit commands.
+const ledgerAuditStore = `With --store and --collab, the audit reads every host's ledger of the
+collaboration from the store instead (docs/ledger.md, "Several hosts"),
+checks each chain with the keys the host published there, and judges each
+against the same grants: one report per host, in host order (with --out
+FILE, one file per host, FILE with the host before its extension:
+audit.html becomes audit.HOST.html). It fails when any host's does.
+
+`
+
 // ledgerAuditExit is the exit-status paragraph of both audit commands.
 const ledgerAuditExit = `Exit status: 0 when the verdict is isolated; 2 when it is violated or
 unverified, which includes a broken chain, a record naming a grant not
@@ -296,6 +345,14 @@ func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string
 	} else if err := ledgerWriteReport(af.out, rep, af.format); err != nil {
 		return err
 	}
+	if err := ledgerAuditFailure(rep); err != nil {
+		return withCode(exitFailed, err)
+	}
+	return nil
+}
+
+// ledgerAuditFailure says why a report's verdict is not isolated, or nil.
+func ledgerAuditFailure(rep *audit.Report) error {
 	if rep.Verdict == audit.VerdictIsolated {
 		return nil
 	}
@@ -311,13 +368,19 @@ func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string
 	for _, g := range rep.Gaps {
 		bad = append(bad, g.String())
 	}
-	return withCode(exitFailed, fmt.Errorf("audit %s: %s", rep.Verdict, strings.Join(bad, "; ")))
+	return fmt.Errorf("audit %s: %s", rep.Verdict, strings.Join(bad, "; "))
 }
 
 // ledgerAudit checks the chain of the ledger at path, then feeds its
 // records to the audit.
 func ledgerAudit(path string, gs []audit.Grant, folder string, live bool) (*audit.Report, error) {
-	chain, err := ledger.VerifyWith(path, ledger.VerifyOptions{AllowUnsignedTail: live})
+	return ledgerAuditKeys(path, nil, gs, folder, live)
+}
+
+// ledgerAuditKeys is ledgerAudit checking signatures with keys (default:
+// ledger.pub beside the ledger).
+func ledgerAuditKeys(path string, keys []ledger.PublicKey, gs []audit.Grant, folder string, live bool) (*audit.Report, error) {
+	chain, err := ledger.VerifyWith(path, ledger.VerifyOptions{Keys: keys, AllowUnsignedTail: live})
 	if err != nil {
 		return nil, err
 	}
@@ -341,9 +404,10 @@ func newLedgerAuditCmd() *cobra.Command {
 	var (
 		af                 ledgerAuditFlags
 		ledgerPath, grants string
+		sf                 ledgerStoreFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "audit --ledger L --grants DIR [--format md|json|html] [--out FILE] [--folder F]",
+		Use:   "audit (--ledger L | --store URL --collab C) --grants DIR [--format md|json|html] [--out FILE] [--folder F]",
 		Short: "Judge each agent's reads and listings against its grant (exit 0 isolated, 2 otherwise)",
 		Long: `Audit reads the ledger and, for each agent, every path it read or listed and
 every refused attempt, and checks each read against its grant as the grant
@@ -355,17 +419,22 @@ denied_repeat) count as the reads and refusals they repeat: each path is
 listed once with its count. The HTML report is one self-contained page with
 an agent × file matrix.
 
-` + ledgerAuditExit,
+` + ledgerAuditStore + ledgerAuditExit,
 		Example: `  acpfs ledger audit --ledger agent_runs/communication_ledger.jsonl --grants agent_runs/context_grants --format html --out audit.html`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if remote, err := sf.check(ledgerPath, "ledger"); err != nil {
+				return withCode(exitFailed, err)
+			} else if remote {
+				return af.runStore(cmd, &sf, grants)
+			}
 			return af.run(cmd, ledgerPath, grants)
 		},
 	}
-	cmd.Flags().StringVar(&ledgerPath, "ledger", "", "ledger file (required)")
+	cmd.Flags().StringVar(&ledgerPath, "ledger", "", "ledger file (required unless --store)")
 	cmd.Flags().StringVar(&grants, "grants", "", "directory of G-*.json grant files (required)")
 	af.register(cmd)
-	_ = cmd.MarkFlagRequired("ledger")
+	sf.register(cmd)
 	_ = cmd.MarkFlagRequired("grants")
 	return cmd
 }
@@ -375,22 +444,31 @@ func newLedgerRunAuditCmd() *cobra.Command {
 	var (
 		af   ledgerAuditFlags
 		runs string
+		sf   ledgerStoreFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "audit --runs RUNDIR [--format md|json|html] [--out FILE] [--folder F]",
+		Use:   "audit --runs RUNDIR [--store URL --collab C] [--format md|json|html] [--out FILE] [--folder F]",
 		Short: "Audit a run directory: its ledger against its context grants (exit 0 isolated, 2 otherwise)",
 		Long: `Audit is "acpfs ledger audit" on a run directory: RUNDIR/communication_ledger.jsonl
 judged against RUNDIR/context_grants.
 
-` + ledgerAuditExit,
+` + ledgerAuditStore + ledgerAuditExit,
 		Example: `  acpfs audit --runs agent_runs --format html --out audit.html`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return af.run(cmd, filepath.Join(runs, "communication_ledger.jsonl"), filepath.Join(runs, "context_grants"))
+			grants := filepath.Join(runs, "context_grants")
+			if sf.url != "" {
+				if _, err := sf.check("", "ledger"); err != nil {
+					return withCode(exitFailed, err)
+				}
+				return af.runStore(cmd, &sf, grants)
+			}
+			return af.run(cmd, filepath.Join(runs, "communication_ledger.jsonl"), grants)
 		},
 	}
 	cmd.Flags().StringVar(&runs, "runs", "", "run directory (required)")
 	af.register(cmd)
+	sf.register(cmd)
 	_ = cmd.MarkFlagRequired("runs")
 	return cmd
 }
@@ -431,4 +509,277 @@ func ledgerCell(s string) string {
 		b.WriteString(q[1 : len(q)-1])
 	}
 	return b.String()
+}
+
+// ledgerStoreFlags select the collaboration whose hosts' ledgers `ledger
+// verify`, `ledger show` and the audits read from a store instead of one
+// local file.
+type ledgerStoreFlags struct {
+	url, collab, keep string
+	hosts             []string
+}
+
+func (sf *ledgerStoreFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&sf.url, "store", "", "read every host's ledger from this NATS JetStream store (nats://HOST:PORT) instead of --ledger")
+	f.StringVar(&sf.collab, "collab", "", "with --store: the collaboration's name")
+	f.StringSliceVar(&sf.hosts, "host", nil, "with --store: only these hosts (repeat or comma-separate)")
+	f.StringVar(&sf.keep, "download", "", "with --store: keep the downloaded ledgers in this new directory (default: a temporary directory, removed)")
+}
+
+// check says whether the store is used, and refuses a mix of a local
+// ledger and a store, or neither.
+func (sf *ledgerStoreFlags) check(local, localFlag string) (bool, error) {
+	switch {
+	case sf.url != "" && local != "":
+		return false, fmt.Errorf("give --%s or --store, not both", localFlag)
+	case sf.url == "" && local == "":
+		return false, fmt.Errorf(`required flag(s) "%s" not set (or --store with --collab)`, localFlag)
+	case sf.url == "" && (sf.collab != "" || len(sf.hosts) > 0 || sf.keep != ""):
+		return false, errors.New("--collab, --host and --download go with --store")
+	case sf.url != "" && sf.collab == "":
+		return false, errors.New("--store needs --collab")
+	}
+	return sf.url != "", nil
+}
+
+// ledgerDownload is every host's ledger of a collaboration, downloaded.
+type ledgerDownload struct {
+	dir   string
+	label string // what reports call dir
+	hosts []store.HostLedger
+	temp  bool
+}
+
+// download fetches the hosts' ledgers into a private directory.
+func (sf *ledgerStoreFlags) download(cmd *cobra.Command) (*ledgerDownload, error) {
+	dl := &ledgerDownload{}
+	var err error
+	if sf.keep != "" {
+		if err := os.Mkdir(sf.keep, 0o700); err != nil {
+			return nil, fmt.Errorf("--download: %w", err)
+		}
+		dl.dir, dl.label = sf.keep, sf.keep
+	} else {
+		if dl.dir, err = os.MkdirTemp("", "acpfs-ledgers-"); err != nil {
+			return nil, err
+		}
+		dl.temp, dl.label = true, "store:"+sf.collab
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	s, err := store.Open(ctx, store.Options{URL: sf.url, Collab: sf.collab, Existing: true})
+	if err != nil {
+		dl.close()
+		return nil, err
+	}
+	defer s.Close()
+	all, err := s.FetchLedgers(ctx, dl.dir)
+	if err != nil {
+		dl.close()
+		return nil, fmt.Errorf("download the ledgers of %s: %w", sf.collab, err)
+	}
+	for _, h := range all {
+		if len(sf.hosts) == 0 || slices.Contains(sf.hosts, h.Host) {
+			dl.hosts = append(dl.hosts, h)
+		}
+	}
+	if len(dl.hosts) == 0 {
+		dl.close()
+		return nil, fmt.Errorf("no host has shipped a ledger to collaboration %s in %s%s", sf.collab, sf.url, ledgerHostsNote(sf.hosts))
+	}
+	return dl, nil
+}
+
+func ledgerHostsNote(hosts []string) string {
+	if len(hosts) == 0 {
+		return ""
+	}
+	return " (of hosts " + strings.Join(hosts, ", ") + ")"
+}
+
+func (dl *ledgerDownload) close() {
+	if dl.temp {
+		_ = os.RemoveAll(dl.dir)
+	}
+}
+
+// name shows a downloaded file's path as reports should: under the
+// store's name, not a temporary directory that is gone by then.
+func (dl *ledgerDownload) name(s string) string {
+	return strings.ReplaceAll(s, dl.dir, dl.label)
+}
+
+func (dl *ledgerDownload) relabel(rep *ledger.VerifyReport) {
+	rep.Path = dl.name(rep.Path)
+	for i := range rep.Files {
+		rep.Files[i] = dl.name(rep.Files[i])
+	}
+	for i := range rep.Warnings {
+		rep.Warnings[i] = dl.name(rep.Warnings[i])
+	}
+	if p := rep.Problem; p != nil {
+		p.File, p.Reason = dl.name(p.File), dl.name(p.Reason)
+	}
+}
+
+// keysFor returns the keys a host's chain is checked with: those the
+// reviewer pinned, or else those the host published to the store.
+func keysFor(h store.HostLedger, pinned []ledger.PublicKey) []ledger.PublicKey {
+	if len(pinned) > 0 {
+		return pinned
+	}
+	return h.Keys
+}
+
+// ledgerVerifyStore verifies every host's chain of a collaboration.
+func ledgerVerifyStore(cmd *cobra.Command, sf *ledgerStoreFlags, pinned []ledger.PublicKey, live, asJSON bool) error {
+	dl, err := sf.download(cmd)
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	defer dl.close()
+	out := cmd.OutOrStdout()
+	type hostReport struct {
+		Host   string               `json:"host"`
+		Report *ledger.VerifyReport `json:"report"`
+	}
+	var (
+		reps              []hostReport
+		broken, unchecked []string
+	)
+	for _, h := range dl.hosts {
+		rep, err := ledger.VerifyWith(h.Path, ledger.VerifyOptions{Keys: keysFor(h, pinned), AllowUnsignedTail: live})
+		if err != nil {
+			return withCode(exitFailed, fmt.Errorf("host %s: %w", h.Host, err))
+		}
+		dl.relabel(rep)
+		reps = append(reps, hostReport{h.Host, rep})
+		if !asJSON {
+			fmt.Fprintf(out, "host %s:\n", h.Host)
+			ledgerPrintVerify(out, rep)
+		}
+		switch {
+		case rep.Problem != nil:
+			broken = append(broken, fmt.Sprintf("host %s: %s", h.Host, rep.Problem.Error()))
+		case !rep.SignaturesChecked:
+			unchecked = append(unchecked, h.Host)
+		}
+	}
+	if asJSON {
+		if err := protoPrintJSON(out, reps); err != nil {
+			return err
+		}
+	}
+	if len(broken) > 0 {
+		return withCode(exitFailed, fmt.Errorf("ledger of %s is broken: %s", sf.collab, strings.Join(broken, "; ")))
+	}
+	if len(unchecked) > 0 {
+		return withCode(exitUnchecked, fmt.Errorf("hosts %s published no public key to %s: their chains are sound, but anyone who can publish to the store could have written them; pass --pubkey FILE",
+			strings.Join(unchecked, ", "), sf.collab))
+	}
+	return nil
+}
+
+// ledgerShowStore lists the records of every host's ledger, each with its
+// host.
+func ledgerShowStore(cmd *cobra.Command, sf *ledgerStoreFlags, flt ledger.Filter, asJSON bool) error {
+	dl, err := sf.download(cmd)
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	defer dl.close()
+	out := cmd.OutOrStdout()
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetEscapeHTML(false)
+		for _, h := range dl.hosts {
+			err := ledger.Scan(h.Path, flt, func(r ledger.Record) error {
+				return enc.Encode(struct {
+					Host string `json:"host"`
+					ledger.Record
+				}{h.Host, r})
+			})
+			if err != nil {
+				return fmt.Errorf("host %s: %w", h.Host, errors.New(dl.name(err.Error())))
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tSEQ\tAT\tKIND\tAGENT\tGRANT\tOP\tPATH\tDETAIL")
+	n := 0
+	for _, h := range dl.hosts {
+		err = ledger.Scan(h.Path, flt, func(r ledger.Record) error {
+			n++
+			_, err := fmt.Fprintf(tw, "%s\t%s", h.Host, ledgerRow(r))
+			return err
+		})
+		if err != nil {
+			err = fmt.Errorf("host %s: %w", h.Host, errors.New(dl.name(err.Error())))
+			break
+		}
+	}
+	if ferr := tw.Flush(); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%d record(s) of %d host(s)\n", n, len(dl.hosts))
+	return nil
+}
+
+// runStore audits every host's ledger of a collaboration against the
+// grants in grantsDir: one report per host.
+func (af *ledgerAuditFlags) runStore(cmd *cobra.Command, sf *ledgerStoreFlags, grantsDir string) error {
+	if err := protoChoice("format", af.format, []string{"md", "json", "html"}); err != nil {
+		return err
+	}
+	gs, err := audit.LoadGrants(grantsDir)
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	dl, err := sf.download(cmd)
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	defer dl.close()
+	var bad []string
+	for _, h := range dl.hosts {
+		rep, err := ledgerAuditKeys(h.Path, h.Keys, gs, af.folder, af.live)
+		if err != nil {
+			return withCode(exitFailed, fmt.Errorf("host %s: %w", h.Host, err))
+		}
+		rep.Ledger = dl.name(rep.Ledger)
+		if rep.Chain != nil {
+			dl.relabel(rep.Chain)
+		}
+		if af.out == "" {
+			if len(dl.hosts) > 1 && af.format == "md" {
+				fmt.Fprintf(cmd.OutOrStdout(), "# Host %s\n\n", h.Host)
+			}
+			if err := rep.Render(cmd.OutOrStdout(), af.format); err != nil {
+				return err
+			}
+		} else if err := ledgerWriteReport(ledgerHostFile(af.out, h.Host), rep, af.format); err != nil {
+			return err
+		}
+		if err := ledgerAuditFailure(rep); err != nil {
+			bad = append(bad, "host "+h.Host+": "+err.Error())
+		}
+	}
+	if len(bad) > 0 {
+		return withCode(exitFailed, errors.New(strings.Join(bad, "; ")))
+	}
+	return nil
+}
+
+// ledgerHostFile names a host's report: audit.html becomes
+// audit.HOST.html.
+func ledgerHostFile(out, host string) string {
+	ext := filepath.Ext(out)
+	return strings.TrimSuffix(out, ext) + "." + host + ext
 }

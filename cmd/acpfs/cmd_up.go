@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,12 +22,16 @@ func init() {
 	commands = append(commands, newUpCmd, newStatusCmd)
 }
 
+// upFlags are the flags of acpfs up.
+type upFlags struct {
+	runs, folder, root, sync, audit string
+	quota                           quotaFlags
+	allowOther, passthrough         bool
+	store                           storeFlags
+}
+
 func newUpCmd() *cobra.Command {
-	var (
-		runs, folder, root, sync, audit string
-		quota                           quotaFlags
-		allowOther, passthrough         bool
-	)
+	var f upFlags
 	cmd := &cobra.Command{
 		Use:   "up --runs DIR --folder F --root R",
 		Short: "Coordinator: mount every grant of a run directory at R/<agent_id> and follow grant changes",
@@ -39,80 +44,120 @@ unmounts everything and flushes the ledger.
 One coordinator runs per run directory: up holds a lock on DIR/.acpfs-up.lock
 and a second one fails at once, naming the first one's pid. After a crash
 (even SIGKILL), up restarts on the same root with no cleanup: the dead views
-the killed coordinator left are detached, and their empty directories reused.`,
+the killed coordinator left are detached, and their empty directories reused.
+
+With --store URL --collab NAME the collaboration is served from several
+hosts through a NATS JetStream server (docs/multihost.md): this host's
+folder is a copy kept up to date from the store, appends are taken by the
+store before they reach it, the grants this host mounts are those the
+store assigns to --host, and while the store cannot be reached every view
+is read-only (EROFS).`,
 		Example: "  acpfs up --runs agent_runs --folder collab --root /mnt/agents",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := mount.Check().Usable(); err != nil {
-				return withCode(exitNoFUSE, err)
-			}
-			if err := checkAudit(audit); err != nil {
-				return err
-			}
-			folderAbs, err := filepath.Abs(folder)
-			if err != nil {
-				return err
-			}
-			rd := grants.NewRunDir(runs)
-			if err := rd.Init(); err != nil {
-				return err
-			}
-			proto, err := protocol.LoadProtocol(folderAbs)
-			if err != nil {
-				return fmt.Errorf("read %s: %w", protocol.ProtocolFile, err)
-			}
-			log, err := protocol.OpenLog(folderAbs)
-			if err != nil {
-				return err
-			}
-			defer log.Close()
-			lw, err := openLedger(rd.LedgerPath(), sync)
-			if err != nil {
-				return err
-			}
-			defer lw.Close()
-			rootAbs, err := filepath.Abs(root)
-			if err != nil {
-				return err
-			}
-			// Catch signals before mounting (see acpfs mount).
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sig)
-			c, err := mount.StartCoordinator(mount.CoordinatorConfig{
-				Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
-				AuditReads: audit == "reads", Audit: audit, MaxWriteBytes: quota.maxBytes, MaxFiles: quota.maxFiles, Passthrough: passthrough, AllowOther: allowOther, Participants: proto.ParticipantIDs(),
-				Notify: cmd.ErrOrStderr(),
-			})
-			if errors.Is(err, mount.ErrRunDirBusy) {
-				return err
-			}
-			if err != nil {
-				return withCode(exitMount, err)
-			}
-			st := c.Status()
-			fmt.Fprintf(cmd.OutOrStdout(), "acpfs up: %d view(s) of %s under %s\n", len(st.Views), folderAbs, rootAbs)
-			for _, v := range st.Views {
-				fmt.Fprintf(cmd.OutOrStdout(), "  %s (%s) at %s\n", v.Agent, v.Grant, v.Mountpoint)
-			}
-			<-sig
-			if err := c.Stop(); err != nil {
-				return withCode(exitMount, err)
-			}
-			return nil
-		},
+		RunE:    func(cmd *cobra.Command, args []string) error { return runUp(cmd, f) },
 	}
-	cmd.Flags().StringVar(&runs, "runs", "agent_runs", "run directory (context_grants/, handoffs/, ledger)")
-	cmd.Flags().StringVar(&folder, "folder", "", "collaboration folder (required)")
-	cmd.Flags().StringVar(&root, "root", "", "directory under which each agent's view is mounted (required, empty)")
-	cmd.Flags().StringVar(&sync, "ledger-sync", "batch", "when the ledger is fsynced: always, batch or off")
-	cmd.Flags().StringVar(&audit, "audit", "", `"" (default) records the first read of each file version and each distinct refusal in full and counts repeats; "opens" records every open; "reads" also every read request (offset, length) and disables passthrough`)
-	cmd.Flags().BoolVar(&allowOther, "allow-other", false, "let other uids use the mounts (with default_permissions)")
-	cmd.Flags().BoolVar(&passthrough, "passthrough", false, passthroughHelp)
-	quota.register(cmd)
+	cmd.Flags().StringVar(&f.runs, "runs", "agent_runs", "run directory (context_grants/, handoffs/, ledger)")
+	cmd.Flags().StringVar(&f.folder, "folder", "", "collaboration folder (required)")
+	cmd.Flags().StringVar(&f.root, "root", "", "directory under which each agent's view is mounted (required, empty)")
+	cmd.Flags().StringVar(&f.sync, "ledger-sync", "batch", "when the ledger is fsynced: always, batch or off")
+	cmd.Flags().StringVar(&f.audit, "audit", "", `"" (default) records the first read of each file version and each distinct refusal in full and counts repeats; "opens" records every open; "reads" also every read request (offset, length) and disables passthrough`)
+	cmd.Flags().BoolVar(&f.allowOther, "allow-other", false, "let other uids use the mounts (with default_permissions)")
+	cmd.Flags().BoolVar(&f.passthrough, "passthrough", false, passthroughHelp)
+	f.quota.register(cmd)
+	f.store.register(cmd)
 	_ = cmd.MarkFlagRequired("folder")
 	_ = cmd.MarkFlagRequired("root")
 	return cmd
+}
+
+// runUp serves every grant of the run directory until SIGINT or SIGTERM.
+func runUp(cmd *cobra.Command, f upFlags) error {
+	if err := mount.Check().Usable(); err != nil {
+		return withCode(exitNoFUSE, err)
+	}
+	if err := checkAudit(f.audit); err != nil {
+		return err
+	}
+	folderAbs, err := filepath.Abs(f.folder)
+	if err != nil {
+		return err
+	}
+	rootAbs, err := filepath.Abs(f.root)
+	if err != nil {
+		return err
+	}
+	rd := grants.NewRunDir(f.runs)
+	if err := rd.Init(); err != nil {
+		return err
+	}
+	lw, err := openLedger(rd.LedgerPath(), f.sync)
+	if err != nil {
+		return err
+	}
+	defer lw.Close()
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	st, err := f.store.open(ctx, true)
+	if err != nil {
+		return err
+	}
+	var gate func() error
+	var hs *hostSync
+	if st != nil {
+		defer st.Close()
+		if hs, err = joinStore(ctx, st, folderAbs, rd, lw); err != nil {
+			return err
+		}
+		// Last in, first out: after the views and the log, before the
+		// connection closes.
+		defer func() {
+			if err := hs.stop(lw); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs up: store sync: %v\n", err)
+			}
+		}()
+		gate = st.Check
+	}
+	proto, err := protocol.LoadProtocol(folderAbs)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", protocol.ProtocolFile, err)
+	}
+	log, err := protocol.OpenLog(folderAbs)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	if st != nil {
+		if err := followStore(ctx, st, log); err != nil {
+			return err
+		}
+		hs.log.Store(log)
+	}
+	// Catch signals before mounting (see acpfs mount).
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	c, err := mount.StartCoordinator(mount.CoordinatorConfig{
+		Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
+		AuditReads: f.audit == "reads", Audit: f.audit, MaxWriteBytes: f.quota.maxBytes, MaxFiles: f.quota.maxFiles,
+		Passthrough: f.passthrough, AllowOther: f.allowOther, Participants: proto.ParticipantIDs(),
+		Notify: cmd.ErrOrStderr(), Gate: gate,
+	})
+	if errors.Is(err, mount.ErrRunDirBusy) {
+		return err
+	}
+	if err != nil {
+		return withCode(exitMount, err)
+	}
+	status := c.Status()
+	fmt.Fprintf(cmd.OutOrStdout(), "acpfs up: %d view(s) of %s under %s\n", len(status.Views), folderAbs, rootAbs)
+	for _, v := range status.Views {
+		fmt.Fprintf(cmd.OutOrStdout(), "  %s (%s) at %s\n", v.Agent, v.Grant, v.Mountpoint)
+	}
+	<-sig
+	if err := c.Stop(); err != nil {
+		return withCode(exitMount, err)
+	}
+	return nil
 }
 
 func newStatusCmd() *cobra.Command {

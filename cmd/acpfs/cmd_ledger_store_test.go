@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/natsrv"
+	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/store"
+)
+
+// ledgerStoreHosts starts a store and ships two hosts' run directories to
+// collaboration c1: on ha alice keeps to her grant, on hb bob reads the
+// oracle when cheat is set. It returns the store's URL and hb's runs.
+func ledgerStoreHosts(t *testing.T, cheat bool) (string, string) {
+	t.Helper()
+	srv, err := natsrv.Start(natsrv.Config{Name: "t", Dir: t.TempDir(), Port: -1})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	url := srv.ClientURL()
+	var runsB string
+	for host, c := range map[string]bool{"ha": false, "hb": cheat} {
+		runs := ledgerTestRun(t, c)
+		if host == "hb" {
+			runsB = runs
+		}
+		s, err := store.Open(context.Background(), store.Options{URL: url, Collab: "c1", Host: host})
+		require.NoError(t, err)
+		t.Cleanup(s.Close)
+		sh, err := store.ShipLedger(context.Background(), s, filepath.Join(runs, "communication_ledger.jsonl"), filepath.Join(runs, ledger.PublicKeyFile))
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		require.NoError(t, sh.Flush(ctx))
+		cancel()
+		require.NoError(t, sh.Stop())
+	}
+	return url, runsB
+}
+
+func TestLedgerVerifyStore(t *testing.T) {
+	url, runsB := ledgerStoreHosts(t, false)
+
+	out, code, err := ledgerRunCLI(t, "ledger", "verify", "--store", url, "--collab", "c1")
+	require.NoError(t, err)
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, out, "host ha:\nledger store:c1/ha/communication_ledger.jsonl: valid chain, 6 record(s)")
+	assert.Contains(t, out, "host hb:\nledger store:c1/hb/communication_ledger.jsonl: valid chain, 6 record(s)")
+	assert.NotContains(t, out, os.TempDir()+"/acpfs-ledgers-", "the temporary directory is not shown")
+
+	out, code, err = ledgerRunCLI(t, "ledger", "verify", "--store", url, "--collab", "c1", "--host", "hb", "--json")
+	require.NoError(t, err)
+	assert.Equal(t, exitOK, code)
+	var reps []struct {
+		Host   string              `json:"host"`
+		Report ledger.VerifyReport `json:"report"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &reps))
+	require.Len(t, reps, 1)
+	assert.Equal(t, "hb", reps[0].Host)
+	assert.True(t, reps[0].Report.SignaturesChecked)
+
+	// Pinned to hb's key, ha's chain is signed by an unknown key.
+	_, code, err = ledgerRunCLI(t, "ledger", "verify", "--store", url, "--collab", "c1", "--pubkey", filepath.Join(runsB, ledger.PublicKeyFile))
+	assert.Equal(t, exitFailed, code)
+	require.ErrorContains(t, err, "host ha: ")
+	assert.ErrorContains(t, err, ledger.ProblemUnknownKey)
+	assert.NotContains(t, err.Error(), "host hb: ")
+
+	// Kept downloads are ordinary ledgers.
+	keep := filepath.Join(t.TempDir(), "dl")
+	_, code, _ = ledgerRunCLI(t, "ledger", "verify", "--store", url, "--collab", "c1", "--download", keep)
+	assert.Equal(t, exitOK, code)
+	_, code, _ = ledgerRunCLI(t, "ledger", "verify", "--ledger", filepath.Join(keep, "ha", "communication_ledger.jsonl"))
+	assert.Equal(t, exitOK, code)
+
+	// A chain edited in the store fails, and names its host.
+	raw, err := os.ReadFile(filepath.Join(runsB, "communication_ledger.jsonl"))
+	require.NoError(t, err)
+	pub, err := os.ReadFile(filepath.Join(runsB, ledger.PublicKeyFile))
+	require.NoError(t, err)
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	key := &nats.Msg{Subject: "acp.c1.ledger.hz", Data: pub, Header: nats.Header{}}
+	key.Header.Set("Acpfs-Ledger", "key")
+	key.Header.Set("Acpfs-Ledger-After", "0 ")
+	_, err = nc.RequestMsg(key, 5*time.Second)
+	require.NoError(t, err)
+	_, err = nc.Request("acp.c1.ledger.hz", bytes.Replace(raw, []byte("docs/brief.md"), []byte("docs/other.md"), 1), 5*time.Second)
+	require.NoError(t, err)
+	_, code, err = ledgerRunCLI(t, "ledger", "verify", "--store", url, "--collab", "c1")
+	assert.Equal(t, exitFailed, code)
+	require.ErrorContains(t, err, "host hz: first bad seq 3")
+	assert.ErrorContains(t, err, ledger.ProblemHash)
+
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no ledger", []string{"ledger", "verify"}, `required flag(s) "ledger" not set`},
+		{"both", []string{"ledger", "verify", "--ledger", "l", "--store", url, "--collab", "c1"}, "not both"},
+		{"no collab", []string{"ledger", "verify", "--store", url}, "--store needs --collab"},
+		{"repair", []string{"ledger", "verify", "--store", url, "--collab", "c1", "--repair"}, "local ledger"},
+		{"unknown collab", []string{"ledger", "verify", "--store", url, "--collab", "c2"}, "collaboration c2: no such collaboration in the store"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, code, err := ledgerRunCLI(t, tt.args...)
+			assert.Equal(t, exitFailed, code)
+			assert.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+func TestLedgerShowAndAuditStore(t *testing.T) {
+	url, runsB := ledgerStoreHosts(t, true)
+
+	out, code, err := ledgerRunCLI(t, "ledger", "show", "--store", url, "--collab", "c1", "--kind", "read")
+	require.NoError(t, err)
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, out, "HOST")
+	assert.Contains(t, out, "5 record(s) of 2 host(s)")
+	out, _, err = ledgerRunCLI(t, "ledger", "show", "--store", url, "--collab", "c1", "--path", "oracle/**", "--kind", "read", "--json")
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 1)
+	assert.True(t, strings.HasPrefix(lines[0], `{"host":"hb","seq":6,`), lines[0])
+
+	// The grants are the same on every host; bob cheated on hb.
+	dir := t.TempDir()
+	report := filepath.Join(dir, "audit.md")
+	_, code, err = ledgerRunCLI(t, "audit", "--runs", runsB, "--store", url, "--collab", "c1", "--out", report)
+	assert.Equal(t, exitFailed, code)
+	require.ErrorContains(t, err, "host hb: audit violated")
+	assert.NotContains(t, err.Error(), "host ha:")
+	for _, host := range []string{"ha", "hb"} {
+		b, err := os.ReadFile(filepath.Join(dir, "audit."+host+".md"))
+		require.NoError(t, err)
+		assert.Contains(t, string(b), "Ledger: store:c1/"+host+"/communication", "named by host, not by the temporary directory")
+	}
+
+	out, code, err = ledgerRunCLI(t, "ledger", "audit", "--store", url, "--collab", "c1", "--host", "ha", "--grants", filepath.Join(runsB, "context_grants"))
+	require.NoError(t, err)
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, out, "isolated")
+}

@@ -1,0 +1,165 @@
+package safeio
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// tree makes a folder with one of each kind of entry, and a file outside
+// it that links point at.
+func tree(t *testing.T) (folder, outside string) {
+	t.Helper()
+	base := t.TempDir()
+	folder, outside = filepath.Join(base, "folder"), filepath.Join(base, "secret")
+	require.NoError(t, os.WriteFile(outside, []byte("secret"), 0o600))
+	require.NoError(t, os.MkdirAll(filepath.Join(folder, "d"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(folder, "f"), []byte("hello"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(folder, "d", "g"), []byte("deep"), 0o644))
+	require.NoError(t, os.Symlink(outside, filepath.Join(folder, "link")))
+	require.NoError(t, os.Symlink(filepath.Dir(outside), filepath.Join(folder, "dirlink")))
+	require.NoError(t, os.Link(outside, filepath.Join(folder, "hard")))
+	require.NoError(t, unix.Mkfifo(filepath.Join(folder, "fifo"), 0o644))
+	return folder, outside
+}
+
+func TestValid(t *testing.T) {
+	tests := []struct {
+		rel string
+		ok  bool
+	}{
+		{"a", true}, {"a/b.md", true}, {".hidden/x", true},
+		{"", false}, {".", false}, {"/a", false}, {"a/../b", false}, {"..", false},
+		{"a//b", false}, {"a/", false}, {"./a", false}, {"a/./b", false}, {"a\x00b", false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.ok, Valid(tt.rel), "%q", tt.rel)
+	}
+}
+
+func TestReadFile(t *testing.T) {
+	folder, _ := tree(t)
+	r, err := OpenRoot(folder)
+	require.NoError(t, err)
+	defer r.Close()
+	tests := []struct {
+		rel   string
+		want  string
+		isErr error
+	}{
+		{"f", "hello", nil},
+		{"d/g", "deep", nil},
+		{"link", "", ErrNotRegular},
+		{"dirlink/secret", "", fs.ErrNotExist},
+		{"hard", "", ErrNotRegular},
+		{"fifo", "", ErrNotRegular},
+		{"d", "", ErrNotRegular},
+		{"missing", "", fs.ErrNotExist},
+		{"../secret", "", unix.EINVAL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rel, func(t *testing.T) {
+			got, _, err := r.ReadFile(tt.rel, 1<<20)
+			if tt.isErr != nil {
+				require.ErrorIs(t, err, tt.isErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, string(got))
+		})
+	}
+	_, _, err = r.ReadFile("f", 2)
+	require.ErrorIs(t, err, ErrTooLarge)
+}
+
+func TestReplace(t *testing.T) {
+	tests := []struct {
+		rel     string
+		old     string // content handed back; "" for none
+		oldKind uint32 // 0: nothing was there
+		isErr   error
+	}{
+		{rel: "new.md"},
+		{rel: "sub/dir/new.md"},
+		{rel: "f", old: "hello", oldKind: unix.S_IFREG},
+		{rel: "link", oldKind: unix.S_IFLNK},
+		{rel: "hard", oldKind: unix.S_IFREG},
+		{rel: "d", isErr: ErrNotRegular},
+		{rel: "dirlink/secret", isErr: fs.ErrNotExist},
+		{rel: "link/x", isErr: fs.ErrNotExist},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rel, func(t *testing.T) {
+			folder, outside := tree(t)
+			r, err := OpenRoot(folder)
+			require.NoError(t, err)
+			defer r.Close()
+			old, err := r.Replace(tt.rel, []byte("new"), 0o640, 1<<20)
+			if tt.isErr != nil {
+				require.ErrorIs(t, err, tt.isErr)
+			} else {
+				require.NoError(t, err)
+				if tt.oldKind == 0 {
+					require.Nil(t, old)
+				} else {
+					require.NotNil(t, old)
+					assert.Equal(t, tt.oldKind, old.Info.Mode&unix.S_IFMT)
+					assert.Equal(t, tt.old, string(old.Content))
+					require.NoError(t, old.Discard())
+				}
+				b, err := os.ReadFile(filepath.Join(folder, tt.rel))
+				require.NoError(t, err)
+				assert.Equal(t, "new", string(b))
+				var st unix.Stat_t
+				require.NoError(t, unix.Lstat(filepath.Join(folder, tt.rel), &st))
+				assert.Equal(t, uint32(unix.S_IFREG|0o640), st.Mode)
+			}
+			// Nothing outside changed, and no temporary file is left.
+			b, err := os.ReadFile(outside)
+			require.NoError(t, err)
+			assert.Equal(t, "secret", string(b))
+			left, _ := filepath.Glob(filepath.Join(folder, "*", TempPrefix+"*"))
+			top, _ := filepath.Glob(filepath.Join(folder, TempPrefix+"*"))
+			assert.Empty(t, append(left, top...))
+			st, err := os.Stat(filepath.Join(folder, "d"))
+			require.NoError(t, err)
+			assert.True(t, st.IsDir())
+		})
+	}
+}
+
+func TestDetachRestore(t *testing.T) {
+	folder, _ := tree(t)
+	r, err := OpenRoot(folder)
+	require.NoError(t, err)
+	defer r.Close()
+	d, err := r.Detach("f", 1<<20)
+	require.NoError(t, err)
+	assert.Equal(t, "hello", string(d.Content))
+	_, err = os.Stat(filepath.Join(folder, "f"))
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	require.NoError(t, d.Restore())
+	b, err := os.ReadFile(filepath.Join(folder, "f"))
+	require.NoError(t, err)
+	assert.Equal(t, "hello", string(b))
+
+	// The name was taken meanwhile: the detached entry stays out.
+	d, err = r.Detach("f", 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(folder, "f"), []byte("other"), 0o644))
+	require.ErrorIs(t, d.Restore(), fs.ErrExist)
+	require.NoError(t, d.Discard())
+	b, err = os.ReadFile(filepath.Join(folder, "f"))
+	require.NoError(t, err)
+	assert.Equal(t, "other", string(b))
+
+	_, err = r.Detach("d", 1<<20)
+	require.ErrorIs(t, err, ErrNotRegular)
+	_, err = r.Detach("missing", 1<<20)
+	require.ErrorIs(t, err, fs.ErrNotExist)
+}

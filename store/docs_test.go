@@ -1,0 +1,602 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/protocol"
+)
+
+// docHost is one host of a test: a store connection, a folder and the
+// documents' sync between them.
+type docHost struct {
+	t      *testing.T
+	name   string
+	dir    string
+	url    string
+	s      *Store
+	d      *Docs
+	mu     sync.Mutex
+	rec    []string // "kind rel"
+	frozen map[string]string
+}
+
+const runDir = "agent_runs"
+
+func newDocHost(t *testing.T, url, name, dir string) *docHost {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	s, err := Open(context.Background(), Options{URL: url, Collab: "c1", Host: name, Timeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	h := &docHost{t: t, name: name, dir: dir, url: url, s: s, frozen: map[string]string{}}
+	h.start()
+	return h
+}
+
+func (h *docHost) start() {
+	h.t.Helper()
+	d, err := SyncDocs(context.Background(), h.s, h.dir, DocsOptions{
+		Skip: func(rel string) bool { return rel == runDir },
+		Frozen: func(rel string) (string, bool) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			sum, ok := h.frozen[rel]
+			return sum, ok
+		},
+		Record: func(kind, rel, detail string) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.rec = append(h.rec, kind+" "+rel)
+		},
+	})
+	require.NoError(h.t, err)
+	h.d = d
+	h.t.Cleanup(func() { h.stop() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(h.t, d.Bootstrap(ctx))
+}
+
+func (h *docHost) stop() {
+	if h.d != nil {
+		require.NoError(h.t, h.d.Close())
+		h.d = nil
+	}
+}
+
+func (h *docHost) sync() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(h.t, h.d.Sync(ctx))
+}
+
+func (h *docHost) recorded(kind, rel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.rec {
+		if r == kind+" "+rel {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *docHost) write(rel, content string) {
+	h.t.Helper()
+	p := filepath.Join(h.dir, rel)
+	require.NoError(h.t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(h.t, os.WriteFile(p, []byte(content), 0o644))
+}
+
+// read returns rel's content, or "" when it is absent.
+func (h *docHost) read(rel string) string {
+	b, err := os.ReadFile(filepath.Join(h.dir, rel))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// files lists the folder's synced files and their content.
+func (h *docHost) files() map[string]string {
+	out := map[string]string{}
+	_ = filepath.WalkDir(h.dir, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		rel, _ := filepath.Rel(h.dir, p)
+		if de.IsDir() {
+			if rel == runDir {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if rel == protocol.EventsFile || strings.HasPrefix(de.Name(), ".") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err == nil {
+			out[filepath.ToSlash(rel)] = string(b)
+		}
+		return nil
+	})
+	return out
+}
+
+func eventually(t *testing.T, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	require.Eventually(t, cond, 30*time.Second, 20*time.Millisecond, append([]any{msg}, args...)...)
+}
+
+// twoHosts starts a server and hosts ha and hb on empty folders.
+func twoHosts(t *testing.T) (*docHost, *docHost) {
+	t.Helper()
+	url := server(t)
+	base := t.TempDir()
+	return newDocHost(t, url, "ha", filepath.Join(base, "a")), newDocHost(t, url, "hb", filepath.Join(base, "b"))
+}
+
+func TestDocsFollowWritesAndRemovals(t *testing.T) {
+	a, b := twoHosts(t)
+	outside := t.TempDir()
+	steps := []struct {
+		name string
+		on   *docHost // the host that acts; the other one must follow
+		do   func(h *docHost)
+		want map[string]string // "" for absent
+	}{
+		{"create", a, func(h *docHost) { h.write("deliverables/spec.md", "v1") },
+			map[string]string{"deliverables/spec.md": "v1"}},
+		{"overwrite", a, func(h *docHost) { h.write("deliverables/spec.md", "v2") },
+			map[string]string{"deliverables/spec.md": "v2"}},
+		{"the other host writes back", b, func(h *docHost) { h.write("deliverables/spec.md", "v3 from b") },
+			map[string]string{"deliverables/spec.md": "v3 from b"}},
+		{"rename into place", a, func(h *docHost) {
+			h.write("tmpname", "v4")
+			require.NoError(t, os.Rename(filepath.Join(h.dir, "tmpname"), filepath.Join(h.dir, "deliverables/spec.md")))
+		}, map[string]string{"deliverables/spec.md": "v4", "tmpname": ""}},
+		{"directory moved in", a, func(h *docHost) {
+			require.NoError(t, os.MkdirAll(filepath.Join(outside, "notes", "deep"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(outside, "notes", "deep", "n.md"), []byte("note"), 0o644))
+			require.NoError(t, os.Rename(filepath.Join(outside, "notes"), filepath.Join(h.dir, "notes")))
+		}, map[string]string{"notes/deep/n.md": "note"}},
+		{"file in the moved directory", a, func(h *docHost) { h.write("notes/deep/m.md", "more") },
+			map[string]string{"notes/deep/m.md": "more"}},
+		{"directory renamed", a, func(h *docHost) {
+			require.NoError(t, os.Rename(filepath.Join(h.dir, "notes"), filepath.Join(h.dir, "archive")))
+		}, map[string]string{"notes/deep/n.md": "", "archive/deep/n.md": "note", "archive/deep/m.md": "more"}},
+		{"remove", b, func(h *docHost) { require.NoError(t, os.Remove(filepath.Join(h.dir, "deliverables/spec.md"))) },
+			map[string]string{"deliverables/spec.md": ""}},
+		{"create again after removal", a, func(h *docHost) { h.write("deliverables/spec.md", "v5") },
+			map[string]string{"deliverables/spec.md": "v5"}},
+		{"run directory never synced", a, func(h *docHost) { h.write(runDir+"/x.json", "secret") },
+			map[string]string{runDir + "/x.json": ""}},
+	}
+	for _, st := range steps {
+		other := b
+		if st.on == b {
+			other = a
+		}
+		st.do(st.on)
+		for rel, want := range st.want {
+			eventually(t, func() bool { return other.read(rel) == want },
+				"%s: %s on %s is %q, want %q", st.name, rel, other.name, other.read(rel), want)
+		}
+	}
+	a.sync()
+	b.sync()
+	assert.Equal(t, a.files(), b.files())
+}
+
+func TestDocsStaleWriteKeepsBothVersions(t *testing.T) {
+	const rel = "deliverables/spec.md"
+	tests := []struct {
+		name  string
+		loser string                            // b's version, which reaches the store last
+		stale func(t *testing.T, a, b *docHost) // b writes loser on top of v1 while a writes "v2 by a"
+	}{
+		{"written while the newer revision arrives", "v3 by b", func(t *testing.T, a, b *docHost) {
+			f, err := os.OpenFile(filepath.Join(b.dir, rel), os.O_WRONLY|os.O_TRUNC, 0)
+			require.NoError(t, err)
+			_, err = f.WriteString("v3 by b")
+			require.NoError(t, err)
+			a.write(rel, "v2 by a")
+			a.sync()
+			b.sync()
+			require.NoError(t, f.Close())
+		}},
+		{"edited while the sync was stopped", "v3 by b", func(t *testing.T, a, b *docHost) {
+			b.stop()
+			a.write(rel, "v2 by a")
+			a.sync()
+			b.write(rel, "v3 by b")
+			b.start()
+		}},
+		{"writes go on after the newer revision arrived", "part 1, part 2", func(t *testing.T, a, b *docHost) {
+			f, err := os.OpenFile(filepath.Join(b.dir, rel), os.O_WRONLY|os.O_TRUNC, 0)
+			require.NoError(t, err)
+			_, err = f.WriteString("part 1, ")
+			require.NoError(t, err)
+			a.write(rel, "v2 by a")
+			a.sync()
+			b.sync()
+			_, err = f.WriteString("part 2")
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := twoHosts(t)
+			a.write(rel, "v1")
+			a.sync()
+			b.sync()
+			require.Equal(t, "v1", b.read(rel))
+			tt.stale(t, a, b)
+			// The first revision to reach the store keeps the name; the
+			// other version is beside it, on every host.
+			kept := conflictName(rel, "hb", sha([]byte(tt.loser))[:12])
+			for _, h := range []*docHost{a, b} {
+				eventually(t, func() bool { return h.read(rel) == "v2 by a" && h.read(kept) == tt.loser },
+					"%s: %s=%q, %s=%q", h.name, rel, h.read(rel), kept, h.read(kept))
+			}
+			eventually(t, func() bool { return b.recorded(RecordConflict, rel) }, "conflict recorded on hb")
+			a.sync()
+			b.sync()
+			assert.Equal(t, a.files(), b.files())
+		})
+	}
+}
+
+func TestDocsFrozenDeliverable(t *testing.T) {
+	const rel = "deliverables/spec.md"
+	a, b := twoHosts(t)
+	a.write(rel, "frozen text")
+	a.sync()
+	b.sync()
+	b.mu.Lock()
+	b.frozen[rel] = sha([]byte("frozen text"))
+	b.mu.Unlock()
+
+	// a has not seen the freeze yet: b refuses its new version.
+	a.write(rel, "changed after the freeze")
+	a.sync()
+	b.sync()
+	assert.Equal(t, "frozen text", b.read(rel))
+	assert.True(t, b.recorded(RecordFrozen, rel))
+
+	// Nor does b publish a local copy that differs from the frozen hash.
+	b.write(rel, "tampered on disk")
+	b.sync()
+	a.sync()
+	assert.Equal(t, "changed after the freeze", a.read(rel))
+}
+
+func TestDocsRefusesBadEntries(t *testing.T) {
+	a, b := twoHosts(t)
+	escape := filepath.Join(filepath.Dir(b.dir), "escape.md")
+	good := func(rel, content string) []byte { return a.d.encode(rel, []byte(content), 0o644, 0, "") }
+	tests := []struct {
+		name  string
+		key   string
+		value []byte
+		rel   string // what b must not have
+	}{
+		{"parent directory", keyOf("../escape.md"), good("../escape.md", "x"), "../escape.md"},
+		{"absolute", keyOf("/tmp/abs.md"), good("/tmp/abs.md", "x"), "tmp/abs.md"},
+		{"dot component", keyOf("a/./b.md"), good("a/./b.md", "x"), "a/b.md"},
+		{"history", keyOf(protocol.EventsFile), good(protocol.EventsFile, "{}\n"), protocol.EventsFile},
+		{"run directory", keyOf(runDir + "/g.json"), good(runDir+"/g.json", "x"), runDir + "/g.json"},
+		{"staging", keyOf(".acpfs-staging/x"), good(".acpfs-staging/x", "x"), ".acpfs-staging/x"},
+		{"header names another path", keyOf("doc.md"), good("other.md", "x"), "doc.md"},
+		{"content does not match its hash", keyOf("hash.md"),
+			[]byte(strings.Replace(string(good("hash.md", "good")), "good", "evil", 1)), "hash.md"},
+		{"no header", keyOf("raw.md"), []byte("just text"), "raw.md"},
+		{"key not base64", "not-base64-a", good("x", "x"), "x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := a.s.ctx()
+			defer cancel()
+			_, err := a.s.docs.Put(ctx, tt.key, tt.value)
+			require.NoError(t, err)
+			b.sync()
+			_, err = os.Lstat(filepath.Join(b.dir, tt.rel))
+			assert.ErrorIs(t, err, fs.ErrNotExist)
+		})
+	}
+	_, err := os.Lstat(escape)
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	assert.Len(t, b.rec, len(tests))
+	for _, r := range b.rec {
+		assert.True(t, strings.HasPrefix(r, RecordRefused+" "), r)
+	}
+}
+
+func TestDocsSymlinkNotFollowed(t *testing.T) {
+	tests := []struct {
+		name    string
+		plant   func(t *testing.T, bdir, outside string) // in b's folder
+		rel     string                                   // a writes it
+		applied bool                                     // b gets it as a regular file
+	}{
+		{"symlink at the file", func(t *testing.T, bdir, outside string) {
+			require.NoError(t, os.MkdirAll(filepath.Join(bdir, "deliverables"), 0o755))
+			require.NoError(t, os.Symlink(filepath.Join(outside, "victim"), filepath.Join(bdir, "deliverables", "spec.md")))
+		}, "deliverables/spec.md", true},
+		{"symlink at a directory", func(t *testing.T, bdir, outside string) {
+			require.NoError(t, os.Symlink(outside, filepath.Join(bdir, "notes")))
+		}, "notes/victim", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url := server(t)
+			base, outside := t.TempDir(), t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(outside, "victim"), []byte("untouched"), 0o600))
+			bdir := filepath.Join(base, "b")
+			require.NoError(t, os.MkdirAll(bdir, 0o755))
+			tt.plant(t, bdir, outside)
+			a := newDocHost(t, url, "ha", filepath.Join(base, "a"))
+			b := newDocHost(t, url, "hb", bdir)
+			a.write(tt.rel, "from a")
+			a.sync()
+			b.sync()
+			if tt.applied {
+				fi, err := os.Lstat(filepath.Join(bdir, tt.rel))
+				require.NoError(t, err)
+				assert.True(t, fi.Mode().IsRegular(), "the link was replaced")
+				assert.Equal(t, "from a", b.read(tt.rel))
+			} else {
+				assert.True(t, b.recorded(RecordRefused, tt.rel))
+			}
+			got, err := os.ReadFile(filepath.Join(outside, "victim"))
+			require.NoError(t, err)
+			assert.Equal(t, "untouched", string(got))
+			ents, err := os.ReadDir(outside)
+			require.NoError(t, err)
+			assert.Len(t, ents, 1, "nothing was made outside the folder")
+		})
+	}
+}
+
+func TestDocsBootstrapEmptyFolder(t *testing.T) {
+	url := server(t)
+	base := t.TempDir()
+	adir, bdir := filepath.Join(base, "a"), filepath.Join(base, "b")
+	_, err := protocol.Init(protocol.InitOptions{Folder: adir, Participants: []string{"alice", "bob"},
+		Objective: "o", Completion: []string{"c"}, PrimaryType: "design-spec"})
+	require.NoError(t, err)
+	a := newDocHost(t, url, "ha", adir)
+	b := newDocHost(t, url, "hb", bdir) // Bootstrap returned: b's folder is complete
+	want := a.files()
+	require.Contains(t, want, protocolJSON)
+	require.Contains(t, want, "deliverables/design-spec.md")
+	assert.Equal(t, want, b.files())
+
+	// The fields each host derives from the history are never published.
+	ctx, cancel := a.s.ctx()
+	defer cancel()
+	before, err := a.s.docs.Get(ctx, keyOf(protocolJSON))
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(a.read(protocolJSON)), &m))
+	m["updatedAt"], m["currentPhase"], m["waitingFor"] = "2099-01-01T00:00:00Z", "reviewing", []string{"bob"}
+	churn, err := json.MarshalIndent(m, "", "  ")
+	require.NoError(t, err)
+	a.write(protocolJSON, string(churn))
+	a.sync()
+	b.sync()
+	after, err := a.s.docs.Get(ctx, keyOf(protocolJSON))
+	require.NoError(t, err)
+	assert.Equal(t, before.Revision(), after.Revision())
+	assert.NotEqual(t, a.read(protocolJSON), b.read(protocolJSON), "b keeps its own derived fields")
+}
+
+func TestDocsCatchUpAfterReconnect(t *testing.T) {
+	r := newRestartable(t)
+	url := r.url
+	base := t.TempDir()
+	a := newDocHost(t, url, "ha", filepath.Join(base, "a"))
+	b := newDocHost(t, url, "hb", filepath.Join(base, "b"))
+	a.write("kept.md", "before")
+	a.sync()
+	b.sync()
+
+	r.stop()
+	eventually(t, func() bool { return !a.s.Connected() && !b.s.Connected() }, "both hosts see the server gone")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	require.ErrorIs(t, a.d.Sync(ctx), ErrOffline)
+	// Disk writes behind the views' backs while cut off.
+	a.write("offline.md", "written while offline")
+	a.write("kept.md", "changed while offline")
+	require.NoError(t, os.Remove(filepath.Join(b.dir, "kept.md")))
+	b.write("from-b.md", "b offline")
+
+	r.start(t)
+	for rel, want := range map[string]string{"offline.md": "written while offline", "from-b.md": "b offline"} {
+		for _, h := range []*docHost{a, b} {
+			eventually(t, func() bool { return h.read(rel) == want }, "%s on %s: %q", rel, h.name, h.read(rel))
+		}
+	}
+	// The two hosts' changes to kept.md met: an edit outlives a removal,
+	// or the first to reach the store wins and the other is kept.
+	eventually(t, func() bool {
+		a.sync()
+		b.sync()
+		fa, fb := a.files(), b.files()
+		return fmt.Sprint(fa) == fmt.Sprint(fb)
+	}, "the folders agree")
+	found := false
+	for _, c := range a.files() {
+		found = found || c == "changed while offline"
+	}
+	assert.True(t, found, "a's offline edit survived: %v", a.files())
+}
+
+func TestDocsConcurrentWritersLoseNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stress")
+	}
+	// Eight writers over three hosts. Rounds stay under the bucket's
+	// history (64) for the three writers of a shared file, so that every
+	// revision of it can be checked.
+	url := server(t)
+	base := t.TempDir()
+	a := newDocHost(t, url, "ha", filepath.Join(base, "a"))
+	b := newDocHost(t, url, "hb", filepath.Join(base, "b"))
+	c := newDocHost(t, url, "hc", filepath.Join(base, "c"))
+	hosts := []*docHost{a, b, c}
+	const rounds = 20
+	type last struct{ own, shared string }
+	results := map[string]*last{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		writers := 3
+		if i == 2 {
+			writers = 2
+		}
+		for w := range writers {
+			id := fmt.Sprintf("%s-%d", h.name, w)
+			l := &last{}
+			results[id] = l
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := range rounds {
+					own := fmt.Sprintf("own %s version %d", id, n)
+					shared := fmt.Sprintf("shared %s version %d", id, n)
+					h.write("own-"+id+".md", own)
+					// Writer w of each host shares a file with writer w of
+					// the others: the hosts race for it.
+					h.write(fmt.Sprintf("shared-%d.md", w), shared)
+					mu.Lock()
+					l.own, l.shared = own, shared
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	var fa map[string]string
+	eventually(t, func() bool {
+		for _, h := range hosts {
+			h.sync()
+		}
+		fa = a.files()
+		return fmt.Sprint(fa) == fmt.Sprint(b.files()) && fmt.Sprint(fa) == fmt.Sprint(c.files())
+	}, "the folders agree")
+	// A version is kept in the folders (the name or a conflict copy), or
+	// it was published and a later write based on it replaced it: the
+	// other host's writer wrote the file again after the version came.
+	kept := map[string]bool{}
+	for _, c := range fa {
+		kept[c] = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lister, err := a.s.docs.ListKeys(ctx)
+	require.NoError(t, err)
+	for key := range lister.Keys() {
+		rel, ok := pathOfKey(key)
+		require.True(t, ok, key)
+		hist, err := a.s.docs.History(ctx, key)
+		require.NoError(t, err)
+		for i, e := range hist {
+			h, content, err := decodeDoc(e.Value(), rel)
+			require.NoError(t, err, "%s revision %d", rel, e.Revision())
+			kept[string(content)] = true
+			assert.NotEmpty(t, content, "%s revision %d: no half-written version is published", rel, e.Revision())
+			if i > 0 {
+				assert.Equal(t, hist[i-1].Revision(), h.Base,
+					"%s revision %d replaced revision %d without being based on it", rel, e.Revision(), hist[i-1].Revision())
+			}
+		}
+	}
+	for id, l := range results {
+		assert.Equal(t, l.own, fa["own-"+id+".md"], "%s's own file", id)
+		assert.True(t, kept[l.shared], "%s's last version of its shared file is kept: %q", id, l.shared)
+	}
+	for rel, c := range fa {
+		if strings.Contains(rel, ".conflict-") {
+			assert.True(t, strings.HasPrefix(rel, "shared-"), "conflicts only on shared files: %s", rel)
+			assert.NotEmpty(t, c, rel)
+		}
+	}
+}
+
+func TestDocsRemovalMeetsEdit(t *testing.T) {
+	const rel = "notes.md"
+	tests := []struct {
+		name   string
+		bEdits bool   // b changes the file while its sync is stopped
+		want   string // rel on both hosts afterwards ("" absent)
+	}{
+		{"unchanged copy is removed", false, ""},
+		{"an edit outlives the removal", true, "edited on b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := twoHosts(t)
+			a.write(rel, "v1")
+			a.sync()
+			b.sync()
+			require.Equal(t, "v1", b.read(rel))
+			b.stop()
+			require.NoError(t, os.Remove(filepath.Join(a.dir, rel)))
+			a.sync()
+			if tt.bEdits {
+				b.write(rel, "edited on b")
+			}
+			b.start()
+			for _, h := range []*docHost{a, b} {
+				eventually(t, func() bool { h.sync(); return h.read(rel) == tt.want }, "%s: %q", h.name, h.read(rel))
+			}
+		})
+	}
+}
+
+func TestDocsNotDocuments(t *testing.T) {
+	a, b := twoHosts(t)
+	outside := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(outside, []byte("secret"), 0o600))
+	big := strings.Repeat("x", int(a.d.limit())+1)
+	tests := []struct {
+		name   string
+		rel    string
+		make   func(p string) error
+		record string // what a records, if anything
+	}{
+		{"hard link", "hard.md", func(p string) error { return os.Link(outside, p) }, ""},
+		{"symlink", "link.md", func(p string) error { return os.Symlink(outside, p) }, ""},
+		{"too large", "big.md", func(p string) error { return os.WriteFile(p, []byte(big), 0o644) }, RecordTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.NoError(t, tt.make(filepath.Join(a.dir, tt.rel)))
+			a.sync()
+			b.sync()
+			_, err := os.Lstat(filepath.Join(b.dir, tt.rel))
+			assert.ErrorIs(t, err, fs.ErrNotExist)
+			if tt.record != "" {
+				assert.True(t, a.recorded(tt.record, tt.rel))
+			}
+		})
+	}
+}
