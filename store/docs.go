@@ -83,11 +83,12 @@ const maxPathLen = 1024
 // fails over (a publication stored but its answer lost, a watch whose
 // consumer died with its node), and nothing else would tell: every
 // checkEvery the sync makes sure the watch keeps up with the bucket,
-// and every rescanEvery (sooner after a failure) it publishes whatever
+// and at the next check after a failed publication (every rescanEvery
+// anyway, a safety net that reads every file) it publishes whatever
 // the folder holds that this host has not published.
 const (
 	checkEvery  = 2 * time.Second
-	rescanEvery = 5 * time.Second
+	rescanEvery = 10 * time.Second
 	// stallLimit is how long the watch may stay behind the bucket (or
 	// in its first replay) without progress before it is started again.
 	stallLimit = 8 * time.Second
