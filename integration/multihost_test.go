@@ -204,6 +204,12 @@ func TestMultiHostOneHistory(t *testing.T) {
 	require.Equal(t, syscall.EPERM, pmAppend(filepath.Join(b.view("bob"), "events.jsonl"), line))
 	require.Equal(t, string(a.events()), string(b.events()))
 
+	// A sandbox or a plain mount of a host's folder would not use the
+	// store: refused, naming why.
+	_, stderr, code := acpfs(t, "run", "--folder", b.folder, "--runs", b.runs, "--grant", "G-bob", "--", "true")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, stderr, "served from a store")
+
 	// Each host's ledger is in the store, and verifies from anywhere.
 	require.NoError(t, a.proc.Stop())
 	require.NoError(t, b.proc.Stop())
