@@ -130,7 +130,7 @@ func (l *Log) publishLocked(f *os.File, n int, line []byte) error {
 	}
 	if !errors.Is(err, ErrConflict) {
 		return &Error{Kind: Unavailable, Line: n, Rule: "store",
-			Msg: fmt.Sprintf("the store did not take the event, so it was not appended: %v", err)}
+			Msg: fmt.Sprintf("the store did not confirm the event, so this host did not append it (if the store took it all the same, it comes back with the next catch-up): %v", err)}
 	}
 	got, err := l.pullLocked(f)
 	if err != nil {

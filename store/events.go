@@ -59,7 +59,7 @@ func (e Events) Publish(n int, line []byte) error {
 	msg.Header.Set(hostHeader, e.s.opts.Host)
 	id := e.s.opts.Host + "-" + nuid.Next()
 	var err error
-	for try := 0; try < 3; try++ {
+	for try := 0; try < 2; try++ {
 		var ack *jetstream.PubAck
 		ctx, cancel := e.s.ctx()
 		ack, err = e.s.js.PublishMsg(ctx, msg,
@@ -82,7 +82,9 @@ func (e Events) Publish(n int, line []byte) error {
 			return fmt.Errorf("publish line %d: %w", n, err)
 		}
 	}
-	return fmt.Errorf("publish line %d: %w", n, offline(err))
+	err = offline(err)
+	e.s.unreachable(err)
+	return fmt.Errorf("publish line %d: %w", n, err)
 }
 
 // hostHeader names the host that appended a message.
