@@ -133,12 +133,36 @@ func (st *matcherState) blocked(rel string) bool {
 	return st.revoked || st.isHidden(rel) || first(st.forbid, rel) >= 0
 }
 
+// ConflictMark is what the document sync of several hosts puts between a
+// file's name and the rest of the name of a conflict copy of it
+// ("notes/a.md.conflict-HOST-TAG").
+const ConflictMark = ".conflict-"
+
+// conflictOriginal returns the file a conflict copy at rel keeps a
+// version of. A copy holds that file's content, so it is shown only to
+// a grant that may read the file itself: a forbidden file's copy stays
+// forbidden, whatever the patterns say of the copy's own name.
+func conflictOriginal(rel string) (string, bool) {
+	i := strings.LastIndex(rel, ConflictMark)
+	if i <= 0 || strings.LastIndexByte(rel, '/') >= i || rel[i-1] == '/' {
+		return "", false
+	}
+	return rel[:i], true
+}
+
+// copyHidden reports whether rel is a conflict copy of a file the grant
+// may not read.
+func (m *Matcher) copyHidden(rel string) bool {
+	orig, ok := conflictOriginal(rel)
+	return ok && !m.readable(orig)
+}
+
 func (m *Matcher) visible(rel string) bool {
 	if rel == "" {
 		return true
 	}
 	st := m.st
-	if st == nil || st.blocked(rel) {
+	if st == nil || st.blocked(rel) || m.copyHidden(rel) {
 		return false
 	}
 	return first(st.write, rel) >= 0 || first(st.read, rel) >= 0 ||
@@ -158,7 +182,7 @@ func (m *Matcher) VisibleEntry(rel string, isDir bool) bool {
 
 func (m *Matcher) readable(rel string) bool {
 	st := m.st
-	if st == nil || st.blocked(rel) {
+	if st == nil || st.blocked(rel) || m.copyHidden(rel) {
 		return false
 	}
 	return first(st.write, rel) >= 0 || first(st.read, rel) >= 0
@@ -166,7 +190,7 @@ func (m *Matcher) readable(rel string) bool {
 
 func (m *Matcher) writable(rel string) bool {
 	st := m.st
-	if st == nil || st.blocked(rel) {
+	if st == nil || st.blocked(rel) || m.copyHidden(rel) {
 		return false
 	}
 	return first(st.write, rel) >= 0
@@ -188,6 +212,9 @@ func (m *Matcher) explain(rel string) Decision {
 		d.Rule = RuleRoot
 	case st.isHidden(rel):
 		d.Rule = RuleRunDir
+	case m.copyHidden(rel):
+		orig, _ := conflictOriginal(rel)
+		d.Rule = fmt.Sprintf("conflict copy of %s, which the grant does not let read", orig)
 	default:
 		d.Rule = st.decidingRule(rel)
 	}

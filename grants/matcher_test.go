@@ -64,6 +64,21 @@ func TestMatcherSemantics(t *testing.T) {
 			},
 		},
 		{
+			name:      "a conflict copy is judged by the file it copies",
+			read:      []string{"**"},
+			forbidden: []string{"notes/priv.md", "*.key"},
+			writes:    []string{"notes/**"},
+			cases: []vrw{
+				{"notes/priv.md", false, false, false},
+				{"notes/priv.md.conflict-ha-bb171915bfd8", false, false, false},
+				{"notes/priv.md.conflict-ha-1.conflict-hb-2", false, false, false},
+				{"a.key.conflict-hb-0123456789ab", false, false, false},
+				{"notes/pub.md.conflict-ha-bb171915bfd8", true, true, true},
+				{"notes/.conflict-ha-x", true, true, true},
+				{"readme.md.conflict-ha-x", true, true, false},
+			},
+		},
+		{
 			name: "doublestar below a literal directory",
 			read: []string{"deliverables/**"},
 			cases: []vrw{

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -154,7 +154,7 @@ func countLines(b []byte) int { return bytes.Count(b, []byte("\n")) }
 func waitLines(t *testing.T, n int, hosts ...*mhHost) {
 	t.Helper()
 	for _, h := range hosts {
-		eventually(t, func() bool { return countLines(h.events()) >= n },
+		mhEventually(t, func() bool { return countLines(h.events()) >= n },
 			fmt.Sprintf("host %s has %d lines of events.jsonl", h.name, n))
 	}
 }
@@ -195,7 +195,7 @@ func TestMultiHostOneHistory(t *testing.T) {
 
 	require.Zero(t, drafted(a.view("alice"), "from host a"), lastError(a.view("alice")))
 	waitLines(t, 2, a, b)
-	eventually(t, func() bool {
+	mhEventually(t, func() bool {
 		st, err := os.ReadFile(filepath.Join(b.view("bob"), ".acpfs", "status"))
 		return err == nil && strings.Contains(string(st), "last seq: 2")
 	}, "bob's view on host b shows seq 2")
@@ -203,6 +203,12 @@ func TestMultiHostOneHistory(t *testing.T) {
 	line := pmLine(3, "alice", "deliverable_drafted", "forged", time.Now(), map[string]any{"doc": primary, "role": "primary"})
 	require.Equal(t, syscall.EPERM, pmAppend(filepath.Join(b.view("bob"), "events.jsonl"), line))
 	require.Equal(t, string(a.events()), string(b.events()))
+
+	// A sandbox or a plain mount of a host's folder would not use the
+	// store: refused, naming why.
+	_, stderr, code := acpfs(t, "run", "--folder", b.folder, "--runs", b.runs, "--grant", "G-bob", "--", "true")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, stderr, "served from a store")
 
 	// Each host's ledger is in the store, and verifies from anywhere.
 	require.NoError(t, a.proc.Stop())
@@ -219,12 +225,13 @@ func TestMultiHostOneHistory(t *testing.T) {
 // mhProxy forwards TCP connections to a server until cut: a host behind
 // it is then cut off from the store while the others are not.
 type mhProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	cut     bool
+	stalled atomic.Bool // connections stay open, no byte passes
+	conns   []net.Conn
+	wg      sync.WaitGroup
 }
 
 func newMHProxy(t *testing.T, target string) *mhProxy {
@@ -261,8 +268,28 @@ func (p *mhProxy) serve() {
 		}
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
-		go func() { io.Copy(s, c); s.Close() }()
-		go func() { io.Copy(c, s); c.Close() }()
+		go func() { p.pipe(s, c); s.Close() }()
+		go func() { p.pipe(c, s); c.Close() }()
+	}
+}
+
+// pipe copies src to dst, holding the bytes while the proxy is stalled:
+// the connection stays open, nothing gets through.
+func (p *mhProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for p.stalled.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
@@ -294,7 +321,7 @@ func TestMultiHostCutOffHostIsReadOnlyAndCatchesUp(t *testing.T) {
 	require.NoError(t, os.Mkdir(filepath.Join(bob, "notes"), 0o755))
 
 	proxy.setCut(true)
-	eventually(t, func() bool {
+	mhEventually(t, func() bool {
 		err := os.WriteFile(filepath.Join(bob, "notes", "probe.md"), []byte("probe\n"), 0o644)
 		return errors.Is(err, syscall.EROFS)
 	}, "host b's view turns read-only once cut off")
@@ -319,9 +346,37 @@ func TestMultiHostCutOffHostIsReadOnlyAndCatchesUp(t *testing.T) {
 	proxy.setCut(false)
 	waitLines(t, 4, b)
 	require.Equal(t, string(a.events()), string(b.events()))
-	eventually(t, func() bool {
+	mhEventually(t, func() bool {
 		return os.WriteFile(filepath.Join(bob, "proposal.md"), []byte("# Proposal\n\nback\n"), 0o644) == nil
 	}, "host b writes again once reconnected")
+}
+
+// A server that stops answering without closing the connection (stopped,
+// overloaded) must turn the views read-only too.
+func TestMultiHostStalledServerTurnsViewsReadOnly(t *testing.T) {
+	e := newMHEnv(t, "alice", "bob")
+	srv := mhServer(t, -1, filepath.Join(e.dir, "nats"))
+	proxy := newMHProxy(t, srv.url())
+	a := e.host("ha", proxy.url())
+	a.grant("alice", "alice", "--may-write", "notes/**")
+	writeSpec(t, a)
+	a.up()
+	alice := a.view("alice")
+	require.NoError(t, os.Mkdir(filepath.Join(alice, "notes"), 0o755))
+
+	proxy.stalled.Store(true)
+	mhEventually(t, func() bool {
+		st, err := os.ReadFile(filepath.Join(alice, ".acpfs", "status"))
+		return err == nil && strings.Contains(string(st), "writes: refused with EROFS")
+	}, "the view turns read-only while the server does not answer")
+	require.ErrorIs(t, os.WriteFile(filepath.Join(alice, "notes", "n.md"), []byte("x\n"), 0o644), syscall.EROFS)
+	require.Equal(t, syscall.EROFS, drafted(alice, "while stalled"))
+
+	proxy.stalled.Store(false)
+	mhEventually(t, func() bool {
+		return os.WriteFile(filepath.Join(alice, "notes", "n.md"), []byte("back\n"), 0o644) == nil
+	}, "writes open again once the server answers")
+	require.Zero(t, drafted(alice, "after the stall"), lastError(alice))
 }
 
 func TestMultiHostKilledHostRestartsAndCatchesUp(t *testing.T) {
@@ -383,7 +438,7 @@ func mhCluster(t *testing.T, dir string) []*mhNode {
 		go func() { defer wg.Done(); nodes[i].start() }() // nodes wait for each other
 	}
 	wg.Wait()
-	eventually(t, func() bool {
+	mhEventually(t, func() bool {
 		leader := false
 		for _, n := range nodes {
 			if !n.srv.JetStreamIsCurrent() {
@@ -527,10 +582,23 @@ func TestMultiHostClusterStress(t *testing.T) {
 		}
 		for _, h := range hosts {
 			p := filepath.Join(h.folder, "notes", w.agent+".md")
-			eventually(t, func() bool {
+			mhEventually(t, func() bool {
 				b, err := os.ReadFile(p)
 				return err == nil && string(b) == w.note
 			}, fmt.Sprintf("%s's last note on host %s: want %q, have %q", w.agent, h.name, w.note, readFile(t, p)))
 		}
+	}
+}
+
+// mhEventually waits for cond like eventually, with room for what crosses
+// hosts on a loaded machine: reconnections, catch-ups, the health check.
+func mhEventually(t testing.TB, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

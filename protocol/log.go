@@ -119,6 +119,8 @@ type Log struct {
 	intern          interner // participant ids seen in the history
 
 	replica Replica // the authority when several hosts serve the folder
+	// verified: bytes of events.jsonl known to equal the replica's history
+	verified int64
 
 	resolvedFolder string
 	frozenKeys     map[string]string // doc reference -> Snapshot.Frozen key
@@ -181,7 +183,7 @@ func (l *Log) lockLocked() (*Lock, error) {
 	if err != nil {
 		return nil, unavailable("events-lock", "%v", err)
 	}
-	if err := l.catchUpLocked(lk.File()); err != nil {
+	if err := l.catchUpLocked(lk.File(), true); err != nil {
 		lk.Unlock()
 		return nil, err
 	}

@@ -1,10 +1,12 @@
 package protocol
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,7 +102,13 @@ func (l *Log) resetLocked() {
 // through f (an open descriptor of it). Only bytes after the consumed
 // offset are parsed, unless the file was replaced, shrank, or no longer
 // has a line end where the consumed part ended: then it is replayed.
-func (l *Log) catchUpLocked(f *os.File) error {
+//
+// With a replica, lines past the part of the file known to equal the
+// authority's history are applied only once the authority confirms them;
+// exclusive (f is locked for writing) also cuts the first line it does
+// not hold, and everything after it, so that the copy becomes the
+// authority's history again (see verifyLocked).
+func (l *Log) catchUpLocked(f *os.File, exclusive bool) error {
 	if err := l.loadProtocolLocked(); err != nil {
 		return err
 	}
@@ -119,15 +127,21 @@ func (l *Log) catchUpLocked(f *os.File) error {
 	if replay {
 		l.resetLocked()
 		l.needReplay = false
+		l.verified = 0 // rewritten in place or replaced: nothing is known
 	}
 	l.evID = id
 	defer l.afterCatchUpLocked()
 	if id.size == l.offset {
 		return nil
 	}
+	var unconfirmed [][]byte
 	err = forEachLine(io.NewSectionReader(f, l.offset, id.size-l.offset), func(line []byte, complete bool) {
 		if !complete {
 			return // a line still being written, or a torn one: not consumed
+		}
+		if l.replica != nil && (len(unconfirmed) > 0 || l.offset >= l.verified) {
+			unconfirmed = append(unconfirmed, bytes.Clone(line))
+			return
 		}
 		l.offset += int64(len(line) + 1)
 		l.lines++
@@ -135,6 +149,45 @@ func (l *Log) catchUpLocked(f *os.File) error {
 	})
 	if err != nil {
 		return unavailable("events-read", "cannot read %s: %v", EventsFile, err)
+	}
+	if len(unconfirmed) > 0 {
+		return l.verifyLocked(f, unconfirmed, exclusive)
+	}
+	return nil
+}
+
+// verifyLocked applies the lines of the copy that the authority holds at
+// the same numbers, in order, and stops at the first one it does not:
+// a line written to the copy without the store (by a backing-side
+// writer, or a tool that does not use the store) must not become part of
+// this host's history, or two hosts would hold different lines N. When
+// exclusive, that line and the rest are cut from the copy; the
+// authority's own lines then come with the next pull.
+func (l *Log) verifyLocked(f *os.File, lines [][]byte, exclusive bool) error {
+	auth, err := l.replica.Since(l.lines)
+	if err != nil {
+		return unavailable("store", "cannot check %s against the store: %v", EventsFile, err)
+	}
+	for i, line := range lines {
+		if i >= len(auth) || !bytes.Equal(line, auth[i]) {
+			if !exclusive {
+				return nil // applied as far as confirmed; cut by the next appender
+			}
+			slog.Warn("lines written to the copy without the store were removed",
+				"file", filepath.Join(l.folder, EventsFile), "from_line", l.lines+1, "lines", len(lines)-i)
+			if err := f.Truncate(l.offset); err != nil {
+				l.needReplay = true
+				return unavailable("io", "cut %s back to the store's history: %v", EventsFile, err)
+			}
+			if fi, err := f.Stat(); err == nil {
+				l.evID = idOf(fi)
+			}
+			return nil
+		}
+		l.offset += int64(len(line) + 1)
+		l.lines++
+		l.verified = l.offset
+		l.applyHistoryLocked(line, l.lines)
 	}
 	return nil
 }
@@ -244,6 +297,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 	l.state = next
 	l.seen.add(seq)
 	l.offset += int64(len(buf))
+	l.verified = l.offset // published first when there is a replica
 	l.lines++
 	if fi, err := f.Stat(); err == nil {
 		l.evID = idOf(fi)
@@ -413,7 +467,7 @@ func (l *Log) refreshLocked() error {
 		return unavailable("events-read", "lock %s: %v", EventsFile, err)
 	}
 	defer flock(f, unix.LOCK_UN)
-	return l.catchUpLocked(f)
+	return l.catchUpLocked(f, false)
 }
 
 // checkProtocolWriteLocked accepts content for protocol.json only if it

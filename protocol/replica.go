@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"syscall"
 )
 
 // Replica is the authority for a history served from several hosts. The
@@ -33,10 +35,31 @@ const maxConflicts = 64
 // SetReplica makes r the authority for this log's history (nil: the
 // folder is the authority, as on a single host). Every append is then
 // published to r before it reaches events.jsonl.
+//
+// The copy is trusted as far as its last line is the authority's line at
+// the same number (one request); otherwise the next append or pull
+// checks every line and cuts the copy back to the authority's history.
 func (l *Log) SetReplica(r Replica) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.replica = r
+	l.verified = 0
+	if r == nil || l.lines == 0 {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(l.folder, EventsFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	last, err := lastLine(f, l.offset)
+	if err != nil {
+		return
+	}
+	last = bytes.TrimSuffix(last, []byte("\n"))
+	if auth, err := r.Since(l.lines - 1); err == nil && len(auth) > 0 && bytes.Equal(auth[0], last) {
+		l.verified = l.offset
+	}
 }
 
 // Pull copies the authority's lines that the folder lacks into
@@ -80,7 +103,8 @@ func (l *Log) pullLocked(f *os.File) ([][]byte, error) {
 		l.undoLocked(f)
 		return nil, unavailable("io", "write %s: %v", EventsFile, err)
 	}
-	if err := l.catchUpLocked(f); err != nil {
+	l.verified = l.offset + int64(buf.Len())
+	if err := l.catchUpLocked(f, true); err != nil {
 		return nil, err
 	}
 	if l.state.phase == "" {
@@ -106,7 +130,7 @@ func (l *Log) publishLocked(f *os.File, n int, line []byte) error {
 	}
 	if !errors.Is(err, ErrConflict) {
 		return &Error{Kind: Unavailable, Line: n, Rule: "store",
-			Msg: fmt.Sprintf("the store did not take the event, so it was not appended: %v", err)}
+			Msg: fmt.Sprintf("the store did not confirm the event, so this host did not append it (if the store took it all the same, it comes back with the next catch-up): %v", err)}
 	}
 	got, err := l.pullLocked(f)
 	if err != nil {

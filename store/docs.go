@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -78,6 +79,21 @@ const headerRoom = 4 << 10
 // in a subject, within the protocol's 4 KiB control line.
 const maxPathLen = 1024
 
+// The sync's own health checks. Any request may fail while a cluster
+// fails over (a publication stored but its answer lost, a watch whose
+// consumer died with its node), and nothing else would tell: every
+// checkEvery the sync makes sure the watch keeps up with the bucket,
+// and at the next check after a failed publication (every rescanEvery
+// anyway, a safety net that reads every file) it publishes whatever
+// the folder holds that this host has not published.
+const (
+	checkEvery  = 2 * time.Second
+	rescanEvery = 10 * time.Second
+	// stallLimit is how long the watch may stay behind the bucket (or
+	// in its first replay) without progress before it is started again.
+	stallLimit = 8 * time.Second
+)
+
 // busyLimit is how long a file seen written but not closed holds back
 // remote versions of it and its own publication.
 const busyLimit = 5 * time.Second
@@ -100,14 +116,29 @@ type Docs struct {
 	deferred   map[string]jetstream.KeyValueEntry
 	kw         jetstream.KeyWatcher
 	updates    <-chan jetstream.KeyValueEntry
+	stopKW     context.CancelFunc // ends the watch's subscription
+	watchStart time.Time
 	collecting bool
 	// watchFailing: the last attempt to watch the bucket failed.
 	watchFailing bool
 	initial      []jetstream.KeyValueEntry
 	applied      uint64
-	waiters      []waiter
-	parked       []parked
-	refused      map[string]bool // refusals recorded, so that a replay does not repeat them
+	// floor: the bucket's last revision when the watch was restarted;
+	// its first replay covers everything up to it.
+	floor uint64
+	// behindSince, behindAt: since when, and at which revision, the
+	// watch has been behind the bucket without progress.
+	behindSince time.Time
+	behindAt    uint64
+	lastCheck   time.Time
+	lastScan    time.Time
+	// dirty: a publication failed; the next check scans again.
+	dirty bool
+	// session tells this sync's own publications apart (docHeader).
+	session string
+	waiters []waiter
+	parked  []parked
+	refused map[string]bool // refusals recorded, so that a replay does not repeat them
 
 	mu       sync.Mutex
 	notified map[string]bool
@@ -158,6 +189,10 @@ type docHeader struct {
 	Mode uint32 `json:"mode"`
 	// ConflictOf names the path a conflict copy lost.
 	ConflictOf string `json:"conflictOf,omitempty"`
+	// Session identifies the sync that wrote the revision (random, per
+	// start): a host recognises its own publications whose answer it
+	// never got.
+	Session string `json:"session,omitempty"`
 }
 
 // SyncDocs starts keeping folder and the store's documents in step, on
@@ -179,6 +214,7 @@ func SyncDocs(ctx context.Context, s *Store, folder string, opts DocsOptions) (*
 		deferred: map[string]jetstream.KeyValueEntry{}, notified: map[string]bool{}, refused: map[string]bool{},
 		kick: make(chan struct{}, 1), reconnect: make(chan struct{}, 1), reqs: make(chan chan error),
 		ready: make(chan struct{}), done: make(chan struct{}),
+		session: newSession(),
 	}
 	// Watch before anything is read, so that no change falls between
 	// the first scan and the watches.
@@ -304,8 +340,57 @@ func (d *Docs) run(ctx context.Context) {
 			}
 			d.expireBusy()
 			d.checkParked()
+			if time.Since(d.lastCheck) >= checkEvery {
+				d.lastCheck = time.Now()
+				d.check(ctx)
+			}
 		}
 	}
+}
+
+// check makes sure the sync converges again after whatever went wrong:
+// a watch that stalls (its consumer lost with a node, its first replay
+// never ending) is started again, and the folder is scanned again for
+// versions this host failed to publish.
+func (d *Docs) check(ctx context.Context) {
+	if !d.s.Connected() || d.kw == nil {
+		return
+	}
+	if d.collecting {
+		if time.Since(d.watchStart) > stallLimit {
+			slog.Warn("documents: the bucket's first replay stalled; watching again", "collab", d.s.Collab())
+			d.restartWatch(ctx, 0)
+		}
+		return
+	}
+	sctx, cancel := d.s.ctx()
+	st, err := d.s.docs.Status(sctx)
+	cancel()
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && err == nil {
+		last := bs.StreamInfo().State.LastSeq
+		switch {
+		case d.applied >= last:
+			d.behindSince = time.Time{}
+		case d.behindSince.IsZero() || d.applied > d.behindAt:
+			d.behindSince, d.behindAt = time.Now(), d.applied
+		case time.Since(d.behindSince) > stallLimit:
+			slog.Warn("documents: the bucket's watch stalled; watching again", "collab", d.s.Collab(),
+				"applied", d.applied, "bucket", last)
+			d.restartWatch(ctx, last)
+			return // the replay ends with a scan
+		}
+	}
+	if d.dirty || time.Since(d.lastScan) >= rescanEvery {
+		d.scan("")
+	}
+}
+
+// restartWatch drops the watch and starts another, whose first replay
+// brings the last revision of every key again.
+func (d *Docs) restartWatch(ctx context.Context, floor uint64) {
+	d.stopWatch()
+	d.floor = floor
+	d.startWatch(ctx)
 }
 
 // startWatch follows the bucket: first the last revision of every key
@@ -314,8 +399,20 @@ func (d *Docs) startWatch(ctx context.Context) {
 	if !d.s.Connected() {
 		return
 	}
-	kw, err := d.s.docs.WatchAll(ctx)
+	// The watch's context bounds the creation of its consumer too: a
+	// request that the server never answers (its JetStream leader died
+	// meanwhile) would otherwise hold this goroutine for good. Ending
+	// the context also ends the subscription, so it is only ended on
+	// time out, never when the watch was made in time.
+	wctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(d.s.opts.Timeout, cancel)
+	kw, err := d.s.docs.WatchAll(wctx)
+	if !timer.Stop() && err == nil {
+		drainWatch(kw)
+		kw, err = nil, fmt.Errorf("watch the bucket: %w", context.DeadlineExceeded)
+	}
 	if err != nil {
+		cancel()
 		// Retried at every tick: said once.
 		if !d.watchFailing {
 			slog.Warn("documents: watch the bucket", "collab", d.s.Collab(), "err", offline(err))
@@ -324,35 +421,51 @@ func (d *Docs) startWatch(ctx context.Context) {
 		return
 	}
 	d.watchFailing = false
-	d.kw, d.updates = kw, kw.Updates()
-	d.collecting, d.initial = true, nil
+	d.kw, d.updates, d.stopKW = kw, kw.Updates(), cancel
+	d.collecting, d.initial, d.watchStart = true, nil, time.Now()
+	d.behindSince = time.Time{}
 }
 
 func (d *Docs) stopWatch() {
-	if d.kw == nil {
-		return
+	if d.kw != nil {
+		drainWatch(d.kw)
 	}
-	_ = d.kw.Stop()
-	// The watcher blocks on a full channel: let it finish.
-	go func(ch <-chan jetstream.KeyValueEntry) {
+	d.dropWatch()
+}
+
+// dropWatch forgets the watch (stopped, or ended by itself).
+func (d *Docs) dropWatch() {
+	if d.stopKW != nil {
+		d.stopKW()
+	}
+	d.kw, d.updates, d.stopKW, d.collecting, d.initial = nil, nil, nil, false, nil
+}
+
+// drainWatch stops a watch. Its subscription blocks on a full channel:
+// it is drained until the subscription closes it.
+func drainWatch(kw jetstream.KeyWatcher) {
+	ch := kw.Updates()
+	_ = kw.Stop()
+	go func() {
 		for range ch {
 		}
-	}(d.updates)
-	d.kw, d.updates, d.collecting, d.initial = nil, nil, false, nil
+	}()
 }
 
 func (d *Docs) onEntry(e jetstream.KeyValueEntry, ok bool) {
 	switch {
 	case !ok:
-		// The subscription ended (connection closed): the tick starts
-		// another.
-		d.kw, d.updates, d.collecting, d.initial = nil, nil, false, nil
+		// The subscription ended (connection closed, consumer lost):
+		// the tick starts another.
+		d.dropWatch()
 	case e == nil:
 		// The last initial value: protocol.json first, so that a host
 		// that starts from an empty folder gets a collaboration before
 		// its documents.
 		initial := d.initial
 		d.collecting, d.initial = false, nil
+		d.applied = max(d.applied, d.floor)
+		d.floor = 0
 		pk := keyOf(protocolJSON)
 		sort.SliceStable(initial, func(i, j int) bool {
 			return initial[i].Key() == pk && initial[j].Key() != pk
@@ -516,6 +629,9 @@ func (d *Docs) walk(rel string, seen map[string]bool) {
 // scan publishes what differs between the folder below rel and what
 // this host knows: changed files, and known files that are gone.
 func (d *Docs) scan(rel string) {
+	if rel == "" {
+		d.lastScan, d.dirty = time.Now(), false
+	}
 	seen := map[string]bool{}
 	d.walk(rel, seen)
 	var gone []string
@@ -646,25 +762,26 @@ func (d *Docs) frozen(rel string) (string, bool) {
 // publish makes data the next revision of rel, on condition that the
 // bucket's last revision is still the one this host based it on.
 func (d *Docs) publish(rel string, data []byte, mode uint32, dg string, st docState) {
-	val := d.encode(rel, data, mode, st.rev, "")
-	ctx, cancel := d.s.ctx()
-	defer cancel()
-	var rev uint64
-	var err error
-	if st.rev == 0 {
-		rev, err = d.s.docs.Create(ctx, keyOf(rel), val)
-	} else {
-		rev, err = d.s.docs.Update(ctx, keyOf(rel), val, st.rev)
-	}
-	switch {
-	case err == nil:
-		d.known[rel] = docState{rev: rev, digest: dg}
-		slog.Debug("documents: published", "path", rel, "revision", rev)
-	case isCAS(err):
+	// A failure other than a conflict may have been stored all the same
+	// (a time out during a failover): the retry meets that revision and
+	// recognises it as this host's (ours).
+	if d.put(rel, st.rev, d.encode(rel, data, mode, st.rev, ""), dg) {
 		d.lost(rel, data, mode, dg, st)
-	default:
-		slog.Warn("documents: publish", "path", rel, "err", offline(err))
 	}
+}
+
+// failed logs a request that failed and has the next check scan the
+// folder again, so that the version is published after all.
+func (d *Docs) failed(what, rel string, err error) {
+	d.dirty = true
+	slog.Warn("documents: "+what, "path", rel, "err", offline(err))
+}
+
+// ours reports whether h is a revision this sync published on top of
+// st, the revision it knows: one whose answer it never got. The folder
+// holds that version or a later one, so it is no one else's version.
+func (d *Docs) ours(h docHeader, st docState) bool {
+	return h.Session == d.session && h.Host == d.s.Host() && h.Base == st.rev && h.ConflictOf == ""
 }
 
 func isCAS(err error) bool {
@@ -678,59 +795,78 @@ func isCAS(err error) bool {
 func (d *Docs) lost(rel string, data []byte, mode uint32, dg string, st docState) {
 	key := keyOf(rel)
 	for try := 0; try < 4; try++ {
-		ctx, cancel := d.s.ctx()
-		e, err := d.s.docs.Get(ctx, key)
+		e, err := d.get(key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			// Deleted meanwhile: an edit outlives a deletion (the
 			// deleted content stays in the bucket's history).
-			var rev uint64
-			rev, err = d.s.docs.Create(ctx, key, d.encode(rel, data, mode, st.rev, ""))
-			cancel()
-			if err == nil {
-				d.known[rel] = docState{rev: rev, digest: dg}
-				return
-			}
-			if isCAS(err) {
+			if d.put(rel, 0, d.encode(rel, data, mode, st.rev, ""), dg) {
 				continue
 			}
-			slog.Warn("documents: publish", "path", rel, "err", offline(err))
 			return
 		}
 		if err != nil {
-			cancel()
-			slog.Warn("documents: publish", "path", rel, "err", offline(err))
+			d.failed("publish", rel, err)
 			return
 		}
 		h, content, derr := decodeDoc(e.Value(), rel)
-		if derr != nil {
+		switch {
+		case derr != nil:
 			// The store's revision is not a valid document: replace it.
-			var rev uint64
-			rev, err = d.s.docs.Update(ctx, key, d.encode(rel, data, mode, e.Revision(), ""), e.Revision())
-			cancel()
-			if err == nil {
-				d.known[rel] = docState{rev: rev, digest: dg}
-				return
-			}
-			if isCAS(err) {
-				continue
-			}
-			slog.Warn("documents: publish", "path", rel, "err", offline(err))
-			return
-		}
-		cancel()
-		if digest(rel, content) == dg || rel == protocolJSON {
+		case digest(rel, content) == dg || rel == protocolJSON:
 			// Same content, or protocol.json, which the history
 			// maintains on every host.
 			d.known[rel] = docState{rev: e.Revision(), digest: dg}
 			return
+		case d.ours(h, st):
+			// This host's own earlier version, stored though its
+			// publication timed out: this one follows it.
+			st = docState{rev: e.Revision(), digest: digest(rel, content)}
+			d.known[rel] = st
+		default:
+			if !d.inHistory(rel, dg) {
+				d.conflict(rel, data, mode, fmt.Sprintf("a version based on revision %d lost to revision %d by %s", st.rev, e.Revision(), h.Host))
+			}
+			d.applyValue(rel, e.Revision(), h, content, dg)
+			return
 		}
-		if !d.inHistory(rel, dg) {
-			d.conflict(rel, data, mode, fmt.Sprintf("a version based on revision %d lost to revision %d by %s", st.rev, e.Revision(), h.Host))
+		if d.put(rel, e.Revision(), d.encode(rel, data, mode, e.Revision(), ""), dg) {
+			continue
 		}
-		d.applyValue(rel, e.Revision(), h, content, dg)
 		return
 	}
-	slog.Warn("documents: publish: the bucket keeps moving; retried on the next change", "path", rel)
+	d.dirty = true
+	slog.Warn("documents: publish: the bucket keeps moving; retried at the next scan", "path", rel)
+}
+
+// get reads the last revision of key.
+func (d *Docs) get(key string) (jetstream.KeyValueEntry, error) {
+	ctx, cancel := d.s.ctx()
+	defer cancel()
+	return d.s.docs.Get(ctx, key)
+}
+
+// put publishes val as the revision of rel after base (0: a new key),
+// and says whether the bucket moved on meanwhile (try again).
+func (d *Docs) put(rel string, base uint64, val []byte, dg string) (again bool) {
+	ctx, cancel := d.s.ctx()
+	defer cancel()
+	var rev uint64
+	var err error
+	if base == 0 {
+		rev, err = d.s.docs.Create(ctx, keyOf(rel), val)
+	} else {
+		rev, err = d.s.docs.Update(ctx, keyOf(rel), val, base)
+	}
+	switch {
+	case err == nil:
+		d.known[rel] = docState{rev: rev, digest: dg}
+		return false
+	case isCAS(err):
+		return true
+	default:
+		d.failed("publish", rel, err)
+		return false
+	}
 }
 
 // publishDelete removes rel from the bucket, on condition that nobody
@@ -747,16 +883,18 @@ func (d *Docs) publishDelete(rel string, st docState) {
 		// The marker's revision comes with the watch.
 		d.known[rel] = docState{rev: st.rev, deleted: true}
 	case isCAS(err):
-		e, err := d.s.docs.Get(ctx, keyOf(rel))
+		e, err := d.get(keyOf(rel))
 		if err != nil {
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				d.known[rel] = docState{rev: st.rev, deleted: true}
+			} else {
+				d.failed("publish a removal", rel, err)
 			}
 			return
 		}
 		d.applyEntry(e)
 	default:
-		slog.Warn("documents: publish a removal", "path", rel, "err", offline(err))
+		d.failed("publish a removal", rel, err)
 	}
 }
 
@@ -785,6 +923,14 @@ func (d *Docs) applyEntry(e jetstream.KeyValueEntry) {
 		h, content, err := decodeDoc(e.Value(), rel)
 		if err != nil {
 			d.refuse(RecordRefused, rel, fmt.Sprintf("revision %d: %v", e.Revision(), err))
+			return
+		}
+		if d.ours(h, st) {
+			// This host's own version, stored though its publication
+			// timed out: the folder holds it or a later version, which
+			// is published now.
+			d.known[rel] = docState{rev: e.Revision(), digest: digest(rel, content)}
+			d.local(rel)
 			return
 		}
 		d.applyValue(rel, e.Revision(), h, content, st.digest)
@@ -1048,7 +1194,7 @@ func (d *Docs) changed(rel string) {
 
 func (d *Docs) encode(rel string, data []byte, mode uint32, base uint64, conflictOf string) []byte {
 	h := docHeader{V: 1, Path: rel, SHA256: sha(data), Host: d.s.Host(), Base: base,
-		Size: int64(len(data)), Mode: mode & 0o777, ConflictOf: conflictOf}
+		Size: int64(len(data)), Mode: mode & 0o777, ConflictOf: conflictOf, Session: d.session}
 	hb, _ := json.Marshal(h)
 	out := make([]byte, 0, len(hb)+1+len(data))
 	out = append(append(append(out, hb...), '\n'), data...)
@@ -1102,6 +1248,13 @@ func modeOf(m uint32) uint32 {
 		return 0o755
 	}
 	return 0o644
+}
+
+// newSession returns a random identifier for one run of the sync.
+func newSession() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func sha(b []byte) string {

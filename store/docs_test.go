@@ -5,16 +5,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/acpfs/acpfs/internal/natsrv"
 	"github.com/acpfs/acpfs/protocol"
 )
 
@@ -88,6 +93,17 @@ func (h *docHost) recorded(kind, rel string) bool {
 	defer h.mu.Unlock()
 	for _, r := range h.rec {
 		if r == kind+" "+rel {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *docHost) recordedKind(kind string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.rec {
+		if strings.HasPrefix(r, kind+" ") {
 			return true
 		}
 	}
@@ -598,5 +614,163 @@ func TestDocsNotDocuments(t *testing.T) {
 				assert.True(t, a.recorded(tt.record, tt.rel))
 			}
 		})
+	}
+}
+
+// docsCluster starts a 3-node JetStream cluster and returns its nodes
+// and their client URLs.
+func docsCluster(t *testing.T) ([]*natsserver.Server, []string) {
+	t.Helper()
+	var lns []net.Listener
+	var ports []int
+	for range 6 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	var routes []string
+	for i := range 3 {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3+i]))
+	}
+	dir := t.TempDir()
+	nodes := make([]*natsserver.Server, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() { // the nodes wait for each other
+			defer wg.Done()
+			nodes[i], errs[i] = natsrv.Start(natsrv.Config{Name: fmt.Sprintf("n%d", i+1), Dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+				Port: ports[i], Cluster: "acpfs", ClusterPort: ports[3+i], Routes: routes})
+		}()
+	}
+	wg.Wait()
+	var urls []string
+	for i := range 3 {
+		require.NoError(t, errs[i])
+		t.Cleanup(nodes[i].Shutdown)
+		urls = append(urls, nodes[i].ClientURL())
+	}
+	require.Eventually(t, func() bool {
+		leader := false
+		for _, n := range nodes {
+			if !n.JetStreamIsCurrent() {
+				return false
+			}
+			leader = leader || n.JetStreamIsLeader()
+		}
+		return leader
+	}, 60*time.Second, 50*time.Millisecond, "the cluster elects a JetStream leader")
+	return nodes, urls
+}
+
+// A node of the cluster dies while every host keeps rewriting its
+// writers' notes: every writer's last note still reaches every host,
+// the hosts whose preferred node died included.
+func TestDocsClusterNodeDies(t *testing.T) {
+	nodes, urls := docsCluster(t)
+	base := t.TempDir()
+	var hosts []*docHost
+	for i, name := range []string{"ha", "hb", "hc"} {
+		// Each host prefers its own node, as in the integration test.
+		url := strings.Join([]string{urls[i], urls[(i+1)%3], urls[(i+2)%3]}, ",")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s, err := Open(ctx, Options{URL: url, Collab: "c1", Host: name, Replicas: 3, Timeout: 2 * time.Second, Retry: true})
+		cancel()
+		require.NoError(t, err)
+		t.Cleanup(s.Close)
+		dir := filepath.Join(base, name)
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "notes"), 0o755))
+		h := &docHost{t: t, name: name, dir: dir, url: url, s: s, frozen: map[string]string{}}
+		h.start()
+		hosts = append(hosts, h)
+	}
+
+	type writer struct {
+		name string
+		host *docHost
+		last string
+		n    atomic.Int64
+	}
+	var writers []*writer
+	for i := range 6 {
+		writers = append(writers, &writer{name: fmt.Sprintf("w%d", i), host: hosts[i%3]})
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := filepath.Join(w.host.dir, "notes", w.name+".md")
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond): // a writer's pace, not a synchronisation
+				}
+				note := fmt.Sprintf("# %s\n\nversion %d\n", w.name, i)
+				if os.WriteFile(p, []byte(note), 0o644) == nil {
+					w.last = note
+					w.n.Add(1)
+				}
+			}
+		}()
+	}
+	// Every note reaches every host; then a node dies, and the writers
+	// go on through the failover.
+	require.Eventually(t, func() bool {
+		for _, h := range hosts {
+			for _, w := range writers {
+				if h.read("notes/"+w.name+".md") == "" {
+					return false
+				}
+			}
+		}
+		return true
+	}, 60*time.Second, 20*time.Millisecond, "every note reaches every host")
+	// The JetStream meta leader dies: the host that prefers it watches
+	// the bucket again while the cluster elects another, publications
+	// in flight time out, and the watches' consumers may die with it.
+	victim := 1
+	for i, n := range nodes {
+		if n.JetStreamIsLeader() {
+			victim = i
+		}
+	}
+	t.Logf("killing node n%d", victim+1)
+	nodes[victim].Shutdown()
+	nodes[victim].WaitForShutdown()
+	var from []int64
+	for _, w := range writers {
+		from = append(from, w.n.Load())
+	}
+	require.Eventually(t, func() bool {
+		for i, w := range writers {
+			if w.n.Load() < from[i]+300 {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 50*time.Millisecond, "the writers go on")
+	close(stop)
+	wg.Wait()
+	for _, w := range writers {
+		for _, h := range hosts {
+			require.Eventually(t, func() bool { return h.read("notes/"+w.name+".md") == w.last }, 60*time.Second, 50*time.Millisecond,
+				"%s's last note on host %s: want %q, have %q", w.name, h.name, w.last, h.read("notes/"+w.name+".md"))
+		}
+	}
+	// Each note has one writer: no version of it ever conflicts, not
+	// even with one whose publication timed out but was stored.
+	for _, h := range hosts {
+		for rel := range h.files() {
+			assert.NotContains(t, rel, ".conflict-", "host %s", h.name)
+		}
+		assert.False(t, h.recordedKind(RecordConflict), "host %s recorded a conflict", h.name)
 	}
 }

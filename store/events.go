@@ -59,7 +59,7 @@ func (e Events) Publish(n int, line []byte) error {
 	msg.Header.Set(hostHeader, e.s.opts.Host)
 	id := e.s.opts.Host + "-" + nuid.Next()
 	var err error
-	for try := 0; try < 3; try++ {
+	for try := 0; try < 2; try++ {
 		var ack *jetstream.PubAck
 		ctx, cancel := e.s.ctx()
 		ack, err = e.s.js.PublishMsg(ctx, msg,
@@ -82,7 +82,9 @@ func (e Events) Publish(n int, line []byte) error {
 			return fmt.Errorf("publish line %d: %w", n, err)
 		}
 	}
-	return fmt.Errorf("publish line %d: %w", n, offline(err))
+	err = offline(err)
+	e.s.unreachable(err)
+	return fmt.Errorf("publish line %d: %w", n, err)
 }
 
 // hostHeader names the host that appended a message.
@@ -201,9 +203,10 @@ func (e Events) fetchRaw(ctx context.Context, from, to int) ([][]byte, error) {
 }
 
 // Seed makes the stream and folder/events.jsonl agree before a host
-// serves the folder: lines the folder has and the stream lacks (a
-// collaboration initialized on this host) are published, and a folder
-// whose lines differ from the stream's is refused rather than merged.
+// serves the folder: the lines of a folder whose stream is still empty
+// (a collaboration initialized on this host) are published, and a
+// folder whose lines differ from the stream's, or go on past them, is
+// refused rather than merged.
 func (e Events) Seed(folder string) error {
 	local, err := readLines(filepath.Join(folder, protocol.EventsFile))
 	if err != nil {
@@ -218,6 +221,13 @@ func (e Events) Seed(folder string) error {
 			return fmt.Errorf("%s line %d differs from the store's history of %s: this folder belongs to another collaboration or was changed without the store",
 				protocol.EventsFile, i+1, e.s.opts.Collab)
 		}
+	}
+	if len(remote) > 0 && len(local) > len(remote) {
+		// Only the host that starts a collaboration brings lines of its
+		// own (its initialized event); lines a later host holds beyond
+		// the stream were written without the store.
+		return fmt.Errorf("%s has %d line(s) after line %d that the store's history of %s does not hold (written without the store?); remove them to start",
+			protocol.EventsFile, len(local)-len(remote), len(remote), e.s.opts.Collab)
 	}
 	for i := len(remote); i < len(local); i++ {
 		if err := e.Publish(i+1, local[i]); err != nil {

@@ -66,6 +66,7 @@ type Store struct {
 	ledger jetstream.Stream
 
 	connected atomic.Bool
+	stop      chan struct{} // closed by Close: ends the health check
 	// eventsFloor: the events stream holds at least this many messages
 	// (see Events.seen).
 	eventsFloor atomic.Uint64
@@ -98,7 +99,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
 	}
-	s := &Store{opts: o}
+	s := &Store{opts: o, stop: make(chan struct{})}
 	nopts := []nats.Option{
 		nats.Name("acpfs " + o.Host),
 		nats.MaxReconnects(-1),
@@ -128,7 +129,39 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		nc.Close()
 		return nil, err
 	}
+	go s.health()
 	return s, nil
+}
+
+// healthEvery is how often the server is asked to answer a ping.
+const healthEvery = time.Second
+
+// health pings the server: a server that stops answering without closing
+// the connection (stopped, overloaded, partitioned behind a proxy) counts
+// as unreachable until it answers again, so that views turn read-only
+// within seconds instead of taking writes they cannot publish.
+func (s *Store) health() {
+	t := time.NewTicker(healthEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if !s.nc.IsConnected() {
+			continue // the connection's handlers say so
+		}
+		s.setConnected(s.nc.FlushTimeout(min(s.opts.Timeout, 2*time.Second)) == nil)
+	}
+}
+
+// unreachable marks the server unreachable after a request timed out;
+// the health check says when it answers again.
+func (s *Store) unreachable(err error) {
+	if errors.Is(err, ErrOffline) {
+		s.setConnected(false)
+	}
 }
 
 var hostPattern = regexp.MustCompile(`[^A-Za-z0-9_-]`)
@@ -268,8 +301,13 @@ func (s *Store) setConnected(up bool) {
 	}
 }
 
-// Close drains the connection.
+// Close closes the connection.
 func (s *Store) Close() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
 	if s.nc != nil {
 		s.nc.Close()
 	}

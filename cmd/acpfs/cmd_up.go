@@ -108,6 +108,9 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 		if hs, err = joinStore(ctx, st, folderAbs, rd, lw); err != nil {
 			return err
 		}
+		if err := markStoreHost(rd, f.store, st.Host()); err != nil {
+			return err
+		}
 		// Last in, first out: after the views and the log, before the
 		// connection closes.
 		defer func() {

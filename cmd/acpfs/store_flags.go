@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 	"github.com/acpfs/acpfs/store"
@@ -137,4 +140,40 @@ func followStore(ctx context.Context, st *store.Store, log *protocol.Log) error 
 		return err
 	}
 	return st.Events().Follow(ctx, log)
+}
+
+// storeHostFile, in a run directory, says that `acpfs up --store` serves
+// its folder as one host of a collaboration; it holds the collaboration's
+// name and the host's.
+const storeHostFile = "store-host.json"
+
+type storeHost struct {
+	Store  string `json:"store"`
+	Collab string `json:"collab"`
+	Host   string `json:"host"`
+}
+
+// markStoreHost records in the run directory that its folder is a copy
+// served from a store.
+func markStoreHost(rd grants.RunDir, sf storeFlags, host string) error {
+	data, err := json.MarshalIndent(storeHost{Store: sf.url, Collab: sf.collab, Host: host}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(rd.Root, storeHostFile), append(data, '\n'), 0o644)
+}
+
+// refuseStoreHost refuses a view that would serve a store host's folder
+// without the store: its appends would reach that host's copy only, and
+// its writes would go on while the host is cut off. (The host's own
+// coordinator cuts such lines from the copy; refusing says why at once.)
+func refuseStoreHost(runDir string) error {
+	data, err := os.ReadFile(filepath.Join(runDir, storeHostFile))
+	if err != nil {
+		return nil
+	}
+	var h storeHost
+	_ = json.Unmarshal(data, &h)
+	return fmt.Errorf("%s belongs to host %s of collaboration %s, served from a store: serve its agents through the views of acpfs up --store, which this command does not join (%s)",
+		runDir, h.Host, h.Collab, filepath.Join(runDir, storeHostFile))
 }
