@@ -155,6 +155,8 @@ type docHeader struct {
 	// Base is the revision the writer's version was based on (0: none).
 	Base uint64 `json:"base"`
 	Size int64  `json:"size"`
+	// Mode is the permission bits of the writer's file (mode & 0o777),
+	// given to the file on every host (see modeOf).
 	Mode uint32 `json:"mode"`
 	// ConflictOf names the path a conflict copy lost.
 	ConflictOf string `json:"conflictOf,omitempty"`
@@ -1095,14 +1097,11 @@ func pathOfKey(key string) (string, bool) {
 	return rel, safeio.Valid(rel) && len(rel) <= maxPathLen
 }
 
-// modeOf gives a synced file 0644, or 0755 when it was executable: a
-// host decides no other bits of another's files.
-func modeOf(m uint32) uint32 {
-	if m&0o111 != 0 {
-		return 0o755
-	}
-	return 0o644
-}
+// modeOf is the mode a synced file gets: the permission bits of the
+// writer's file, so that a private file stays private on every host.
+// Set-id and sticky bits are never carried: a host never makes a set-id
+// file because another host's value says so.
+func modeOf(m uint32) uint32 { return m & 0o777 }
 
 func sha(b []byte) string {
 	s := sha256.Sum256(b)

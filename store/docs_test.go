@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/protocol"
 )
@@ -283,6 +284,51 @@ func TestDocsFrozenDeliverable(t *testing.T) {
 	b.sync()
 	a.sync()
 	assert.Equal(t, "changed after the freeze", a.read(rel))
+}
+
+func TestDocsCarryModes(t *testing.T) {
+	a, b := twoHosts(t)
+	outside := t.TempDir()
+	// put writes rel on a with mode perm, renamed into place so that the
+	// sync never sees it with another mode.
+	put := func(rel, content string, perm os.FileMode) {
+		tmp := filepath.Join(outside, "tmp")
+		require.NoError(t, os.WriteFile(tmp, []byte(content), 0o600))
+		require.NoError(t, os.Chmod(tmp, perm))
+		p := filepath.Join(a.dir, rel)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.Rename(tmp, p))
+	}
+	mode := func(rel string) uint32 {
+		var st unix.Stat_t
+		if unix.Lstat(filepath.Join(b.dir, rel), &st) != nil {
+			return 0
+		}
+		return st.Mode
+	}
+	tests := []struct {
+		name    string
+		rel     string
+		perm    os.FileMode
+		want    uint32            // rel's mode on b
+		dirs    map[string]uint32 // directories b makes on the way
+		content string
+	}{
+		{"private file, private directories", "secret/deep/key.md", 0o600, 0o600,
+			map[string]uint32{"secret": 0o700, "secret/deep": 0o700}, "k"},
+		{"executable", "bin/run.sh", 0o750, 0o750, map[string]uint32{"bin": 0o750}, "#!/bin/sh\n"},
+		{"set-id and sticky bits are not carried", "tool", 0o755 | os.ModeSetuid | os.ModeSetgid | os.ModeSticky, 0o755, nil, "t"},
+		{"a new revision brings its mode", "notes.md", 0o644, 0o644, nil, "v1"},
+		{"a narrower mode replaces a wider one", "notes.md", 0o600, 0o600, nil, "v2"},
+	}
+	for _, tt := range tests {
+		put(tt.rel, tt.content, tt.perm)
+		eventually(t, func() bool { return b.read(tt.rel) == tt.content }, "%s: %s reaches b", tt.name, tt.rel)
+		assert.Equal(t, unix.S_IFREG|tt.want, mode(tt.rel), "%s: %s", tt.name, tt.rel)
+		for dir, want := range tt.dirs {
+			assert.Equal(t, unix.S_IFDIR|want, mode(dir), "%s: %s", tt.name, dir)
+		}
+	}
 }
 
 func TestDocsRefusesBadEntries(t *testing.T) {
