@@ -603,9 +603,17 @@ func (d *Docs) local(rel string) {
 	data, info, err := d.root.ReadFile(rel, d.limit())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if st.live() {
-			d.publishDelete(rel, st)
+		if !st.live() {
+			return
 		}
+		if why := d.protected(rel); why != "" {
+			// Views refuse this removal; a disk edit must not get
+			// around them.
+			d.refuse(RecordRefused, rel, fmt.Sprintf("removed from the folder here at revision %d, but %s is never removed: the removal is not published, and the store's version is written back", st.rev, why))
+			d.restore(rel)
+			return
+		}
+		d.publishDelete(rel, st)
 		return
 	case errors.Is(err, safeio.ErrNotRegular):
 		// Symlinks, hard-linked files, devices: views conceal them,
@@ -633,6 +641,10 @@ func (d *Docs) local(rel string) {
 	}
 	if sum, ok := d.frozen(rel); ok && sha(data) != sum {
 		d.refuse(RecordFrozen, rel, fmt.Sprintf("the local copy's SHA-256 %s is not the frozen %s; not published", sha(data), sum))
+		return
+	}
+	if rel == protocolJSON {
+		d.publishProtocol(data, info.Mode, dg, st)
 		return
 	}
 	d.publish(rel, data, info.Mode, dg, st)
@@ -780,6 +792,10 @@ func (d *Docs) applyEntry(e jetstream.KeyValueEntry) {
 		d.deferred[rel] = e
 		return
 	}
+	if rel == protocolJSON {
+		d.applyProtocol(e, st)
+		return
+	}
 	switch e.Operation() {
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
 		d.applyDelete(rel, e.Revision(), st)
@@ -809,8 +825,10 @@ func (d *Docs) applyValue(rel string, rev uint64, h docHeader, content []byte, s
 	}
 	if err == nil && rel == protocolJSON {
 		// The history rewrites this host's protocol.json; only a host
-		// without one takes the store's.
-		d.known[rel] = docState{rev: rev, digest: digest(rel, local)}
+		// without one takes the store's. What this host knows is the
+		// store's, so that a static part that differs here is refused
+		// when it is looked at (publishProtocol).
+		d.known[rel] = docState{rev: rev, digest: dg}
 		return
 	}
 	old, err := d.root.Replace(rel, content, modeOf(h.Mode), d.limit())
@@ -828,8 +846,17 @@ func (d *Docs) applyValue(rel string, rev uint64, h docHeader, content []byte, s
 // published over it.
 func (d *Docs) applyDelete(rel string, rev uint64, st docState) {
 	gone := docState{rev: rev, deleted: true}
-	if rel == protocolJSON {
+	if why := d.protected(rel); why != "" {
+		// Whoever removed it did it behind the views' backs (or is
+		// not an acpfs host): this host's copy, or the store's last
+		// version, is published again over the removal.
 		d.known[rel] = gone
+		d.refuse(RecordRefused, rel, fmt.Sprintf("the removal at revision %d is not applied: %s is never removed; it is published again", rev, why))
+		if _, err := d.root.Lstat(rel); errors.Is(err, fs.ErrNotExist) {
+			d.restore(rel)
+		} else {
+			d.local(rel)
+		}
 		return
 	}
 	det, err := d.root.Detach(rel, d.limit())

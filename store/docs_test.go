@@ -646,3 +646,206 @@ func TestDocsNotDocuments(t *testing.T) {
 		})
 	}
 }
+
+// initHosts starts a server, a host ha whose folder holds a new
+// collaboration (acpfs init), and a host hb that bootstraps from it.
+// frozen marks documents frozen, with their initial content, on every
+// host started by newHost.
+func initHosts(t *testing.T, frozen ...string) (a, b *docHost, newHost func(name string) *docHost, srv *restartable) {
+	t.Helper()
+	srv = newRestartable(t)
+	url := srv.url
+	base := t.TempDir()
+	adir := filepath.Join(base, "ha")
+	_, err := protocol.Init(protocol.InitOptions{Folder: adir, Participants: []string{"alice", "bob"},
+		Objective: "o", Completion: []string{"c"}, PrimaryType: "design-spec"})
+	require.NoError(t, err)
+	sums := map[string]string{}
+	for _, rel := range frozen {
+		b, err := os.ReadFile(filepath.Join(adir, rel))
+		require.NoError(t, err)
+		sums[rel] = sha(b)
+	}
+	newHost = func(name string) *docHost {
+		h := &docHost{t: t, name: name, dir: filepath.Join(base, name), url: url, frozen: map[string]string{}}
+		for rel, sum := range sums {
+			h.frozen[rel] = sum
+		}
+		require.NoError(t, os.MkdirAll(h.dir, 0o755))
+		s, err := Open(context.Background(), Options{URL: url, Collab: "c1", Host: name, Timeout: 2 * time.Second})
+		require.NoError(t, err)
+		t.Cleanup(s.Close)
+		h.s = s
+		h.start()
+		return h
+	}
+	a = newHost("ha")
+	b = newHost("hb")
+	require.Equal(t, a.files(), b.files())
+	return a, b, newHost, srv
+}
+
+// TestDocsNeverRemoved: the documents that views never let anyone
+// remove (the protocol's, protocol.json, frozen deliverables) are not
+// removed through the sync either, however the removal is made.
+func TestDocsNeverRemoved(t *testing.T) {
+	const spec = "deliverables/design-spec.md"
+	onDisk := func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
+		require.NoError(t, os.Remove(filepath.Join(b.dir, rel)))
+	}
+	type remover func(t *testing.T, a, b *docHost, srv *restartable, rel string)
+	tests := []struct {
+		name   string
+		rels   []string
+		frozen bool
+		remove remover
+		// silent: nothing is refused, as nothing was removed from the
+		// store's point of view (a host starts without the file).
+		silent bool
+	}{
+		{"removed on disk", append(protocol.ProtocolDocs(), protocolJSON), false, onDisk, false},
+		{"frozen deliverable removed on disk", []string{spec}, true, onDisk, false},
+		{"directory of a frozen deliverable removed", []string{spec}, true, func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
+			require.NoError(t, os.RemoveAll(filepath.Join(b.dir, filepath.Dir(rel))))
+		}, false},
+		{"renamed away", []string{protocol.ReviewFile}, false, func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
+			require.NoError(t, os.Rename(filepath.Join(b.dir, rel), filepath.Join(b.dir, "old-"+rel)))
+		}, false},
+		{"removed while the sync was stopped", []string{protocol.DecisionsFile, spec}, true, func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
+			b.stop()
+			require.NoError(t, os.Remove(filepath.Join(b.dir, rel)))
+			b.start()
+		}, true},
+		{"removed while cut off from the server", []string{protocol.ReadinessFile, spec}, true, func(t *testing.T, a, b *docHost, srv *restartable, rel string) {
+			srv.stop()
+			eventually(t, func() bool { return !a.s.Connected() && !b.s.Connected() }, "both hosts see the server gone")
+			require.NoError(t, os.Remove(filepath.Join(b.dir, rel)))
+			srv.start(t)
+			eventually(t, func() bool { return a.s.Connected() && b.s.Connected() }, "both hosts reconnect")
+		}, false},
+		{"removal written to the bucket", []string{protocol.ProposalFile, protocolJSON, spec}, true, func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
+			// By something that is not an acpfs host, or one that does
+			// not refuse it.
+			ctx, cancel := a.s.ctx()
+			defer cancel()
+			require.NoError(t, a.s.docs.Delete(ctx, keyOf(rel)))
+		}, false},
+		{"removal written to the bucket while every host lacks it", []string{protocol.ConclusionFile, spec}, true, func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
+			a.stop()
+			b.stop()
+			for _, h := range []*docHost{a, b} {
+				require.NoError(t, os.Remove(filepath.Join(h.dir, rel)))
+			}
+			ctx, cancel := a.s.ctx()
+			defer cancel()
+			require.NoError(t, a.s.docs.Delete(ctx, keyOf(rel)))
+			a.start()
+			b.start()
+		}, false},
+	}
+	for _, tt := range tests {
+		for _, rel := range tt.rels {
+			t.Run(tt.name+"/"+rel, func(t *testing.T) {
+				var frozen []string
+				if tt.frozen {
+					frozen = []string{spec}
+				}
+				a, b, newHost, srv := initHosts(t, frozen...)
+				want := a.read(rel)
+				require.NotEmpty(t, want)
+				tt.remove(t, a, b, srv, rel)
+				for _, h := range []*docHost{a, b} {
+					eventually(t, func() bool { h.sync(); return h.read(rel) == want }, "%s has %s back: %q", h.name, rel, h.read(rel))
+				}
+				if !tt.silent {
+					eventually(t, func() bool { return a.recorded(RecordRefused, rel) || b.recorded(RecordRefused, rel) }, "the refusal is recorded")
+				}
+				a.sync()
+				b.sync()
+				assert.Equal(t, a.files(), b.files())
+				// A host that starts now gets it too.
+				c := newHost("hc")
+				assert.Equal(t, want, c.read(rel))
+			})
+		}
+	}
+
+	t.Run("an ordinary document's removal spreads", func(t *testing.T) {
+		a, b, _, _ := initHosts(t, spec)
+		a.write("notes.md", "n")
+		a.sync()
+		b.sync()
+		require.Equal(t, "n", b.read("notes.md"))
+		require.NoError(t, os.Remove(filepath.Join(b.dir, "notes.md")))
+		eventually(t, func() bool { a.sync(); return a.read("notes.md") == "" }, "removed on ha")
+	})
+}
+
+// TestDocsProtocolJSONCreateOnly: protocol.json's static part is the
+// collaboration's from its first revision on; no edit, on any host or
+// in the bucket, reaches another host.
+func TestDocsProtocolJSONCreateOnly(t *testing.T) {
+	// edited is protocol.json from h's folder with a participant added.
+	edited := func(t *testing.T, h *docHost) []byte {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(h.read(protocolJSON)), &m))
+		m["participants"] = append(m["participants"].([]any), "mallory")
+		b, err := json.MarshalIndent(m, "", "  ")
+		require.NoError(t, err)
+		return b
+	}
+	tests := []struct {
+		name string
+		edit func(t *testing.T, a, b *docHost)
+		// onDisk: the edit is on hb's disk, so the bucket must still
+		// hold only the first revision.
+		onDisk bool
+	}{
+		{"edited on disk", func(t *testing.T, a, b *docHost) {
+			b.write(protocolJSON, string(edited(t, b)))
+		}, true},
+		{"edited while the sync was stopped", func(t *testing.T, a, b *docHost) {
+			b.stop()
+			b.write(protocolJSON, string(edited(t, b)))
+			b.start()
+		}, true},
+		{"a later revision written to the bucket", func(t *testing.T, a, b *docHost) {
+			ctx, cancel := a.s.ctx()
+			defer cancel()
+			_, err := a.s.docs.Put(ctx, keyOf(protocolJSON), a.d.encode(protocolJSON, edited(t, a), 0o644, 0, ""))
+			require.NoError(t, err)
+		}, false},
+		{"removed from the bucket and created again", func(t *testing.T, a, b *docHost) {
+			ctx, cancel := a.s.ctx()
+			defer cancel()
+			require.NoError(t, a.s.docs.Delete(ctx, keyOf(protocolJSON)))
+			_, err := a.s.docs.Create(ctx, keyOf(protocolJSON), a.d.encode(protocolJSON, edited(t, a), 0o644, 0, ""))
+			require.NoError(t, err)
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b, newHost, _ := initHosts(t)
+			ctx, cancel := a.s.ctx()
+			defer cancel()
+			first, err := a.s.docs.Get(ctx, keyOf(protocolJSON))
+			require.NoError(t, err)
+			static := digest(protocolJSON, []byte(a.read(protocolJSON)))
+			tt.edit(t, a, b)
+			a.sync()
+			b.sync()
+			if tt.onDisk {
+				last, err := a.s.docs.Get(ctx, keyOf(protocolJSON))
+				require.NoError(t, err)
+				assert.Equal(t, first.Revision(), last.Revision(), "nothing was published")
+			}
+			assert.Equal(t, static, digest(protocolJSON, []byte(a.read(protocolJSON))), "ha keeps the collaboration's")
+			assert.NotContains(t, a.read(protocolJSON), "mallory")
+			// A host that starts now takes the first revision.
+			c := newHost("hc")
+			assert.Equal(t, static, digest(protocolJSON, []byte(c.read(protocolJSON))))
+			assert.NotContains(t, c.read(protocolJSON), "mallory")
+			eventually(t, func() bool { return b.recorded(RecordRefused, protocolJSON) }, "hb records the refusal")
+		})
+	}
+}
