@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sys/unix"
@@ -1018,12 +1019,26 @@ func (d *Docs) conflict(rel string, data []byte, mode uint32, why string) {
 	d.changed(name)
 }
 
-// conflictName is rel with ".conflict-<host>-<tag>", cut to fit a name.
+// conflictName is the name of a version of rel kept beside it:
+//
+//	DIR/BASE.conflict-HOST-TAG
+//
+// HOST is the host whose version lost (a store host name:
+// [A-Za-z0-9_-]{1,64}, never a '.'); TAG is the first 12 lowercase hex
+// digits of that version's SHA-256, or "local", "local2" ... "local16"
+// for a version kept on its host only. The views judge a conflict copy
+// by the name of its original (grants/), so this format must not
+// change. BASE is cut (at a character boundary) when the whole name
+// would exceed 255 bytes: only then is the original not BASE.
 func conflictName(rel, host, tag string) string {
 	dir, base := path.Split(rel)
 	suffix := ".conflict-" + host + "-" + tag
 	if len(base)+len(suffix) > 255 {
-		base = base[:255-len(suffix)]
+		n := 255 - len(suffix)
+		for n > 0 && !utf8.RuneStart(base[n]) {
+			n--
+		}
+		base = base[:n]
 	}
 	return dir + base + suffix
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -328,6 +330,27 @@ func TestDocsCarryModes(t *testing.T) {
 		for dir, want := range tt.dirs {
 			assert.Equal(t, unix.S_IFDIR|want, mode(dir), "%s: %s", tt.name, dir)
 		}
+	}
+}
+
+// TestConflictName pins the format grants/ relies on to judge a
+// conflict copy by its original's name.
+func TestConflictName(t *testing.T) {
+	long := strings.Repeat("é", 120) // 240 bytes
+	tests := []struct {
+		rel, host, tag, want string
+	}{
+		{"deliverables/spec.md", "hb", "0123456789ab", "deliverables/spec.md.conflict-hb-0123456789ab"},
+		{"proposal.md", "host-2_x", "local", "proposal.md.conflict-host-2_x-local"},
+		{"a/b/c.txt", "h", "local3", "a/b/c.txt.conflict-h-local3"},
+		// Cut to 255 bytes, never inside a character.
+		{"d/" + long, "hbc", "0123456789ab", "d/" + strings.Repeat("é", 114) + ".conflict-hbc-0123456789ab"},
+	}
+	for _, tt := range tests {
+		got := conflictName(tt.rel, tt.host, tt.tag)
+		assert.Equal(t, tt.want, got)
+		assert.LessOrEqual(t, len(path.Base(got)), 255)
+		assert.True(t, utf8.ValidString(got))
 	}
 }
 
