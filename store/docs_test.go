@@ -745,7 +745,12 @@ func TestDocsNeverRemoved(t *testing.T) {
 		{"removed on disk", append(protocol.ProtocolDocs(), protocolJSON), false, onDisk, false},
 		{"frozen deliverable removed on disk", []string{spec}, true, onDisk, false},
 		{"directory of a frozen deliverable removed", []string{spec}, true, func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
-			require.NoError(t, os.RemoveAll(filepath.Join(b.dir, filepath.Dir(rel))))
+			// Out of the folder in one step, then removed: the sync may
+			// put the file back at once, which would race a RemoveAll.
+			dir := filepath.Join(b.dir, filepath.Dir(rel))
+			gone := filepath.Join(t.TempDir(), "gone")
+			require.NoError(t, os.Rename(dir, gone))
+			require.NoError(t, os.RemoveAll(gone))
 		}, false},
 		{"renamed away", []string{protocol.ReviewFile}, false, func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
 			require.NoError(t, os.Rename(filepath.Join(b.dir, rel), filepath.Join(b.dir, "old-"+rel)))
