@@ -28,7 +28,7 @@ func TestEscapeSwappedDirectory(t *testing.T) {
 	require.NoError(t, unix.Setxattr(filepath.Join(c.folder, "oracle/answer.md"), "user.secret", []byte(escSecret), 0))
 	v := c.mountView(escReaderGrant(), withAuditOpens())
 	p := v.path
-	dirfd, err := unix.Open(p("scratch"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	dirfd, err := unix.Open(p("scratch"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	require.NoError(t, err)
 	t.Cleanup(func() { unix.Close(dirfd) })
 	require.NoError(t, os.Rename(filepath.Join(c.folder, "scratch"), filepath.Join(c.folder, "scratch-old")))
