@@ -328,7 +328,7 @@ func escEventsFileAttempts(fg *escForgery) []escAttempt {
 				return err
 			}
 			defer unix.Close(src)
-			dst, err := unix.Open(p("events.jsonl"), unix.O_WRONLY, 0)
+			dst, err := unix.Open(p("events.jsonl"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
@@ -387,7 +387,7 @@ func escProtocolFileAttempts(fg *escForgery) []escAttempt {
 		{name: "chown protocol.json", do: func(*testing.T) error { return os.Chown(p("protocol.json"), 65534, 65534) },
 			errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
 		{name: "fchmod on a protocol.json write handle", do: func(*testing.T) error {
-			fd, err := unix.Open(p("protocol.json"), unix.O_WRONLY, 0)
+			fd, err := unix.Open(p("protocol.json"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
@@ -395,7 +395,7 @@ func escProtocolFileAttempts(fg *escForgery) []escAttempt {
 			return unix.Fchmod(fd, 0o600)
 		}, errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
 		{name: "futimens on a protocol.json write handle", do: func(*testing.T) error {
-			fd, err := unix.Open(p("protocol.json"), unix.O_WRONLY, 0)
+			fd, err := unix.Open(p("protocol.json"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}

@@ -348,7 +348,7 @@ func escRevokedGrantChecks(t *testing.T, rv *escRevoke) {
 		require.NoError(t, err)
 		defer unix.Close(mfd)
 		for id := uint64(1); id <= 64; id++ {
-			fd, err := unix.OpenByHandleAt(mfd, escHandle(id, gen), unix.O_RDONLY)
+			fd, err := unix.OpenByHandleAt(mfd, escHandle(id, gen), unix.O_RDONLY|unix.O_CLOEXEC)
 			if err != nil {
 				continue
 			}
