@@ -142,19 +142,30 @@ const ConflictMark = ".conflict-"
 // version of. A copy holds that file's content, so it is shown only to
 // a grant that may read the file itself: a forbidden file's copy stays
 // forbidden, whatever the patterns say of the copy's own name.
+//
+// The sync cuts the file's part of a copy's name when the whole would not
+// fit in a name (255 bytes): a copy whose name is that long may keep a
+// version of a file this one cannot name, so it gives "" (hidden).
 func conflictOriginal(rel string) (string, bool) {
 	i := strings.LastIndex(rel, ConflictMark)
-	if i <= 0 || strings.LastIndexByte(rel, '/') >= i || rel[i-1] == '/' {
+	slash := strings.LastIndexByte(rel, '/')
+	if i <= 0 || slash >= i || rel[i-1] == '/' {
 		return "", false
+	}
+	if len(rel)-slash-1 >= maxNameBytes-4 {
+		return "", true
 	}
 	return rel[:i], true
 }
+
+// maxNameBytes is the longest file name Linux filesystems take.
+const maxNameBytes = 255
 
 // copyHidden reports whether rel is a conflict copy of a file the grant
 // may not read.
 func (m *Matcher) copyHidden(rel string) bool {
 	orig, ok := conflictOriginal(rel)
-	return ok && !m.readable(orig)
+	return ok && (orig == "" || !m.readable(orig))
 }
 
 func (m *Matcher) visible(rel string) bool {

@@ -2,6 +2,7 @@ package grants
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -76,6 +77,7 @@ func TestMatcherSemantics(t *testing.T) {
 				{"notes/pub.md.conflict-ha-bb171915bfd8", true, true, true},
 				{"notes/.conflict-ha-x", true, true, true},
 				{"readme.md.conflict-ha-x", true, true, false},
+				{strings.Repeat("n", 230) + ".conflict-ha-0123456789ab", false, false, false},
 			},
 		},
 		{

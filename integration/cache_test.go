@@ -298,7 +298,7 @@ func TestReopenSeesAChangeInotifyMisses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "before the mapping\n", string(b))
 
-	fd, err := unix.Open(filepath.Join(c.folder, "scratch/mapped.md"), unix.O_RDWR, 0)
+	fd, err := unix.Open(filepath.Join(c.folder, "scratch/mapped.md"), unix.O_RDWR|unix.O_CLOEXEC, 0)
 	require.NoError(t, err)
 	m, err := unix.Mmap(fd, 0, 19, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	require.NoError(t, err)
@@ -307,7 +307,7 @@ func TestReopenSeesAChangeInotifyMisses(t *testing.T) {
 	require.NoError(t, unix.Close(fd))
 
 	// open and read, no stat: nothing else tells the kernel.
-	fd, err = unix.Open(v.path("scratch/mapped.md"), unix.O_RDONLY, 0)
+	fd, err = unix.Open(v.path("scratch/mapped.md"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	require.NoError(t, err)
 	defer unix.Close(fd)
 	buf := make([]byte, 64)

@@ -56,7 +56,7 @@ func newEscFrozen(t *testing.T) *escFrozen {
 	require.NoError(t, os.MkdirAll(filepath.Join(r.c.folder, "scratch"), 0o755))
 	// Descriptors opened for writing before the freeze, and a shared
 	// writable mapping: the freeze must still stop every write.
-	rw, err := unix.Open(a.path(primary), unix.O_RDWR, 0)
+	rw, err := unix.Open(a.path(primary), unix.O_RDWR|unix.O_CLOEXEC, 0)
 	require.NoError(t, err)
 	t.Cleanup(func() { unix.Close(rw) })
 	mapping := escMapFile(t, a.path(primary))
@@ -139,7 +139,7 @@ func escFrozenAttempts(fz *escFrozen) []escAttempt {
 			return unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, 16)
 		}), errno: syscall.EROFS, record: frozen("fallocate"), explain: why},
 		{name: "copy_file_range into the frozen file", do: fromRW(func(fd int) error {
-			src, err := unix.Open(p("deliverables/other.md"), unix.O_RDONLY, 0)
+			src, err := unix.Open(p("deliverables/other.md"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
@@ -152,7 +152,7 @@ func escFrozenAttempts(fz *escFrozen) []escAttempt {
 			return mapping.writeAndSync("MAPPED WRITE")
 		}, errno: syscall.EROFS, record: frozen("write"), explain: why},
 		{name: "shared writable mmap of a fresh read-only descriptor", do: func(*testing.T) error {
-			fd, err := unix.Open(p(primary), unix.O_RDONLY, 0)
+			fd, err := unix.Open(p(primary), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}

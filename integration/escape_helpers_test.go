@@ -617,7 +617,7 @@ func escWriteClose(p string, flag int, data []byte) error {
 // escGetdents lists dir with raw getdents64, as ls does.
 func escGetdents(t *testing.T, dir string) []string {
 	t.Helper()
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	require.NoError(t, err)
 	defer unix.Close(fd)
 	var names []string
@@ -686,12 +686,12 @@ func escHandle(nodeID uint64, gen uint32) unix.FileHandle {
 }
 
 func escOpenByHandle(mountDir string, h unix.FileHandle) error {
-	mfd, err := unix.Open(mountDir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	mfd, err := unix.Open(mountDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(mfd)
-	fd, err := unix.OpenByHandleAt(mfd, h, unix.O_RDONLY)
+	fd, err := unix.OpenByHandleAt(mfd, h, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return err
 	}
@@ -828,7 +828,7 @@ func (m *escMapper) readMapped() ([]byte, error) {
 // asks for the mapping and never touches it (see escMapper).
 func escMapShared(path string) func(*testing.T) error {
 	return func(*testing.T) error {
-		fd, err := unix.Open(path, unix.O_RDWR, 0)
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return err
 		}

@@ -262,7 +262,7 @@ func escEventsFileAttempts(fg *escForgery) []escAttempt {
 			do:    func(*testing.T) error { return os.Chown(p("events.jsonl"), os.Getuid(), os.Getgid()) },
 			errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
 		{name: "ftruncate on an events.jsonl write handle", do: func(*testing.T) error {
-			fd, err := unix.Open(p("events.jsonl"), unix.O_WRONLY|unix.O_APPEND, 0)
+			fd, err := unix.Open(p("events.jsonl"), unix.O_WRONLY|unix.O_APPEND|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
@@ -270,7 +270,7 @@ func escEventsFileAttempts(fg *escForgery) []escAttempt {
 			return unix.Ftruncate(fd, 10)
 		}, errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
 		{name: "ftruncate to its own size on an events.jsonl write handle", do: func(*testing.T) error {
-			fd, err := unix.Open(p("events.jsonl"), unix.O_WRONLY|unix.O_APPEND, 0)
+			fd, err := unix.Open(p("events.jsonl"), unix.O_WRONLY|unix.O_APPEND|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
@@ -314,7 +314,7 @@ func escEventsFileAttempts(fg *escForgery) []escAttempt {
 			do:    func(*testing.T) error { return os.Link(p("protocol.json"), p("scratch/p.json")) },
 			errno: syscall.EACCES, record: escRec(ledger.KindDenied, "scratch/p.json", "link"), explain: escNoLinks},
 		{name: "fallocate on an events.jsonl handle", do: func(*testing.T) error {
-			fd, err := unix.Open(p("events.jsonl"), unix.O_WRONLY|unix.O_APPEND, 0)
+			fd, err := unix.Open(p("events.jsonl"), unix.O_WRONLY|unix.O_APPEND|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
@@ -323,12 +323,12 @@ func escEventsFileAttempts(fg *escForgery) []escAttempt {
 		}, errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "fallocate"),
 			explain: "append-only"},
 		{name: "copy_file_range of a forged log into events.jsonl", do: func(*testing.T) error {
-			src, err := unix.Open(p("scratch/fake.jsonl"), unix.O_RDONLY, 0)
+			src, err := unix.Open(p("scratch/fake.jsonl"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
 			defer unix.Close(src)
-			dst, err := unix.Open(p("events.jsonl"), unix.O_WRONLY, 0)
+			dst, err := unix.Open(p("events.jsonl"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
@@ -387,7 +387,7 @@ func escProtocolFileAttempts(fg *escForgery) []escAttempt {
 		{name: "chown protocol.json", do: func(*testing.T) error { return os.Chown(p("protocol.json"), 65534, 65534) },
 			errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
 		{name: "fchmod on a protocol.json write handle", do: func(*testing.T) error {
-			fd, err := unix.Open(p("protocol.json"), unix.O_WRONLY, 0)
+			fd, err := unix.Open(p("protocol.json"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
@@ -395,7 +395,7 @@ func escProtocolFileAttempts(fg *escForgery) []escAttempt {
 			return unix.Fchmod(fd, 0o600)
 		}, errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
 		{name: "futimens on a protocol.json write handle", do: func(*testing.T) error {
-			fd, err := unix.Open(p("protocol.json"), unix.O_WRONLY, 0)
+			fd, err := unix.Open(p("protocol.json"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
@@ -404,7 +404,7 @@ func escProtocolFileAttempts(fg *escForgery) []escAttempt {
 				[]unix.Timespec{{Sec: 0}, {Sec: 0}}, 0)
 		}, errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
 		{name: "ftruncate on a read-only protocol.json descriptor", do: func(*testing.T) error {
-			fd, err := unix.Open(p("protocol.json"), unix.O_RDONLY, 0)
+			fd, err := unix.Open(p("protocol.json"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}

@@ -344,11 +344,11 @@ func escRevokedGrantChecks(t *testing.T, rv *escRevoke) {
 		var root unix.Stat_t
 		require.NoError(t, unix.Stat(v.dir, &root))
 		gen := binary.LittleEndian.Uint32(handle.Bytes()[8:])
-		mfd, err := unix.Open(v.dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		mfd, err := unix.Open(v.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		require.NoError(t, err)
 		defer unix.Close(mfd)
 		for id := uint64(1); id <= 64; id++ {
-			fd, err := unix.OpenByHandleAt(mfd, escHandle(id, gen), unix.O_RDONLY)
+			fd, err := unix.OpenByHandleAt(mfd, escHandle(id, gen), unix.O_RDONLY|unix.O_CLOEXEC)
 			if err != nil {
 				continue
 			}

@@ -28,7 +28,7 @@ func TestEscapeSwappedDirectory(t *testing.T) {
 	require.NoError(t, unix.Setxattr(filepath.Join(c.folder, "oracle/answer.md"), "user.secret", []byte(escSecret), 0))
 	v := c.mountView(escReaderGrant(), withAuditOpens())
 	p := v.path
-	dirfd, err := unix.Open(p("scratch"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	dirfd, err := unix.Open(p("scratch"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	require.NoError(t, err)
 	t.Cleanup(func() { unix.Close(dirfd) })
 	require.NoError(t, os.Rename(filepath.Join(c.folder, "scratch"), filepath.Join(c.folder, "scratch-old")))
@@ -48,7 +48,7 @@ func TestEscapeSwappedDirectory(t *testing.T) {
 			escFmtRecords(recs))
 	})
 	t.Run("open below the held directory reads nothing", func(t *testing.T) {
-		fd, err := unix.Openat(dirfd, "answer.md", unix.O_RDONLY, 0)
+		fd, err := unix.Openat(dirfd, "answer.md", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err == nil {
 			b := make([]byte, 64)
 			n, _ := unix.Read(fd, b)
@@ -66,7 +66,7 @@ func TestEscapeSwappedDirectory(t *testing.T) {
 		assert.ErrorIs(t, unix.Fstatat(dirfd, "answer.md", &st, 0), syscall.ENOENT)
 	})
 	t.Run("listing the held directory", func(t *testing.T) {
-		d, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		d, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return // refusing the listing is fine too
 		}

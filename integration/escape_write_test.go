@@ -85,7 +85,7 @@ func (w *escWrites) withPrivate(name string, fn func() error) func(*testing.T) e
 // withRO runs fn on a read-only descriptor of proposal.md.
 func (w *escWrites) withRO(fn func(fd int) error) func(*testing.T) error {
 	return func(t *testing.T) error {
-		fd, err := unix.Open(w.v.path("proposal.md"), unix.O_RDONLY, 0)
+		fd, err := unix.Open(w.v.path("proposal.md"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		require.NoError(t, err)
 		defer unix.Close(fd)
 		return fn(fd)
@@ -131,7 +131,7 @@ func escWriteAttrAttempts(w *escWrites) []escAttempt {
 		{name: "fallocate on a read-only descriptor",
 			do: withRO(func(fd int) error { return unix.Fallocate(fd, 0, 0, 1<<20) }), errno: syscall.EBADF},
 		{name: "copy_file_range into a read-only descriptor", do: withRO(func(fd int) error {
-			src, err := unix.Open(p("review.md"), unix.O_RDONLY, 0)
+			src, err := unix.Open(p("review.md"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}

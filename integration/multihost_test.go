@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/internal/natsrv"
 	"github.com/acpfs/acpfs/internal/testutil"
@@ -206,7 +207,29 @@ func TestMultiHostOneHistory(t *testing.T) {
 
 	// A sandbox or a plain mount of a host's folder would not use the
 	// store: refused, naming why.
-	_, stderr, code := acpfs(t, "run", "--folder", b.folder, "--runs", b.runs, "--grant", "G-bob", "--", "true")
+	// Another run directory, a grant file and a ledger of one's own, or
+	// a coordinator without --store: all refused, as the folder itself
+	// says it is a store host's copy.
+	other := newDir(t, "other-runs")
+	grantCopy := filepath.Join(other, "G-bob.json")
+	data, err := os.ReadFile(filepath.Join(b.runs, "context_grants", "G-bob.json"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(grantCopy, data, 0o644))
+	for _, args := range [][]string{
+		{"run", "--folder", b.folder, "--runs", b.runs, "--grant", "G-bob", "--", "true"},
+		{"run", "--folder", b.folder, "--grant", grantCopy, "--ledger", filepath.Join(other, "l.jsonl"), "--", "true"},
+		{"mount", "--folder", b.folder, "--grant", grantCopy, "--ledger", filepath.Join(other, "l.jsonl"), filepath.Join(other, "mnt")},
+		{"up", "--folder", b.folder, "--runs", other, "--root", filepath.Join(other, "root")},
+		{"append", "--folder", b.folder, "--participant", "bob", "--event", "blocked", "--summary", "s", "--reply-to", "1"},
+	} {
+		_, stderr, code := acpfs(t, args...)
+		require.NotEqual(t, 0, code, "%v", args)
+		require.Contains(t, stderr, "served from a store", "%v", args)
+	}
+	// The mark cannot be taken away through a view.
+	require.Error(t, unix.Removexattr(b.view("bob"), "trusted.acpfs.store"))
+	require.Error(t, unix.Setxattr(b.view("bob"), "trusted.acpfs.store", []byte("x"), 0))
+	_, stderr, code := acpfs(t, "append", "--folder", b.folder, "--participant", "bob", "--event", "blocked", "--summary", "s", "--reply-to", "1")
 	require.NotEqual(t, 0, code)
 	require.Contains(t, stderr, "served from a store")
 

@@ -228,6 +228,11 @@ func refuse(v Violation) error { return v.asError() }
 // is caught up with it.
 func (l *Log) commitLocked(f *os.File, line []byte, participant string, record func(Event) error) (Event, error) {
 	lineNo := l.lines + 1
+	if l.replica != nil {
+		if err := l.cutTailLocked(f); err != nil {
+			return Event{}, err
+		}
+	}
 	if l.evID.size != l.offset {
 		return Event{}, &Error{Kind: Unavailable, Line: l.lines + 1, Rule: "partial-line",
 			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before appending", EventsFile, l.offset)}

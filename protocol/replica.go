@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -90,9 +91,8 @@ func (l *Log) pullLocked(f *os.File) ([][]byte, error) {
 	if len(lines) == 0 {
 		return nil, nil
 	}
-	if l.evID.size != l.offset {
-		return nil, &Error{Kind: Unavailable, Line: l.lines + 1, Rule: "partial-line",
-			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before catching up", EventsFile, l.offset)}
+	if err := l.cutTailLocked(f); err != nil {
+		return nil, err
 	}
 	var buf bytes.Buffer
 	for _, line := range lines {
@@ -169,4 +169,24 @@ func (l *Log) commitRetryLocked(f *os.File, mk func() []byte, participant string
 			}
 		}
 	}
+}
+
+// cutTailLocked removes an incomplete last line from the copy (f is
+// locked for writing). Every acpfs writer writes a whole line at once
+// under the lock, so with a replica such a tail was written without the
+// store: the store's lines go in its place.
+func (l *Log) cutTailLocked(f *os.File) error {
+	if l.evID.size == l.offset {
+		return nil
+	}
+	slog.Warn("an incomplete line written to the copy without the store was removed",
+		"file", filepath.Join(l.folder, EventsFile), "bytes", l.evID.size-l.offset)
+	if err := f.Truncate(l.offset); err != nil {
+		l.needReplay = true
+		return unavailable("io", "cut an incomplete line from %s: %v", EventsFile, err)
+	}
+	if fi, err := f.Stat(); err == nil {
+		l.evID = idOf(fi)
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sys/unix"
@@ -186,6 +187,8 @@ type docHeader struct {
 	// Base is the revision the writer's version was based on (0: none).
 	Base uint64 `json:"base"`
 	Size int64  `json:"size"`
+	// Mode is the permission bits of the writer's file (mode & 0o777),
+	// given to the file on every host (see modeOf).
 	Mode uint32 `json:"mode"`
 	// ConflictOf names the path a conflict copy lost.
 	ConflictOf string `json:"conflictOf,omitempty"`
@@ -717,9 +720,17 @@ func (d *Docs) local(rel string) {
 	data, info, err := d.root.ReadFile(rel, d.limit())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if st.live() {
-			d.publishDelete(rel, st)
+		if !st.live() {
+			return
 		}
+		if why := d.protected(rel); why != "" {
+			// Views refuse this removal; a disk edit must not get
+			// around them.
+			d.refuse(RecordRefused, rel, fmt.Sprintf("removed from the folder here at revision %d, but %s is never removed: the removal is not published, and the store's version is written back", st.rev, why))
+			d.restore(rel)
+			return
+		}
+		d.publishDelete(rel, st)
 		return
 	case errors.Is(err, safeio.ErrNotRegular):
 		// Symlinks, hard-linked files, devices: views conceal them,
@@ -747,6 +758,10 @@ func (d *Docs) local(rel string) {
 	}
 	if sum, ok := d.frozen(rel); ok && sha(data) != sum {
 		d.refuse(RecordFrozen, rel, fmt.Sprintf("the local copy's SHA-256 %s is not the frozen %s; not published", sha(data), sum))
+		return
+	}
+	if rel == protocolJSON {
+		d.publishProtocol(data, info.Mode, dg, st)
 		return
 	}
 	d.publish(rel, data, info.Mode, dg, st)
@@ -916,6 +931,10 @@ func (d *Docs) applyEntry(e jetstream.KeyValueEntry) {
 		d.deferred[rel] = e
 		return
 	}
+	if rel == protocolJSON {
+		d.applyProtocol(e, st)
+		return
+	}
 	switch e.Operation() {
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
 		d.applyDelete(rel, e.Revision(), st)
@@ -953,8 +972,10 @@ func (d *Docs) applyValue(rel string, rev uint64, h docHeader, content []byte, s
 	}
 	if err == nil && rel == protocolJSON {
 		// The history rewrites this host's protocol.json; only a host
-		// without one takes the store's.
-		d.known[rel] = docState{rev: rev, digest: digest(rel, local)}
+		// without one takes the store's. What this host knows is the
+		// store's, so that a static part that differs here is refused
+		// when it is looked at (publishProtocol).
+		d.known[rel] = docState{rev: rev, digest: dg}
 		return
 	}
 	old, err := d.root.Replace(rel, content, modeOf(h.Mode), d.limit())
@@ -972,8 +993,17 @@ func (d *Docs) applyValue(rel string, rev uint64, h docHeader, content []byte, s
 // published over it.
 func (d *Docs) applyDelete(rel string, rev uint64, st docState) {
 	gone := docState{rev: rev, deleted: true}
-	if rel == protocolJSON {
+	if why := d.protected(rel); why != "" {
+		// Whoever removed it did it behind the views' backs (or is
+		// not an acpfs host): this host's copy, or the store's last
+		// version, is published again over the removal.
 		d.known[rel] = gone
+		d.refuse(RecordRefused, rel, fmt.Sprintf("the removal at revision %d is not applied: %s is never removed; it is published again", rev, why))
+		if _, err := d.root.Lstat(rel); errors.Is(err, fs.ErrNotExist) {
+			d.restore(rel)
+		} else {
+			d.local(rel)
+		}
 		return
 	}
 	det, err := d.root.Detach(rel, d.limit())
@@ -1135,12 +1165,26 @@ func (d *Docs) conflict(rel string, data []byte, mode uint32, why string) {
 	d.changed(name)
 }
 
-// conflictName is rel with ".conflict-<host>-<tag>", cut to fit a name.
+// conflictName is the name of a version of rel kept beside it:
+//
+//	DIR/BASE.conflict-HOST-TAG
+//
+// HOST is the host whose version lost (a store host name:
+// [A-Za-z0-9_-]{1,64}, never a '.'); TAG is the first 12 lowercase hex
+// digits of that version's SHA-256, or "local", "local2" ... "local16"
+// for a version kept on its host only. The views judge a conflict copy
+// by the name of its original (grants/), so this format must not
+// change. BASE is cut (at a character boundary) when the whole name
+// would exceed 255 bytes: only then is the original not BASE.
 func conflictName(rel, host, tag string) string {
 	dir, base := path.Split(rel)
 	suffix := ".conflict-" + host + "-" + tag
 	if len(base)+len(suffix) > 255 {
-		base = base[:255-len(suffix)]
+		n := 255 - len(suffix)
+		for n > 0 && !utf8.RuneStart(base[n]) {
+			n--
+		}
+		base = base[:n]
 	}
 	return dir + base + suffix
 }
@@ -1241,14 +1285,11 @@ func pathOfKey(key string) (string, bool) {
 	return rel, safeio.Valid(rel) && len(rel) <= maxPathLen
 }
 
-// modeOf gives a synced file 0644, or 0755 when it was executable: a
-// host decides no other bits of another's files.
-func modeOf(m uint32) uint32 {
-	if m&0o111 != 0 {
-		return 0o755
-	}
-	return 0o644
-}
+// modeOf is the mode a synced file gets: the permission bits of the
+// writer's file, so that a private file stays private on every host.
+// Set-id and sticky bits are never carried: a host never makes a set-id
+// file because another host's value says so.
+func modeOf(m uint32) uint32 { return m & 0o777 }
 
 // newSession returns a random identifier for one run of the sync.
 func newSession() string {

@@ -7,15 +7,18 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
@@ -99,17 +102,6 @@ func (h *docHost) recorded(kind, rel string) bool {
 	return false
 }
 
-func (h *docHost) recordedKind(kind string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, r := range h.rec {
-		if strings.HasPrefix(r, kind+" ") {
-			return true
-		}
-	}
-	return false
-}
-
 func (h *docHost) write(rel, content string) {
 	h.t.Helper()
 	p := filepath.Join(h.dir, rel)
@@ -163,6 +155,17 @@ func twoHosts(t *testing.T) (*docHost, *docHost) {
 	url := server(t)
 	base := t.TempDir()
 	return newDocHost(t, url, "ha", filepath.Join(base, "a")), newDocHost(t, url, "hb", filepath.Join(base, "b"))
+}
+
+func (h *docHost) recordedKind(kind string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.rec {
+		if strings.HasPrefix(r, kind+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 func TestDocsFollowWritesAndRemovals(t *testing.T) {
@@ -299,6 +302,72 @@ func TestDocsFrozenDeliverable(t *testing.T) {
 	b.sync()
 	a.sync()
 	assert.Equal(t, "changed after the freeze", a.read(rel))
+}
+
+func TestDocsCarryModes(t *testing.T) {
+	a, b := twoHosts(t)
+	outside := t.TempDir()
+	// put writes rel on a with mode perm, renamed into place so that the
+	// sync never sees it with another mode.
+	put := func(rel, content string, perm os.FileMode) {
+		tmp := filepath.Join(outside, "tmp")
+		require.NoError(t, os.WriteFile(tmp, []byte(content), 0o600))
+		require.NoError(t, os.Chmod(tmp, perm))
+		p := filepath.Join(a.dir, rel)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.Rename(tmp, p))
+	}
+	mode := func(rel string) uint32 {
+		var st unix.Stat_t
+		if unix.Lstat(filepath.Join(b.dir, rel), &st) != nil {
+			return 0
+		}
+		return st.Mode
+	}
+	tests := []struct {
+		name    string
+		rel     string
+		perm    os.FileMode
+		want    uint32            // rel's mode on b
+		dirs    map[string]uint32 // directories b makes on the way
+		content string
+	}{
+		{"private file, private directories", "secret/deep/key.md", 0o600, 0o600,
+			map[string]uint32{"secret": 0o700, "secret/deep": 0o700}, "k"},
+		{"executable", "bin/run.sh", 0o750, 0o750, map[string]uint32{"bin": 0o750}, "#!/bin/sh\n"},
+		{"set-id and sticky bits are not carried", "tool", 0o755 | os.ModeSetuid | os.ModeSetgid | os.ModeSticky, 0o755, nil, "t"},
+		{"a new revision brings its mode", "notes.md", 0o644, 0o644, nil, "v1"},
+		{"a narrower mode replaces a wider one", "notes.md", 0o600, 0o600, nil, "v2"},
+	}
+	for _, tt := range tests {
+		put(tt.rel, tt.content, tt.perm)
+		eventually(t, func() bool { return b.read(tt.rel) == tt.content }, "%s: %s reaches b", tt.name, tt.rel)
+		assert.Equal(t, unix.S_IFREG|tt.want, mode(tt.rel), "%s: %s", tt.name, tt.rel)
+		for dir, want := range tt.dirs {
+			assert.Equal(t, unix.S_IFDIR|want, mode(dir), "%s: %s", tt.name, dir)
+		}
+	}
+}
+
+// TestConflictName pins the format grants/ relies on to judge a
+// conflict copy by its original's name.
+func TestConflictName(t *testing.T) {
+	long := strings.Repeat("é", 120) // 240 bytes
+	tests := []struct {
+		rel, host, tag, want string
+	}{
+		{"deliverables/spec.md", "hb", "0123456789ab", "deliverables/spec.md.conflict-hb-0123456789ab"},
+		{"proposal.md", "host-2_x", "local", "proposal.md.conflict-host-2_x-local"},
+		{"a/b/c.txt", "h", "local3", "a/b/c.txt.conflict-h-local3"},
+		// Cut to 255 bytes, never inside a character.
+		{"d/" + long, "hbc", "0123456789ab", "d/" + strings.Repeat("é", 114) + ".conflict-hbc-0123456789ab"},
+	}
+	for _, tt := range tests {
+		got := conflictName(tt.rel, tt.host, tt.tag)
+		assert.Equal(t, tt.want, got)
+		assert.LessOrEqual(t, len(path.Base(got)), 255)
+		assert.True(t, utf8.ValidString(got))
+	}
 }
 
 func TestDocsRefusesBadEntries(t *testing.T) {
@@ -613,6 +682,214 @@ func TestDocsNotDocuments(t *testing.T) {
 			if tt.record != "" {
 				assert.True(t, a.recorded(tt.record, tt.rel))
 			}
+		})
+	}
+}
+
+// initHosts starts a server, a host ha whose folder holds a new
+// collaboration (acpfs init), and a host hb that bootstraps from it.
+// frozen marks documents frozen, with their initial content, on every
+// host started by newHost.
+func initHosts(t *testing.T, frozen ...string) (a, b *docHost, newHost func(name string) *docHost, srv *restartable) {
+	t.Helper()
+	srv = newRestartable(t)
+	url := srv.url
+	base := t.TempDir()
+	adir := filepath.Join(base, "ha")
+	_, err := protocol.Init(protocol.InitOptions{Folder: adir, Participants: []string{"alice", "bob"},
+		Objective: "o", Completion: []string{"c"}, PrimaryType: "design-spec"})
+	require.NoError(t, err)
+	sums := map[string]string{}
+	for _, rel := range frozen {
+		b, err := os.ReadFile(filepath.Join(adir, rel))
+		require.NoError(t, err)
+		sums[rel] = sha(b)
+	}
+	newHost = func(name string) *docHost {
+		h := &docHost{t: t, name: name, dir: filepath.Join(base, name), url: url, frozen: map[string]string{}}
+		for rel, sum := range sums {
+			h.frozen[rel] = sum
+		}
+		require.NoError(t, os.MkdirAll(h.dir, 0o755))
+		s, err := Open(context.Background(), Options{URL: url, Collab: "c1", Host: name, Timeout: 2 * time.Second})
+		require.NoError(t, err)
+		t.Cleanup(s.Close)
+		h.s = s
+		h.start()
+		return h
+	}
+	a = newHost("ha")
+	b = newHost("hb")
+	require.Equal(t, a.files(), b.files())
+	return a, b, newHost, srv
+}
+
+// TestDocsNeverRemoved: the documents that views never let anyone
+// remove (the protocol's, protocol.json, frozen deliverables) are not
+// removed through the sync either, however the removal is made.
+func TestDocsNeverRemoved(t *testing.T) {
+	const spec = "deliverables/design-spec.md"
+	onDisk := func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
+		require.NoError(t, os.Remove(filepath.Join(b.dir, rel)))
+	}
+	type remover func(t *testing.T, a, b *docHost, srv *restartable, rel string)
+	tests := []struct {
+		name   string
+		rels   []string
+		frozen bool
+		remove remover
+		// silent: nothing is refused, as nothing was removed from the
+		// store's point of view (a host starts without the file).
+		silent bool
+	}{
+		{"removed on disk", append(protocol.ProtocolDocs(), protocolJSON), false, onDisk, false},
+		{"frozen deliverable removed on disk", []string{spec}, true, onDisk, false},
+		{"directory of a frozen deliverable removed", []string{spec}, true, func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
+			// Out of the folder in one step, then removed: the sync may
+			// put the file back at once, which would race a RemoveAll.
+			dir := filepath.Join(b.dir, filepath.Dir(rel))
+			gone := filepath.Join(t.TempDir(), "gone")
+			require.NoError(t, os.Rename(dir, gone))
+			require.NoError(t, os.RemoveAll(gone))
+		}, false},
+		{"renamed away", []string{protocol.ReviewFile}, false, func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
+			require.NoError(t, os.Rename(filepath.Join(b.dir, rel), filepath.Join(b.dir, "old-"+rel)))
+		}, false},
+		{"removed while the sync was stopped", []string{protocol.DecisionsFile, spec}, true, func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
+			b.stop()
+			require.NoError(t, os.Remove(filepath.Join(b.dir, rel)))
+			b.start()
+		}, true},
+		{"removed while cut off from the server", []string{protocol.ReadinessFile, spec}, true, func(t *testing.T, a, b *docHost, srv *restartable, rel string) {
+			srv.stop()
+			eventually(t, func() bool { return !a.s.Connected() && !b.s.Connected() }, "both hosts see the server gone")
+			require.NoError(t, os.Remove(filepath.Join(b.dir, rel)))
+			srv.start(t)
+			eventually(t, func() bool { return a.s.Connected() && b.s.Connected() }, "both hosts reconnect")
+		}, false},
+		{"removal written to the bucket", []string{protocol.ProposalFile, protocolJSON, spec}, true, func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
+			// By something that is not an acpfs host, or one that does
+			// not refuse it.
+			ctx, cancel := a.s.ctx()
+			defer cancel()
+			require.NoError(t, a.s.docs.Delete(ctx, keyOf(rel)))
+		}, false},
+		{"removal written to the bucket while every host lacks it", []string{protocol.ConclusionFile, spec}, true, func(t *testing.T, a, b *docHost, _ *restartable, rel string) {
+			a.stop()
+			b.stop()
+			for _, h := range []*docHost{a, b} {
+				require.NoError(t, os.Remove(filepath.Join(h.dir, rel)))
+			}
+			ctx, cancel := a.s.ctx()
+			defer cancel()
+			require.NoError(t, a.s.docs.Delete(ctx, keyOf(rel)))
+			a.start()
+			b.start()
+		}, false},
+	}
+	for _, tt := range tests {
+		for _, rel := range tt.rels {
+			t.Run(tt.name+"/"+rel, func(t *testing.T) {
+				var frozen []string
+				if tt.frozen {
+					frozen = []string{spec}
+				}
+				a, b, newHost, srv := initHosts(t, frozen...)
+				want := a.read(rel)
+				require.NotEmpty(t, want)
+				tt.remove(t, a, b, srv, rel)
+				for _, h := range []*docHost{a, b} {
+					eventually(t, func() bool { h.sync(); return h.read(rel) == want }, "%s has %s back: %q", h.name, rel, h.read(rel))
+				}
+				if !tt.silent {
+					eventually(t, func() bool { return a.recorded(RecordRefused, rel) || b.recorded(RecordRefused, rel) }, "the refusal is recorded")
+				}
+				a.sync()
+				b.sync()
+				assert.Equal(t, a.files(), b.files())
+				// A host that starts now gets it too.
+				c := newHost("hc")
+				assert.Equal(t, want, c.read(rel))
+			})
+		}
+	}
+
+	t.Run("an ordinary document's removal spreads", func(t *testing.T) {
+		a, b, _, _ := initHosts(t, spec)
+		a.write("notes.md", "n")
+		a.sync()
+		b.sync()
+		require.Equal(t, "n", b.read("notes.md"))
+		require.NoError(t, os.Remove(filepath.Join(b.dir, "notes.md")))
+		eventually(t, func() bool { a.sync(); return a.read("notes.md") == "" }, "removed on ha")
+	})
+}
+
+// TestDocsProtocolJSONCreateOnly: protocol.json's static part is the
+// collaboration's from its first revision on; no edit, on any host or
+// in the bucket, reaches another host.
+func TestDocsProtocolJSONCreateOnly(t *testing.T) {
+	// edited is protocol.json from h's folder with a participant added.
+	edited := func(t *testing.T, h *docHost) []byte {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(h.read(protocolJSON)), &m))
+		m["participants"] = append(m["participants"].([]any), "mallory")
+		b, err := json.MarshalIndent(m, "", "  ")
+		require.NoError(t, err)
+		return b
+	}
+	tests := []struct {
+		name string
+		edit func(t *testing.T, a, b *docHost)
+		// onDisk: the edit is on hb's disk, so the bucket must still
+		// hold only the first revision.
+		onDisk bool
+	}{
+		{"edited on disk", func(t *testing.T, a, b *docHost) {
+			b.write(protocolJSON, string(edited(t, b)))
+		}, true},
+		{"edited while the sync was stopped", func(t *testing.T, a, b *docHost) {
+			b.stop()
+			b.write(protocolJSON, string(edited(t, b)))
+			b.start()
+		}, true},
+		{"a later revision written to the bucket", func(t *testing.T, a, b *docHost) {
+			ctx, cancel := a.s.ctx()
+			defer cancel()
+			_, err := a.s.docs.Put(ctx, keyOf(protocolJSON), a.d.encode(protocolJSON, edited(t, a), 0o644, 0, ""))
+			require.NoError(t, err)
+		}, false},
+		{"removed from the bucket and created again", func(t *testing.T, a, b *docHost) {
+			ctx, cancel := a.s.ctx()
+			defer cancel()
+			require.NoError(t, a.s.docs.Delete(ctx, keyOf(protocolJSON)))
+			_, err := a.s.docs.Create(ctx, keyOf(protocolJSON), a.d.encode(protocolJSON, edited(t, a), 0o644, 0, ""))
+			require.NoError(t, err)
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b, newHost, _ := initHosts(t)
+			ctx, cancel := a.s.ctx()
+			defer cancel()
+			first, err := a.s.docs.Get(ctx, keyOf(protocolJSON))
+			require.NoError(t, err)
+			static := digest(protocolJSON, []byte(a.read(protocolJSON)))
+			tt.edit(t, a, b)
+			a.sync()
+			b.sync()
+			if tt.onDisk {
+				last, err := a.s.docs.Get(ctx, keyOf(protocolJSON))
+				require.NoError(t, err)
+				assert.Equal(t, first.Revision(), last.Revision(), "nothing was published")
+			}
+			assert.Equal(t, static, digest(protocolJSON, []byte(a.read(protocolJSON))), "ha keeps the collaboration's")
+			assert.NotContains(t, a.read(protocolJSON), "mallory")
+			// A host that starts now takes the first revision.
+			c := newHost("hc")
+			assert.Equal(t, static, digest(protocolJSON, []byte(c.read(protocolJSON))))
+			assert.NotContains(t, c.read(protocolJSON), "mallory")
+			eventually(t, func() bool { return b.recorded(RecordRefused, protocolJSON) }, "hb records the refusal")
 		})
 	}
 }

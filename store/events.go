@@ -120,13 +120,16 @@ func (e Events) Since(n int) ([][]byte, error) {
 	defer cancel()
 	info, err := e.s.events.Info(ctx)
 	// A message the stream took may not show in its state yet: wait for
-	// it rather than take the folder for ahead of the stream.
+	// it (a while) rather than take the folder for ahead of the stream.
+	// A floor never reached (the message was lost with a leader before a
+	// quorum stored it) is given up, so that it cannot stop appends.
+	deadline := time.Now().Add(2 * time.Second)
 	for wait := time.Millisecond; err == nil && info.State.LastSeq < e.s.eventsFloor.Load(); wait = min(2*wait, 50*time.Millisecond) {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("events stream: %w: message %d is not readable yet", ErrOffline, e.s.eventsFloor.Load())
-		case <-time.After(wait):
+		if time.Now().After(deadline) {
+			e.s.eventsFloor.Store(info.State.LastSeq)
+			break
 		}
+		time.Sleep(wait)
 		info, err = e.s.events.Info(ctx)
 	}
 	if err != nil {

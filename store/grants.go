@@ -228,12 +228,9 @@ func (s *Store) SyncGrants(ctx context.Context, rd grants.RunDir, rec GrantRecor
 // pruneGrants removes rd's grants that the store does not hold for this
 // host: on a store host the run directory's grants are a copy.
 func (s *Store) pruneGrants(rd grants.RunDir, keep map[string]bool, rec GrantRecorder) error {
-	local, err := rd.LoadGrants()
-	if err != nil && len(local) == 0 {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-	}
+	// Grants that do not load are left alone: the coordinator reports
+	// them, and mounts none of them.
+	local, _ := rd.LoadGrants()
 	for _, gf := range local {
 		if keep[gf.Grant.GrantID] {
 			continue

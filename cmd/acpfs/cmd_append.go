@@ -61,7 +61,11 @@ went in first makes this one catch up and check again).`,
 			if err != nil {
 				return withCode(exitFailed, err)
 			}
-			if st != nil {
+			if st == nil {
+				if err := refuseStoreFolder(dir); err != nil {
+					return withCode(exitFailed, err)
+				}
+			} else {
 				defer st.Close()
 				l.SetReplica(st.Events())
 				if _, err := l.Pull(); err != nil {

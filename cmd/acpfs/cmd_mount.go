@@ -131,10 +131,8 @@ func (mf *mountFlags) prepare() (viewSetup, error) {
 	if v.grant, err = grants.Load(v.grantPath); err != nil {
 		return v, err
 	}
-	for _, dir := range []string{filepath.Dir(v.ledgerPath), filepath.Dir(filepath.Dir(v.grantPath))} {
-		if err := refuseStoreHost(dir); err != nil {
-			return v, err
-		}
+	if err := refuseStoreFolder(v.folder); err != nil {
+		return v, err
 	}
 	if v.grant.Revoked {
 		return v, fmt.Errorf("grant %s is revoked", v.grant.GrantID)

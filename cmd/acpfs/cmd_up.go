@@ -108,7 +108,7 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 		if hs, err = joinStore(ctx, st, folderAbs, rd, lw); err != nil {
 			return err
 		}
-		if err := markStoreHost(rd, f.store, st.Host()); err != nil {
+		if err := markStoreFolder(folderAbs, st); err != nil {
 			return err
 		}
 		// Last in, first out: after the views and the log, before the
@@ -119,6 +119,8 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 			}
 		}()
 		gate = st.Check
+	} else if err := refuseStoreFolder(folderAbs); err != nil {
+		return err
 	}
 	proto, err := protocol.LoadProtocol(folderAbs)
 	if err != nil {

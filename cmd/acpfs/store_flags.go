@@ -2,20 +2,18 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
-	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 	"github.com/acpfs/acpfs/store"
@@ -142,38 +140,38 @@ func followStore(ctx context.Context, st *store.Store, log *protocol.Log) error 
 	return st.Events().Follow(ctx, log)
 }
 
-// storeHostFile, in a run directory, says that `acpfs up --store` serves
-// its folder as one host of a collaboration; it holds the collaboration's
-// name and the host's.
-const storeHostFile = "store-host.json"
+// storeXattr, on a collaboration folder, says that `acpfs up --store`
+// serves it as one host's copy of a collaboration ("COLLAB HOST"). It is
+// a trusted.* attribute: only root can set or remove it, and the views
+// refuse to change the folder root's attributes, so no agent and no
+// unprivileged writer of the folder can take it away.
+const storeXattr = "trusted.acpfs.store"
 
-type storeHost struct {
-	Store  string `json:"store"`
-	Collab string `json:"collab"`
-	Host   string `json:"host"`
-}
-
-// markStoreHost records in the run directory that its folder is a copy
-// served from a store.
-func markStoreHost(rd grants.RunDir, sf storeFlags, host string) error {
-	data, err := json.MarshalIndent(storeHost{Store: sf.url, Collab: sf.collab, Host: host}, "", "  ")
-	if err != nil {
-		return err
+// markStoreFolder marks folder as a store host's copy.
+func markStoreFolder(folder string, st *store.Store) error {
+	err := unix.Setxattr(folder, storeXattr, []byte(st.Collab()+" "+st.Host()), 0)
+	if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EPERM) {
+		slog.Warn("the folder cannot be marked as a store host's copy: acpfs mount, run and append without --store will not refuse it",
+			"folder", folder, "err", err)
+		return nil
 	}
-	return atomicfile.WriteFile(filepath.Join(rd.Root, storeHostFile), append(data, '\n'), 0o644)
+	if err != nil {
+		return fmt.Errorf("mark %s as a store host's copy: %w", folder, err)
+	}
+	return nil
 }
 
-// refuseStoreHost refuses a view that would serve a store host's folder
-// without the store: its appends would reach that host's copy only, and
-// its writes would go on while the host is cut off. (The host's own
-// coordinator cuts such lines from the copy; refusing says why at once.)
-func refuseStoreHost(runDir string) error {
-	data, err := os.ReadFile(filepath.Join(runDir, storeHostFile))
+// refuseStoreFolder refuses to serve or change, without the store, a
+// folder that `acpfs up --store` serves: its appends would reach one
+// host's copy only (and be cut from it), and its writes would go on
+// while the host is cut off from the store.
+func refuseStoreFolder(folder string) error {
+	buf := make([]byte, 256)
+	n, err := unix.Getxattr(folder, storeXattr, buf)
 	if err != nil {
 		return nil
 	}
-	var h storeHost
-	_ = json.Unmarshal(data, &h)
-	return fmt.Errorf("%s belongs to host %s of collaboration %s, served from a store: serve its agents through the views of acpfs up --store, which this command does not join (%s)",
-		runDir, h.Host, h.Collab, filepath.Join(runDir, storeHostFile))
+	collab, host, _ := strings.Cut(string(buf[:n]), " ")
+	return fmt.Errorf("%s is host %s's copy of collaboration %s, served from a store: use the views of acpfs up --store, or --store with acpfs append (a trusted.acpfs.store attribute on the folder says so; root can remove it with setfattr -x trusted.acpfs.store)",
+		folder, host, collab)
 }

@@ -137,7 +137,7 @@ func infoOf(st *unix.Stat_t) Info {
 // Lstat describes rel without following it. A path through a symlink
 // does not exist (fs.ErrNotExist).
 func (r *Root) Lstat(rel string) (Info, error) {
-	d, name, err := r.parent(rel, false)
+	d, name, err := r.parent(rel, false, 0)
 	if err != nil {
 		return Info{}, err
 	}
@@ -268,9 +268,10 @@ func (r *Root) ReadDir(rel string) ([]Entry, error) {
 }
 
 // parent opens the directory holding rel and returns it with rel's last
-// name. With mkdir, missing directories on the way are created (0755,
-// owned by the folder's owner).
-func (r *Root) parent(rel string, mkdir bool) (int, string, error) {
+// name. With mkdir, missing directories on the way are created (mode
+// dirPerm less the umask, owned by the folder's owner); existing ones
+// are left as they are.
+func (r *Root) parent(rel string, mkdir bool, dirPerm uint32) (int, string, error) {
 	if !Valid(rel) {
 		return -1, "", fmt.Errorf("path %q: %w", rel, unix.EINVAL)
 	}
@@ -291,7 +292,7 @@ func (r *Root) parent(rel string, mkdir bool) (int, string, error) {
 		return fd, name, nil
 	}
 	for _, c := range strings.Split(dir, "/") {
-		err := unix.Mkdirat(fd, c, 0o755)
+		err := unix.Mkdirat(fd, c, dirPerm&0o755)
 		if err == nil {
 			// Best effort: a directory the daemon makes belongs to
 			// whoever owns the folder, as if it came with the copy.
@@ -441,7 +442,7 @@ func (d *Detached) fill(limit int64) {
 // Detach moves rel out of the way and returns it (nil, fs.ErrNotExist
 // when nothing is there). A directory is refused (ErrNotRegular).
 func (r *Root) Detach(rel string, limit int64) (*Detached, error) {
-	dir, name, err := r.parent(rel, false)
+	dir, name, err := r.parent(rel, false, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -469,14 +470,14 @@ func (r *Root) Detach(rel string, limit int64) (*Detached, error) {
 	return d, nil
 }
 
-// Replace puts data at rel (mode perm, owned by the folder's owner),
-// creating the directories on the way, and returns what was there
-// before, detached (nil when the name was free). The caller must Discard
+// Replace puts data at rel (mode perm&0o777, owned by the folder's
+// owner), creating the directories on the way (see dirPermFor), and returns
+// what was there before, detached (nil when the name was free). The caller must Discard
 // or Restore it. A directory at rel is left alone and refused
 // (ErrNotRegular). Readers of rel see the old file or the new one, never
 // a mix, and the new one survives a crash once Replace returns.
 func (r *Root) Replace(rel string, data []byte, perm uint32, limit int64) (*Detached, error) {
-	dir, name, err := r.parent(rel, true)
+	dir, name, err := r.parent(rel, true, dirPermFor(perm))
 	if err != nil {
 		return nil, err
 	}
@@ -541,6 +542,22 @@ func (r *Root) Replace(rel string, data []byte, perm uint32, limit int64) (*Deta
 	}
 	keepDir = true
 	return old, nil
+}
+
+// dirPermFor is the mode Replace gives the directories it creates for a
+// file of mode perm: never wider than that file needs, so that making a
+// private file's directories does not expose their listing. The owner
+// gets rwx; group and others get r-x where the file grants them anything,
+// nothing otherwise; nobody else gets write.
+func dirPermFor(perm uint32) uint32 {
+	d := uint32(0o700)
+	if perm&0o070 != 0 {
+		d |= 0o050
+	}
+	if perm&0o007 != 0 {
+		d |= 0o005
+	}
+	return d
 }
 
 func writeAll(f *os.File, data []byte, perm uint32, uid, gid int) error {

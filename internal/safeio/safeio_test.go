@@ -133,6 +133,50 @@ func TestReplace(t *testing.T) {
 	}
 }
 
+func TestReplaceModes(t *testing.T) {
+	tests := []struct {
+		name     string
+		perm     uint32
+		wantFile uint32
+		wantDirs uint32 // of the directories Replace makes
+	}{
+		{"private", 0o600, 0o600, 0o700},
+		{"group readable", 0o640, 0o640, 0o750},
+		{"world readable", 0o644, 0o644, 0o755},
+		{"executable", 0o750, 0o750, 0o750},
+		{"others only", 0o604, 0o604, 0o705},
+		{"world writable: directories never are", 0o666, 0o666, 0o755},
+		{"set-id and sticky bits dropped", 0o7755, 0o755, 0o755},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old := unix.Umask(0)
+			defer unix.Umask(old)
+			folder, _ := tree(t)
+			r, err := OpenRoot(folder)
+			require.NoError(t, err)
+			defer r.Close()
+			for _, rel := range []string{"new/deep/x.md", "d/y.md"} {
+				prev, err := r.Replace(rel, []byte("x"), tt.perm, 1<<20)
+				require.NoError(t, err)
+				require.Nil(t, prev)
+				var st unix.Stat_t
+				require.NoError(t, unix.Lstat(filepath.Join(folder, rel), &st))
+				assert.Equal(t, unix.S_IFREG|tt.wantFile, st.Mode, "%s: %o", rel, st.Mode)
+			}
+			for _, dir := range []string{"new", "new/deep"} {
+				var st unix.Stat_t
+				require.NoError(t, unix.Lstat(filepath.Join(folder, dir), &st))
+				assert.Equal(t, unix.S_IFDIR|tt.wantDirs, st.Mode, "%s: %o", dir, st.Mode)
+			}
+			// A directory that was there keeps its mode.
+			var st unix.Stat_t
+			require.NoError(t, unix.Lstat(filepath.Join(folder, "d"), &st))
+			assert.Equal(t, uint32(unix.S_IFDIR|0o755), st.Mode)
+		})
+	}
+}
+
 func TestDetachRestore(t *testing.T) {
 	folder, _ := tree(t)
 	r, err := OpenRoot(folder)
