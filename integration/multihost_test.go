@@ -179,20 +179,27 @@ func drafted(view, summary string) syscall.Errno {
 	return pmAppend(filepath.Join(view, "events.jsonl"), line)
 }
 
+// twoMHHosts runs a server and two hosts: alice's view on ha, bob's on hb.
+func twoMHHosts(t *testing.T) (srv *mhNode, a, b *mhHost) {
+	t.Helper()
+	e := newMHEnv(t, "alice", "bob")
+	srv = mhServer(t, -1, filepath.Join(e.dir, "nats"))
+	a, b = e.host("ha", srv.url()), e.host("hb", srv.url())
+	a.grant("alice", "alice")
+	b.grant("bob", "bob")
+	writeSpec(t, a)
+	a.up()
+	b.up()
+	return srv, a, b
+}
+
 func lastError(view string) string {
 	b, _ := os.ReadFile(filepath.Join(view, ".acpfs", "last-error"))
 	return string(b)
 }
 
 func TestMultiHostOneHistory(t *testing.T) {
-	e := newMHEnv(t, "alice", "bob")
-	srv := mhServer(t, -1, filepath.Join(e.dir, "nats"))
-	a, b := e.host("ha", srv.url()), e.host("hb", srv.url())
-	a.grant("alice", "alice")
-	b.grant("bob", "bob")
-	writeSpec(t, a)
-	a.up()
-	b.up()
+	srv, a, b := twoMHHosts(t)
 
 	require.Zero(t, drafted(a.view("alice"), "from host a"), lastError(a.view("alice")))
 	waitLines(t, 2, a, b)
@@ -403,14 +410,7 @@ func TestMultiHostStalledServerTurnsViewsReadOnly(t *testing.T) {
 }
 
 func TestMultiHostKilledHostRestartsAndCatchesUp(t *testing.T) {
-	e := newMHEnv(t, "alice", "bob")
-	srv := mhServer(t, -1, filepath.Join(e.dir, "nats"))
-	a, b := e.host("ha", srv.url()), e.host("hb", srv.url())
-	a.grant("alice", "alice")
-	b.grant("bob", "bob")
-	writeSpec(t, a)
-	a.up()
-	b.up()
+	_, a, b := twoMHHosts(t)
 	require.Zero(t, drafted(a.view("alice"), "one"))
 	waitLines(t, 2, b)
 

@@ -53,6 +53,20 @@ func openLog(t *testing.T, folder string, r protocol.Replica) *protocol.Log {
 	return l
 }
 
+// twoHistories seeds a store from a's folder and gives b a copy of its
+// history: two hosts of one collaboration, caught up.
+func twoHistories(t *testing.T) (a, b string, la, lb *protocol.Log) {
+	t.Helper()
+	url := server(t)
+	a, b = hostFolders(t)
+	sa, sb := open(t, url, "ha"), open(t, url, "hb")
+	require.NoError(t, sa.Events().Seed(a))
+	la, lb = openLog(t, a, sa.Events()), openLog(t, b, sb.Events())
+	_, err := lb.Pull()
+	require.NoError(t, err)
+	return a, b, la, lb
+}
+
 func draft(l *protocol.Log, from string) (protocol.Event, error) {
 	one := 1
 	return l.Append(protocol.EventSpec{Participant: from, Event: "deliverable_drafted", Summary: "draft",
@@ -99,14 +113,8 @@ func TestEventsTwoHostsOneHistory(t *testing.T) {
 }
 
 func TestEventsStaleLineRefused(t *testing.T) {
-	url := server(t)
-	a, b := hostFolders(t)
-	sa, sb := open(t, url, "ha"), open(t, url, "hb")
-	require.NoError(t, sa.Events().Seed(a))
-	la, lb := openLog(t, a, sa.Events()), openLog(t, b, sb.Events())
-	_, err := lb.Pull()
-	require.NoError(t, err)
-	_, err = draft(la, "alice")
+	_, _, la, lb := twoHistories(t)
+	_, err := draft(la, "alice")
 	require.NoError(t, err)
 	// b has not caught up: its agent writes seq 2 too, which a took.
 	line := []byte(`{"seq":2,"from":"alice","event":"deliverable_drafted","at":"2099-01-01T00:00:00Z","summary":"late","doc":"deliverables/design-spec.md","reply_to":1,"role":"primary"}`)
@@ -129,13 +137,7 @@ func TestEventsSeedRefusesForeignHistory(t *testing.T) {
 }
 
 func TestEventsLinesWrittenWithoutTheStoreAreCut(t *testing.T) {
-	url := server(t)
-	a, b := hostFolders(t)
-	sa, sb := open(t, url, "ha"), open(t, url, "hb")
-	require.NoError(t, sa.Events().Seed(a))
-	la, lb := openLog(t, a, sa.Events()), openLog(t, b, sb.Events())
-	_, err := lb.Pull()
-	require.NoError(t, err)
+	a, b, la, lb := twoHistories(t)
 
 	// Two lines written to b's copy by someone who does not use the
 	// store, then two others appended through the store on a: the line
@@ -181,13 +183,7 @@ func TestEventsSeedRefusesLinesPastTheStream(t *testing.T) {
 }
 
 func TestEventsIncompleteLineWrittenWithoutTheStoreIsCut(t *testing.T) {
-	url := server(t)
-	a, b := hostFolders(t)
-	sa, sb := open(t, url, "ha"), open(t, url, "hb")
-	require.NoError(t, sa.Events().Seed(a))
-	la, lb := openLog(t, a, sa.Events()), openLog(t, b, sb.Events())
-	_, err := lb.Pull()
-	require.NoError(t, err)
+	_, b, la, lb := twoHistories(t)
 	f, err := os.OpenFile(filepath.Join(b, protocol.EventsFile), os.O_WRONLY|os.O_APPEND, 0)
 	require.NoError(t, err)
 	_, err = f.WriteString(`{"seq":2,"from":"alice","event":"blo`)
