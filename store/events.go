@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,7 +44,8 @@ func (e Events) seen(seq uint64) {
 
 // wrongLast reads the stream's last sequence from a refused append
 // ("wrong last sequence: N").
-var wrongLast = regexp.MustCompile(`wrong last sequence: (\d+)`)
+// Compiled at first use, not when every CLI process starts.
+var wrongLast = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`wrong last sequence: (\d+)`) })
 
 // Publish appends line as message n, on condition that the stream holds
 // n-1 messages. A publish whose acknowledgement is lost is sent again
@@ -72,7 +74,7 @@ func (e Events) Publish(n int, line []byte) error {
 		case err == nil:
 			return fmt.Errorf("publish line %d: the stream took it as message %d", n, ack.Sequence)
 		case isWrongLast(err):
-			if m := wrongLast.FindStringSubmatch(err.Error()); m != nil {
+			if m := wrongLast().FindStringSubmatch(err.Error()); m != nil {
 				if last, perr := strconv.ParseUint(m[1], 10, 64); perr == nil {
 					e.seen(last)
 				}

@@ -78,7 +78,7 @@ func decodeGrant(e jetstream.KeyValueEntry) (GrantEntry, error) {
 // id is taken on any host, and when the agent already holds an active
 // grant.
 func (s *Store) CreateGrant(host string, g *grants.Grant) error {
-	if !namePattern.MatchString(host) {
+	if !validName(host) {
 		return fmt.Errorf("host name %q: use 1 to 64 letters, digits, '-' or '_'", host)
 	}
 	if err := grants.Validate(g); err != nil {

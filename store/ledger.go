@@ -457,7 +457,7 @@ func (s *Store) FetchLedgers(ctx context.Context, dir string) ([]HostLedger, err
 	var hosts []string
 	for subj := range info.State.Subjects {
 		h, ok := strings.CutPrefix(subj, prefix)
-		if !ok || !namePattern.MatchString(h) {
+		if !ok || !validName(h) {
 			slog.Warn("store: ledger subject with no valid host name skipped", "subject", subj)
 			continue
 		}
