@@ -150,9 +150,23 @@ func (d *Daemon) waitReady() error {
 
 // Kill sends SIGKILL, as a crash would, and waits for the process to go.
 // Its mounts are left dead ("transport endpoint is not connected").
+//
+// A process killed while it holds a descriptor on its own mount (go-fuse
+// opens one for a moment after mounting) blocks in exit, flushing that
+// descriptor to a server that is itself: the kernel waits until the
+// connection is aborted, as `acpfs umount` does for a dead view. Kill
+// does the same after a while, and fails only if the process outlives
+// that too.
 func (d *Daemon) Kill() {
 	d.tb.Helper()
 	_ = d.cmd.Process.Signal(syscall.SIGKILL)
+	if d.exited(killTimeout / 4) {
+		return
+	}
+	if err := abortConns(d.conns); err != nil {
+		d.tb.Logf("%s (pid %d): %v", d, d.PID(), err)
+	}
+	d.tb.Logf("%s (pid %d) was blocked on its own mount after SIGKILL: connection aborted\n%s", d, d.PID(), d.diagnose())
 	if !d.exited(killTimeout) {
 		d.tb.Fatalf("%s (pid %d) survived SIGKILL", d, d.PID())
 	}
