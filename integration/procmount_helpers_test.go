@@ -30,7 +30,9 @@ import (
 // of mounts behind.
 func pmStart(t testing.TB, mounts, ready []string, args ...string) *testutil.Daemon {
 	t.Helper()
-	return testutil.StartDaemon(t, testutil.DaemonSpec{Bin: acpfsBin, Args: args, Mounts: mounts, Ready: ready})
+	// Each says it is ready once every view is mounted, probe done.
+	said := map[string]string{"mount": "mounted ", "up": " view(s) of "}[args[0]]
+	return testutil.StartDaemon(t, testutil.DaemonSpec{Bin: acpfsBin, Args: args, Mounts: mounts, Ready: ready, ReadyOutput: said})
 }
 
 // pmMount starts `acpfs mount` for one grant file and waits for the view.

@@ -61,6 +61,11 @@ type DaemonSpec struct {
 	// Ready are paths that answer stat once the daemon serves (a view's
 	// .acpfs/status, a file of the loopback's folder).
 	Ready []string
+	// ReadyOutput, when set, must also appear in the daemon's output: a
+	// view answers before its daemon has finished mounting (go-fuse's
+	// poll probe still holds a file open in it), and a test that
+	// unmounts or kills it at once would meet that.
+	ReadyOutput string
 }
 
 // Daemon is a daemon process a test started. It is stopped at the end of
@@ -144,6 +149,15 @@ func (d *Daemon) waitReady() error {
 			}
 			time.Sleep(readyPoll)
 		}
+	}
+	for d.spec.ReadyOutput != "" && !strings.Contains(d.out.String(), d.spec.ReadyOutput) {
+		if d.Exited() {
+			return fmt.Errorf("exited before saying %q: %v", d.spec.ReadyOutput, d.err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("did not say %q within %s", d.spec.ReadyOutput, startTimeout)
+		}
+		time.Sleep(readyPoll)
 	}
 	return nil
 }
