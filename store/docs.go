@@ -63,7 +63,7 @@ const (
 // protocolJSON is synced like a document, but only its static part: each
 // host derives currentPhase, proposalOwner, waitingFor and updatedAt from
 // the history itself.
-const protocolJSON = "protocol.json"
+const protocolJSON = protocol.ProtocolFile
 
 var derivedFields = []string{"currentPhase", "proposalOwner", "waitingFor", "updatedAt"}
 
@@ -827,9 +827,7 @@ func (d *Docs) lost(rel string, data []byte, mode uint32, dg string, st docState
 		switch {
 		case derr != nil:
 			// The store's revision is not a valid document: replace it.
-		case digest(rel, content) == dg || rel == protocolJSON:
-			// Same content, or protocol.json, which the history
-			// maintains on every host.
+		case digest(rel, content) == dg:
 			d.known[rel] = docState{rev: e.Revision(), digest: dg}
 			return
 		case d.ours(h, st):
@@ -887,9 +885,6 @@ func (d *Docs) put(rel string, base uint64, val []byte, dg string) (again bool) 
 // publishDelete removes rel from the bucket, on condition that nobody
 // published a newer revision (which then comes back here instead).
 func (d *Docs) publishDelete(rel string, st docState) {
-	if rel == protocolJSON {
-		return
-	}
 	ctx, cancel := d.s.ctx()
 	defer cancel()
 	err := d.s.docs.Delete(ctx, keyOf(rel), jetstream.LastRevision(st.rev))
