@@ -27,6 +27,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
@@ -51,6 +52,13 @@ type Options struct {
 	// Hidden lists folder-relative directories that are never visible
 	// (the run directory when it lies inside the folder).
 	Hidden []string
+	// Conceal lists absolute paths of what no view ever shows (the run
+	// directory, the ledger's and the grants' directories, mountpoints),
+	// wherever they lie: each is held by descriptor at start and judged
+	// by device and inode at every lookup, so no other spelling of its
+	// path, no symlink, bind mount or rename makes it visible. The
+	// folder itself, when listed, is left out.
+	Conceal []string
 	// Log is the protocol log of Folder. Several filesystems (the
 	// coordinator's mounts) may share one.
 	Log *protocol.Log
@@ -111,6 +119,7 @@ type FS struct {
 	fault       func(op, rel string)
 	gate        func() error
 	hidden      []string
+	conceal     *concealed
 
 	// view holds the grant, its compiled matcher and the handoff map; it
 	// is swapped whole when the grant changes so readers never lock.
@@ -163,6 +172,20 @@ func New(opts Options) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
+	conceal, err := holdConcealed(opts.Conceal)
+	if err != nil {
+		b.root.Close()
+		return nil, err
+	}
+	var rootSt unix.Stat_t
+	if err := unix.Fstat(b.rootFd(), &rootSt); err != nil {
+		conceal.close()
+		b.root.Close()
+		return nil, fmt.Errorf("stat folder: %w", err)
+	}
+	// The folder itself cannot be hidden (a ledger lying directly in it
+	// has the folder as its directory): its entries are, by name.
+	conceal.drop(&rootSt)
 	f := &FS{
 		folder:      opts.Folder,
 		b:           b,
@@ -179,9 +202,11 @@ func New(opts Options) (*FS, error) {
 		fault:       opts.Fault,
 		gate:        opts.Gate,
 		hidden:      opts.Hidden,
+		conceal:     conceal,
 		turn:        make(chan struct{}),
 	}
 	if err := f.SetGrant(opts.Grant, opts.Handoffs); err != nil {
+		conceal.close()
 		b.root.Close()
 		return nil, err
 	}
@@ -210,6 +235,7 @@ func (f *FS) Close() error {
 	f.store.release()
 	f.stopRepeats()
 	f.removeStaging()
+	f.conceal.close()
 	return f.b.root.Close()
 }
 

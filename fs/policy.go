@@ -284,8 +284,14 @@ func targetVisible(m *grants.Matcher, t string) bool {
 // at the folder-relative path rel. Symlinks are judged here, at every
 // lookup, from where they are now: a rename cannot turn a harmless link
 // into a door.
-func classify(m *grants.Matcher, dirfd int, name, rel string, st *unix.Stat_t) entry {
+func classify(m *grants.Matcher, c *concealed, dirfd int, name, rel string, st *unix.Stat_t) entry {
 	e := entry{st: *st}
+	if c.has(st) {
+		// Whatever name leads here: the coordinator's run directory,
+		// ledger, grants or a mountpoint.
+		e.kind, e.why = kindConcealed, whyConcealed
+		return e
+	}
 	if strings.HasPrefix(rel, protocol.ProtocolTempPrefix) {
 		// acpfs's own, renamed over protocol.json within milliseconds.
 		e.kind, e.why = kindConcealed, "a temporary file of a protocol.json rewrite"

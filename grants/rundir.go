@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/acpfs/acpfs/internal/fsid"
 )
 
 // DefaultRunDirName is the run directory's name when none is given.
@@ -76,9 +78,31 @@ func (r RunDir) Init() error {
 }
 
 // HiddenIn returns the folder-relative path of the run directory when it
-// lies inside folder (for MatcherOptions.Hidden), or nil. Symbolic links
-// are resolved on both sides, so an alias of the run directory is caught.
+// lies inside folder (for MatcherOptions.Hidden), or nil. It is found by
+// identity (device and inode), so any spelling of either path (a
+// symlink, a relative path, a bind mount) gives the same answer.
 func (r RunDir) HiddenIn(folder string) ([]string, error) {
+	if same, err := sameDir(folder, r.Root); err != nil {
+		return nil, err
+	} else if same {
+		return nil, fmt.Errorf("run directory %s is the collaboration folder itself", r.Root)
+	}
+	if _, err := os.Stat(r.Root); errors.Is(err, os.ErrNotExist) {
+		return r.hiddenByPath(folder)
+	}
+	found, err := fsid.LocateIn(folder, []string{r.Root})
+	if err != nil {
+		return nil, fmt.Errorf("locate run directory: %w", err)
+	}
+	if len(found) == 0 {
+		return nil, nil
+	}
+	return []string{found[0].Rel}, nil
+}
+
+// hiddenByPath places a run directory that does not exist yet by its
+// path, symlinks resolved as far as it exists.
+func (r RunDir) hiddenByPath(folder string) ([]string, error) {
 	f, err := realAbs(folder)
 	if err != nil {
 		return nil, fmt.Errorf("resolve folder: %w", err)
@@ -88,35 +112,27 @@ func (r RunDir) HiddenIn(folder string) ([]string, error) {
 		return nil, fmt.Errorf("resolve run directory: %w", err)
 	}
 	rel, err := filepath.Rel(f, d)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || rel == "." {
 		return nil, nil
-	}
-	if rel == "." {
-		return nil, fmt.Errorf("run directory %s is the collaboration folder itself", r.Root)
 	}
 	return []string{filepath.ToSlash(rel)}, nil
 }
 
-// realAbs makes p absolute and resolves symbolic links in the part of it
-// that exists (the run directory may not exist yet).
-func realAbs(p string) (string, error) {
-	abs, err := filepath.Abs(p)
+// sameDir reports whether a and b are the same directory; a run directory
+// that does not exist yet is not the folder.
+func sameDir(a, b string) (bool, error) {
+	sa, err := os.Stat(a)
 	if err != nil {
-		return "", err
+		return false, fmt.Errorf("resolve folder: %w", err)
 	}
-	rest := ""
-	for cur := abs; ; {
-		real, err := filepath.EvalSymlinks(cur)
-		if err == nil {
-			return filepath.Join(real, rest), nil
-		}
-		parent := filepath.Dir(cur)
-		if parent == cur {
-			return abs, nil
-		}
-		rest = filepath.Join(filepath.Base(cur), rest)
-		cur = parent
+	sb, err := os.Stat(b)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
 	}
+	if err != nil {
+		return false, fmt.Errorf("resolve run directory: %w", err)
+	}
+	return os.SameFile(sa, sb), nil
 }
 
 // GrantFile is a grant together with the file it was loaded from.
@@ -308,4 +324,26 @@ func (r RunDir) SaveGrant(g *Grant) error {
 		return fmt.Errorf("save grant %s: %w", g.GrantID, err)
 	}
 	return nil
+}
+
+// realAbs makes p absolute and resolves symbolic links in the part of it
+// that exists (the run directory may not exist yet).
+func realAbs(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for cur := abs; ; {
+		real, err := filepath.EvalSymlinks(cur)
+		if err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return abs, nil
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
 }

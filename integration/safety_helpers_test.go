@@ -30,7 +30,14 @@ const sfTimeout = 20 * time.Second
 // fails the test if the command has not ended within sfTimeout.
 func sfRun(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	return sfRunIn(t, "", args...)
+}
+
+// sfRunIn is sfRun in the working directory dir ("" for the test's).
+func sfRunIn(t *testing.T, dir string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(acpfsBin, args...)
+	cmd.Dir = dir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	require.NoError(t, cmd.Start())

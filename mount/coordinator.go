@@ -177,10 +177,10 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 	if err := prepareRoot(cfg.Root, cfg.Folder, reusable, deadViews, notify); err != nil {
 		return nil, err
 	}
-	hidden, err := cfg.Runs.HiddenIn(cfg.Folder)
-	if err != nil {
+	if _, err := cfg.Runs.HiddenIn(cfg.Folder); err != nil {
 		return nil, err
 	}
+	hidden := relHidden(cfg.Folder, []string{cfg.Runs.Root, cfg.Root})
 	w, err := acpfs.NewWatcher(cfg.Folder, hidden)
 	if err != nil {
 		return nil, err
@@ -453,6 +453,11 @@ func (c *Coordinator) reconcile(starting bool) error {
 			fate[g.GrantID] = "refused: " + err.Error()
 			continue
 		}
+		if err := CheckConcealed(c.cfg.Folder, c.concealed(), g); err != nil {
+			errs = append(errs, err)
+			fate[g.GrantID] = "refused: " + err.Error()
+			continue
+		}
 		if _, dup := want[g.AgentID]; dup {
 			continue // CheckSet already reported it; keep the first
 		}
@@ -503,10 +508,9 @@ func (c *Coordinator) reconcile(starting bool) error {
 			errs = append(errs, err)
 			continue
 		}
-		hidden := []string{c.cfg.Runs.Root, filepath.Dir(c.cfg.Ledger.Path())}
 		m, err := Start(Config{
 			Folder: c.cfg.Folder, Mountpoint: mp, Grant: gf.Grant, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
-			Hidden: hidden, AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, MaxWriteBytes: c.cfg.MaxWriteBytes, MaxFiles: c.cfg.MaxFiles, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
+			Hidden: c.concealed(), AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, MaxWriteBytes: c.cfg.MaxWriteBytes, MaxFiles: c.cfg.MaxFiles, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("mount %s: %w", agent, err))
@@ -524,6 +528,17 @@ func (c *Coordinator) reconcile(starting bool) error {
 }
 
 // notifyf writes one line for the operator.
+// concealed is what none of the coordinator's views may show, by
+// identity wherever it lies: the run directory, the ledger's directory
+// and the mount root.
+func (c *Coordinator) concealed() []string {
+	h := []string{c.cfg.Runs.Root, c.cfg.Runs.GrantsDir(), c.cfg.Root}
+	if c.cfg.Ledger != nil {
+		h = append(h, filepath.Dir(c.cfg.Ledger.Path()))
+	}
+	return h
+}
+
 func (c *Coordinator) notifyf(format string, args ...any) {
 	fmt.Fprintf(c.notify, "acpfs up: "+format+"\n", args...)
 }

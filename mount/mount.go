@@ -22,6 +22,7 @@ import (
 
 	acpfs "github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/fsid"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
@@ -118,7 +119,7 @@ func Start(cfg Config) (*Mount, error) {
 	cfg.Log.DeferProtocolWrites()
 	hidden := relHidden(folder, cfg.Hidden)
 	f, err := acpfs.New(acpfs.Options{
-		Folder: folder, Grant: cfg.Grant, Hidden: hidden, Log: cfg.Log, Ledger: cfg.Ledger,
+		Folder: folder, Grant: cfg.Grant, Hidden: hidden, Conceal: append(append([]string(nil), cfg.Hidden...), cfg.Mountpoint), Log: cfg.Log, Ledger: cfg.Ledger,
 		AuditReads: cfg.AuditReads, Audit: cfg.Audit, MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles, Passthrough: cfg.Passthrough, Handoffs: cfg.Handoffs, Fault: cfg.Fault,
 		Gate: cfg.Gate,
 	})
@@ -226,32 +227,6 @@ func (m *Mount) serve(opts *gofs.Options) (*fuse.Server, error) {
 		return nil, err
 	}
 	return server, nil
-}
-
-// relHidden converts absolute hidden directories to folder-relative ones.
-// Symlinks are resolved on both sides, so that a run directory reached
-// through another path is still recognised as lying inside the folder.
-func relHidden(folder string, abs []string) []string {
-	real := func(p string) string {
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			return r
-		}
-		a, _ := filepath.Abs(p)
-		return a
-	}
-	base := real(folder)
-	var out []string
-	for _, h := range abs {
-		if h == "" {
-			continue
-		}
-		rel, err := filepath.Rel(base, real(h))
-		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
-			continue
-		}
-		out = append(out, filepath.ToSlash(rel))
-	}
-	return out
 }
 
 // watchGrant reloads the grant when its file changes. The directory is
@@ -506,6 +481,15 @@ func CheckMountpointPlace(p, folder string, hidden []string) error {
 	case within(mp, f):
 		return refuseMountpoint("mountpoint %s is inside the collaboration folder %s; mount the view outside it", p, folder)
 	}
+	if same, _ := sameFile(p, folder); same {
+		return refuseMountpoint("mountpoint %s is the collaboration folder itself; mount the view on an empty directory outside it", p)
+	}
+	// The same questions by identity: another spelling of the folder or
+	// of a hidden directory (a bind mount, a symlink above it) must not
+	// place a view where it serves itself or where no view may be.
+	if found, err := fsid.LocateIn(folder, []string{p}); err == nil && len(found) > 0 {
+		return refuseMountpoint("mountpoint %s is inside the collaboration folder %s (at %s); mount the view outside it", p, folder, found[0].Rel)
+	}
 	for _, h := range hidden {
 		if h == "" {
 			continue
@@ -513,8 +497,29 @@ func CheckMountpointPlace(p, folder string, hidden []string) error {
 		if hr := realPath(h); mp == hr || within(mp, hr) {
 			return refuseMountpoint("mountpoint %s is inside %s, which no view may show (run directory or ledger directory); mount the view elsewhere", p, h)
 		}
+		if st, err := os.Stat(h); err == nil && st.IsDir() {
+			if found, err := fsid.LocateIn(h, []string{p}); err == nil && len(found) > 0 {
+				return refuseMountpoint("mountpoint %s is inside %s, which no view may show (run directory or ledger directory); mount the view elsewhere", p, h)
+			}
+			if same, _ := sameFile(p, h); same {
+				return refuseMountpoint("mountpoint %s is %s, which no view may show (run directory or ledger directory); mount the view elsewhere", p, h)
+			}
+		}
 	}
 	return nil
+}
+
+// sameFile reports whether a and b are the same entry on disk.
+func sameFile(a, b string) (bool, error) {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	sb, err := os.Stat(b)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(sa, sb), nil
 }
 
 // realPath is p made absolute, with symbolic links resolved as far as it

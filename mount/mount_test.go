@@ -14,25 +14,82 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/fsid"
 	"github.com/acpfs/acpfs/internal/mountinfo"
 )
 
+// TestRelHidden: what no view may show is found inside the folder by
+// identity, whatever spelling led to it.
 func TestRelHidden(t *testing.T) {
-	folder := "/work/collab"
-	got := relHidden(folder, []string{"/work/collab/agent_runs", "/work/agent_runs", "", "/work/collab", "/work/collab/a/b", "/work/collab/..x"})
-	assert.Equal(t, []string{"agent_runs", "a/b", "..x"}, got)
-
-	// Through a symlink to the folder.
 	d := t.TempDir()
-	real := filepath.Join(d, "collab")
-	require.NoError(t, os.MkdirAll(filepath.Join(real, "runs"), 0o755))
-	require.NoError(t, os.Symlink(real, filepath.Join(d, "alias")))
-	assert.Equal(t, []string{"runs"}, relHidden(filepath.Join(d, "alias"), []string{filepath.Join(real, "runs")}))
+	folder := filepath.Join(d, "collab")
+	for _, p := range []string{"agent_runs/context_grants", "a/b", "..x"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(folder, p), 0o755))
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(d, "agent_runs"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(folder, "agent_runs", "ledger.jsonl"), nil, 0o600))
+	require.NoError(t, os.Symlink(filepath.Join(folder, "agent_runs"), filepath.Join(d, "link")))
+	require.NoError(t, os.Symlink(folder, filepath.Join(d, "alias")))
+	t.Chdir(folder)
+
+	tests := []struct {
+		name   string
+		folder string
+		paths  []string
+		want   []string
+	}{
+		{"canonical spellings", folder, []string{filepath.Join(folder, "agent_runs"), filepath.Join(d, "agent_runs"), "", filepath.Join(folder, "a/b"), filepath.Join(folder, "..x")}, []string{"agent_runs", "a/b", "..x"}},
+		{"a symlink to the run directory", folder, []string{filepath.Join(d, "link")}, []string{"agent_runs"}},
+		{"a relative run directory from inside the folder", ".", []string{"agent_runs"}, []string{"agent_runs"}},
+		{"dot-dot spellings", folder, []string{"../collab/a/../agent_runs"}, []string{"agent_runs"}},
+		{"a file through a symlinked directory", folder, []string{filepath.Join(d, "link", "ledger.jsonl")}, []string{"agent_runs/ledger.jsonl"}},
+		{"the folder through a symlink", filepath.Join(d, "alias"), []string{filepath.Join(folder, "a", "b")}, []string{"a/b"}},
+		{"a grants directory below", folder, []string{filepath.Join(d, "link", "context_grants")}, []string{"agent_runs/context_grants"}},
+		{"missing paths are skipped", folder, []string{filepath.Join(folder, "nope")}, []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, relHidden(tt.folder, tt.paths))
+		})
+	}
+	found, err := fsid.LocateIn(folder, []string{"."})
+	require.NoError(t, err)
+	assert.Empty(t, found, "the folder itself is not hidden (what lies in it is, by name)")
 }
 
-func TestRebase(t *testing.T) {
-	got := rebase([]string{"/f/runs", "/elsewhere", "/f"}, "/f", "/proc/self/fd/7")
-	assert.Equal(t, []string{"/proc/self/fd/7/runs", "/proc/self/fd/7"}, got)
+// TestCheckConcealed: a grant that would show a run directory inside the
+// folder is refused before any view starts, with the rule that shows it.
+func TestCheckConcealed(t *testing.T) {
+	d := t.TempDir()
+	folder := filepath.Join(d, "collab")
+	require.NoError(t, os.MkdirAll(filepath.Join(folder, "agent_runs"), 0o755))
+	require.NoError(t, os.Symlink(filepath.Join(folder, "agent_runs"), filepath.Join(d, "link")))
+	all := &grants.Grant{GrantID: "G-a", AgentID: "a", MayRead: []string{"**"}}
+	md := &grants.Grant{GrantID: "G-m", AgentID: "m", MayRead: []string{"**/*.md"}}
+	owner := &grants.Grant{GrantID: "G-o", AgentID: "o", MayRead: []string{"deliverables/**", "proposal.md"}}
+	forbids := &grants.Grant{GrantID: "G-f", AgentID: "f", MayRead: []string{"**"}, ForbiddenRead: []string{"agent_runs"}}
+	tests := []struct {
+		name  string
+		g     *grants.Grant
+		paths []string
+		err   string
+	}{
+		{"reads everything, symlinked run directory", all, []string{filepath.Join(d, "link")}, "grant G-a would show it"},
+		{"reads every .md", md, []string{filepath.Join(d, "link")}, "grant G-m would show it"},
+		{"owner preset does not reach it", owner, []string{filepath.Join(d, "link")}, ""},
+		{"forbids it", forbids, []string{filepath.Join(d, "link")}, ""},
+		{"outside the folder", all, []string{d}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckConcealed(folder, tt.paths, tt.g)
+			if tt.err == "" {
+				assert.NoError(t, err)
+				return
+			}
+			assert.ErrorContains(t, err, tt.err)
+		})
+	}
 }
 
 func TestPrepareRoot(t *testing.T) {

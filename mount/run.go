@@ -117,7 +117,7 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 	owner := Owner{UID: cfg.Sandbox.UID, GID: cfg.Sandbox.GID, Sandbox: &SandboxNS{}}
 	m, err := Start(Config{
 		Folder: backing, Mountpoint: view, Grant: g, GrantPath: cfg.GrantPath, Log: log, Ledger: lw,
-		Hidden: rebase(cfg.Hidden, cfg.Folder, backing), AuditReads: cfg.AuditReads, Owner: &owner,
+		Hidden: cfg.Hidden, AuditReads: cfg.AuditReads, Owner: &owner,
 		MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles,
 	})
 	if err != nil {
@@ -268,15 +268,4 @@ func RunForwardingSignals(cmd *exec.Cmd) (int, error) {
 		return 0, err
 	}
 	return exitStatus(waitForwarding(cmd, sig))
-}
-
-// rebase rewrites absolute paths under from to the same paths under to.
-func rebase(paths []string, from, to string) []string {
-	out := make([]string, 0, len(paths))
-	for _, p := range paths {
-		if rel, err := filepath.Rel(from, p); err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../") {
-			out = append(out, filepath.Join(to, rel))
-		}
-	}
-	return out
 }

@@ -137,6 +137,11 @@ func (mf *mountFlags) prepare() (viewSetup, error) {
 	if v.grant.Revoked {
 		return v, fmt.Errorf("grant %s is revoked", v.grant.GrantID)
 	}
+	// Views conceal the run directory, ledger and grant by identity
+	// wherever they lie; a grant that would show one is refused first.
+	if err := mount.CheckConcealed(v.folder, mf.hiddenDirs(v.ledgerPath, v.grantPath), v.grant); err != nil {
+		return v, err
+	}
 	return v, nil
 }
 

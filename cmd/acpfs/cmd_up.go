@@ -147,7 +147,7 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 		Passthrough: f.passthrough, AllowOther: f.allowOther, Participants: proto.ParticipantIDs(),
 		Notify: cmd.ErrOrStderr(), Gate: gate,
 	})
-	if errors.Is(err, mount.ErrRunDirBusy) {
+	if errors.Is(err, mount.ErrRunDirBusy) || errors.Is(err, mount.ErrShowsConcealed) {
 		return err
 	}
 	if err != nil {

@@ -1,0 +1,173 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/testutil"
+)
+
+// Identity, not spelling (issue 23, finding 1): what no view may show
+// (the run directory, the grants, the ledger and its key) is known by
+// what it is on disk. However the coordinator spells its paths (a
+// symlink to the run directory, to the grants' or the ledger's
+// directory, a relative run directory with --folder .), a grant that
+// would show one of them inside the folder is refused before anything
+// is mounted, and a view conceals them wherever they are moved.
+
+// idEnv is a collaboration whose run directory lies inside the folder.
+type idEnv struct {
+	t      *testing.T
+	dir    string
+	folder string
+	runs   string // folder/agent_runs
+	// runLink, grantsLink and ledgerLink are symlinks (outside the
+	// folder) to the run directory, its grants and a ledger directory
+	// inside the folder.
+	runLink, grantsLink, ledgerLink string
+}
+
+func newIDEnv(t *testing.T) *idEnv {
+	t.Helper()
+	testutil.RequireFUSE(t)
+	d := newDir(t, "identity")
+	e := &idEnv{t: t, dir: d, folder: filepath.Join(d, "collab")}
+	e.runs = filepath.Join(e.folder, "agent_runs")
+	_, stderr, code := acpfs(t, "init", "--folder", e.folder, "--participant", owner, "--participant", reviewer,
+		"--objective", "Design the cache layer", "--completion", "Cache design reviewed", "--primary-deliverable-type", "design-spec")
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, os.MkdirAll(filepath.Join(e.folder, "oracle"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(e.folder, "oracle/answer.md"), []byte("the secret answer\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(e.folder, "ledgers"), 0o700))
+	e.runLink, e.grantsLink, e.ledgerLink = filepath.Join(d, "runs-link"), filepath.Join(d, "grants-link"), filepath.Join(d, "ledger-link")
+	require.NoError(t, os.MkdirAll(filepath.Join(e.runs, "context_grants"), 0o755))
+	require.NoError(t, os.Symlink(e.runs, e.runLink))
+	require.NoError(t, os.Symlink(filepath.Join(e.runs, "context_grants"), e.grantsLink))
+	require.NoError(t, os.Symlink(filepath.Join(e.folder, "ledgers"), e.ledgerLink))
+	return e
+}
+
+// wideGrant reads everything but the oracle: with the canonical
+// spelling of the run directory, a view hides the run directory from it.
+func wideGrant(id, agent string) *grants.Grant {
+	return &grants.Grant{
+		GrantID: id, AgentID: agent, Role: "reviewer", Objective: "Review the design",
+		MayRead:       []string{"**"},
+		ForbiddenRead: []string{"oracle/**"},
+		MayWrite:      []string{"events.jsonl", "protocol.json", "review.md"},
+	}
+}
+
+// TestIdentityRefusesEverySpelling: a grant that would show the run
+// directory, its grants or the ledger inside the folder is refused by
+// mount, run, up and up --store, whatever spelling of the paths the
+// coordinator used; nothing is mounted and the sandbox's command never
+// runs.
+func TestIdentityRefusesEverySpelling(t *testing.T) {
+	e := newIDEnv(t)
+	pmWriteGrant(t, e.runs, wideGrant("G-bob", reviewer))
+	outside := filepath.Join(e.dir, "runs-out") // a run directory outside the folder
+	outGrant := pmWriteGrant(t, outside, wideGrant("G-bob", reviewer))
+	mp := filepath.Join(e.dir, "mnt-bob")
+	require.NoError(t, os.MkdirAll(mp, 0o755))
+	root := filepath.Join(e.dir, "mnt")
+	// The sandbox's command: it must never run, and would print what it
+	// reached of the run directory.
+	probe := []string{"--", "/usr/bin/bash", "-c", `ls -a "$0" "$0/agent_runs" "$0/ledgers" 2>&1; cat "$0/agent_runs/context_grants/G-bob.json" 2>&1; echo RAN`, e.folder}
+
+	tests := []struct {
+		name string
+		dir  string
+		args []string
+	}{
+		{"mount --runs LINK", "", []string{"mount", "--folder", e.folder, "--runs", e.runLink, "--grant", "G-bob", mp}},
+		{"mount, relative --runs with --folder .", e.folder, []string{"mount", "--folder", ".", "--runs", "agent_runs", "--grant", "G-bob", mp}},
+		{"run --runs LINK", "", append([]string{"run", "--folder", e.folder, "--runs", e.runLink, "--grant", "G-bob"}, probe...)},
+		{"run --grant DIRLINK/G-bob.json", "", append([]string{"run", "--folder", e.folder, "--grant", filepath.Join(e.grantsLink, "G-bob.json"),
+			"--ledger", filepath.Join(outside, "communication_ledger.jsonl")}, probe...)},
+		{"run --ledger DIRLINK/l.jsonl", "", append([]string{"run", "--folder", e.folder, "--grant", outGrant,
+			"--ledger", filepath.Join(e.ledgerLink, "l.jsonl")}, probe...)},
+		{"run, relative --runs with --folder .", e.folder, append([]string{"run", "--folder", ".", "--runs", "agent_runs", "--grant", "G-bob"}, probe...)},
+		{"up, relative --runs with --folder .", e.folder, []string{"up", "--folder", ".", "--runs", "agent_runs", "--root", root}},
+		{"up --runs LINK", "", []string{"up", "--folder", e.folder, "--runs", e.runLink, "--root", root}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, stderr, code := sfRunIn(t, tt.dir, tt.args...)
+			assert.Equal(t, 2, code, "%s%s", out, stderr)
+			assert.Contains(t, stderr, "lies inside the collaboration folder")
+			assert.Contains(t, stderr, "would show it")
+			assert.NotContains(t, out, "RAN", "the sandbox's command ran")
+			assert.NotContains(t, out, "context_grants")
+			assert.Empty(t, sfFSTypesAt(mp), "nothing may be mounted")
+			assert.Empty(t, sfFSTypesAt(filepath.Join(root, reviewer)), "nothing may be mounted")
+		})
+	}
+}
+
+// TestIdentityStoreRelativeRuns: the same under up --store, with a
+// relative run directory and --folder . on a store host.
+func TestIdentityStoreRelativeRuns(t *testing.T) {
+	srv := mhServer(t, -1, newDir(t, "nats"))
+	env := newMHEnv(t, owner, reviewer)
+	h := env.host("ha", srv.url())
+	runs := filepath.Join(h.folder, "agent_runs")
+	h.grant(reviewer, reviewer, "--may-read", "**")
+	_, stderr, code := sfRunIn(t, h.folder, "up", "--store", h.url, "--collab", mhCollab, "--host", h.name, "--replicas", env.replicas,
+		"--runs", "agent_runs", "--folder", ".", "--root", h.root)
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "lies inside the collaboration folder")
+	assert.Empty(t, sfFSTypesAt(filepath.Join(h.root, reviewer)), "nothing may be mounted")
+	_, err := os.Stat(filepath.Join(runs, "ledger.key"))
+	assert.NoError(t, err, "the run directory was made where it was asked for")
+}
+
+// TestIdentityConcealedWhereverMoved: a view of a grant that does not
+// show the run directory where it is conceals it by identity when it
+// is moved, on the backing side, to where the grant reads everything:
+// whatever name leads there, the ledger key, the grants and the ledger
+// stay out of the view.
+func TestIdentityConcealedWhereverMoved(t *testing.T) {
+	e := newIDEnv(t)
+	g := &grants.Grant{
+		GrantID: "G-bob", AgentID: reviewer, Role: "reviewer", Objective: "Review the design",
+		MayRead:  []string{"protocol.json", "events.jsonl", "deliverables/**", "scratch/**"},
+		MayWrite: []string{"events.jsonl", "protocol.json", "scratch/**"},
+	}
+	pmWriteGrant(t, e.runs, g)
+	require.NoError(t, os.MkdirAll(filepath.Join(e.folder, "scratch"), 0o755))
+	mp := filepath.Join(e.dir, "mnt-bob")
+	pmStart(t, []string{mp}, []string{filepath.Join(mp, ".acpfs", "status")},
+		"mount", "--folder", e.folder, "--runs", e.runLink, "--grant", "G-bob", mustMkdir(t, mp))
+	_, err := os.Stat(filepath.Join(e.runs, "ledger.key"))
+	require.NoError(t, err, "the ledger's key is in the run directory")
+
+	moved := filepath.Join(e.folder, "scratch", "runs")
+	require.NoError(t, os.Rename(e.runs, moved))
+	t.Cleanup(func() { _ = os.Rename(moved, e.runs) })
+	for _, rel := range []string{"scratch/runs", "scratch/runs/ledger.key", "scratch/runs/context_grants/G-bob.json", "scratch/runs/communication_ledger.jsonl"} {
+		_, err := os.Lstat(filepath.Join(mp, rel))
+		assert.ErrorIs(t, err, os.ErrNotExist, rel)
+	}
+	ents, err := os.ReadDir(filepath.Join(mp, "scratch"))
+	require.NoError(t, err)
+	for _, ent := range ents {
+		assert.NotEqual(t, "runs", ent.Name(), "the moved run directory is listed")
+	}
+	assert.Error(t, os.WriteFile(filepath.Join(mp, "scratch/runs/context_grants/G-bob.json"), []byte("{}"), 0o644))
+	// The view still serves, and the ledger still records.
+	assert.Contains(t, readFile(t, filepath.Join(mp, ".acpfs", "status")), "agent: bob")
+	assert.False(t, strings.Contains(readFile(t, filepath.Join(moved, "context_grants", "G-bob.json")), "{}\n"))
+}
+
+func mustMkdir(t *testing.T, p string) string {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(p, 0o755))
+	return p
+}
