@@ -62,6 +62,10 @@ func (r *Report) ChainSummary() string {
 	return s
 }
 
+// Judged is how many of the records read the audit judged: those the
+// chain check and its signatures vouch for.
+func (r *Report) Judged() int64 { return r.Records - r.Untrusted }
+
 // gapDetail is the operator's note on a gap, as a clause.
 func gapDetail(g Gap) string {
 	if g.Detail == "" {
@@ -115,7 +119,7 @@ func (r *Report) WriteMarkdown(out io.Writer) error {
 	p("- Key: %s\n", md(sg.KeyList()))
 	p("- Signed: %d of %d records covered by signed checkpoints\n", sg.Covered, sg.Total)
 	p("- Chain: %s\n", md(r.ChainSummary()))
-	p("- Records judged: %d\n", r.Records)
+	p("- Records judged: %d of %d read\n", r.Judged(), r.Records)
 	p("- Verdict: **%s**\n\n", md(r.Verdict))
 	for _, g := range r.Gaps {
 		p("> **Records lost: %s**, written %s (acknowledged by the gap record at seq %d%s). No agent can be shown isolated for that period.\n\n",
