@@ -63,7 +63,7 @@ func signatureStatus(c *ledger.VerifyReport, live bool, total int64) Signatures 
 	}
 	if !c.SignaturesChecked {
 		s.Status = SigNoKey
-		s.Detail = fmt.Sprintf("no public key (%s) beside the ledger and none given: anyone who can write the ledger could have written every record, so none is judged; pass the %s kept with the deliverables with --pubkey FILE",
+		s.Detail = fmt.Sprintf("no %s beside the ledger and no --pubkey given, so the signatures were not checked: anyone who can write the ledger could have written every record, and none is judged; pass the %s kept with the deliverables: --pubkey FILE",
 			ledger.PublicKeyFile, ledger.PublicKeyFile)
 		return s
 	}

@@ -351,11 +351,11 @@ audit.HOST.html). It fails when any host's does.
 // ledgerAuditExit is the exit-status paragraph of both audit commands.
 const ledgerAuditExit = `Exit status: 0 when the verdict is isolated; 2 when it is violated or
 unverified, which includes a broken chain, signatures that could not be
-checked (no public key) or do not cover every record, a record naming a grant not
-given to the audit, and a ledger holding a "gap" record (records an operator
-acknowledged as lost: no agent can be shown isolated for that period, and
-the report says "N records acknowledged lost (seq A–B)"); 2 also when the
-ledger or the grants cannot be read.`
+checked (no public key) or do not cover every record, a record naming a
+grant not given to the audit, and a ledger holding a "gap" record (records
+an operator acknowledged as lost: no agent can be shown isolated for that
+period, and the report says "N records acknowledged lost (seq A–B)"); 2
+also when the ledger or the grants cannot be read.`
 
 // run audits, writes the report and turns the verdict into the exit code.
 func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string) error {
