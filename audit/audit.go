@@ -126,6 +126,9 @@ type Report struct {
 	GeneratedAt string               `json:"generated_at"`
 	Verdict     string               `json:"verdict"` // isolated only when every agent is, the chain is valid and no record was lost
 	Chain       *ledger.VerifyReport `json:"chain"`
+	// Signatures says, at the top of the report, what the signatures
+	// vouch for: the records judged are those they cover.
+	Signatures Signatures `json:"signatures"`
 	// Untrusted counts the records after the last one the chain check
 	// vouches for: not judged for anyone.
 	Untrusted int64 `json:"untrusted,omitempty"`
@@ -361,8 +364,19 @@ func shortHash(h string) string {
 // only those a valid signature covers. A record past it may have been
 // forged or edited: it can convict no one and clear no one. -1 when the
 // check vouches for everything (or was not given).
+//
+// A chain checked without a public key vouches for nothing (0): anyone
+// who can write the ledger can rebuild a sound chain of any records, so
+// without a signature to check there is nothing to tell the writers'
+// records from theirs, live or not.
 func trustedThrough(c *ledger.VerifyReport, live bool) int64 {
-	if c == nil || live && c.Problem == nil {
+	if c == nil {
+		return -1
+	}
+	if !c.SignaturesChecked {
+		return 0
+	}
+	if live && c.Problem == nil {
 		return -1
 	}
 	switch {
@@ -780,7 +794,8 @@ func (a *Auditor) Report() (*Report, error) {
 	}
 	rep.Untrusted = a.untrusted
 	rep.Matrix = a.matrix(rep.Agents, folderFiles)
-	if rep.Verdict == VerdictIsolated && (len(rep.Gaps) > 0 || rep.Chain != nil && !rep.Chain.OK()) {
+	rep.Signatures = signatureStatus(rep.Chain, a.opts.Live, a.records)
+	if rep.Verdict == VerdictIsolated && (len(rep.Gaps) > 0 || rep.Chain != nil && (!rep.Chain.OK() || !rep.Chain.SignaturesChecked)) {
 		rep.Verdict = VerdictUnverified
 	}
 	return rep, nil
@@ -816,6 +831,10 @@ func judgeAgent(live *Agent, gaps []Gap, untrusted int64, chain *ledger.VerifyRe
 	case drift != "":
 		ag.Verdict = VerdictUnverified
 		ag.Reason = fmt.Sprintf("all %d read path(s) and %d listing(s) allowed by the grant given to the audit, but %s", len(ag.Reads), len(ag.Lists), drift)
+	case chain != nil && !chain.SignaturesChecked:
+		// Nothing was judged: see trustedThrough.
+		ag.Verdict = VerdictUnverified
+		ag.Reason = fmt.Sprintf("signatures not checked, for want of a public key: none of the ledger's %d record(s) judged, since anyone who can write the ledger could have written them; pass the ledger.pub kept with the deliverables with --pubkey FILE", untrusted)
 	case chain != nil && !chain.OK() || untrusted > 0:
 		// Past the break, anything may have been removed or made up.
 		ag.Verdict = VerdictUnverified

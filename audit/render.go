@@ -47,6 +47,11 @@ func (r *Report) ChainSummary() string {
 			c.Problem.Seq, c.Problem.Line, c.Problem.Kind, c.Problem.Reason, c.Records)
 	}
 	s := fmt.Sprintf("valid — %d records, last seq %d, last hash %s", c.Records, c.LastSeq, c.LastHash)
+	if !c.SignaturesChecked {
+		// Hashes and links anyone can recompute: say so where the word
+		// "valid" is.
+		s = fmt.Sprintf("hashes and links consistent, signatures NOT checked (no public key) — %d records, last seq %d, last hash %s", c.Records, c.LastSeq, c.LastHash)
+	}
 	if n := len(c.Repairs); n > 0 {
 		seqs := make([]string, n)
 		for i, rp := range c.Repairs {
@@ -56,6 +61,10 @@ func (r *Report) ChainSummary() string {
 	}
 	return s
 }
+
+// Judged is how many of the records read the audit judged: those the
+// chain check and its signatures vouch for.
+func (r *Report) Judged() int64 { return r.Records - r.Untrusted }
 
 // gapDetail is the operator's note on a gap, as a clause.
 func gapDetail(g Gap) string {
@@ -105,8 +114,12 @@ func (r *Report) WriteMarkdown(out io.Writer) error {
 	p("# Ledger audit\n\n")
 	p("- Ledger: %s\n", md(r.Ledger))
 	p("- Generated: %s\n", md(r.GeneratedAt))
+	sg := r.Signatures
+	p("- Signatures: **%s** — %s\n", md(sg.Status), md(sg.Detail))
+	p("- Key: %s\n", md(sg.KeyList()))
+	p("- Signed: %d of %d records covered by signed checkpoints\n", sg.Covered, sg.Total)
 	p("- Chain: %s\n", md(r.ChainSummary()))
-	p("- Records judged: %d\n", r.Records)
+	p("- Records judged: %d of %d read\n", r.Judged(), r.Records)
 	p("- Verdict: **%s**\n\n", md(r.Verdict))
 	for _, g := range r.Gaps {
 		p("> **Records lost: %s**, written %s (acknowledged by the gap record at seq %d%s). No agent can be shown isolated for that period.\n\n",
@@ -128,8 +141,8 @@ func (r *Report) WriteMarkdown(out io.Writer) error {
 				p("| %d | %s | %s | %s | %d | %s | %s |\n", e.Seq, md(e.At), md(e.Kind), md(displayPath(e.Path)), e.Count, md(e.Grant), md(e.Rule))
 			}
 		}
-		writeAccessTable(p, "Paths read", ag.Reads)
-		writeAccessTable(p, "Directories listed", ag.Lists)
+		writeAccessTable(p, "Paths read", ag.Reads, true)
+		writeAccessTable(p, "Directories listed", ag.Lists, false)
 		writeEventTable(p, "Refused attempts", "", ag.Refused)
 		writeEventTable(p, "Temporary/tool noise",
 			"Refused creations of editors' and tools' temporary files, and git's link attempts: not attempts on real paths.\n\n", ag.Noise)
@@ -168,11 +181,15 @@ func writeEventTable(p func(string, ...any), title, intro string, events []Event
 	}
 }
 
-func writeAccessTable(p func(string, ...any), title string, accs []Access) {
+func writeAccessTable(p func(string, ...any), title string, accs []Access, hashes bool) {
 	if len(accs) == 0 {
 		return
 	}
-	p("\n### %s\n\n| Path | Count | First seq | Grant | Allowed | Rule |\n|---|---:|---:|---|---|---|\n", title)
+	if hashes {
+		p("\n### %s\n\n| Path | Count | First seq | Grant | Allowed | Rule | SHA-256 |\n|---|---:|---:|---|---|---|---|\n", title)
+	} else {
+		p("\n### %s\n\n| Path | Count | First seq | Grant | Allowed | Rule |\n|---|---:|---:|---|---|---|\n", title)
+	}
 	for _, a := range accs {
 		allowed := "yes"
 		switch {
@@ -181,8 +198,29 @@ func writeAccessTable(p func(string, ...any), title string, accs []Access) {
 		case !a.Allowed:
 			allowed = "**NO**"
 		}
-		p("| %s | %d | %d | %s | %s | %s |\n", md(displayPath(a.Path)), a.Count, a.FirstSeq, md(a.Grant), allowed, md(a.Rule))
+		p("| %s | %d | %d | %s | %s | %s |", md(displayPath(a.Path)), a.Count, a.FirstSeq, md(a.Grant), allowed, md(a.Rule))
+		if hashes {
+			p(" %s |", md(a.HashSummary()))
+		}
+		p("\n")
 	}
+}
+
+// HashSummary is the read's content hashes for a report cell: each
+// SHA-256 in full, then how many reads are of content the ledger holds
+// no hash of.
+func (a Access) HashSummary() string {
+	s := strings.Join(a.Hashes, ", ")
+	if a.Unhashed > 0 {
+		if s != "" {
+			s += "; "
+		}
+		s += fmt.Sprintf("%d read(s) without a hash", a.Unhashed)
+	}
+	if s == "" {
+		return "none recorded"
+	}
+	return s
 }
 
 //go:embed audit.html.tmpl

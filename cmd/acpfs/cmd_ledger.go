@@ -294,10 +294,24 @@ func ledgerGroup(n int64) string {
 
 // ledgerAuditFlags are shared by `ledger audit` and `audit`.
 type ledgerAuditFlags struct {
-	format string
-	out    string
-	folder string
-	live   bool
+	format  string
+	out     string
+	folder  string
+	live    bool
+	pubkeys []string
+}
+
+// keys loads the --pubkey files.
+func (af *ledgerAuditFlags) keys() ([]ledger.PublicKey, error) {
+	var keys []ledger.PublicKey
+	for _, p := range af.pubkeys {
+		k, err := ledger.LoadPublicKey(p)
+		if err != nil {
+			return nil, fmt.Errorf("--pubkey: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
 func (af *ledgerAuditFlags) register(cmd *cobra.Command) {
@@ -305,36 +319,58 @@ func (af *ledgerAuditFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&af.out, "out", "", "write the report to this file instead of stdout")
 	cmd.Flags().StringVar(&af.folder, "folder", "", "collaboration folder: list its files in the matrix even if untouched")
 	cmd.Flags().BoolVar(&af.live, "live", false, "views are still mounted: also judge their last records, which a running writer signs within a second (without it, records no signature covers yet are not judged)")
+	cmd.Flags().StringArrayVar(&af.pubkeys, "pubkey", nil, "public key file (ledger.pub) to check signatures with, as ledger verify does; repeatable (default: ledger.pub beside the ledger; with --store, the keys each host published)")
 }
+
+// ledgerAuditSigs is the signatures paragraph of both audit commands.
+const ledgerAuditSigs = `The audit checks the chain and its signatures exactly as "ledger verify"
+does, and judges only the records a valid signature covers (with --live,
+also the unsigned records a running writer has not signed yet). Without a
+public key (ledger.pub beside the ledger, or --pubkey FILE) it judges
+nothing and every agent is "unverified": a sound chain without signatures
+is one anyone who can write the file could have rebuilt. A forged record,
+a key it was not given or an unsigned tail leave every agent at best
+"unverified" from there on. The report shows at its top the signature
+status, the key id, how many records the signed checkpoints cover, and
+lists each read's content SHA-256.
+
+`
 
 // ledgerAuditStore is the several-hosts paragraph of both audit commands.
 const ledgerAuditStore = `With --store and --collab, the audit reads every host's ledger of the
 collaboration from the store instead (docs/ledger.md, "Several hosts"),
-checks each chain with the keys the host published there, and judges each
-against the same grants: one report per host, in host order (with --out
-FILE, one file per host, FILE with the host before its extension:
-audit.html becomes audit.HOST.html). It fails when any host's does.
+checks each chain with the keys the host published there (or the --pubkey
+keys), and judges each host's records against the grants the store holds
+for that host (its grants bucket, <host>.<grant id>), not against a local
+grants directory: one report per host, in host order (with --out FILE, one
+file per host, FILE with the host before its extension: audit.html becomes
+audit.HOST.html). It fails when any host's does.
 
 `
 
 // ledgerAuditExit is the exit-status paragraph of both audit commands.
 const ledgerAuditExit = `Exit status: 0 when the verdict is isolated; 2 when it is violated or
-unverified, which includes a broken chain, a record naming a grant not
-given to the audit, and a ledger holding a "gap" record (records an operator
-acknowledged as lost: no agent can be shown isolated for that period, and
-the report says "N records acknowledged lost (seq A–B)"); 2 also when the
-ledger or the grants cannot be read.`
+unverified, which includes a broken chain, signatures that could not be
+checked (no public key) or do not cover every record, a record naming a
+grant not given to the audit, and a ledger holding a "gap" record (records
+an operator acknowledged as lost: no agent can be shown isolated for that
+period, and the report says "N records acknowledged lost (seq A–B)"); 2
+also when the ledger or the grants cannot be read.`
 
 // run audits, writes the report and turns the verdict into the exit code.
 func (af *ledgerAuditFlags) run(cmd *cobra.Command, ledgerPath, grantsDir string) error {
 	if err := protoChoice("format", af.format, []string{"md", "json", "html"}); err != nil {
 		return err
 	}
+	keys, err := af.keys()
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
 	gs, err := audit.LoadGrants(grantsDir)
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
-	rep, err := ledgerAudit(ledgerPath, gs, af.folder, af.live)
+	rep, err := ledgerAuditKeys(ledgerPath, keys, gs, af.folder, af.live)
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
@@ -357,6 +393,11 @@ func ledgerAuditFailure(rep *audit.Report) error {
 		return nil
 	}
 	var bad []string
+	if sg := rep.Signatures; !sg.Verified() && sg.Status != audit.SigNotChecked {
+		// First: it says why every agent is at best unverified, and what
+		// to pass.
+		bad = append(bad, fmt.Sprintf("signatures: %s: %s", sg.Status, sg.Detail))
+	}
 	for _, ag := range rep.Agents {
 		if ag.Verdict != audit.VerdictIsolated {
 			bad = append(bad, fmt.Sprintf("%s %s (%s)", ag.Agent, ag.Verdict, ag.Reason))
@@ -371,14 +412,10 @@ func ledgerAuditFailure(rep *audit.Report) error {
 	return fmt.Errorf("audit %s: %s", rep.Verdict, strings.Join(bad, "; "))
 }
 
-// ledgerAudit checks the chain of the ledger at path, then feeds its
-// records to the audit.
-func ledgerAudit(path string, gs []audit.Grant, folder string, live bool) (*audit.Report, error) {
-	return ledgerAuditKeys(path, nil, gs, folder, live)
-}
-
-// ledgerAuditKeys is ledgerAudit checking signatures with keys (default:
-// ledger.pub beside the ledger).
+// ledgerAuditKeys checks the chain of the ledger at path and its
+// signatures with keys (default: ledger.pub beside the ledger), with
+// ledger verify's own check, then feeds its records to the audit, which
+// judges those the check vouches for.
 func ledgerAuditKeys(path string, keys []ledger.PublicKey, gs []audit.Grant, folder string, live bool) (*audit.Report, error) {
 	chain, err := ledger.VerifyWith(path, ledger.VerifyOptions{Keys: keys, AllowUnsignedTail: live})
 	if err != nil {
@@ -407,7 +444,7 @@ func newLedgerAuditCmd() *cobra.Command {
 		sf                 ledgerStoreFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "audit (--ledger L | --store URL --collab C) --grants DIR [--format md|json|html] [--out FILE] [--folder F]",
+		Use:   "audit (--ledger L --grants DIR | --store URL --collab C) [--pubkey FILE]... [--format md|json|html] [--out FILE] [--folder F]",
 		Short: "Judge each agent's reads and listings against its grant (exit 0 isolated, 2 otherwise)",
 		Long: `Audit reads the ledger and, for each agent, every path it read or listed and
 every refused attempt, and checks each read against its grant as the grant
@@ -419,23 +456,28 @@ denied_repeat) count as the reads and refusals they repeat: each path is
 listed once with its count. The HTML report is one self-contained page with
 an agent × file matrix.
 
-` + ledgerAuditStore + ledgerAuditExit,
+` + ledgerAuditSigs + ledgerAuditStore + ledgerAuditExit,
 		Example: `  acpfs ledger audit --ledger agent_runs/communication_ledger.jsonl --grants agent_runs/context_grants --format html --out audit.html`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if remote, err := sf.check(ledgerPath, "ledger"); err != nil {
 				return withCode(exitFailed, err)
 			} else if remote {
-				return af.runStore(cmd, &sf, grants)
+				if grants != "" {
+					return withCode(exitFailed, errors.New(ledgerStoreGrantsNote("--grants")))
+				}
+				return af.runStore(cmd, &sf)
+			}
+			if grants == "" {
+				return withCode(exitFailed, errors.New(`required flag(s) "grants" not set`))
 			}
 			return af.run(cmd, ledgerPath, grants)
 		},
 	}
 	cmd.Flags().StringVar(&ledgerPath, "ledger", "", "ledger file (required unless --store)")
-	cmd.Flags().StringVar(&grants, "grants", "", "directory of G-*.json grant files (required)")
+	cmd.Flags().StringVar(&grants, "grants", "", "directory of G-*.json grant files (required unless --store)")
 	af.register(cmd)
 	sf.register(cmd)
-	_ = cmd.MarkFlagRequired("grants")
 	return cmd
 }
 
@@ -447,29 +489,33 @@ func newLedgerRunAuditCmd() *cobra.Command {
 		sf   ledgerStoreFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "audit --runs RUNDIR [--store URL --collab C] [--format md|json|html] [--out FILE] [--folder F]",
+		Use:   "audit (--runs RUNDIR | --store URL --collab C) [--pubkey FILE]... [--format md|json|html] [--out FILE] [--folder F]",
 		Short: "Audit a run directory: its ledger against its context grants (exit 0 isolated, 2 otherwise)",
 		Long: `Audit is "acpfs ledger audit" on a run directory: RUNDIR/communication_ledger.jsonl
 judged against RUNDIR/context_grants.
 
-` + ledgerAuditStore + ledgerAuditExit,
+` + ledgerAuditSigs + ledgerAuditStore + ledgerAuditExit,
 		Example: `  acpfs audit --runs agent_runs --format html --out audit.html`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			grants := filepath.Join(runs, "context_grants")
 			if sf.url != "" {
+				if runs != "" {
+					return withCode(exitFailed, errors.New(ledgerStoreGrantsNote("--runs")))
+				}
 				if _, err := sf.check("", "ledger"); err != nil {
 					return withCode(exitFailed, err)
 				}
-				return af.runStore(cmd, &sf, grants)
+				return af.runStore(cmd, &sf)
 			}
-			return af.run(cmd, filepath.Join(runs, "communication_ledger.jsonl"), grants)
+			if runs == "" {
+				return withCode(exitFailed, errors.New(`required flag(s) "runs" not set (or --store with --collab)`))
+			}
+			return af.run(cmd, filepath.Join(runs, "communication_ledger.jsonl"), filepath.Join(runs, "context_grants"))
 		},
 	}
-	cmd.Flags().StringVar(&runs, "runs", "", "run directory (required)")
+	cmd.Flags().StringVar(&runs, "runs", "", "run directory (required unless --store)")
 	af.register(cmd)
 	sf.register(cmd)
-	_ = cmd.MarkFlagRequired("runs")
 	return cmd
 }
 
@@ -517,6 +563,8 @@ func ledgerCell(s string) string {
 type ledgerStoreFlags struct {
 	url, collab, keep string
 	hosts             []string
+	// withGrants makes download read the store's grants too.
+	withGrants bool
 }
 
 func (sf *ledgerStoreFlags) register(cmd *cobra.Command) {
@@ -548,7 +596,9 @@ type ledgerDownload struct {
 	dir   string
 	label string // what reports call dir
 	hosts []store.HostLedger
-	temp  bool
+	// grants are the store's grants of every host (with withGrants).
+	grants []store.GrantEntry
+	temp   bool
 }
 
 // download fetches the hosts' ledgers into a private directory.
@@ -580,6 +630,12 @@ func (sf *ledgerStoreFlags) download(cmd *cobra.Command) (*ledgerDownload, error
 	if err != nil {
 		dl.close()
 		return nil, fmt.Errorf("download the ledgers of %s: %w", sf.collab, err)
+	}
+	if sf.withGrants {
+		if dl.grants, err = s.Grants(); err != nil {
+			dl.close()
+			return nil, fmt.Errorf("read the grants of %s: %w", sf.collab, err)
+		}
 	}
 	for _, h := range all {
 		if len(sf.hosts) == 0 || slices.Contains(sf.hosts, h.Host) {
@@ -732,16 +788,22 @@ func ledgerShowStore(cmd *cobra.Command, sf *ledgerStoreFlags, flt ledger.Filter
 	return nil
 }
 
+// ledgerStoreGrantsNote refuses a local grants flag next to --store.
+func ledgerStoreGrantsNote(flag string) string {
+	return "with --store each host's records are judged against the grants the store holds for that host; " + flag + " is for a local ledger"
+}
+
 // runStore audits every host's ledger of a collaboration against the
-// grants in grantsDir: one report per host.
-func (af *ledgerAuditFlags) runStore(cmd *cobra.Command, sf *ledgerStoreFlags, grantsDir string) error {
+// grants the store holds for that host: one report per host.
+func (af *ledgerAuditFlags) runStore(cmd *cobra.Command, sf *ledgerStoreFlags) error {
 	if err := protoChoice("format", af.format, []string{"md", "json", "html"}); err != nil {
 		return err
 	}
-	gs, err := audit.LoadGrants(grantsDir)
+	pinned, err := af.keys()
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
+	sf.withGrants = true
 	dl, err := sf.download(cmd)
 	if err != nil {
 		return withCode(exitFailed, err)
@@ -749,7 +811,11 @@ func (af *ledgerAuditFlags) runStore(cmd *cobra.Command, sf *ledgerStoreFlags, g
 	defer dl.close()
 	var bad []string
 	for _, h := range dl.hosts {
-		rep, err := ledgerAuditKeys(h.Path, h.Keys, gs, af.folder, af.live)
+		gs, err := ledgerHostGrants(dl.grants, h.Host)
+		if err != nil {
+			return withCode(exitFailed, err)
+		}
+		rep, err := ledgerAuditKeys(h.Path, keysFor(h, pinned), gs, af.folder, af.live)
 		if err != nil {
 			return withCode(exitFailed, fmt.Errorf("host %s: %w", h.Host, err))
 		}
@@ -775,6 +841,25 @@ func (af *ledgerAuditFlags) runStore(cmd *cobra.Command, sf *ledgerStoreFlags, g
 		return withCode(exitFailed, errors.New(strings.Join(bad, "; ")))
 	}
 	return nil
+}
+
+// ledgerHostGrants compiles the store's grants of host for the audit: the
+// grants the store assigned that host to apply (its views record the hash
+// of the version they applied, which the audit compares).
+func ledgerHostGrants(all []store.GrantEntry, host string) ([]audit.Grant, error) {
+	var out []audit.Grant
+	for _, e := range all {
+		if e.Host != host {
+			continue
+		}
+		g, err := audit.NewGrant(e.Grant)
+		if err != nil {
+			return nil, fmt.Errorf("host %s: grant %s from the store: %w", host, e.Grant.GrantID, err)
+		}
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b audit.Grant) int { return strings.Compare(a.GrantID, b.GrantID) })
+	return out, nil
 }
 
 // ledgerHostFile names a host's report: audit.html becomes

@@ -14,14 +14,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acpfs/acpfs/audit"
+	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/natsrv"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/store"
 )
 
 // ledgerStoreHosts starts a store and ships two hosts' run directories to
-// collaboration c1: on ha alice keeps to her grant, on hb bob reads the
-// oracle when cheat is set. It returns the store's URL and hb's runs.
+// collaboration c1: ha mounts alice's grant (G-alice) and alice keeps to
+// it; hb mounts bob's (G-bob), and bob reads the oracle when cheat is
+// set. The store holds each grant for its host. It returns the store's
+// URL and hb's runs.
 func ledgerStoreHosts(t *testing.T, cheat bool) (string, string) {
 	t.Helper()
 	srv, err := natsrv.Start(natsrv.Config{Name: "t", Dir: t.TempDir(), Port: -1})
@@ -29,14 +33,21 @@ func ledgerStoreHosts(t *testing.T, cheat bool) (string, string) {
 	t.Cleanup(srv.Shutdown)
 	url := srv.ClientURL()
 	var runsB string
-	for host, c := range map[string]bool{"ha": false, "hb": cheat} {
-		runs := ledgerTestRun(t, c)
+	for _, h := range []struct {
+		host, agent string
+		cheat       bool
+	}{{"ha", "alice", false}, {"hb", "bob", cheat}} {
+		host := h.host
+		runs := ledgerTestRunOf(t, h.cheat, h.agent)
 		if host == "hb" {
 			runsB = runs
 		}
 		s, err := store.Open(context.Background(), store.Options{URL: url, Collab: "c1", Host: host})
 		require.NoError(t, err)
 		t.Cleanup(s.Close)
+		g, err := grants.Load(filepath.Join(runs, "context_grants", "G-"+h.agent+".json"))
+		require.NoError(t, err)
+		require.NoError(t, s.CreateGrant(host, g))
 		sh, err := store.ShipLedger(context.Background(), s, filepath.Join(runs, "communication_ledger.jsonl"), filepath.Join(runs, ledger.PublicKeyFile))
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -53,8 +64,8 @@ func TestLedgerVerifyStore(t *testing.T) {
 	out, code, err := ledgerRunCLI(t, "ledger", "verify", "--store", url, "--collab", "c1")
 	require.NoError(t, err)
 	assert.Equal(t, exitOK, code)
-	assert.Contains(t, out, "host ha:\nledger store:c1/ha/communication_ledger.jsonl: valid chain, 6 record(s)")
-	assert.Contains(t, out, "host hb:\nledger store:c1/hb/communication_ledger.jsonl: valid chain, 6 record(s)")
+	assert.Contains(t, out, "host ha:\nledger store:c1/ha/communication_ledger.jsonl: valid chain, 5 record(s)")
+	assert.Contains(t, out, "host hb:\nledger store:c1/hb/communication_ledger.jsonl: valid chain, 2 record(s)")
 	assert.NotContains(t, out, os.TempDir()+"/acpfs-ledgers-", "the temporary directory is not shown")
 
 	out, code, err = ledgerRunCLI(t, "ledger", "verify", "--store", url, "--collab", "c1", "--host", "hb", "--json")
@@ -96,11 +107,11 @@ func TestLedgerVerifyStore(t *testing.T) {
 	key.Header.Set("Acpfs-Ledger-After", "0 ")
 	_, err = nc.RequestMsg(key, 5*time.Second)
 	require.NoError(t, err)
-	_, err = nc.Request("acp.c1.ledger.hz", bytes.Replace(raw, []byte("docs/brief.md"), []byte("docs/other.md"), 1), 5*time.Second)
+	_, err = nc.Request("acp.c1.ledger.hz", bytes.Replace(raw, []byte("deliverables/design-spec.md"), []byte("deliverables/other.md"), 1), 5*time.Second)
 	require.NoError(t, err)
 	_, code, err = ledgerRunCLI(t, "ledger", "verify", "--store", url, "--collab", "c1")
 	assert.Equal(t, exitFailed, code)
-	require.ErrorContains(t, err, "host hz: first bad seq 3")
+	require.ErrorContains(t, err, "host hz: first bad seq 1")
 	assert.ErrorContains(t, err, ledger.ProblemHash)
 
 	tests := []struct {
@@ -130,17 +141,18 @@ func TestLedgerShowAndAuditStore(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, out, "HOST")
-	assert.Contains(t, out, "5 record(s) of 2 host(s)")
+	assert.Contains(t, out, "3 record(s) of 2 host(s)")
 	out, _, err = ledgerRunCLI(t, "ledger", "show", "--store", url, "--collab", "c1", "--path", "oracle/**", "--kind", "read", "--json")
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 1)
-	assert.True(t, strings.HasPrefix(lines[0], `{"host":"hb","seq":6,`), lines[0])
+	assert.True(t, strings.HasPrefix(lines[0], `{"host":"hb","seq":2,`), lines[0])
 
-	// The grants are the same on every host; bob cheated on hb.
+	// Each host's records are judged against the grants the store holds
+	// for it: no local grants directory is read.
 	dir := t.TempDir()
 	report := filepath.Join(dir, "audit.md")
-	_, code, err = ledgerRunCLI(t, "audit", "--runs", runsB, "--store", url, "--collab", "c1", "--out", report)
+	_, code, err = ledgerRunCLI(t, "audit", "--store", url, "--collab", "c1", "--out", report)
 	assert.Equal(t, exitFailed, code)
 	require.ErrorContains(t, err, "host hb: audit violated")
 	assert.NotContains(t, err.Error(), "host ha:")
@@ -148,10 +160,51 @@ func TestLedgerShowAndAuditStore(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(dir, "audit."+host+".md"))
 		require.NoError(t, err)
 		assert.Contains(t, string(b), "Ledger: store:c1/"+host+"/communication", "named by host, not by the temporary directory")
+		assert.Contains(t, string(b), "- Signatures: **verified**")
 	}
+	b, err := os.ReadFile(filepath.Join(dir, "audit.hb.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `forbidden\_read "oracle/\*\*"`, "judged by the store's G-bob")
 
-	out, code, err = ledgerRunCLI(t, "ledger", "audit", "--store", url, "--collab", "c1", "--host", "ha", "--grants", filepath.Join(runsB, "context_grants"))
+	out, code, err = ledgerRunCLI(t, "ledger", "audit", "--store", url, "--collab", "c1", "--host", "ha")
 	require.NoError(t, err)
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, out, "isolated")
+
+	for _, args := range [][]string{
+		{"audit", "--runs", runsB, "--store", url, "--collab", "c1"},
+		{"ledger", "audit", "--grants", filepath.Join(runsB, "context_grants"), "--store", url, "--collab", "c1"},
+	} {
+		_, code, err = ledgerRunCLI(t, args...)
+		assert.Equal(t, exitFailed, code)
+		assert.ErrorContains(t, err, "grants the store holds for that host", "%v", args)
+	}
+}
+
+// TestLedgerAuditStoreGrantsOfTheHost: a host's records are judged against
+// the grants that host applied, from the store, whatever a local grants
+// directory says: here a local G-bob that allows the oracle clears no one.
+func TestLedgerAuditStoreGrantsOfTheHost(t *testing.T) {
+	url, runsB := ledgerStoreHosts(t, true)
+	lax := filepath.Join(runsB, "context_grants", "G-bob.json")
+	g, err := grants.Load(lax)
+	require.NoError(t, err)
+	g.ForbiddenRead = nil
+	g.MayRead = append(g.MayRead, "oracle/**")
+	data, err := json.Marshal(g)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(lax, data, 0o644))
+	cwd := t.TempDir() // no run directory here either
+	t.Chdir(cwd)
+
+	out, code, err := ledgerRunCLI(t, "audit", "--store", url, "--collab", "c1", "--host", "hb", "--format", "json")
+	assert.Equal(t, exitFailed, code)
+	require.ErrorContains(t, err, "host hb: audit violated")
+	var rep audit.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Len(t, rep.Agents, 1)
+	assert.Equal(t, "bob", rep.Agents[0].Agent)
+	assert.Equal(t, []string{"G-bob"}, rep.Agents[0].Grants, "only hb's grants, not ha's")
+	require.Len(t, rep.Agents[0].Violations, 1)
+	assert.Equal(t, "oracle/answers.md", rep.Agents[0].Violations[0].Path)
 }

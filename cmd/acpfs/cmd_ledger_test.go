@@ -29,6 +29,13 @@ func ledgerRunCLI(t *testing.T, args ...string) (string, int, error) {
 // oracle.
 func ledgerTestRun(t *testing.T, cheat bool) string {
 	t.Helper()
+	return ledgerTestRunOf(t, cheat, "")
+}
+
+// ledgerTestRunOf is ledgerTestRun with only agent's records in the
+// ledger, unless agent is "".
+func ledgerTestRunOf(t *testing.T, cheat bool, agent string) string {
+	t.Helper()
 	runs := t.TempDir()
 	grantsDir := filepath.Join(runs, "context_grants")
 	require.NoError(t, os.MkdirAll(grantsDir, 0o755))
@@ -51,6 +58,9 @@ func ledgerTestRun(t *testing.T, cheat bool) string {
 		rs = append(rs, ledger.Record{Kind: ledger.KindRead, Agent: "bob", Grant: "G-bob", Path: "oracle/answers.md"})
 	}
 	for _, r := range rs {
+		if agent != "" && r.Agent != agent {
+			continue
+		}
 		_, err := w.Append(r)
 		require.NoError(t, err)
 	}
@@ -417,4 +427,67 @@ func TestLedgerParseTime(t *testing.T) {
 		require.NoError(t, err, tt.in)
 		assert.True(t, tt.want.Equal(got), "%s: %v", tt.in, got)
 	}
+}
+
+// TestLedgerAuditKeylessLedger: a ledger rebuilt without the key, its
+// ledger.pub and head deleted, is a sound chain that ledger verify cannot
+// vouch for (exit 5); the audit cannot either: every agent unverified,
+// exit 2, in Markdown and HTML, and the error says to pass --pubkey. With
+// the reviewer's copy of the key, the rebuilt ledger is forged.
+func TestLedgerAuditKeylessLedger(t *testing.T) {
+	runs := ledgerTestRun(t, true)
+	l := filepath.Join(runs, "communication_ledger.jsonl")
+	kept := filepath.Join(t.TempDir(), "reviewer.pub")
+	require.NoError(t, os.Rename(filepath.Join(runs, ledger.PublicKeyFile), kept))
+	require.NoError(t, os.Remove(filepath.Join(runs, ledger.KeyFile)))
+	require.NoError(t, os.Remove(ledger.HeadPath(l)))
+	// Rebuilt without the key: bob's read of the oracle is gone, and no
+	// record carries a signature.
+	ledgerRewrite(t, l, 1, "", func(rs []ledger.Record) []ledger.Record {
+		var out []ledger.Record
+		for _, r := range rs {
+			if r.Path == "oracle/answers.md" && r.Agent == "bob" {
+				continue
+			}
+			r.Sig, r.Key, r.MAC = "", "", ""
+			out = append(out, r)
+		}
+		return out
+	})
+
+	_, code, err := ledgerRunCLI(t, "ledger", "verify", "--ledger", l)
+	assert.Equal(t, exitUnchecked, code, "%v", err)
+
+	for _, format := range []string{"md", "html"} {
+		t.Run(format, func(t *testing.T) {
+			out, code, err := ledgerRunCLI(t, "audit", "--runs", runs, "--format", format)
+			assert.Equal(t, exitFailed, code)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "audit unverified: signatures: no public key")
+			assert.Contains(t, err.Error(), "--pubkey FILE")
+			assert.NotContains(t, out, "**isolated**")
+			assert.NotContains(t, out, "badge v-isolated")
+			assert.Contains(t, out, "unverified")
+			assert.Contains(t, out, "no public key")
+			assert.Contains(t, out, "0 of 6 records covered by signed checkpoints")
+			assert.Contains(t, out, "0 of 6 read")
+			if format == "md" {
+				assert.Contains(t, out, "Verdict: **unverified**")
+				assert.Contains(t, out, "## Agent alice: unverified")
+				assert.Contains(t, out, "## Agent bob: unverified")
+			} else {
+				assert.Contains(t, out, `<title>Ledger audit: unverified</title>`)
+				assert.Contains(t, out, `<dt>Key</dt><dd><code>none</code></dd>`)
+			}
+		})
+	}
+
+	out, code, err := ledgerRunCLI(t, "audit", "--runs", runs, "--pubkey", kept)
+	assert.Equal(t, exitFailed, code)
+	require.ErrorContains(t, err, "audit unverified: signatures: forged")
+	assert.Contains(t, out, "- Signatures: **forged**")
+
+	_, code, err = ledgerRunCLI(t, "audit", "--runs", runs, "--pubkey", filepath.Join(runs, "missing.pub"))
+	assert.Equal(t, exitFailed, code)
+	assert.ErrorContains(t, err, "--pubkey")
 }
