@@ -35,7 +35,7 @@ func newRunCmd() *cobra.Command {
 	var uid, net string
 	var allowRoot, noLimits bool
 	var ro, rw []string
-	var memory string
+	var memory, socketMemory string
 	lim := limits.Defaults
 	cmd := &cobra.Command{
 		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--ro PATH]... [--rw PATH]... [--net host|none] [--uid U[:G] | --allow-root] -- CMD [ARGS...]",
@@ -61,7 +61,10 @@ A working directory the sandbox does not show becomes the folder.
 The command runs in a control group of its own (cgroup v2 where it is
 delegated, else the v1 pids, memory and cpu hierarchies): --memory
 (default 4G), --pids (default 512: a fork bomb stops there) and --cpu (a
-number of CPUs, e.g. 1.5; default no cap). A limit that cannot be applied
+number of CPUs, e.g. 1.5; default no cap). cgroup v2 charges socket
+buffers to --memory; v1 does not, so there they are capped separately
+(TCP and UDP, --socket-memory, default as --memory) and run says so on
+stderr. A limit that cannot be applied
 is an error unless --no-limits. When the command fails after running into
 a limit, run says which on stderr and exits with status 6.
 
@@ -117,6 +120,18 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if lim.Memory, err = limits.ParseBytes(memory); err != nil {
 				return fmt.Errorf("--memory %w", err)
 			}
+			if socketMemory != "" {
+				if lim.SocketMemory, err = limits.ParseBytes(socketMemory); err != nil {
+					return fmt.Errorf("--socket-memory %w", err)
+				}
+				if !limits.V1() {
+					return errors.New("--socket-memory: cgroup v2 charges socket buffers to --memory; the flag applies to cgroup v1 only")
+				}
+			}
+			if !noLimits && lim.Memory > 0 && limits.V1() {
+				// v1 leaves socket buffers out of --memory: say what holds them.
+				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", limits.V1SocketNote(lim, limits.ReadSysctl("net/core/wmem_max")))
+			}
 			if lim.Pids < 0 || lim.CPU < 0 {
 				return errors.New("--pids and --cpu must not be negative")
 			}
@@ -140,6 +155,7 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 	cmd.Flags().StringArrayVar(&rw, "rw", nil, "also show this host path, writable (repeatable)")
 	cmd.Flags().StringVar(&net, "net", sandbox.NetHost, "network: host (the host's, for model APIs) or none (a loopback of its own)")
 	cmd.Flags().StringVar(&memory, "memory", "4G", "memory the command may use (K, M, G suffixes)")
+	cmd.Flags().StringVar(&socketMemory, "socket-memory", "", "cgroup v1 only: TCP and UDP socket buffers the command may pin, which v1 does not charge to --memory (default: as --memory)")
 	cmd.Flags().Int64Var(&lim.Pids, "pids", lim.Pids, "processes and threads the command may have at once")
 	cmd.Flags().Float64Var(&lim.CPU, "cpu", 0, "CPUs' worth of time the command may use (e.g. 1.5; 0: no cap)")
 	cmd.Flags().BoolVar(&noLimits, "no-limits", false, "run without a control group (no memory, process or CPU limit)")
