@@ -128,10 +128,6 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 					return errors.New("--socket-memory: cgroup v2 charges socket buffers to --memory; the flag applies to cgroup v1 only")
 				}
 			}
-			if !noLimits && lim.Memory > 0 && limits.V1() {
-				// v1 leaves socket buffers out of --memory: say what holds them.
-				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", limits.V1SocketNote(lim, limits.ReadSysctl("net/core/wmem_max")))
-			}
 			if lim.Pids < 0 || lim.CPU < 0 {
 				return errors.New("--pids and --cpu must not be negative")
 			}
@@ -140,6 +136,10 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 				Limits: lim, NoLimits: noLimits, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
 				Hidden: hidden, AuditReads: mf.audit == "reads",
 				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, UID: u, GID: g, Cwd: cwd, Args: args},
+			}
+			if !noLimits && lim.Memory > 0 && limits.V1() {
+				// v1 leaves socket buffers out of --memory: say what holds them.
+				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", limits.V1SocketNote(lim, limits.ReadSysctl("net/core/wmem_max")))
 			}
 			return startRunDaemon(cfg)
 		},
