@@ -49,7 +49,9 @@ private /tmp, /var/tmp and /dev/shm. Other FUSE mounts, the run
 directory, the ledger and the grant are unreachable.
 
 The command runs as its grant's own uid (allocated once per grant from
-61184-65519 and recorded in the run directory's uids.json), or --uid;
+61184-65519 by a registry of the whole host, /var/lib/acpfs, so that no
+two grants of any run directories share one, and recorded in the run
+directory's uids.json), or --uid (refused while another grant holds it);
 files of the view appear owned by it, and the grant alone decides what
 it may do there. It runs in a new session, with no_new_privs, Landlock
 (reads only from what the sandbox shows, writes only to the view, the
@@ -96,10 +98,12 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if runDir == "" {
 				runDir = filepath.Dir(v.ledgerPath)
 			}
-			u, g, err := runUID(uid, allowRoot, runDir, v.grant.GrantID)
+			u, g, lease, err := runUID(uid, allowRoot, runDir, v.grant.GrantID)
 			if err != nil {
 				return err
 			}
+			// The lease keeps the uid this run's until acpfs run ends.
+			defer lease.Release()
 			if u != 0 {
 				if pid := sandbox.HostProcessWithUID(u); pid != 0 {
 					return withCode(exitMount, fmt.Errorf("uid %d is in use on the host (pid %d): that process could read the sandbox and be taken for the agent; give --uid another uid", u, pid))
@@ -163,28 +167,34 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 }
 
 // runUID is the command's uid and gid: --allow-root's 0, --uid's, or
-// the grant's own.
-func runUID(uid string, allowRoot bool, runDir, grantID string) (uint32, uint32, error) {
+// the grant's own; a uid other than 0 comes with its lease of the host
+// registry, which no other grant of any run directory gets while this
+// run holds it.
+func runUID(uid string, allowRoot bool, runDir, grantID string) (uint32, uint32, *sandbox.Lease, error) {
 	switch {
 	case allowRoot && uid != "" && uid != "0" && !strings.HasPrefix(uid, "0:"):
-		return 0, 0, errors.New("--allow-root and --uid: give one of them")
+		return 0, 0, nil, errors.New("--allow-root and --uid: give one of them")
 	case allowRoot:
-		return 0, 0, nil
+		return 0, 0, nil, nil
 	case uid != "":
 		u, g, err := parseUID(uid)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		if u == 0 {
-			return 0, 0, errors.New("--uid 0 runs the command as root: say --allow-root (see --help for what it gives up)")
+			return 0, 0, nil, errors.New("--uid 0 runs the command as root: say --allow-root (see --help for what it gives up)")
 		}
-		return u, g, nil
+		l, err := sandbox.ChosenUID(sandbox.HostRegistry(), runDir, grantID, u)
+		if err != nil {
+			return 0, 0, nil, withCode(exitMount, err)
+		}
+		return u, g, l, nil
 	}
-	u, err := sandbox.AllocateUID(runDir, grantID)
+	l, err := sandbox.GrantUID(sandbox.HostRegistry(), runDir, grantID)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, withCode(exitMount, err)
 	}
-	return u, u, nil
+	return l.UID, l.UID, l, nil
 }
 
 func parseUID(s string) (uint32, uint32, error) {
