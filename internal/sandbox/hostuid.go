@@ -53,6 +53,10 @@ func HolderOf(runDir, grant string) (Holder, error) {
 	if err != nil {
 		return Holder{}, fmt.Errorf("uid holder: %w", err)
 	}
+	// The path is for people; what the directory is comes from statx.
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
 	id, err := dirIdentity(abs)
 	if err != nil {
 		return Holder{}, fmt.Errorf("uid holder: run directory %s: %w", abs, err)
@@ -184,7 +188,11 @@ func (r *Registry) Acquire(h Holder, prefer uint32) (*Lease, error) {
 		}
 		if !found {
 			var ok bool
-			if u, ok = st.free(rec, h, prefer); !ok {
+			u, ok = st.free(rec, h, prefer)
+			for !ok && st.evictOldest(rec) {
+				u, ok = st.free(rec, h, prefer)
+			}
+			if !ok {
 				return fmt.Errorf("every uid of %d-%d is held (%s)", UIDMin, UIDMax, filepath.Join(r.Dir, registryFile))
 			}
 			rec.UIDs[strconv.FormatUint(uint64(u), 10)] = regEntry{Holder: h, LastUsed: time.Now().UTC()}
@@ -368,6 +376,27 @@ func (st *regState) reclaim(rec *regRecord) {
 			_ = unix.Unlinkat(int(st.dir.Fd()), leasePrefix+strconv.FormatUint(uint64(u), 10), 0)
 		}
 	}
+}
+
+// evictOldest takes out the reservation used longest ago among those no
+// run holds, when every uid is reserved: a run directory that still
+// exists but has not run for the longest time gives its uid up first. It
+// says whether it took one out.
+func (st *regState) evictOldest(rec *regRecord) bool {
+	var oldest string
+	for key, e := range rec.UIDs {
+		if _, live := st.lease(parseUIDKey(key)); live {
+			continue
+		}
+		if oldest == "" || e.LastUsed.Before(rec.UIDs[oldest].LastUsed) {
+			oldest = key
+		}
+	}
+	if oldest == "" {
+		return false
+	}
+	delete(rec.UIDs, oldest)
+	return true
 }
 
 // leaseFiles lists the uids that have a lease file.

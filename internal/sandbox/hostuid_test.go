@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -268,4 +269,43 @@ func readRegistry(t *testing.T, r *Registry) regRecord {
 	var rec regRecord
 	require.NoError(t, json.Unmarshal([]byte(readString(t, filepath.Join(r.Dir, registryFile))), &rec))
 	return rec
+}
+
+// TestRegistryFullGivesUpTheOldestReservation fills the range with
+// reservations of run directories that still exist: a new grant gets the
+// uid of the one used longest ago that is not running.
+func TestRegistryFullGivesUpTheOldestReservation(t *testing.T) {
+	r, _ := testRegistry(t)
+	h, _ := newHolder(t, "G-bob")
+	live := acquire(t, r, h)
+	require.NoError(t, os.MkdirAll(r.Dir, 0o700))
+	rec := readRegistry(t, r)
+	base := rec.UIDs[itoa(live.UID)]
+	for u := uint32(UIDMin); u <= UIDMax; u++ {
+		if u == live.UID {
+			continue
+		}
+		e := base
+		e.Grant = "G-" + itoa(u)
+		e.LastUsed = base.LastUsed.Add(time.Duration(u) * time.Second)
+		rec.UIDs[itoa(u)] = e
+	}
+	// The live one is the oldest of all, and is kept.
+	e := rec.UIDs[itoa(live.UID)]
+	e.LastUsed = base.LastUsed.Add(-time.Hour)
+	rec.UIDs[itoa(live.UID)] = e
+	b, err := json.Marshal(rec)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(r.Dir, registryFile), b, 0o600))
+
+	c, _ := newHolder(t, "G-carol")
+	l := acquire(t, r, c)
+	want := uint32(UIDMin)
+	if want == live.UID {
+		want++
+	}
+	assert.Equal(t, want, l.UID)
+	after := readRegistry(t, r)
+	assert.Equal(t, "G-carol", after.UIDs[itoa(want)].Grant)
+	assert.Equal(t, "G-bob", after.UIDs[itoa(live.UID)].Grant, "a live reservation is never given up")
 }
