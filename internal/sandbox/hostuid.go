@@ -202,6 +202,7 @@ func (r *Registry) Acquire(h Holder, prefer uint32) (*Lease, error) {
 		return err
 	})
 	if err != nil {
+		lease.Release() // taken, but the registry could not be written
 		return nil, fmt.Errorf("allocate uid for %s: %w", h, err)
 	}
 	return lease, nil
@@ -227,6 +228,7 @@ func (r *Registry) AcquireUID(h Holder, uid uint32) (*Lease, error) {
 		return err
 	})
 	if err != nil {
+		lease.Release() // taken, but the registry could not be written
 		return nil, fmt.Errorf("--uid %d: %w", uid, err)
 	}
 	return lease, nil
