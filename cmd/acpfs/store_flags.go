@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -130,10 +132,18 @@ func awaitPublished(ctx context.Context, st *store.Store, docs *store.Docs, fold
 	if !need.Any() {
 		return nil
 	}
-	err := st.WaitPublished(ctx, need, wait, storeWaitEvery, func(m store.Missing, waited time.Duration) {
+	// SIGINT or SIGTERM ends the wait as an error, so that the ledger is
+	// closed and signed on the way out; the views catch them later.
+	wctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	err := st.WaitPublished(wctx, need, wait, storeWaitEvery, func(m store.Missing, waited time.Duration) {
 		fmt.Fprintf(progress, "acpfs up: waiting for collaboration %s in the store: %s yet (%s of %s)\n",
 			st.Collab(), m, store.Seconds(waited), store.Seconds(wait))
 	})
+	interrupted := wctx.Err() != nil && ctx.Err() == nil
+	stop()
+	if interrupted {
+		return fmt.Errorf("interrupted while waiting for collaboration %s in the store", st.Collab())
+	}
 	if err != nil {
 		return err
 	}
