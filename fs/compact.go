@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"container/list"
 	"context"
 	"log/slog"
 	"sync"
@@ -32,7 +33,8 @@ const (
 	// ledger.
 	repeatFlush = 10 * time.Second
 	// maxRepeatKeys bounds the memory of the aggregation per view; past
-	// it, new keys are recorded in full, as with AuditOpens.
+	// it, the key used least recently is forgotten (its next occurrence
+	// is recorded in full again).
 	maxRepeatKeys = 1 << 17
 	// maxPending bounds the repeat counts held between two flushes: past
 	// it they are flushed at once.
@@ -59,7 +61,8 @@ type readPath struct{ op, path string }
 // repeats aggregates the records of one view.
 type repeats struct {
 	mu      sync.Mutex
-	seen    map[repeatKey]struct{}
+	seen    map[repeatKey]*list.Element // of lru
+	lru     *list.List                  // the keys of seen, most recently used first
 	pending map[repeatKey]*repeatCount
 	// latest is the one content of each path whose reads count as
 	// repeats. A file rewritten 60,000 times has 60,000 versions, each
@@ -76,8 +79,38 @@ type repeats struct {
 }
 
 func newRepeats() *repeats {
-	return &repeats{seen: map[repeatKey]struct{}{}, pending: map[repeatKey]*repeatCount{},
+	return &repeats{seen: map[repeatKey]*list.Element{}, lru: list.New(), pending: map[repeatKey]*repeatCount{},
 		latest: map[readPath]repeatKey{}, kick: make(chan struct{}, 1)}
+}
+
+// refusal reports whether k is a refusal's key.
+func (k repeatKey) refusal() bool {
+	return k.kind != ledger.KindRead && k.kind != ledger.KindList && k.kind != ledger.KindWrite
+}
+
+// hasLocked reports whether k was recorded in full, and marks it used.
+func (r *repeats) hasLocked(k repeatKey) bool {
+	e, ok := r.seen[k]
+	if ok {
+		r.lru.MoveToFront(e)
+	}
+	return ok
+}
+
+// forgetLocked drops k from the keys recorded in full.
+func (r *repeats) forgetLocked(k repeatKey) {
+	e, ok := r.seen[k]
+	if !ok {
+		return
+	}
+	r.lru.Remove(e)
+	delete(r.seen, k)
+	if k.refusal() {
+		r.refusals--
+	}
+	if p := (readPath{op: k.op, path: k.path}); k.kind == ledger.KindRead && r.latest[p] == k {
+		delete(r.latest, p)
+	}
 }
 
 // again reports whether k was recorded in full before, and counts it if
@@ -86,7 +119,7 @@ func newRepeats() *repeats {
 func (r *repeats) again(k repeatKey, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.seen[k]; !ok {
+	if !r.hasLocked(k) {
 		return false
 	}
 	c := r.pending[k]
@@ -112,7 +145,7 @@ const maxRefusalPaths = 4096
 func (r *repeats) crowded(k repeatKey) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.seen[k]; ok {
+	if r.hasLocked(k) {
 		return false
 	}
 	return r.refusals >= maxRefusalPaths
@@ -122,26 +155,23 @@ func (r *repeats) crowded(k repeatKey) bool {
 func (r *repeats) recorded(k repeatKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.seen[k]; ok {
+	if r.hasLocked(k) {
 		return
 	}
 	if k.kind == ledger.KindRead {
 		// A new content of the path supersedes the one before.
 		p := readPath{op: k.op, path: k.path}
 		if old, ok := r.latest[p]; ok {
-			delete(r.seen, old)
+			r.forgetLocked(old)
 		}
-		if len(r.seen) < maxRepeatKeys {
-			r.latest[p] = k
-		} else {
-			delete(r.latest, p)
-		}
+		r.latest[p] = k
 	}
-	if len(r.seen) < maxRepeatKeys {
-		r.seen[k] = struct{}{}
-		if k.kind != ledger.KindRead && k.kind != ledger.KindList && k.kind != ledger.KindWrite {
-			r.refusals++
-		}
+	r.seen[k] = r.lru.PushFront(k)
+	if k.refusal() {
+		r.refusals++
+	}
+	if len(r.seen) > maxRepeatKeys {
+		r.forgetLocked(r.lru.Back().Value.(repeatKey))
 	}
 }
 
@@ -213,7 +243,7 @@ func (f *FS) recordListing(ctx context.Context, rel string) error {
 	}
 	k := repeatKey{kind: ledger.KindList, path: rel}
 	f.repeats.mu.Lock()
-	_, seen := f.repeats.seen[k]
+	seen := f.repeats.hasLocked(k)
 	f.repeats.mu.Unlock()
 	if seen {
 		return nil

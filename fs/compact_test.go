@@ -100,3 +100,21 @@ func TestHashStoreFileBounded(t *testing.T) {
 	}
 	assert.LessOrEqual(t, s.lines, 2*len(s.m)+1024)
 }
+
+// TestRepeatsForgetLeastRecentlyUsed: past maxRepeatKeys keys, the one
+// used least recently is forgotten, not every new one.
+func TestRepeatsForgetLeastRecentlyUsed(t *testing.T) {
+	r := newRepeats()
+	now := time.Now()
+	key := func(i int) repeatKey { return repeatKey{kind: ledger.KindList, path: fmt.Sprint("d", i)} }
+	for i := 0; i < maxRepeatKeys; i++ {
+		r.recorded(key(i))
+	}
+	require.True(t, r.again(key(0), now), "key 0 used again: now the most recent")
+	r.recorded(key(maxRepeatKeys))
+	assert.Len(t, r.seen, maxRepeatKeys)
+	assert.Equal(t, maxRepeatKeys, r.lru.Len())
+	assert.True(t, r.again(key(0), now))
+	assert.False(t, r.again(key(1), now), "the least recently used key is forgotten")
+	assert.True(t, r.again(key(maxRepeatKeys), now), "the new key is kept")
+}
