@@ -3,9 +3,8 @@ package fs
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
+	"github.com/acpfs/acpfs/internal/digest"
 	"io"
 	"log/slog"
 	"os"
@@ -171,7 +170,7 @@ func (f *FS) recordOpenRead(ctx context.Context, rel string, fd int, pjson []byt
 	}
 	ver := versionOf(&st)
 	if pjson != nil {
-		return ver, f.recordRead(ctx, rel, digest(pjson), "")
+		return ver, f.recordRead(ctx, rel, digest.Bytes(pjson), "")
 	}
 	return f.recordReadOf(ctx, rel, fd, ver, "")
 }
@@ -903,10 +902,4 @@ func (f *FS) protocolAttr(a *fuse.Attr) {
 		a.Size = uint64(len(data))
 		a.Blocks = (a.Size + 511) / 512
 	}
-}
-
-// digest is the hex SHA-256 of data.
-func digest(data []byte) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
 }

@@ -51,7 +51,7 @@ func (d *Docs) applyEntry(e jetstream.KeyValueEntry) {
 			// This host's own version, stored though its publication
 			// timed out: the folder holds it or a later version, which
 			// is published now.
-			d.known[rel] = docState{rev: e.Revision(), digest: digest(rel, content)}
+			d.known[rel] = docState{rev: e.Revision(), digest: versionDigest(rel, content)}
 			d.local(rel)
 			return
 		}
@@ -63,13 +63,13 @@ func (d *Docs) applyEntry(e jetstream.KeyValueEntry) {
 // local versions that may be overwritten: any other local version found
 // in the way is kept as a conflict copy.
 func (d *Docs) applyValue(rel string, rev uint64, h docHeader, content []byte, safe ...string) {
-	dg := digest(rel, content)
+	dg := versionDigest(rel, content)
 	if sum, ok := d.frozen(rel); ok && h.SHA256 != sum {
 		d.refuse(RecordFrozen, rel, fmt.Sprintf("revision %d by %s has SHA-256 %s, not the frozen %s; not applied", rev, h.Host, h.SHA256, sum))
 		return
 	}
 	local, _, err := d.root.ReadFile(rel, d.limit())
-	if err == nil && digest(rel, local) == dg {
+	if err == nil && versionDigest(rel, local) == dg {
 		d.known[rel] = docState{rev: rev, digest: dg}
 		return
 	}
@@ -130,7 +130,7 @@ func (d *Docs) applyDelete(rel string, rev uint64, st docState) {
 		}
 		return
 	}
-	dg := digest(rel, det.Content)
+	dg := versionDigest(rel, det.Content)
 	if (st.live() && dg == st.digest) || (st.rev == 0 && d.inHistory(rel, dg)) {
 		if err := det.Discard(); err != nil {
 			slog.Warn("documents: remove", "path", rel, "err", err)
@@ -164,7 +164,7 @@ func (d *Docs) keepDisplaced(rel string, old *safeio.Detached, by string, safe .
 	if old.Info.Regular() {
 		switch {
 		case old.Content != nil:
-			dg := digest(rel, old.Content)
+			dg := versionDigest(rel, old.Content)
 			if !slices.Contains(safe, dg) && !d.inHistory(rel, dg) {
 				d.conflict(rel, old.Content, old.Info.Mode, "a local version not yet published was in the way of "+by)
 			}
@@ -308,7 +308,7 @@ func (d *Docs) inHistory(rel, dg string) bool {
 		if e.Operation() != jetstream.KeyValuePut {
 			continue
 		}
-		if _, content, err := decodeDoc(e.Value(), rel); err == nil && digest(rel, content) == dg {
+		if _, content, err := decodeDoc(e.Value(), rel); err == nil && versionDigest(rel, content) == dg {
 			return true
 		}
 	}

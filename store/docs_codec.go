@@ -5,12 +5,12 @@ package store
 import (
 	"bytes"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/acpfs/acpfs/internal/digest"
 
 	"github.com/acpfs/acpfs/internal/safeio"
 )
@@ -77,15 +77,13 @@ func newSession() string {
 	return hex.EncodeToString(b)
 }
 
-func sha(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
-}
+// sha is the hex SHA-256 of b.
+func sha(b []byte) string { return digest.Bytes(b) }
 
-// digest identifies a version for comparison: its SHA-256, or for
+// versionDigest identifies a version for comparison: its SHA-256, or for
 // protocol.json that of its static part only, so that the fields every
 // host derives from the history itself never count as a change.
-func digest(rel string, b []byte) string {
+func versionDigest(rel string, b []byte) string {
 	if rel == protocolJSON {
 		var m map[string]any
 		if json.Unmarshal(b, &m) == nil && m != nil {

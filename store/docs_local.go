@@ -244,7 +244,7 @@ func (d *Docs) local(rel string) {
 		d.busy[rel] = time.Now()
 		return
 	}
-	dg := digest(rel, data)
+	dg := versionDigest(rel, data)
 	if st.live() && st.digest == dg {
 		return
 	}
@@ -319,13 +319,13 @@ func (d *Docs) lost(rel string, data []byte, mode uint32, dg string, st docState
 		switch {
 		case derr != nil:
 			// The store's revision is not a valid document: replace it.
-		case digest(rel, content) == dg:
+		case versionDigest(rel, content) == dg:
 			d.known[rel] = docState{rev: e.Revision(), digest: dg}
 			return
 		case d.ours(h, st):
 			// This host's own earlier version, stored though its
 			// publication timed out: this one follows it.
-			st = docState{rev: e.Revision(), digest: digest(rel, content)}
+			st = docState{rev: e.Revision(), digest: versionDigest(rel, content)}
 			d.known[rel] = st
 		default:
 			if !d.inHistory(rel, dg) {
