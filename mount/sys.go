@@ -1,7 +1,6 @@
 package mount
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"github.com/acpfs/acpfs/internal/procstat"
