@@ -3,6 +3,8 @@ package fs
 import (
 	"context"
 	"fmt"
+	"path"
+	"strings"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -120,6 +122,12 @@ func (f *FS) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
 		// The way to rel is gone, or leads through a symlink: for the
 		// view nothing is there.
 		return nil, errnoOf(err)
+	}
+	if i := strings.LastIndexByte(rel, '/'); i >= 0 && (grants.IsReservedName(path.Base(rel[:i])) || f.conceal.hidesDir(d.fd)) {
+		// rel lies in a directory no view shows (reached through an
+		// entry the kernel kept from before it was one).
+		d.close()
+		return nil, syscall.ENOENT
 	}
 	t.d = d
 	var st unix.Stat_t

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/fsid"
 )
 
@@ -20,6 +22,81 @@ const whyConcealed = "the coordinator's own (run directory, ledger, grants or a 
 // cannot pass to another file while the view serves.
 type concealed struct {
 	held []*fsid.Held
+
+	// marked remembers which directories were found to be a run
+	// directory or a ledger's directory (grants.IsCoordinatorDirAt), by
+	// identity and change time: a mark made or removed in a directory
+	// changes its ctime, which makes it looked at again.
+	mu     sync.Mutex
+	marked map[markKey]bool
+}
+
+type markKey struct {
+	id    fsid.ID
+	ctime unix.Timespec
+}
+
+// maxMarked bounds the memory of marked; past it, it starts afresh.
+const maxMarked = 1 << 14
+
+// hidesDir reports whether the directory held by fd is concealed (held,
+// or marked as a run or ledger directory). The checkpoint asks it of the
+// parent of every name it resolves below the root: the kernel may have
+// kept a directory's entry from before it was marked, and must not reach
+// its entries through it.
+func (c *concealed) hidesDir(fd int) bool {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
+		return true
+	}
+	if c.has(&st) {
+		return true
+	}
+	k := markKey{id: fsid.OfStat(&st), ctime: st.Ctim}
+	if c != nil {
+		c.mu.Lock()
+		v, ok := c.marked[k]
+		c.mu.Unlock()
+		if ok {
+			return v
+		}
+	}
+	v := grants.IsCoordinatorDir(fd)
+	c.remember(k, v)
+	return v
+}
+
+// remember keeps what a directory was found to be.
+func (c *concealed) remember(k markKey, v bool) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	if c.marked == nil || len(c.marked) >= maxMarked {
+		c.marked = make(map[markKey]bool)
+	}
+	c.marked[k] = v
+	c.mu.Unlock()
+}
+
+// coordinatorDir reports whether the directory name in dirfd, of stat
+// st, is someone's run directory or ledger's directory: no view shows
+// one, whoever's it is (another coordinator's run directory in the
+// folder holds its ledger key and its grants).
+func (c *concealed) coordinatorDir(dirfd int, name string, st *unix.Stat_t) bool {
+	if c == nil {
+		return grants.IsCoordinatorDirAt(dirfd, name)
+	}
+	k := markKey{id: fsid.OfStat(st), ctime: st.Ctim}
+	c.mu.Lock()
+	v, ok := c.marked[k]
+	c.mu.Unlock()
+	if ok {
+		return v
+	}
+	v = grants.IsCoordinatorDirAt(dirfd, name)
+	c.remember(k, v)
+	return v
 }
 
 // holdConcealed holds every path that exists. A path that does not (a

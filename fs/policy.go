@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"path"
 	"strings"
 	"syscall"
 
@@ -217,6 +218,11 @@ func decide(o op, rel string, e entry, p policy) verdict {
 			return v
 		}
 		switch {
+		case grants.IsReservedName(path.Base(rel)):
+			// It would make the directory holding it look like a run
+			// directory, which no view shows: an agent could hide a
+			// folder others need.
+			return refuse(syscall.EACCES, ledger.KindDenied, "a name acpfs reserves for run and ledger directories")
 		case managed(rel) && o == opRenameTo:
 			return refuse(syscall.EPERM, ledger.KindDenied, "protocol files cannot be renamed or replaced")
 		case managed(rel):
@@ -308,6 +314,9 @@ func classify(m *grants.Matcher, c *concealed, dirfd int, name, rel string, st *
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		e.kind = kindDir
+		if grants.IsReservedName(name) || c.coordinatorDir(dirfd, name, st) {
+			e.kind, e.why = kindConcealed, whyConcealed
+		}
 	case unix.S_IFREG:
 		e.kind = kindFile
 		if st.Nlink > 1 {

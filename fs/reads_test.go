@@ -93,3 +93,34 @@ func TestOpenJudgesAReplacedNameAgain(t *testing.T) {
 	_, _, errno = f.openJudged(ctx, tg, opOpenRead, os.O_RDONLY)
 	assert.Equal(t, syscall.ENOENT, errno)
 }
+
+// TestCoordinatorDirectoriesConcealed (issue 23, outside attack F1):
+// another coordinator's run directory or ledger directory in the folder
+// is shown to no view, whatever it is called, and no agent can make an
+// entry of a name that marks one.
+func TestCoordinatorDirectoriesConcealed(t *testing.T) {
+	f, folder, _ := checkpointFS(t)
+	ctx := context.Background()
+	in := func(rel string) string { return filepath.Join(folder, rel) }
+	for _, d := range []string{"scratch/runs2/context_grants", "scratch/ledgers", "scratch/plain"} {
+		require.NoError(t, os.MkdirAll(in(d), 0o755))
+	}
+	require.NoError(t, os.WriteFile(in("scratch/ledgers/ledger.key"), []byte("key"), 0o600))
+	require.NoError(t, os.WriteFile(in("scratch/runs2/context_grants/G-x.json"), []byte("{}"), 0o644))
+	for _, rel := range []string{"scratch/runs2", "scratch/runs2/context_grants/G-x.json", "scratch/ledgers", "scratch/ledgers/ledger.key"} {
+		_, errno := f.at(ctx, opLookup, rel)
+		assert.Equal(t, syscall.ENOENT, errno, rel)
+	}
+	tg, errno := f.at(ctx, opLookup, "scratch/plain")
+	require.Zero(t, errno)
+	tg.close()
+	// A mark made later is seen (the directory's ctime changes).
+	require.NoError(t, os.WriteFile(in("scratch/plain/communication_ledger.jsonl"), nil, 0o600))
+	_, errno = f.at(ctx, opLookup, "scratch/plain")
+	assert.Equal(t, syscall.ENOENT, errno)
+
+	for _, rel := range []string{"scratch/d/ledger.key", "scratch/d/context_grants", "scratch/d/communication_ledger.jsonl"} {
+		_, errno := f.at(ctx, opCreate, rel)
+		assert.Equal(t, syscall.EACCES, errno, rel)
+	}
+}

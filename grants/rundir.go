@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/acpfs/acpfs/internal/fsid"
 )
 
@@ -22,6 +24,54 @@ const (
 	ArtifactsDirName = "artifacts"
 	LedgerFileName   = "communication_ledger.jsonl"
 )
+
+// LedgerKeyName is the ledger's private key file (ledger.KeyFile), kept
+// in the ledger's directory.
+const LedgerKeyName = "ledger.key"
+
+// coordinatorMarks are the names that make the directory holding them a
+// run directory or a ledger's directory: no view shows such a directory,
+// whatever it is called, wherever it lies and whoever's it is, and no
+// view lets an agent make an entry of one of these names.
+var coordinatorMarks = [...]string{GrantsDirName, LedgerKeyName, LedgerFileName}
+
+// IsReservedName reports whether base is a name only a coordinator makes
+// (see IsCoordinatorDirAt).
+func IsReservedName(base string) bool {
+	for _, m := range coordinatorMarks {
+		if base == m {
+			return true
+		}
+	}
+	return false
+}
+
+// IsCoordinatorDirAt reports whether the directory name in dirfd is a
+// run directory or a ledger's directory: it holds context_grants/,
+// ledger.key or communication_ledger.jsonl. No symlink is followed:
+// name is opened with O_NOFOLLOW and its entries are looked at from it.
+// A directory that cannot be opened counts as one (it is hidden).
+func IsCoordinatorDirAt(dirfd int, name string) bool {
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		// Gone, or swapped for something that is not a directory:
+		// what was judged is not there any more.
+		return !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) && !errors.Is(err, unix.ELOOP)
+	}
+	defer unix.Close(fd)
+	return IsCoordinatorDir(fd)
+}
+
+// IsCoordinatorDir is IsCoordinatorDirAt for a directory held by fd.
+func IsCoordinatorDir(fd int) bool {
+	var st unix.Stat_t
+	for _, m := range coordinatorMarks {
+		if unix.Fstatat(fd, m, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			return true
+		}
+	}
+	return false
+}
 
 // RunDir is the coordinator's run directory:
 //
@@ -163,6 +213,12 @@ func (r RunDir) LoadGrants() ([]GrantFile, error) {
 			continue
 		}
 		p := filepath.Join(r.GrantsDir(), name)
+		if !e.Type().IsRegular() {
+			// A symlink could lead to a file an agent may write (one
+			// in the folder): the grant would be the agent's to set.
+			errs = append(errs, fmt.Errorf("%s: not a regular file (a grant in the run directory must be a file of its own, not a symlink)", p))
+			continue
+		}
 		g, err := Load(p)
 		if err != nil {
 			errs = append(errs, err)

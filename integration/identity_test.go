@@ -171,3 +171,116 @@ func mustMkdir(t *testing.T, p string) string {
 	require.NoError(t, os.MkdirAll(p, 0o755))
 	return p
 }
+
+// TestIdentityOtherRunDirectoriesConcealed (outside attack, F1): another
+// coordinator's run directory, or a ledger's directory, inside the
+// folder is shown to no view, whatever it is called, even to a grant
+// that reads and writes everything; and no agent can make the names that
+// mark one.
+func TestIdentityOtherRunDirectoriesConcealed(t *testing.T) {
+	e := newIDEnv(t)
+	outside := filepath.Join(e.dir, "runs")
+	wide := wideGrant("G-alice", owner)
+	wide.MayWrite = []string{"**"}
+	pmWriteGrant(t, outside, wide)
+	// A second coordinator's run directory, and a bare ledger directory,
+	// inside the folder (made by its own commands).
+	_, stderr, code := acpfs(t, "grant", "create", "--runs", filepath.Join(e.folder, "runs2"), "--folder", e.folder,
+		"--agent", "carol", "--participant", owner, "--role", "owner", "--may-read", "events.jsonl", "--may-write", "events.jsonl")
+	require.Equal(t, 0, code, stderr)
+	lp := filepath.Join(e.folder, "ledgers", "l.jsonl")
+	_, _, _ = acpfs(t, "ledger", "verify", "--ledger", lp) // no-op when missing
+	require.NoError(t, os.WriteFile(filepath.Join(e.folder, "ledgers", "ledger.key"), []byte("a key\n"), 0o600))
+	mp := filepath.Join(e.dir, "mnt-alice")
+	pmStart(t, []string{mp}, []string{filepath.Join(mp, ".acpfs", "status")},
+		"mount", "--folder", e.folder, "--runs", outside, "--grant", "G-alice", mustMkdir(t, mp))
+	for _, rel := range []string{"runs2", "runs2/context_grants/G-carol.json", "ledgers", "ledgers/ledger.key", "agent_runs"} {
+		_, err := os.Lstat(filepath.Join(mp, rel))
+		assert.ErrorIs(t, err, os.ErrNotExist, rel)
+	}
+	ents, err := os.ReadDir(mp)
+	require.NoError(t, err)
+	for _, ent := range ents {
+		assert.NotContains(t, []string{"runs2", "ledgers", "agent_runs"}, ent.Name())
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(mp, "scratch"), 0o755))
+	for _, name := range []string{"ledger.key", "context_grants", "communication_ledger.jsonl"} {
+		err := os.WriteFile(filepath.Join(mp, "scratch", name), []byte("x"), 0o644)
+		assert.ErrorIs(t, err, os.ErrPermission, name)
+	}
+	assert.ErrorIs(t, os.Mkdir(filepath.Join(mp, "scratch", "context_grants"), 0o755), os.ErrPermission)
+}
+
+// TestIdentityGrantOutsideRunsFlag (outside attack, F1 variant and F4):
+// a grant given by its path in a run directory's context_grants, without
+// --runs, makes that run directory (its key, ledger, artifacts) the
+// coordinator's too: a view refuses a grant showing it and conceals it,
+// and a sandbox does not show it through --ro.
+func TestIdentityGrantOutsideRunsFlag(t *testing.T) {
+	e := newIDEnv(t)
+	g := wideGrant("G-bob", reviewer)
+	g.ForbiddenRead = append(g.ForbiddenRead, "agent_runs/context_grants")
+	gp := pmWriteGrant(t, e.runs, g)
+	require.NoError(t, os.MkdirAll(filepath.Join(e.runs, "artifacts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(e.runs, "artifacts", "copy"), []byte("a copy of the oracle\n"), 0o444))
+	ledgerOut := filepath.Join(e.dir, "ledg", "l.jsonl")
+	mp := mustMkdir(t, filepath.Join(e.dir, "mnt-bob"))
+	_, stderr, code := sfRun(t, "mount", "--folder", e.folder, "--grant", gp, "--ledger", ledgerOut, mp)
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "agent_runs lies inside the collaboration folder")
+	assert.Empty(t, sfFSTypesAt(mp))
+
+	// The sandbox: the run directory outside the folder, its grant given
+	// by path, its parent shown read-only.
+	out := filepath.Join(e.dir, "out")
+	og := pmWriteGrant(t, filepath.Join(out, "runs"), wideGrant("G-bob", reviewer))
+	require.NoError(t, os.MkdirAll(filepath.Join(out, "runs", "artifacts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(out, "runs", "artifacts", "copy"), []byte("a copy of the oracle\n"), 0o444))
+	stdout, stderr, code := sfRun(t, "run", "--folder", e.folder, "--grant", og, "--ledger", ledgerOut, "--ro", out,
+		"--", "/usr/bin/bash", "-c", `cat "$0"/runs/artifacts/copy 2>&1; ls "$0"/runs 2>&1; true`, out)
+	assert.Equal(t, 0, code, stderr)
+	assert.NotContains(t, stdout, "a copy of the oracle")
+	assert.NotContains(t, stdout, "artifacts\n")
+}
+
+// TestIdentitySymlinkedRunDirParts (outside attack, F3): a grant file in
+// the run directory that is a symlink (to a file an agent could write) is
+// refused by acpfs up, and a run directory part that is a symlink into
+// the folder is concealed there.
+func TestIdentitySymlinkedRunDirParts(t *testing.T) {
+	e := newIDEnv(t)
+	runs := filepath.Join(e.dir, "runs5")
+	owner := &grants.Grant{GrantID: "G-alice", AgentID: "alice", Role: "proposal owner", Objective: "o",
+		MayRead: []string{"**"}, MayWrite: []string{"**"}, ForbiddenRead: []string{"oracle/**"}}
+	pmWriteGrant(t, runs, owner)
+	pmWriteGrant(t, runs, &grants.Grant{GrantID: "G-bob", AgentID: "bob", Role: "reviewer", Objective: "o",
+		MayRead: []string{"protocol.json", "events.jsonl", "docs/**"}, MayWrite: []string{"events.jsonl"}})
+	require.NoError(t, os.MkdirAll(filepath.Join(e.folder, "docs"), 0o755))
+	gg := filepath.Join(e.folder, "gg")
+	require.NoError(t, os.MkdirAll(gg, 0o755))
+	require.NoError(t, os.Rename(filepath.Join(runs, "context_grants", "G-alice.json"), filepath.Join(gg, "G-alice.json")))
+	require.NoError(t, os.Symlink(filepath.Join(gg, "G-alice.json"), filepath.Join(runs, "context_grants", "G-alice.json")))
+	art := filepath.Join(e.folder, "art")
+	require.NoError(t, os.MkdirAll(art, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(art, "copy"), []byte("handed over\n"), 0o444))
+	require.NoError(t, os.Symlink(art, filepath.Join(runs, "artifacts")))
+
+	root := filepath.Join(e.dir, "mnt5")
+	_, stderr, code := sfRun(t, "up", "--runs", runs, "--folder", e.folder, "--root", root)
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "not a regular file")
+	assert.Empty(t, sfFSTypesAt(filepath.Join(root, "alice")))
+
+	// Without the symlinked grant, bob's view starts; the directory the
+	// run directory's artifacts lead to, moved where bob reads
+	// everything, is not shown.
+	require.NoError(t, os.Remove(filepath.Join(runs, "context_grants", "G-alice.json")))
+	pmUp(t, runs, e.folder, root, []string{"bob"})
+	require.NoError(t, os.Rename(art, filepath.Join(e.folder, "docs", "art")))
+	t.Cleanup(func() { _ = os.Rename(filepath.Join(e.folder, "docs", "art"), art) })
+	_, err := os.Lstat(filepath.Join(root, "bob", "docs", "art"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	_, err = os.ReadFile(filepath.Join(root, "bob", "docs", "art", "copy"))
+	assert.Error(t, err)
+	assert.Contains(t, readFile(t, filepath.Join(root, "bob", ".acpfs", "status")), "agent: bob")
+}

@@ -528,10 +528,11 @@ func (c *Coordinator) reconcile(starting bool) error {
 }
 
 // concealed is what none of the coordinator's views may show, by
-// identity wherever it lies: the run directory, the ledger's directory
-// (the mount root is concealed too, see Start's Conceal).
+// identity wherever it lies: the run directory and its parts (each may
+// be a symlink to a directory elsewhere), the ledger's directory (the
+// mount root is concealed too, see Start's Conceal).
 func (c *Coordinator) concealed() []string {
-	h := []string{c.cfg.Runs.Root, c.cfg.Runs.GrantsDir()}
+	h := []string{c.cfg.Runs.Root, c.cfg.Runs.GrantsDir(), c.cfg.Runs.HandoffsDir(), c.cfg.Runs.ArtifactsDir()}
 	if c.cfg.Ledger != nil {
 		h = append(h, filepath.Dir(c.cfg.Ledger.Path()))
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/mount"
 	"github.com/acpfs/acpfs/protocol"
 )
 
@@ -321,6 +322,11 @@ func grantCheck(out io.Writer, rd grants.RunDir, folder string) error {
 				problems = append(problems, fmt.Sprintf("%s: %v", gf.Path, err))
 			}
 			if _, err := grants.Compile(g, grants.MatcherOptions{Hidden: hidden}); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", gf.Path, err))
+			}
+			// What acpfs up would refuse: a grant that shows the run
+			// directory (or one of its parts) lying inside the folder.
+			if err := mount.CheckConcealed(folder, []string{rd.Root, rd.GrantsDir(), rd.HandoffsDir(), rd.ArtifactsDir(), filepath.Dir(rd.LedgerPath())}, g); err != nil {
 				problems = append(problems, fmt.Sprintf("%s: %v", gf.Path, err))
 			}
 			for _, slot := range grantSortedSlots(g) {

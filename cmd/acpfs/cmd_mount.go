@@ -90,21 +90,34 @@ func (mf *mountFlags) resolve() (folder, ledgerPath string, err error) {
 	return folder, ledgerPath, nil
 }
 
-// hiddenDirs is what no view may show: the run directory, the ledger and
-// the grant file, and their directories. When one of them lies directly in
+// hiddenDirs is what no view may show: the run directory and its parts,
+// the ledger and the grant file, and their directories. When one of them lies directly in
 // the folder, its directory is the folder itself, which cannot be hidden;
 // the file itself is then.
 func (mf *mountFlags) hiddenDirs(ledgerPath, grantPath string) []string {
 	h := []string{filepath.Dir(ledgerPath), ledgerPath}
+	var runs []string
 	if grantPath != "" {
 		if g, err := filepath.Abs(grantPath); err == nil {
 			h = append(h, filepath.Dir(g), g)
+			// A grant in a run directory's context_grants: that run
+			// directory (its artifacts, handoffs, other grants) is the
+			// coordinator's too, --runs or not.
+			if filepath.Base(filepath.Dir(g)) == grants.GrantsDirName {
+				runs = append(runs, filepath.Dir(filepath.Dir(g)))
+			}
 		}
 	}
 	if mf.runs != "" {
 		if r, err := filepath.Abs(mf.runs); err == nil {
-			h = append(h, r)
+			runs = append(runs, r)
 		}
+	}
+	for _, r := range runs {
+		// Its parts too, by what they are: one may be a symlink to a
+		// directory elsewhere (inside the folder, say).
+		rd := grants.NewRunDir(r)
+		h = append(h, r, rd.GrantsDir(), rd.HandoffsDir(), rd.ArtifactsDir())
 	}
 	return h
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/acpfs/acpfs/grants"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,9 +95,20 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if err != nil {
 				return err
 			}
+			// The ledger's directory is made now: the sandbox's daemon
+			// opens the ledger in it, and the uid registry knows a run
+			// directory by what it is on disk.
+			if err := os.MkdirAll(filepath.Dir(v.ledgerPath), 0o700); err != nil {
+				return err
+			}
 			runDir := mf.runs
 			if runDir == "" {
+				// The grant's run directory when it lies in one, else the
+				// ledger's directory.
 				runDir = filepath.Dir(v.ledgerPath)
+				if d := filepath.Dir(v.grantPath); filepath.Base(d) == grants.GrantsDirName {
+					runDir = filepath.Dir(d)
+				}
 			}
 			u, g, lease, err := runUID(uid, allowRoot, runDir, v.grant.GrantID)
 			if err != nil {

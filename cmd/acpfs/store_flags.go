@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -58,6 +59,28 @@ func (f *storeFlags) open(ctx context.Context, create bool) (*store.Store, error
 	return store.Open(ctx, store.Options{URL: f.url, Collab: f.collab, Host: f.host, Replicas: f.replicas, Existing: !create})
 }
 
+// coordinatorDirsIn returns a test of whether a folder-relative path is
+// a run directory or a ledger's directory (grants.IsCoordinatorDir) on
+// disk now, resolved beneath the folder without following symlinks, and
+// the function that releases the folder's descriptor.
+func coordinatorDirsIn(folder string) (func(rel string) bool, func(), error) {
+	fd, err := unix.Open(folder, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open folder %s: %w", folder, err)
+	}
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
+	test := func(rel string) bool {
+		d, err := unix.Openat2(fd, rel, &how)
+		if err != nil {
+			return false // not a directory (or gone): its own checks decide
+		}
+		defer unix.Close(d)
+		return grants.IsCoordinatorDir(d)
+	}
+	return test, func() { unix.Close(fd) }, nil
+}
+
 // joinStore makes this host's folder and run directory copies of the
 // store's before any view starts: the documents (all of them on a host
 // whose folder is empty) and the history are copied or checked, and the
@@ -79,9 +102,18 @@ func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.Ru
 	if err != nil {
 		return nil, err
 	}
+	inCoordinatorDir, closeFolder, err := coordinatorDirsIn(folder)
+	if err != nil {
+		return nil, err
+	}
+	h.closeFolder = closeFolder
 	docs, err := store.SyncDocs(ctx, st, folder, store.DocsOptions{
 		Skip: func(rel string) bool {
-			return slices.ContainsFunc(hidden, func(h string) bool { return rel == h || strings.HasPrefix(rel, h+"/") })
+			// The run directory where it was at start, and any run or
+			// ledger directory wherever it is now (moved into the folder,
+			// another coordinator's): never published, never replaced.
+			return slices.ContainsFunc(hidden, func(h string) bool { return rel == h || strings.HasPrefix(rel, h+"/") }) ||
+				grants.IsReservedName(path.Base(rel)) || inCoordinatorDir(rel)
 		},
 		Frozen: h.frozen,
 		Record: func(kind, rel, detail string) { record(ledger.Record{Kind: kind, Path: rel, Detail: detail}) },
@@ -172,9 +204,11 @@ func present(path string) bool {
 
 // hostSync is what a host runs beside its views to stay a copy.
 type hostSync struct {
-	docs *store.Docs
-	ship *store.Shipper
-	log  atomic.Pointer[protocol.Log]
+	// closeFolder releases the folder descriptor the sync's Skip reads.
+	closeFolder func()
+	docs        *store.Docs
+	ship        *store.Shipper
+	log         atomic.Pointer[protocol.Log]
 }
 
 // frozen answers the document sync from the history once the log is
@@ -193,6 +227,9 @@ func (h *hostSync) frozen(rel string) (string, bool) {
 // writer closed first, so that they are signed).
 func (h *hostSync) stop(lw *ledger.Writer) error {
 	derr := h.docs.Close()
+	if h.closeFolder != nil {
+		h.closeFolder()
+	}
 	lw.Close()
 	return errors.Join(derr, h.ship.Stop())
 }
