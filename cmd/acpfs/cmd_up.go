@@ -141,6 +141,9 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	if err := startSupervisor(); err != nil {
+		return err
+	}
 	c, err := mount.StartCoordinator(mount.CoordinatorConfig{
 		Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
 		AuditReads: f.audit == "reads", Audit: f.audit, MaxWriteBytes: f.quota.maxBytes, MaxFiles: f.quota.maxFiles,
