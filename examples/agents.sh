@@ -2,6 +2,23 @@
 # examples/demo-cluster.sh on two): plain shell over their own views.
 # The including script sets ALICE_VIEW, BOB_VIEW and work, and defines say.
 
+# view AGENT DIR: enter DIR, the agent's view, or fail at once saying
+# that it is missing (its coordinator not running, or exited).
+view() {
+  if ! mountpoint -q "$2" 2>/dev/null; then
+    echo "  $1: no view at $2: it is not mounted (is its acpfs up running?)" >&2
+    return 1
+  fi
+  cd "$2"
+}
+# await AGENT: block until it is AGENT's turn; a view that went away
+# fails at once instead of waiting.
+await() {
+  if ! cat .acpfs/wait > /dev/null; then
+    echo "  $1: the view stopped answering (unmounted, or its acpfs up exited)" >&2
+    return 1
+  fi
+}
 now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 last_seq() { wc -l < events.jsonl | tr -d ' '; }
 has_event() { grep -q "\"event\":\"$1\"" events.jsonl; }
@@ -26,10 +43,10 @@ emit() {
 }
 
 alice() {
-  cd "$ALICE_VIEW"
+  view alice "$ALICE_VIEW" || return 1
   local doc=deliverables/design-spec.md
   while :; do
-    cat .acpfs/wait > /dev/null
+    await alice || return 1
     case $(phase) in
       drafting)
         {
@@ -112,9 +129,9 @@ CONCLUSION
 }
 
 bob() {
-  cd "$BOB_VIEW"
+  view bob "$BOB_VIEW" || return 1
   while :; do
-    cat .acpfs/wait > /dev/null
+    await bob || return 1
     case $(phase) in
       reviewing)
         echo "  bob: reads the design: $(grep -c '^## ' deliverables/design-spec.md) sections, $(grep -c . proposal.md) lines of proposal"

@@ -11,12 +11,16 @@ NATS=${ACPFS_NATS:-$(pwd)/bin/acpfs-nats}
 work=$(mktemp -d /tmp/acpfs-cluster-XXXXXX)
 collab=demo
 pids=()
+agents=() # each agent's process group, stopped with its blocked reads
 
 if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then b=$'\033[1m' n=$'\033[0m'; else b='' n=''; fi
 say() { printf '\n%s== %s%s\n' "$b" "$*" "$n"; }
 
 cleanup() {
-  for pid in "${pids[@]}"; do
+  for pid in "${agents[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  # The hosts before the server: they ship their last ledger records.
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    pid=${pids[$i]}
     if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; fi
   done
   for m in "$work"/host-*/mnt/*; do
@@ -24,6 +28,7 @@ cleanup() {
   done
 }
 trap cleanup EXIT
+fail() { printf 'demo-cluster: %s\n' "$*" >&2; exit 1; }
 
 say "1. A NATS JetStream server (built from the Go module, on loopback)"
 "$NATS" --dir "$work/nats" --port -1 > "$work/nats.url" 2> "$work/nats.log" &
@@ -47,14 +52,27 @@ echo "Expected answer: token bucket, 100 req/s per key" > "$A/collab/oracle/expe
   --objective "Review the design independently" --forbid 'oracle/**'
 
 say "3. Each host serves its own copy; host B starts with an empty folder"
+# Started together: host B, whose folder is empty, waits (--store-wait,
+# 60s by default) until host A has published the collaboration.
+declare -A up_pid
 for h in a b; do
   d=$work/host-$h
   "$ACPFS" up "${S[@]}" --host "h$h" --runs "$d/runs" --folder "$d/collab" --root "$d/mnt" &
-  pids+=($!)
+  pids+=($!) up_pid[$h]=$!
 done
-for _ in $(seq 200); do
-  [ -e "$A/mnt/alice/.acpfs/status" ] && [ -e "$B/mnt/bob/.acpfs/status" ] && break
-  sleep 0.05
+# up_alive: every host's coordinator still runs; one that exited leaves
+# its agent without a view, and the demo stops at once saying so.
+up_alive() {
+  local h
+  for h in a b; do
+    kill -0 "${up_pid[$h]}" 2>/dev/null || fail "acpfs up of host ${h^^} exited (its error is above): its agent has no view"
+  done
+}
+deadline=$((SECONDS + 180))
+until [ -e "$A/mnt/alice/.acpfs/status" ] && [ -e "$B/mnt/bob/.acpfs/status" ]; do
+  up_alive
+  [ "$SECONDS" -lt "$deadline" ] || fail "the views did not answer within 180s"
+  sleep 0.1
 done
 echo "alice sees on host A: $(cd "$A/mnt/alice" && ls | tr '\n' ' ')"
 echo "bob sees on host B:   $(cd "$B/mnt/bob" && ls | tr '\n' ' ')"
@@ -64,10 +82,29 @@ ALICE_VIEW=$A/mnt/alice BOB_VIEW=$B/mnt/bob
 . "$(dirname "$0")/agents.sh"
 
 say "4. Two scripted agents on two hosts take turns through .acpfs/wait"
-alice & alice_pid=$!
-bob & bob_pid=$!
-wait "$alice_pid"
-wait "$bob_pid"
+# Job control: each agent in a process group of its own, so that one left
+# waiting for its turn can be stopped with the read it is blocked in.
+set -m
+alice & agents+=($!)
+bob & agents+=($!)
+set +m
+# Until both are done; an agent that fails, or a host whose view went
+# away, ends the demo at once instead of leaving the other one waiting
+# for a turn that never comes.
+declare -A agent_pid=([alice]=${agents[0]} [bob]=${agents[1]})
+while [ ${#agent_pid[@]} -gt 0 ]; do
+  for a in "${!agent_pid[@]}"; do
+    pid=${agent_pid[$a]}
+    kill -0 "$pid" 2>/dev/null && continue
+    rc=0
+    wait "$pid" || rc=$?
+    unset "agent_pid[$a]"
+    [ "$rc" -eq 0 ] || fail "agent $a failed (exit $rc)"
+  done
+  up_alive
+  sleep 0.2
+done
+agents=()
 
 say "5. The hosts stop; every view is unmounted"
 for pid in "${pids[@]:1}"; do kill -TERM "$pid"; wait "$pid" || true; done

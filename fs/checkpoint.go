@@ -154,10 +154,15 @@ func (t *target) openSame(flags int) (int, error) {
 	}
 	if !sameEntry(&st, &t.e.st) {
 		unix.Close(fd)
-		return -1, unix.ENOENT
+		return -1, errReplaced
 	}
 	return fd, nil
 }
+
+// errReplaced is openSame's answer when the name now leads to another
+// entry than the one judged: ENOENT for the agent, a new judgement for a
+// caller that can make one (openJudged).
+var errReplaced error = unix.ENOENT
 
 // sameEntry reports whether a descriptor's stat is the judged entry, and
 // that entry is still one a view may show (a second name made since the

@@ -33,17 +33,12 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	defer t.close()
 	if errno := f.handleRoom(ctx, "open", rel); errno != 0 {
+		t.close()
 		return nil, 0, errno
 	}
-	if t.e.kind != kindFile {
-		// The kernel opens symlinks by following them and directories
-		// through opendir: anything else here is a name whose entry
-		// changed kind since the kernel looked it up.
-		return nil, 0, syscall.ENOENT
-	}
-	if rel == protocol.EventsFile && flags&syscall.O_TRUNC != 0 {
+	if rel == protocol.EventsFile && flags&syscall.O_TRUNC != 0 && t.e.kind == kindFile {
+		t.close()
 		return nil, 0, f.deny(ctx, ledger.KindAppendRejected, "open", rel, syscall.EPERM, "events.jsonl is append-only; O_TRUNC refused")
 	}
 	// The protocol files are never opened for writing on the backing
@@ -51,17 +46,19 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	oflags := int(flags) &^ (unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY)
 	if managed(rel) {
 		oflags = unix.O_RDONLY
-	} else if writing {
+	} else if writing && t.e.kind == kindFile {
 		// Recorded before the open, which may already change the file
 		// (O_TRUNC).
 		if errno := f.recordChange(ctx, "open", rel, ""); errno != 0 {
+			t.close()
 			return nil, 0, errno
 		}
 	}
-	fd, err := t.openSame(oflags)
-	if err != nil {
-		return nil, 0, errnoOf(err)
+	t, fd, errno := f.openJudged(ctx, t, o, oflags)
+	if errno != 0 {
+		return nil, 0, errno
 	}
+	defer t.close()
 	var ver fileVersion
 	_, private := f.stagedName(rel)
 	// protocol.json as the history gives it, which the file on disk may
@@ -120,6 +117,41 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	}
 	keep := keepCache(n, ver, acc != syscall.O_WRONLY && !private)
 	return f.track(h), keep, 0
+}
+
+// openRetries bounds how often an open judges its name again when the
+// entry was replaced between the judgement and the open (protocol.json is
+// replaced by every append's deferred rewrite).
+const openRetries = 4
+
+// openJudged opens the entry t judged. When its name was given to
+// another entry in between (a rename onto it: protocol.json is replaced
+// by every append's deferred rewrite), the name is judged again and the
+// open retried, as an open of the folder itself would find the new
+// entry; the caller's record of a change stands for the retries.
+func (f *FS) openJudged(ctx context.Context, t *target, o op, oflags int) (*target, int, syscall.Errno) {
+	for attempt := 1; ; attempt++ {
+		if t.e.kind != kindFile {
+			// The kernel opens symlinks by following them and
+			// directories through opendir: anything else here is a
+			// name whose entry changed kind since the kernel looked
+			// it up.
+			t.close()
+			return nil, -1, syscall.ENOENT
+		}
+		fd, err := t.openSame(oflags)
+		if err == nil {
+			return t, fd, 0
+		}
+		t.close()
+		if err != errReplaced || attempt >= openRetries {
+			return nil, -1, errnoOf(err)
+		}
+		var errno syscall.Errno
+		if t, errno = f.at(ctx, o, t.rel); errno != 0 {
+			return nil, -1, errno
+		}
+	}
 }
 
 // recordOpenRead records the read an open makes of rel (fd, or pjson
@@ -592,7 +624,12 @@ func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
 }
 
 // Read never hands out a line still being written by another process:
-// at the end of the file, it stops after the last newline.
+// what it returns ends with a newline. A read that stops inside a line
+// is cut after the last newline it holds (the caller comes back for the
+// rest); one that holds no newline at all is a part of a long line, and
+// is handed out only once the rest of that line, up to its newline, is
+// there. Whether the writer has finished cannot be told from the file's
+// size: it may grow between the read and a stat.
 func (e *eventsFile) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
 	defer e.fsys.guard(ctx, "read", protocol.EventsFile, &errno)
 	if errno := e.readable(ctx); errno != 0 {
@@ -606,13 +643,33 @@ func (e *eventsFile) Read(ctx context.Context, dest []byte, off int64) (res fuse
 		return nil, errnoOf(err)
 	}
 	data := dest[:k]
-	if k > 0 && data[k-1] != '\n' {
-		var st unix.Stat_t
-		if unix.Fstat(e.fd(), &st) == nil && off+int64(k) >= st.Size {
-			data = data[:bytes.LastIndexByte(data, '\n')+1]
-		}
+	if k == 0 || data[k-1] == '\n' {
+		return fuse.ReadResultData(data), 0
+	}
+	if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
+		return fuse.ReadResultData(data[:i+1]), 0
+	}
+	if !lineEndsAfter(e.fd(), off+int64(k)) {
+		return fuse.ReadResultData(nil), 0
 	}
 	return fuse.ReadResultData(data), 0
+}
+
+// lineEndsAfter reports whether a newline follows off in fd within the
+// longest line a view accepts: the line read so far is complete.
+func lineEndsAfter(fd int, off int64) bool {
+	buf := make([]byte, 64<<10)
+	for end := off + maxLine; off < end; {
+		n, err := unix.Pread(fd, buf, off)
+		if err != nil || n == 0 {
+			return false
+		}
+		if bytes.IndexByte(buf[:n], '\n') >= 0 {
+			return true
+		}
+		off += int64(n)
+	}
+	return false
 }
 
 // appendLine hands one complete line to the protocol log.

@@ -130,14 +130,21 @@ func (h *mhHost) grant(agent, participant string, extra ...string) {
 // up starts the host's coordinator and waits for its views.
 func (h *mhHost) up() {
 	h.env.t.Helper()
+	mounts, ready, args := h.upArgs()
+	h.proc = pmStart(h.env.t, mounts, ready, args...)
+}
+
+// upArgs returns the views of the host's coordinator, the paths that
+// answer once they serve, and its command line.
+func (h *mhHost) upArgs() (mounts, ready, args []string) {
+	h.env.t.Helper()
 	require.NoError(h.env.t, os.MkdirAll(h.root, 0o755))
-	var mounts, ready []string
 	for _, a := range h.agents {
 		mounts = append(mounts, filepath.Join(h.root, a))
 		ready = append(ready, filepath.Join(h.root, a, ".acpfs", "status"))
 	}
-	h.proc = pmStart(h.env.t, mounts, ready, "up", "--store", h.url, "--collab", mhCollab, "--host", h.name, "--replicas", h.env.replicas,
-		"--runs", h.runs, "--folder", h.folder, "--root", h.root)
+	return mounts, ready, []string{"up", "--store", h.url, "--collab", mhCollab, "--host", h.name, "--replicas", h.env.replicas,
+		"--runs", h.runs, "--folder", h.folder, "--root", h.root}
 }
 
 func (h *mhHost) view(agent string) string { return filepath.Join(h.root, agent) }

@@ -24,10 +24,11 @@ import (
 // ordinary commands inside the sandbox. Each of the attacks the sandbox
 // issue lists comes first, then what an agent must still be able to do.
 
-// TestSandboxProcShowsOnlyItself: two agents run with the same --uid (as
-// an old README example did). The second one cannot see the first one's
-// processes, nor reach its view through /proc/PID/root, by any pid the
-// host knows them by.
+// TestSandboxProcShowsOnlyItself: a second agent asking for the --uid
+// the first one runs as (as an old README example did) is refused, since
+// a uid is never shared by two grants; running as its own, it cannot see
+// the first one's processes, nor reach its view through /proc/PID/root,
+// by any pid the host knows them by.
 func TestSandboxProcShowsOnlyItself(t *testing.T) {
 	e := newSandboxEnv(t)
 	a := e.startSandbox(sbxRun{grant: "G-alice", flags: []string{"--uid", "65534"},
@@ -39,7 +40,11 @@ func TestSandboxProcShowsOnlyItself(t *testing.T) {
 	for _, p := range hostPids {
 		args = append(args, strconv.Itoa(p))
 	}
-	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", "65534"}, args: args, script: `
+	_, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", "65534"}, script: "true"})
+	assert.Equal(t, 3, code, stderr)
+	assert.Contains(t, stderr, "uid 65534 is in use by the sandbox of grant G-alice")
+
+	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", args: args, script: `
 F=$0
 for p in "$@" /proc/[0-9]*; do p=${p#/proc/}
   cat "/proc/$p/root$F/oracle/answer.md" 2>/dev/null

@@ -510,7 +510,7 @@ func (c *Coordinator) reconcile(starting bool) error {
 		}
 		m, err := Start(Config{
 			Folder: c.cfg.Folder, Mountpoint: mp, Grant: gf.Grant, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
-			Hidden: c.concealed(), AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, MaxWriteBytes: c.cfg.MaxWriteBytes, MaxFiles: c.cfg.MaxFiles, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
+			Hidden: c.concealed(), Conceal: []string{c.cfg.Root}, AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, MaxWriteBytes: c.cfg.MaxWriteBytes, MaxFiles: c.cfg.MaxFiles, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("mount %s: %w", agent, err))
@@ -527,18 +527,18 @@ func (c *Coordinator) reconcile(starting bool) error {
 	return errors.Join(errs...)
 }
 
-// notifyf writes one line for the operator.
 // concealed is what none of the coordinator's views may show, by
 // identity wherever it lies: the run directory, the ledger's directory
-// and the mount root.
+// (the mount root is concealed too, see Start's Conceal).
 func (c *Coordinator) concealed() []string {
-	h := []string{c.cfg.Runs.Root, c.cfg.Runs.GrantsDir(), c.cfg.Root}
+	h := []string{c.cfg.Runs.Root, c.cfg.Runs.GrantsDir()}
 	if c.cfg.Ledger != nil {
 		h = append(h, filepath.Dir(c.cfg.Ledger.Path()))
 	}
 	return h
 }
 
+// notifyf writes one line for the operator.
 func (c *Coordinator) notifyf(format string, args ...any) {
 	fmt.Fprintf(c.notify, "acpfs up: "+format+"\n", args...)
 }

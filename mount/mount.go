@@ -40,9 +40,13 @@ type Config struct {
 	GrantPath string
 	Log       *protocol.Log
 	Ledger    *ledger.Writer
-	// Hidden lists absolute directories never visible in the view (the
-	// run directory); those outside Folder are ignored.
+	// Hidden lists what the view never shows (the run directory, the
+	// ledger's and the grant's directories): each is concealed by
+	// identity wherever it lies in Folder, and no mountpoint may lie in
+	// one. Conceal adds entries concealed the same way that a mountpoint
+	// may lie in (the coordinator's mount root).
 	Hidden     []string
+	Conceal    []string
 	AuditReads bool
 	// Audit is how much reading is recorded: fs.AuditCompact (default),
 	// fs.AuditOpens or fs.AuditReads.
@@ -119,7 +123,7 @@ func Start(cfg Config) (*Mount, error) {
 	cfg.Log.DeferProtocolWrites()
 	hidden := relHidden(folder, cfg.Hidden)
 	f, err := acpfs.New(acpfs.Options{
-		Folder: folder, Grant: cfg.Grant, Hidden: hidden, Conceal: append(append([]string(nil), cfg.Hidden...), cfg.Mountpoint), Log: cfg.Log, Ledger: cfg.Ledger,
+		Folder: folder, Grant: cfg.Grant, Hidden: hidden, Conceal: concealList(cfg), Log: cfg.Log, Ledger: cfg.Ledger,
 		AuditReads: cfg.AuditReads, Audit: cfg.Audit, MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles, Passthrough: cfg.Passthrough, Handoffs: cfg.Handoffs, Fault: cfg.Fault,
 		Gate: cfg.Gate,
 	})
@@ -513,6 +517,14 @@ func CheckMountpointPlace(p, folder string, hidden []string) error {
 		}
 	}
 	return nil
+}
+
+// concealList is everything the view conceals by identity: what it
+// hides, what the caller adds and its own mountpoint (the directory
+// under the mount, shown to nobody when uncovered).
+func concealList(cfg Config) []string {
+	out := append(append([]string(nil), cfg.Hidden...), cfg.Conceal...)
+	return append(out, cfg.Mountpoint)
 }
 
 // sameFile reports whether a and b are the same entry on disk.

@@ -434,6 +434,13 @@ type HostLedger struct {
 	Keys []ledger.PublicKey
 	// Records counts the record lines downloaded.
 	Records int64
+	// Head: the copy carries a head file (ledger.HeadPath(Path)), the
+	// last checkpoint the store held. Only written when the ledger stream
+	// refuses deletes and purges (a setting no one can take back), so that
+	// the store could not have lost the records after it: the copy, kept
+	// with --download and verified later, then shows a cut from its end
+	// as the host's own ledger would.
+	Head bool
 }
 
 // FetchLedgers downloads every host's ledger into dir, one directory per
@@ -464,9 +471,10 @@ func (s *Store) FetchLedgers(ctx context.Context, dir string) ([]HostLedger, err
 		hosts = append(hosts, h)
 	}
 	slices.Sort(hosts)
+	appendOnly := info.Config.DenyDelete && info.Config.DenyPurge
 	out := make([]HostLedger, 0, len(hosts))
 	for _, h := range hosts {
-		hl, err := s.fetchLedger(ctx, dir, h, info.State.Subjects[s.ledgerSubject(h)], info.State.LastSeq)
+		hl, err := s.fetchLedger(ctx, dir, h, info.State.Subjects[s.ledgerSubject(h)], info.State.LastSeq, appendOnly)
 		if err != nil {
 			return nil, fmt.Errorf("ledger of host %s: %w", h, err)
 		}
@@ -476,8 +484,8 @@ func (s *Store) FetchLedgers(ctx context.Context, dir string) ([]HostLedger, err
 }
 
 // fetchLedger downloads the first count messages of host's subject, none
-// after the stream's message last.
-func (s *Store) fetchLedger(ctx context.Context, dir, host string, count, last uint64) (HostLedger, error) {
+// after the stream's message last, and with head the copy's head file.
+func (s *Store) fetchLedger(ctx context.Context, dir, host string, count, last uint64, head bool) (HostLedger, error) {
 	hdir := filepath.Join(dir, host)
 	if err := os.Mkdir(hdir, 0o700); err != nil {
 		return HostLedger{}, err
@@ -536,6 +544,12 @@ func (s *Store) fetchLedger(ctx context.Context, dir, host string, count, last u
 	if err := out.close(); err != nil {
 		return hl, err
 	}
+	if head && out.checkpoint != nil {
+		if err := os.WriteFile(ledger.HeadPath(hl.Path), out.checkpoint, 0o600); err != nil {
+			return hl, fmt.Errorf("download ledger: head: %w", err)
+		}
+		hl.Head = true
+	}
 	if len(hl.Keys) > 0 {
 		newest := filepath.Join(hdir, "ledger."+hl.Keys[len(hl.Keys)-1].ID()+".pub")
 		b, err := os.ReadFile(newest)
@@ -573,6 +587,8 @@ type segmentWriter struct {
 	f     *os.File
 	first int64 // seq of the current file's first record (0: unknown)
 	lines int64
+	// checkpoint is the last checkpoint line written, for the head.
+	checkpoint []byte
 }
 
 func (w *segmentWriter) write(data []byte) (int64, error) {
@@ -605,6 +621,9 @@ func (w *segmentWriter) write(data []byte) (int64, error) {
 		}
 		if w.lines == 1 {
 			w.first = r.Seq
+		}
+		if r.Kind == ledger.KindCheckpoint && bytes.HasSuffix(line, []byte("\n")) {
+			w.checkpoint = append(w.checkpoint[:0], line...)
 		}
 		if r.Kind == ledger.KindSegmentEnd && w.first > 0 {
 			if err := w.seal(); err != nil {

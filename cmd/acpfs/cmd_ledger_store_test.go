@@ -67,6 +67,10 @@ func TestLedgerVerifyStore(t *testing.T) {
 	assert.Contains(t, out, "host ha:\nledger store:c1/ha/communication_ledger.jsonl: valid chain, 5 record(s)")
 	assert.Contains(t, out, "host hb:\nledger store:c1/hb/communication_ledger.jsonl: valid chain, 2 record(s)")
 	assert.NotContains(t, out, os.TempDir()+"/acpfs-ledgers-", "the temporary directory is not shown")
+	// The store's ledger stream is append-only: each copy carries the
+	// head it stands for, and nothing warns that there is none.
+	assert.NotContains(t, out, "no head file")
+	assert.Contains(t, out, "the head's checkpoint at seq")
 
 	out, code, err = ledgerRunCLI(t, "ledger", "verify", "--store", url, "--collab", "c1", "--host", "hb", "--json")
 	require.NoError(t, err)
@@ -91,8 +95,18 @@ func TestLedgerVerifyStore(t *testing.T) {
 	keep := filepath.Join(t.TempDir(), "dl")
 	_, code, _ = ledgerRunCLI(t, "ledger", "verify", "--store", url, "--collab", "c1", "--download", keep)
 	assert.Equal(t, exitOK, code)
-	_, code, _ = ledgerRunCLI(t, "ledger", "verify", "--ledger", filepath.Join(keep, "ha", "communication_ledger.jsonl"))
+	kept := filepath.Join(keep, "ha", "communication_ledger.jsonl")
+	out, code, _ = ledgerRunCLI(t, "ledger", "verify", "--ledger", kept)
 	assert.Equal(t, exitOK, code)
+	assert.NotContains(t, out, "no head file")
+	// A kept copy cut from its end shows it, as the host's ledger would.
+	b, err := os.ReadFile(kept)
+	require.NoError(t, err)
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	require.NoError(t, os.WriteFile(kept, bytes.Join(lines[:len(lines)-2], nil), 0o600))
+	_, code, err = ledgerRunCLI(t, "ledger", "verify", "--ledger", kept)
+	assert.Equal(t, exitFailed, code)
+	assert.ErrorContains(t, err, "records were removed from the end")
 
 	// A chain edited in the store fails, and names its host.
 	raw, err := os.ReadFile(filepath.Join(runsB, "communication_ledger.jsonl"))

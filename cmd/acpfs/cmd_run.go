@@ -35,7 +35,7 @@ func newRunCmd() *cobra.Command {
 	var uid, net string
 	var allowRoot, noLimits bool
 	var ro, rw []string
-	var memory string
+	var memory, socketMemory string
 	lim := limits.Defaults
 	cmd := &cobra.Command{
 		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--ro PATH]... [--rw PATH]... [--net host|none] [--uid U[:G] | --allow-root] -- CMD [ARGS...]",
@@ -49,7 +49,9 @@ private /tmp, /var/tmp and /dev/shm. Other FUSE mounts, the run
 directory, the ledger and the grant are unreachable.
 
 The command runs as its grant's own uid (allocated once per grant from
-61184-65519 and recorded in the run directory's uids.json), or --uid;
+61184-65519 by a registry of the whole host, /var/lib/acpfs, so that no
+two grants of any run directories share one, and recorded in the run
+directory's uids.json), or --uid (refused while another grant holds it);
 files of the view appear owned by it, and the grant alone decides what
 it may do there. It runs in a new session, with no_new_privs, Landlock
 (reads only from what the sandbox shows, writes only to the view, the
@@ -61,7 +63,10 @@ A working directory the sandbox does not show becomes the folder.
 The command runs in a control group of its own (cgroup v2 where it is
 delegated, else the v1 pids, memory and cpu hierarchies): --memory
 (default 4G), --pids (default 512: a fork bomb stops there) and --cpu (a
-number of CPUs, e.g. 1.5; default no cap). A limit that cannot be applied
+number of CPUs, e.g. 1.5; default no cap). cgroup v2 charges socket
+buffers to --memory; v1 does not, so there they are capped separately
+(TCP and UDP, --socket-memory, default as --memory) and run says so on
+stderr. A limit that cannot be applied
 is an error unless --no-limits. When the command fails after running into
 a limit, run says which on stderr and exits with status 6.
 
@@ -93,10 +98,12 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if runDir == "" {
 				runDir = filepath.Dir(v.ledgerPath)
 			}
-			u, g, err := runUID(uid, allowRoot, runDir, v.grant.GrantID)
+			u, g, lease, err := runUID(uid, allowRoot, runDir, v.grant.GrantID)
 			if err != nil {
 				return err
 			}
+			// The lease keeps the uid this run's until acpfs run ends.
+			defer lease.Release()
 			if u != 0 {
 				if pid := sandbox.HostProcessWithUID(u); pid != 0 {
 					return withCode(exitMount, fmt.Errorf("uid %d is in use on the host (pid %d): that process could read the sandbox and be taken for the agent; give --uid another uid", u, pid))
@@ -117,6 +124,14 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if lim.Memory, err = limits.ParseBytes(memory); err != nil {
 				return fmt.Errorf("--memory %w", err)
 			}
+			if socketMemory != "" {
+				if lim.SocketMemory, err = limits.ParseBytes(socketMemory); err != nil {
+					return fmt.Errorf("--socket-memory %w", err)
+				}
+				if !limits.V1() {
+					return errors.New("--socket-memory: cgroup v2 charges socket buffers to --memory; the flag applies to cgroup v1 only")
+				}
+			}
 			if lim.Pids < 0 || lim.CPU < 0 {
 				return errors.New("--pids and --cpu must not be negative")
 			}
@@ -125,6 +140,10 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 				Limits: lim, NoLimits: noLimits, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
 				Hidden: hidden, AuditReads: mf.audit == "reads",
 				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, UID: u, GID: g, Cwd: cwd, Args: args},
+			}
+			if !noLimits && lim.Memory > 0 && limits.V1() {
+				// v1 leaves socket buffers out of --memory: say what holds them.
+				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", limits.V1SocketNote(lim, limits.ReadSysctl("net/core/wmem_max")))
 			}
 			return startRunDaemon(cfg)
 		},
@@ -140,6 +159,7 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 	cmd.Flags().StringArrayVar(&rw, "rw", nil, "also show this host path, writable (repeatable)")
 	cmd.Flags().StringVar(&net, "net", sandbox.NetHost, "network: host (the host's, for model APIs) or none (a loopback of its own)")
 	cmd.Flags().StringVar(&memory, "memory", "4G", "memory the command may use (K, M, G suffixes)")
+	cmd.Flags().StringVar(&socketMemory, "socket-memory", "", "cgroup v1 only: TCP and UDP socket buffers the command may pin, which v1 does not charge to --memory (default: as --memory)")
 	cmd.Flags().Int64Var(&lim.Pids, "pids", lim.Pids, "processes and threads the command may have at once")
 	cmd.Flags().Float64Var(&lim.CPU, "cpu", 0, "CPUs' worth of time the command may use (e.g. 1.5; 0: no cap)")
 	cmd.Flags().BoolVar(&noLimits, "no-limits", false, "run without a control group (no memory, process or CPU limit)")
@@ -147,28 +167,34 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 }
 
 // runUID is the command's uid and gid: --allow-root's 0, --uid's, or
-// the grant's own.
-func runUID(uid string, allowRoot bool, runDir, grantID string) (uint32, uint32, error) {
+// the grant's own; a uid other than 0 comes with its lease of the host
+// registry, which no other grant of any run directory gets while this
+// run holds it.
+func runUID(uid string, allowRoot bool, runDir, grantID string) (uint32, uint32, *sandbox.Lease, error) {
 	switch {
 	case allowRoot && uid != "" && uid != "0" && !strings.HasPrefix(uid, "0:"):
-		return 0, 0, errors.New("--allow-root and --uid: give one of them")
+		return 0, 0, nil, errors.New("--allow-root and --uid: give one of them")
 	case allowRoot:
-		return 0, 0, nil
+		return 0, 0, nil, nil
 	case uid != "":
 		u, g, err := parseUID(uid)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		if u == 0 {
-			return 0, 0, errors.New("--uid 0 runs the command as root: say --allow-root (see --help for what it gives up)")
+			return 0, 0, nil, errors.New("--uid 0 runs the command as root: say --allow-root (see --help for what it gives up)")
 		}
-		return u, g, nil
+		l, err := sandbox.ChosenUID(sandbox.HostRegistry(), runDir, grantID, u)
+		if err != nil {
+			return 0, 0, nil, withCode(exitMount, err)
+		}
+		return u, g, l, nil
 	}
-	u, err := sandbox.AllocateUID(runDir, grantID)
+	l, err := sandbox.GrantUID(sandbox.HostRegistry(), runDir, grantID)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, withCode(exitMount, err)
 	}
-	return u, u, nil
+	return l.UID, l.UID, l, nil
 }
 
 func parseUID(s string) (uint32, uint32, error) {

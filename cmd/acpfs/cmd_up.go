@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -28,6 +29,7 @@ type upFlags struct {
 	quota                           quotaFlags
 	allowOther, passthrough         bool
 	store                           storeFlags
+	storeWait                       time.Duration
 }
 
 func newUpCmd() *cobra.Command {
@@ -51,7 +53,10 @@ hosts through a NATS JetStream server (docs/multihost.md): this host's
 folder is a copy kept up to date from the store, appends are taken by the
 store before they reach it, the grants this host mounts are those the
 store assigns to --host, and while the store cannot be reached every view
-is read-only (EROFS).`,
+is read-only (EROFS). A host whose folder is empty waits (--store-wait,
+60s by default, saying so on stderr) until the host that initialized the
+collaboration has published its protocol.json and history, so hosts can
+be started in any order.`,
 		Example: "  acpfs up --runs agent_runs --folder collab --root /mnt/agents",
 		Args:    cobra.NoArgs,
 		RunE:    func(cmd *cobra.Command, args []string) error { return runUp(cmd, f) },
@@ -65,6 +70,7 @@ is read-only (EROFS).`,
 	cmd.Flags().BoolVar(&f.passthrough, "passthrough", false, passthroughHelp)
 	f.quota.register(cmd)
 	f.store.register(cmd)
+	cmd.Flags().DurationVar(&f.storeWait, "store-wait", 60*time.Second, "with --store, on a host whose folder lacks protocol.json or events.jsonl: how long to wait for another host to publish them (0: fail at once)")
 	_ = cmd.MarkFlagRequired("folder")
 	_ = cmd.MarkFlagRequired("root")
 	return cmd
@@ -77,6 +83,9 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 	}
 	if err := checkAudit(f.audit); err != nil {
 		return err
+	}
+	if f.storeWait < 0 {
+		return fmt.Errorf("--store-wait %s: give a duration of 0 or more", f.storeWait)
 	}
 	folderAbs, err := filepath.Abs(f.folder)
 	if err != nil {
@@ -105,7 +114,7 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 	var hs *hostSync
 	if st != nil {
 		defer st.Close()
-		if hs, err = joinStore(ctx, st, folderAbs, rd, lw); err != nil {
+		if hs, err = joinStore(ctx, st, folderAbs, rd, lw, f.storeWait, cmd.ErrOrStderr()); err != nil {
 			return err
 		}
 		if err := markStoreFolder(folderAbs, st); err != nil {

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -59,8 +64,11 @@ func (f *storeFlags) open(ctx context.Context, create bool) (*store.Store, error
 // grants assigned to this host are copied; all three are then followed.
 // The host's ledger is shipped to the store from then on; the caller
 // stops the shipper after closing the ledger's writer, and sets the log
-// whose frozen deliverables the document sync checks.
-func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.RunDir, lw *ledger.Writer) (*hostSync, error) {
+// whose frozen deliverables the document sync checks. A host whose
+// folder lacks protocol.json or the history waits up to wait for
+// another host to publish them (see awaitPublished), saying so on
+// progress.
+func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.RunDir, lw *ledger.Writer, wait time.Duration, progress io.Writer) (*hostSync, error) {
 	h := &hostSync{}
 	record := func(r ledger.Record) {
 		if _, err := lw.Append(r); err != nil {
@@ -86,6 +94,10 @@ func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.Ru
 		docs.Close()
 		return nil, fmt.Errorf("copy the documents from the store: %w", err)
 	}
+	if err := awaitPublished(ctx, st, docs, folder, wait, progress); err != nil {
+		docs.Close()
+		return nil, err
+	}
 	if err := st.Events().Seed(folder); err != nil {
 		docs.Close()
 		return nil, err
@@ -101,6 +113,61 @@ func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.Ru
 		return nil, err
 	}
 	return h, nil
+}
+
+// storeWaitEvery is how often a host waiting for the store says so.
+const storeWaitEvery = 5 * time.Second
+
+// awaitPublished makes a host whose folder is empty (or lacks
+// protocol.json or events.jsonl) wait, up to wait, until the host that
+// initialized the collaboration has published them, then copies
+// protocol.json into the folder; the history is copied when the log
+// first pulls it. Hosts are started in any order: without the wait, a
+// host started a moment before the first one published stopped at once.
+func awaitPublished(ctx context.Context, st *store.Store, docs *store.Docs, folder string, wait time.Duration, progress io.Writer) error {
+	need := store.Missing{
+		Protocol: !present(filepath.Join(folder, protocol.ProtocolFile)),
+		History:  !present(filepath.Join(folder, protocol.EventsFile)),
+	}
+	if !need.Any() {
+		return nil
+	}
+	// SIGINT or SIGTERM ends the wait as an error, so that the ledger is
+	// closed and signed on the way out; the views catch them later.
+	wctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	err := st.WaitPublished(wctx, need, wait, storeWaitEvery, func(m store.Missing, waited time.Duration) {
+		fmt.Fprintf(progress, "acpfs up: waiting for collaboration %s in the store: %s yet (%s of %s)\n",
+			st.Collab(), m, store.Seconds(waited), store.Seconds(wait))
+	})
+	interrupted := wctx.Err() != nil && ctx.Err() == nil
+	stop()
+	if interrupted {
+		return fmt.Errorf("interrupted while waiting for collaboration %s in the store", st.Collab())
+	}
+	if err != nil {
+		return err
+	}
+	if !need.Protocol {
+		return nil
+	}
+	// The bucket holds it now: the sync applies it like any document.
+	sctx, cancel := context.WithTimeout(ctx, max(wait, time.Minute))
+	defer cancel()
+	if err := docs.Sync(sctx); err != nil {
+		return fmt.Errorf("copy %s from the store: %w", protocol.ProtocolFile, err)
+	}
+	if !present(filepath.Join(folder, protocol.ProtocolFile)) {
+		return fmt.Errorf("collaboration %s: the store's %s was not copied into %s (refused: see this host's ledger)",
+			st.Collab(), protocol.ProtocolFile, folder)
+	}
+	return nil
+}
+
+// present reports whether path is a non-empty regular file (not
+// followed if it is a link: the sync never writes one).
+func present(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Size() > 0
 }
 
 // hostSync is what a host runs beside its views to stay a copy.

@@ -25,6 +25,57 @@ type Limits struct {
 	Memory int64   `json:"memory,omitempty"` // bytes
 	Pids   int64   `json:"pids,omitempty"`   // processes and threads
 	CPU    float64 `json:"cpu,omitempty"`    // CPUs worth of time per period, e.g. 1.5
+	// SocketMemory caps, on cgroup v1 only, the TCP and UDP socket
+	// buffers of the group (memory.kmem.tcp.limit_in_bytes), which v1
+	// does not charge to Memory. Zero with Memory set means Memory. On
+	// v2, memory.max charges socket buffers and this field must be zero.
+	SocketMemory int64 `json:"socket_memory,omitempty"`
+}
+
+// V1 says whether groups are made on the cgroup v1 hierarchies, where
+// the memory limit leaves socket buffers out.
+func V1() bool { return cgroups.Mode() != cgroups.Unified }
+
+// SocketCap is the cap New puts on the group's TCP and UDP socket
+// buffers on cgroup v1: SocketMemory, or Memory when that is zero.
+func (l Limits) SocketCap() int64 {
+	if l.SocketMemory > 0 {
+		return l.SocketMemory
+	}
+	return l.Memory
+}
+
+// V1SocketNote is the line `acpfs run` prints when a memory limit is in
+// force on cgroup v1: what the limit leaves out and what holds it
+// instead. wmemMax is net.core.wmem_max (0: unknown).
+func V1SocketNote(l Limits, wmemMax int64) string {
+	unix := "each held only by its socket's send buffer"
+	if wmemMax > 0 {
+		// The kernel doubles what SO_SNDBUF asks for, up to twice wmem_max.
+		unix = fmt.Sprintf("at most %s each (2 x net.core.wmem_max)", FormatBytes(2*wmemMax))
+	}
+	return fmt.Sprintf("cgroup v1: --memory %s does not charge socket buffers; TCP and UDP socket buffers are capped separately at %s "+
+		"(memory.kmem.tcp.limit_in_bytes, --socket-memory), so the command may pin up to %s; Unix-socket and netlink queues are not charged, %s",
+		FormatBytes(l.Memory), FormatBytes(l.SocketCap()), FormatBytes(l.Memory+l.SocketCap()), unix)
+}
+
+// FormatBytes writes n in the largest of G, M, K that divides it.
+func FormatBytes(n int64) string {
+	for _, u := range []struct {
+		s string
+		v int64
+	}{{"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if n >= u.v && n%u.v == 0 {
+			return strconv.FormatInt(n/u.v, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// ReadSysctl reads a numeric /proc/sys value such as net/core/wmem_max;
+// 0 when it cannot.
+func ReadSysctl(name string) int64 {
+	return readKey(filepath.Join("/proc/sys", name), "")
 }
 
 // Defaults stop a fork bomb and a runaway allocation without getting in
@@ -55,6 +106,9 @@ func New(name string, l Limits) (*Group, error) {
 }
 
 func newV2(name string, l Limits) (*Group, error) {
+	if l.SocketMemory > 0 {
+		return nil, fmt.Errorf("cgroup v2 charges socket buffers to the memory limit: a separate socket memory limit (%d bytes) applies to cgroup v1 only", l.SocketMemory)
+	}
 	own, err := cgroup2.NestedGroupPath("")
 	if err != nil {
 		return nil, fmt.Errorf("cgroup v2: find this process's group: %w", err)
@@ -81,8 +135,15 @@ func newV2(name string, l Limits) (*Group, error) {
 func newV1(name string, l Limits) (*Group, error) {
 	res := &specs.LinuxResources{}
 	var want []cgroup1.Name
-	if l.Memory > 0 {
-		res.Memory = &specs.LinuxMemory{Limit: &l.Memory}
+	if l.Memory > 0 || l.SocketMemory > 0 {
+		// v1 charges TCP and UDP socket buffers to the memory group only
+		// once its kmem.tcp limit is set, and then to that counter alone:
+		// without it an agent pins any amount in receive queues.
+		tcp := l.SocketCap()
+		res.Memory = &specs.LinuxMemory{KernelTCP: &tcp}
+		if l.Memory > 0 {
+			res.Memory.Limit = &l.Memory
+		}
 		want = append(want, cgroup1.Memory)
 	}
 	if l.Pids > 0 {
@@ -161,6 +222,9 @@ func (g *Group) Hit() []string {
 	if d, ok := g.dirs["memory"]; ok {
 		if readKey(filepath.Join(d, "memory.oom_control"), "oom_kill") > 0 || readKey(filepath.Join(d, "memory.failcnt"), "") > 0 {
 			hit = append(hit, "memory")
+		}
+		if readKey(filepath.Join(d, "memory.kmem.tcp.failcnt"), "") > 0 {
+			hit = append(hit, "socket memory")
 		}
 	}
 	if d, ok := g.dirs["pids"]; ok && readKey(filepath.Join(d, "pids.events"), "max") > 0 {

@@ -64,3 +64,57 @@ func TestPidsLimitStopsAForkLoop(t *testing.T) {
 	_ = cmd.Wait()
 	assert.Contains(t, g.Hit(), "pids", "the fork refusals are seen: %s", out.String())
 }
+
+func TestFormatBytes(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		want string
+	}{{64 << 20, "64M"}, {4 << 30, "4G"}, {1536 << 20, "1536M"}, {8 << 10, "8K"}, {1000, "1000"}, {0, "0"}} {
+		assert.Equal(t, c.want, FormatBytes(c.n), "%d", c.n)
+	}
+}
+
+func TestV1SocketNote(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		l    Limits
+		wmem int64
+		want []string
+	}{
+		{"cap as memory", Limits{Memory: 64 << 20}, 4 << 20, []string{"--memory 64M does not charge socket buffers", "capped separately at 64M", "up to 128M", "at most 8M each (2 x net.core.wmem_max)"}},
+		{"own cap", Limits{Memory: 1 << 30, SocketMemory: 16 << 20}, 0, []string{"capped separately at 16M", "up to 1040M", "each held only by its socket's send buffer"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			note := V1SocketNote(c.l, c.wmem)
+			for _, w := range c.want {
+				assert.Contains(t, note, w)
+			}
+			assert.NotContains(t, note, "\n", "one line")
+		})
+	}
+}
+
+// TestV1CapsSocketBuffers checks that a v1 group gets the kmem.tcp cap
+// that charges TCP and UDP socket buffers, which its memory limit leaves
+// out.
+func TestV1CapsSocketBuffers(t *testing.T) {
+	requireCgroups(t)
+	if !V1() {
+		t.Skip("cgroup v2 charges socket buffers to memory.max")
+	}
+	for _, c := range []struct {
+		name string
+		l    Limits
+		want int64
+	}{
+		{"as memory", Limits{Memory: 64 << 20}, 64 << 20},
+		{"own", Limits{Memory: 64 << 20, SocketMemory: 8 << 20}, 8 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := New(fmt.Sprintf("acpfs-limits-sock-%d", os.Getpid()), c.l)
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, g.Delete()) })
+			assert.Equal(t, c.want, readKey(filepath.Join(g.dirs["memory"], "memory.kmem.tcp.limit_in_bytes"), ""))
+		})
+	}
+}

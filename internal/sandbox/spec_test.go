@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -120,54 +119,6 @@ func TestCheckReach(t *testing.T) {
 	assert.NoError(t, CheckReach(folder, shown, 61200, 61200), "search is enough")
 	// A bind below the private directory shows nothing above it.
 	assert.NoError(t, CheckReach(filepath.Join(folder, "x"), []Bind{{Path: folder}}, 61200, 61200))
-}
-
-func TestAllocateUID(t *testing.T) {
-	dir := t.TempDir()
-	a, err := AllocateUID(dir, "G-alice")
-	require.NoError(t, err)
-	b, err := AllocateUID(dir, "G-bob")
-	require.NoError(t, err)
-	assert.NotEqual(t, a, b)
-	for _, u := range []uint32{a, b} {
-		assert.GreaterOrEqual(t, u, uint32(UIDMin))
-		assert.LessOrEqual(t, u, uint32(UIDMax))
-	}
-	again, err := AllocateUID(dir, "G-alice")
-	require.NoError(t, err)
-	assert.Equal(t, a, again, "stable")
-	assert.Equal(t, UIDSlot("G-alice"), a, "the first grant gets its slot")
-
-	// A slot already taken (recorded for another grant) moves on.
-	dir2 := t.TempDir()
-	taken := UIDSlot("G-carol")
-	require.NoError(t, os.WriteFile(filepath.Join(dir2, UIDFile), []byte(`{"uids":{"G-other":`+itoa(taken)+`}}`), 0o644))
-	c, err := AllocateUID(dir2, "G-carol")
-	require.NoError(t, err)
-	assert.NotEqual(t, taken, c)
-	assert.Contains(t, readString(t, filepath.Join(dir2, UIDFile)), `"G-carol": `+itoa(c))
-}
-
-func TestAllocateUIDConcurrently(t *testing.T) {
-	dir := t.TempDir()
-	const n = 16
-	got := make([]uint32, n)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			u, err := AllocateUID(dir, "G-agent-"+itoa(uint32(i)))
-			assert.NoError(t, err)
-			got[i] = u
-		}(i)
-	}
-	wg.Wait()
-	seen := map[uint32]bool{}
-	for _, u := range got {
-		assert.False(t, seen[u], "uid %d given twice", u)
-		seen[u] = true
-	}
 }
 
 func TestFreeUIDWraps(t *testing.T) {

@@ -26,8 +26,8 @@ const (
 	UIDMax = 65519
 )
 
-// UIDFile is the name, in the run directory, of the record that keeps
-// each grant's uid stable.
+// UIDFile is the name, in the run directory, of the record of each
+// grant's uid.
 const UIDFile = "uids.json"
 
 // uidRecord is the content of UIDFile.
@@ -35,10 +35,11 @@ type uidRecord struct {
 	// Range says which uids the file allocates from, for a reader who
 	// finds it without this documentation.
 	Range string `json:"range"`
-	// UIDs maps a grant id to its uid. A grant's uid is the slot its id
-	// hashes to, unless that slot was taken (by another grant, or by an
-	// account in /etc/passwd or /etc/group) when it was first allocated:
-	// then it is the next free one, and only this file remembers it.
+	// UIDs maps a grant id to the uid the host registry (HostRegistryDir)
+	// gave it: the slot its id hashes to, unless that slot was held (by a
+	// grant of this or another run directory, an account of /etc/passwd
+	// or /etc/group, or a running process) when it was first allocated.
+	// A run asks the registry for this uid again first.
 	UIDs map[string]uint32 `json:"uids"`
 }
 
@@ -50,60 +51,58 @@ func UIDSlot(grantID string) uint32 {
 	return UIDMin + h.Sum32()%(UIDMax-UIDMin+1)
 }
 
-// AllocateUID returns the uid of grantID, allocating it the first time:
-// the same grant always gets the same uid, and two grants never share
-// one. The allocation is recorded in dir/uids.json under an exclusive
-// lock, so concurrent runs agree.
-func AllocateUID(dir, grantID string) (uint32, error) {
-	if grantID == "" {
-		return 0, errors.New("allocate uid: empty grant id")
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, "."+UIDFile+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+// recordedUID is the uid runDir/uids.json records for grantID.
+func recordedUID(runDir, grantID string) (uint32, bool) {
+	b, err := os.ReadFile(filepath.Join(runDir, UIDFile))
 	if err != nil {
-		return 0, fmt.Errorf("allocate uid: %w", err)
+		return 0, false
+	}
+	var rec uidRecord
+	if json.Unmarshal(b, &rec) != nil {
+		return 0, false
+	}
+	u, ok := rec.UIDs[grantID]
+	return u, ok
+}
+
+// recordUID records in runDir/uids.json, under an exclusive lock so that
+// concurrent runs do not lose each other's lines, that grantID runs as
+// uid. The host registry decides; this file says, next to the grants,
+// what it decided.
+func recordUID(runDir, grantID string, uid uint32) error {
+	lock, err := os.OpenFile(filepath.Join(runDir, "."+UIDFile+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("record uid: %w", err)
 	}
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		return 0, fmt.Errorf("allocate uid: lock: %w", err)
+		return fmt.Errorf("record uid: lock: %w", err)
 	}
-	path := filepath.Join(dir, UIDFile)
+	path := filepath.Join(runDir, UIDFile)
 	rec := uidRecord{UIDs: map[string]uint32{}}
 	if b, err := os.ReadFile(path); err == nil {
 		if err := json.Unmarshal(b, &rec); err != nil {
-			return 0, fmt.Errorf("allocate uid: %s: %w", path, err)
+			return fmt.Errorf("record uid: %s: %w", path, err)
 		}
 		if rec.UIDs == nil {
 			rec.UIDs = map[string]uint32{}
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("allocate uid: %w", err)
+		return fmt.Errorf("record uid: %w", err)
 	}
-	if u, ok := rec.UIDs[grantID]; ok {
-		return u, nil
+	if u, ok := rec.UIDs[grantID]; ok && u == uid {
+		return nil
 	}
-	used := map[uint32]bool{}
-	for _, u := range rec.UIDs {
-		used[u] = true
-	}
-	for _, f := range []string{"/etc/passwd", "/etc/group"} {
-		for _, id := range accountIDs(f) {
-			used[id] = true
-		}
-	}
-	u, ok := freeUID(UIDSlot(grantID), used)
-	if !ok {
-		return 0, fmt.Errorf("allocate uid: every uid of %d-%d is taken (%s)", UIDMin, UIDMax, path)
-	}
-	rec.UIDs[grantID] = u
+	rec.UIDs[grantID] = uid
 	rec.Range = fmt.Sprintf("%d-%d", UIDMin, UIDMax)
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
-		return 0, err
+		return err
 	}
 	if err := writeAtomic(path, append(b, '\n')); err != nil {
-		return 0, fmt.Errorf("allocate uid: %w", err)
+		return fmt.Errorf("record uid: %w", err)
 	}
-	return u, nil
+	return nil
 }
 
 // freeUID probes the range from slot on, wrapping around.

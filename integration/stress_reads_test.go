@@ -1,0 +1,153 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// stressSeconds is how long TestStressReadersSeeWholeLines runs
+// (ACPFS_STRESS_SECONDS overrides it; make test keeps it short).
+func stressSeconds(t *testing.T) time.Duration {
+	if s := os.Getenv("ACPFS_STRESS_SECONDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err, "ACPFS_STRESS_SECONDS")
+		return time.Duration(n) * time.Second
+	}
+	return 12 * time.Second
+}
+
+// TestStressReadersSeeWholeLines (issue 25, findings 2 and 3): while
+// writers append through the owner's view as fast as they can, readers
+// of every view read events.jsonl (whole, and in small pieces up to its
+// end) and open protocol.json, and listers list and stat the views. No
+// read ever ends inside a line, and protocol.json is always there.
+func TestStressReadersSeeWholeLines(t *testing.T) {
+	r := newConcRig(t)
+	up := r.up()
+	own := r.owner()
+	require.NoError(t, os.WriteFile(r.path(own, primary), []byte(designSpec("Draft")), 0o644))
+
+	deadline := time.Now().Add(stressSeconds(t))
+	var accepted, reads, opens atomic.Int64
+	var wg sync.WaitGroup
+	fail := func(format string, args ...any) { r.problem(format, args...) }
+	running := func() bool { return time.Now().Before(deadline) && r.found() == "" }
+
+	// Writers: the owner's deliverable_drafted may be repeated while
+	// drafting, so every writer has something to append; they race for
+	// each seq, and losers are refused (EPERM) and try again.
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; running(); i++ {
+				if seq := r.appendEvent(own, "deliverable_drafted", fmt.Sprintf("draft %d.%d", w, i),
+					map[string]any{"doc": primary, "role": "primary"}); seq > 0 {
+					accepted.Add(1)
+				}
+			}
+		}()
+	}
+	// Readers: whole reads, and reads of a few bytes at a time, of
+	// events.jsonl; opens of protocol.json.
+	for _, a := range r.agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			small := make([]byte, 97)
+			for running() {
+				b, err := os.ReadFile(r.path(a, "events.jsonl"))
+				if err != nil {
+					fail("reader %s: events.jsonl: %v", a, err)
+					return
+				}
+				if len(b) > 0 && b[len(b)-1] != '\n' {
+					fail("reader %s: events.jsonl ends inside a line: %q", a, pmTail(b))
+					return
+				}
+				reads.Add(1)
+				if err := stressReadPieces(r.path(a, "events.jsonl"), small); err != nil {
+					fail("reader %s: %v", a, err)
+					return
+				}
+				pj, err := os.ReadFile(r.path(a, "protocol.json"))
+				if err != nil {
+					fail("reader %s: protocol.json: %v", a, err)
+					return
+				}
+				if !json.Valid(pj) {
+					fail("reader %s: protocol.json is not JSON: %q", a, pj)
+					return
+				}
+				opens.Add(1)
+			}
+		}()
+	}
+	// Listers: readdir and stat of every view, which refresh the
+	// kernel's entries while names are replaced.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for running() {
+			for _, a := range r.agents {
+				if _, err := os.ReadDir(r.view[a]); err != nil {
+					fail("lister %s: %v", a, err)
+					return
+				}
+				var st unix.Stat_t
+				if err := unix.Stat(r.path(a, "protocol.json"), &st); err != nil {
+					fail("lister %s: stat protocol.json: %v", a, err)
+					return
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	require.Empty(t, r.found())
+	t.Logf("%d appends accepted, %d whole reads, %d opens of protocol.json", accepted.Load(), reads.Load(), opens.Load())
+	assert.Positive(t, accepted.Load())
+	assert.Positive(t, opens.Load())
+	require.NoError(t, up.Stop(), up.Output())
+	pmRequireLedgerValid(t, r.ledger)
+}
+
+// stressReadPieces reads the file a few bytes at a time to its end, as
+// a program with a small buffer does, and checks that the pieces end at
+// a newline when the read stops (what it saw is whole lines).
+func stressReadPieces(p string, buf []byte) error {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	var all bytes.Buffer
+	for {
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", p, err)
+		}
+		if n == 0 {
+			break
+		}
+		all.Write(buf[:n])
+	}
+	if b := all.Bytes(); len(b) > 0 && b[len(b)-1] != '\n' {
+		return fmt.Errorf("read in pieces, events.jsonl ends inside a line: %q", pmTail(b))
+	}
+	return nil
+}
