@@ -327,8 +327,11 @@ func superviseProcess(in *os.File, pid int, procRoot string, a *connAborter, pol
 				polled(p)
 			}
 			if dying(p) {
-				if n := a.abortAll(); n > 0 {
-					slog.Warn("acpfs supervisor: the daemon died; its FUSE connections were aborted, so nothing waits on it", "pid", pid, "connections", n)
+				if n := a.abortAll(); n > 0 && !p.Gone {
+					// The case the supervisor exists for: without it, every
+					// caller of these views would hang.
+					slog.Warn("acpfs supervisor: the daemon is dying but cannot finish (a thread stuck in the kernel); its FUSE connections were aborted, so nothing waits on it",
+						"pid", pid, "leader_state", string(p.Leader), "connections", n)
 				}
 				return nil
 			}
