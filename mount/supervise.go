@@ -388,3 +388,108 @@ func fuseDescriptors(pid int) []int {
 	}
 	return out
 }
+
+// dyingWait bounds how long a new coordinator waits for a killed one to
+// finish dying (its supervisor aborts what holds it up within
+// SupervisePoll, and its lock goes with its last thread).
+const dyingWait = 5 * time.Second
+
+// flockOrOutwaitDying takes the exclusive flock on f without blocking;
+// while the holder is a coordinator that is dying, it tries again until
+// dyingWait has passed.
+func flockOrOutwaitDying(f *os.File) error {
+	deadline := time.Now().Add(dyingWait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		pid := lockHolder(f)
+		if pid <= 0 {
+			return err
+		}
+		if p, perr := readProc("/proc", pid); perr != nil || p.Gone || !dying(p) {
+			if perr == nil && p.Gone {
+				continue // gone just now: the lock is free
+			}
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Health of a view, as CheckViews finds it.
+const (
+	ViewServing   = "serving"   // its coordinator runs
+	ViewDead      = "dead"      // answers ENOTCONN: `acpfs up` clears it
+	ViewHung      = "hung"      // its daemon is dying and the connection is not aborted: callers block
+	ViewUnmounted = "unmounted" // nothing of the coordinator's is mounted there
+)
+
+// ViewHealth is one view a coordinator's status lists, with what became
+// of it and the command that clears it.
+type ViewHealth struct {
+	Agent      string `json:"agent"`
+	Mountpoint string `json:"mountpoint"`
+	State      string `json:"state"`
+	Fix        string `json:"fix,omitempty"`
+}
+
+// DaemonDying tells whether the coordinator st names is dying: its pid is
+// that process still (same start time), which was killed or has exited
+// but cannot finish (a thread stuck in the kernel holds its views).
+func (st CoordinatorStatus) DaemonDying() bool {
+	if st.PID <= 0 {
+		return false
+	}
+	p, err := readProc("/proc", st.PID)
+	if err != nil || p.Gone || !dying(p) {
+		return false
+	}
+	if _, start, err := procStat(st.PID); err != nil || (st.PIDStart != 0 && start != st.PIDStart) {
+		return false
+	}
+	return true
+}
+
+// CheckViews tells, for each view of a coordinator that is not running,
+// whether it is dead (ENOTCONN), hung (its daemon is dying with the
+// connection alive, so every caller blocks) or gone. A hung view is told
+// from the daemon's state, never by touching it: a stat on it would hang
+// the caller too. The views of a running coordinator are reported
+// serving.
+func CheckViews(st CoordinatorStatus) []ViewHealth {
+	out := make([]ViewHealth, len(st.Views))
+	dyingNow := !st.Running() && st.DaemonDying()
+	var wg sync.WaitGroup
+	for i, v := range st.Views {
+		out[i] = ViewHealth{Agent: v.Agent, Mountpoint: v.Mountpoint, State: ViewServing}
+		if st.Running() {
+			continue
+		}
+		mi, ok, err := mountAt(realPath(v.Mountpoint))
+		if err != nil || !ok || !mi.IsView() || (v.Dev != "" && mi.Dev != v.Dev) {
+			out[i].State = ViewUnmounted
+			continue
+		}
+		if dyingNow {
+			out[i].State = ViewHung
+			out[i].Fix = fmt.Sprintf("acpfs umount --force %s", v.Mountpoint)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch probeMount(v.Mountpoint) {
+			case mountDead:
+				out[i].State, out[i].Fix = ViewDead, "acpfs up (it detaches the dead view)"
+			case mountHung:
+				out[i].State, out[i].Fix = ViewHung, fmt.Sprintf("acpfs umount --force %s", v.Mountpoint)
+			default:
+				out[i].State = ViewServing // someone else's daemon serves it now
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
