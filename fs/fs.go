@@ -130,6 +130,8 @@ type FS struct {
 	// attached is set once go-fuse has adopted the root, so that cache
 	// invalidations have an inode tree to act on.
 	attached atomic.Bool
+	// notifyq sends the watcher's cache invalidations (notifyq.go).
+	notifyq notifyQueue
 	// watch is the watcher that invalidates this view's kernel caches;
 	// while it vouches for the folder, the kernel keeps entries and
 	// attributes for CacheTimeout.

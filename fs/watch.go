@@ -247,7 +247,7 @@ func (f *FS) invalidate(rel string, entry bool) {
 	if dir == nil {
 		if entry {
 			for _, d := range chain {
-				d.NotifyContent(0, 0)
+				f.queueContent(d)
 			}
 		}
 		return
@@ -258,16 +258,16 @@ func (f *FS) invalidate(rel string, entry bool) {
 			// What the kernel keeps of the old entry and below it (a
 			// directory moved away, replaced, or made anew) goes too: a
 			// lookup of the name may find the same inode again.
-			dropSubtree(ch)
+			f.dropSubtree(ch)
 		}
-		dir.NotifyEntry(name)
+		f.queueEntry(dir, name)
 		for _, d := range chain {
-			d.NotifyContent(0, 0)
+			f.queueContent(d)
 		}
 		return
 	}
 	if ch := dir.GetChild(name); ch != nil {
-		ch.NotifyContent(0, 0)
+		f.queueContent(ch)
 	}
 }
 
@@ -280,11 +280,11 @@ func secondName(p string) bool {
 
 // dropSubtree drops the attributes, pages and listings the kernel keeps of
 // n and of every inode it knows below it.
-func dropSubtree(n *gofs.Inode) {
-	n.NotifyContent(0, 0)
+func (f *FS) dropSubtree(n *gofs.Inode) {
+	f.queueContent(n)
 	if n.IsDir() {
 		for _, ch := range n.Children() {
-			dropSubtree(ch)
+			f.dropSubtree(ch)
 		}
 	}
 }
