@@ -275,11 +275,11 @@ func (f *FS) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 		// A path handed over (or no longer) changes from the live file to
 		// the snapshot (or back): drop the cached entry either way.
 		for rel := range handoffs {
-			f.invalidate(rel, true)
+			f.invalidateNow(rel, true)
 		}
 		if old != nil {
 			for rel := range old.handoffs {
-				f.invalidate(rel, true)
+				f.invalidateNow(rel, true)
 			}
 		}
 	}
