@@ -328,9 +328,10 @@ func superviseProcess(in *os.File, pid int, procRoot string, a *connAborter, pol
 			}
 			if dying(p) {
 				if n := a.abortAll(); n > 0 && !p.Gone {
-					// The case the supervisor exists for: without it, every
-					// caller of these views would hang.
-					slog.Warn("acpfs supervisor: the daemon is dying but cannot finish (a thread stuck in the kernel); its FUSE connections were aborted, so nothing waits on it",
+					// Threads are left: if one is stuck in the kernel on a
+					// view, every caller of these views would hang but for
+					// this abort.
+					slog.Warn("acpfs supervisor: the daemon is dying with threads left; its FUSE connections were aborted, so nothing waits on it",
 						"pid", pid, "leader_state", string(p.Leader), "connections", n)
 				}
 				return nil

@@ -195,6 +195,31 @@ func TestSuperviseZombieLeader(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, p.Gone)
 	assert.Equal(t, byte('Z'), p.Leader)
+	// `acpfs status` takes such a coordinator as dying (its views hang),
+	// but not once its pid names another process.
+	_, start, err := procStat(c.Process.Pid)
+	require.NoError(t, err)
+	assert.True(t, CoordinatorStatus{PID: c.Process.Pid, PIDStart: start}.DaemonDying())
+	assert.False(t, CoordinatorStatus{PID: c.Process.Pid, PIDStart: start + 1}.DaemonDying())
+}
+
+// TestDaemonDyingLive: a running or stopped coordinator is not dying.
+func TestDaemonDyingLive(t *testing.T) {
+	c := exec.Command("sleep", "1000")
+	require.NoError(t, c.Start())
+	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	st := CoordinatorStatus{PID: c.Process.Pid}
+	assert.False(t, st.DaemonDying())
+	require.NoError(t, c.Process.Signal(syscall.SIGSTOP))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if p, err := readProc("/proc", c.Process.Pid); err == nil && p.Leader == 'T' {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "never stopped")
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.False(t, st.DaemonDying(), "a stopped coordinator answers once continued")
 }
 
 // TestSuperviseNormalExit: a daemon that unmounted its views ("-7") and
