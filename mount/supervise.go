@@ -198,11 +198,11 @@ func newConnAborter() *connAborter {
 	return &connAborter{files: map[string]*os.File{}, pend: map[string]bool{}}
 }
 
-// add remembers connection minor and opens its abort file.
+// add remembers connection minor and opens its abort file. A number
+// seen before is a new connection that reuses it: its file is opened
+// again.
 func (a *connAborter) add(minor string) {
-	if _, ok := a.files[minor]; ok {
-		return
-	}
+	a.remove(minor)
 	f, err := openAbortFile(minor)
 	if err != nil {
 		slog.Warn("supervisor: cannot open the abort file of a FUSE connection; will try again if the daemon dies", "connection", minor, "err", err)
