@@ -78,7 +78,12 @@ func TestCrashKillUpUnderLoad(t *testing.T) {
 			// The last start: it serves, and stops cleanly.
 			_, err := os.ReadFile(r.path(own, "events.jsonl"))
 			require.NoError(t, err)
+			sup := requireSupervisorHoldsNoFUSE(t, up.PID())
 			require.NoError(t, up.Stop(), up.Output())
+			// The supervisor ends with its daemon (Stop waited for the
+			// output they share to close).
+			st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", sup))
+			assert.True(t, err != nil || strings.Contains(string(st), ") Z "), "the supervisor outlived its daemon: %s", st)
 			break
 		}
 		stop := make(chan struct{})
@@ -222,6 +227,14 @@ func TestCrashKillUpUnderLoad(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		require.Empty(t, r.found())
+		if round == 0 {
+			// status says what became of the views, and what clears them.
+			out, stderr, code := acpfs(t, "status", "--runs", r.runs)
+			assert.Equal(t, 2, code, "%s%s", out, stderr)
+			assert.Contains(t, stderr, fmt.Sprintf("%d view(s) are dead (ENOTCONN): run `acpfs up` again: it clears them", len(r.agents)))
+			assert.Contains(t, out, "[dead]")
+			assert.NotContains(t, out, "[hung]")
+		}
 		// The supervisor says when it aborted a daemon that still had
 		// threads (among them, one stuck is the hang this test is about).
 		rescued := strings.Contains(up.Output(), "dying with threads left")
@@ -246,10 +259,10 @@ func TestCrashKillUpUnderLoad(t *testing.T) {
 	pmRequireLedgerValid(t, r.ledger)
 }
 
-// requireSupervisorHoldsNoFUSE finds the supervisor of daemon pid and
-// requires that it holds no /dev/fuse descriptor (it would keep the
+// requireSupervisorHoldsNoFUSE finds the supervisor of daemon pid (and
+// returns its pid) and requires that it holds no /dev/fuse descriptor (it would keep the
 // connections alive itself) and no directory of a view.
-func requireSupervisorHoldsNoFUSE(t *testing.T, pid int) {
+func requireSupervisorHoldsNoFUSE(t *testing.T, pid int) int {
 	t.Helper()
 	var sup int
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
@@ -271,6 +284,7 @@ func requireSupervisorHoldsNoFUSE(t *testing.T, pid int) {
 	}
 	cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", sup))
 	assert.Equal(t, "/", cwd)
+	return sup
 }
 
 // describeProcess lists where the threads of pid are blocked.
