@@ -2,7 +2,7 @@ package main
 
 import (
 	"errors"
-	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -34,9 +34,12 @@ func newSuperviseCmd() *cobra.Command {
 
 // startSupervisor starts the daemon's supervisor (see
 // mount.StartSupervisor); it must run before the first view is mounted.
+// A supervisor that cannot start costs only the protection it gives: the
+// views are served anyway, and the operator is told what a crash would
+// then need.
 func startSupervisor() error {
 	if err := mount.StartSupervisor(superviseName); err != nil {
-		return withCode(exitMount, fmt.Errorf("a dead daemon's views would hang: %w", err))
+		slog.Warn("no supervisor: if this daemon dies with a thread stuck in the kernel, its views hang until `acpfs umount --force`", "err", err)
 	}
 	return nil
 }
