@@ -193,7 +193,7 @@ type Agent struct {
 	Refused    []Event  `json:"refused"` // denied, frozen_refused, append_rejected (and their denied_repeat), but for noise
 	Noise      []Event  `json:"noise"`   // refusals of temporary/tool noise, not of real paths (see IsToolNoise)
 	Violations []Event  `json:"violations"`
-	Writes     int64    `json:"writes"` // write, append_accepted and append_recovered records
+	Writes     int64    `json:"writes"` // write, append_accepted and append_recovered records, and the repeats write_repeat counts
 
 	lastGrant string
 	// hashDue maps the seq of each read recorded without its content
@@ -467,7 +467,7 @@ func (a *Auditor) grantFor(r ledger.Record) (*Grant, string) {
 // isRepeat reports whether r aggregates repeats of a record already
 // written in full.
 func isRepeat(r ledger.Record) bool {
-	return r.Kind == ledger.KindReadRepeat || r.Kind == ledger.KindDeniedRepeat
+	return r.Kind == ledger.KindReadRepeat || r.Kind == ledger.KindDeniedRepeat || r.Kind == ledger.KindWriteRepeat
 }
 
 // repeats is how many accesses r stands for: its Count for an aggregate
@@ -585,8 +585,8 @@ func (a *Auditor) Add(r ledger.Record) {
 		a.addReadHash(ag, r)
 	case ledger.KindDenied, ledger.KindFrozenRefused, ledger.KindAppendRejected, ledger.KindDeniedRepeat:
 		a.addRefusal(ag, r)
-	case ledger.KindWrite, ledger.KindAppendAccepted, ledger.KindAppendRecovered:
-		ag.Writes++
+	case ledger.KindWrite, ledger.KindAppendAccepted, ledger.KindAppendRecovered, ledger.KindWriteRepeat:
+		ag.Writes += repeats(r)
 		if r.Path != "" {
 			a.cell(r.Path, ag.Agent).Written = true
 		}

@@ -1,20 +1,26 @@
 package fs
 
 import (
+	"container/list"
 	"context"
 	"log/slog"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/acpfs/acpfs/ledger"
 )
 
 // Audit levels: how much of the reading a view records.
 const (
-	// AuditCompact records the first read of each (path, content hash)
-	// and each distinct refusal in full, and counts their repeats in
-	// read_repeat and denied_repeat records. The audit's facts (who read
-	// what content, what was refused) are all kept.
+	// AuditCompact records the first read of each (path, content hash),
+	// each distinct refusal and the first no-op change (an open for
+	// writing that wrote nothing, a change of times only) of each path in
+	// full, and counts their repeats in read_repeat, denied_repeat and
+	// write_repeat records. The audit's facts (who read what content,
+	// what was refused, who changed what) are all kept.
 	AuditCompact = ""
 	// AuditOpens records every open in full.
 	AuditOpens = "opens"
@@ -27,12 +33,16 @@ const (
 	// ledger.
 	repeatFlush = 10 * time.Second
 	// maxRepeatKeys bounds the memory of the aggregation per view; past
-	// it, new keys are recorded in full, as with AuditOpens.
+	// it, the key used least recently is forgotten (its next occurrence
+	// is recorded in full again).
 	maxRepeatKeys = 1 << 17
+	// maxPending bounds the repeat counts held between two flushes: past
+	// it they are flushed at once.
+	maxPending = 1 << 12
 )
 
 // repeatKey is one aggregated fact. Reads are keyed by content hash,
-// refusals by operation and reason.
+// refusals by operation and reason, no-op changes by operation.
 type repeatKey struct {
 	kind, op, path, sha, why string
 	// ver is the file version of a read recorded before its hash was
@@ -45,19 +55,62 @@ type repeatCount struct {
 	first, last time.Time
 }
 
+// readPath is a read key without its content: one path read one way.
+type readPath struct{ op, path string }
+
 // repeats aggregates the records of one view.
 type repeats struct {
 	mu      sync.Mutex
-	seen    map[repeatKey]*repeatCount
+	seen    map[repeatKey]*list.Element // of lru
+	lru     *list.List                  // the keys of seen, most recently used first
 	pending map[repeatKey]*repeatCount
-	stop    chan struct{}
-	done    chan struct{}
+	// latest is the one content of each path whose reads count as
+	// repeats. A file rewritten 60,000 times has 60,000 versions, each
+	// read recorded in full as it comes; only the last one can be read
+	// again, so only its key is kept (a content that comes back is
+	// recorded in full once more, which costs a record, not memory).
+	latest map[readPath]repeatKey
+	stop   chan struct{}
+	done   chan struct{}
+	// kick asks the flusher for a flush before its tick (maxPending).
+	kick chan struct{}
 	// refusals counts the distinct refusals in seen.
 	refusals int
 }
 
 func newRepeats() *repeats {
-	return &repeats{seen: map[repeatKey]*repeatCount{}, pending: map[repeatKey]*repeatCount{}}
+	return &repeats{seen: map[repeatKey]*list.Element{}, lru: list.New(), pending: map[repeatKey]*repeatCount{},
+		latest: map[readPath]repeatKey{}, kick: make(chan struct{}, 1)}
+}
+
+// refusal reports whether k is a refusal's key.
+func (k repeatKey) refusal() bool {
+	return k.kind != ledger.KindRead && k.kind != ledger.KindList && k.kind != ledger.KindWrite
+}
+
+// hasLocked reports whether k was recorded in full, and marks it used.
+func (r *repeats) hasLocked(k repeatKey) bool {
+	e, ok := r.seen[k]
+	if ok {
+		r.lru.MoveToFront(e)
+	}
+	return ok
+}
+
+// forgetLocked drops k from the keys recorded in full.
+func (r *repeats) forgetLocked(k repeatKey) {
+	e, ok := r.seen[k]
+	if !ok {
+		return
+	}
+	r.lru.Remove(e)
+	delete(r.seen, k)
+	if k.refusal() {
+		r.refusals--
+	}
+	if p := (readPath{op: k.op, path: k.path}); k.kind == ledger.KindRead && r.latest[p] == k {
+		delete(r.latest, p)
+	}
 }
 
 // again reports whether k was recorded in full before, and counts it if
@@ -66,13 +119,19 @@ func newRepeats() *repeats {
 func (r *repeats) again(k repeatKey, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.seen[k]; !ok {
+	if !r.hasLocked(k) {
 		return false
 	}
 	c := r.pending[k]
 	if c == nil {
 		c = &repeatCount{first: now}
 		r.pending[k] = c
+		if len(r.pending) >= maxPending {
+			select {
+			case r.kick <- struct{}{}:
+			default: // a flush is asked for already
+			}
+		}
 	}
 	c.n++
 	c.last = now
@@ -86,7 +145,7 @@ const maxRefusalPaths = 4096
 func (r *repeats) crowded(k repeatKey) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.seen[k]; ok {
+	if r.hasLocked(k) {
 		return false
 	}
 	return r.refusals >= maxRefusalPaths
@@ -95,13 +154,25 @@ func (r *repeats) crowded(k repeatKey) bool {
 // recorded remembers that k's full record is in the ledger.
 func (r *repeats) recorded(k repeatKey) {
 	r.mu.Lock()
-	if len(r.seen) < maxRepeatKeys {
-		r.seen[k] = &repeatCount{}
-		if k.kind != ledger.KindRead && k.kind != ledger.KindList {
-			r.refusals++
-		}
+	defer r.mu.Unlock()
+	if r.hasLocked(k) {
+		return
 	}
-	r.mu.Unlock()
+	if k.kind == ledger.KindRead {
+		// A new content of the path supersedes the one before.
+		p := readPath{op: k.op, path: k.path}
+		if old, ok := r.latest[p]; ok {
+			r.forgetLocked(old)
+		}
+		r.latest[p] = k
+	}
+	r.seen[k] = r.lru.PushFront(k)
+	if k.refusal() {
+		r.refusals++
+	}
+	if len(r.seen) > maxRepeatKeys {
+		r.forgetLocked(r.lru.Back().Value.(repeatKey))
+	}
 }
 
 // take returns the pending counts and starts new ones.
@@ -131,6 +202,37 @@ func (f *FS) recordOnce(ctx context.Context, k repeatKey, rec func() error) erro
 	return nil
 }
 
+// recordNoop records a permitted change that changes no byte: an open
+// for writing closed without a write through it, or a change of times
+// only. Each is a fact of the path the audit needs once; a loop of them
+// must not grow the ledger, so repeats are counted in write_repeat
+// records, as repeated reads are.
+func (f *FS) recordNoop(ctx context.Context, op, rel, detail string) error {
+	k := repeatKey{kind: ledger.KindWrite, op: op, path: rel, why: detail}
+	return f.recordOnce(ctx, k, func() error { return f.record(ctx, ledger.KindWrite, op, rel, "", detail) })
+}
+
+// timesOnly reports whether a setattr changes the times of a file and
+// nothing else (touch, utime, utimensat).
+func timesOnly(in *fuse.SetAttrIn) bool {
+	const times = fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW
+	const other = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FATTR_SIZE | fuse.FATTR_KILL_SUIDGID
+	return in.Valid&times != 0 && in.Valid&other == 0
+}
+
+// recordSetattr records a setattr before it is made (see recordChange);
+// one of times only is a no-op change (recordNoop).
+func (f *FS) recordSetattr(ctx context.Context, op, rel string, in *fuse.SetAttrIn) syscall.Errno {
+	if !timesOnly(in) {
+		return f.recordChange(ctx, op, rel, "")
+	}
+	if err := f.recordNoop(ctx, op, rel, "times only"); err != nil {
+		f.ledgerDown(op, rel, err)
+		return syscall.EIO
+	}
+	return 0
+}
+
 // recordListing records a directory listing, once per directory and view
 // session by default: which directories an agent listed is the fact the
 // audit needs, and a loop of readdir calls must not grow the ledger.
@@ -141,7 +243,7 @@ func (f *FS) recordListing(ctx context.Context, rel string) error {
 	}
 	k := repeatKey{kind: ledger.KindList, path: rel}
 	f.repeats.mu.Lock()
-	_, seen := f.repeats.seen[k]
+	seen := f.repeats.hasLocked(k)
 	f.repeats.mu.Unlock()
 	if seen {
 		return nil
@@ -167,6 +269,8 @@ func (f *FS) startRepeats() {
 				return
 			case <-t.C:
 				f.FlushRepeats()
+			case <-f.repeats.kick:
+				f.FlushRepeats()
 			}
 		}
 	}()
@@ -181,7 +285,8 @@ func (f *FS) stopRepeats() {
 	f.FlushRepeats()
 }
 
-// FlushRepeats writes the counts of repeated reads and refusals gathered
+// FlushRepeats writes the counts of repeated reads, refusals and no-op
+// changes gathered
 // since the last flush. It runs every repeatFlush and when the view
 // stops.
 func (f *FS) FlushRepeats() {
@@ -191,9 +296,12 @@ func (f *FS) FlushRepeats() {
 	}
 	g := f.view.Load().grant
 	for k, c := range p {
-		kind := ledger.KindReadRepeat
-		if k.kind != ledger.KindRead {
-			kind = ledger.KindDeniedRepeat
+		kind := ledger.KindDeniedRepeat
+		switch k.kind {
+		case ledger.KindRead:
+			kind = ledger.KindReadRepeat
+		case ledger.KindWrite:
+			kind = ledger.KindWriteRepeat
 		}
 		sha := k.sha
 		if sha == "" && k.ver != (fileVersion{}) {

@@ -3,9 +3,8 @@ package fs
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
+	"github.com/acpfs/acpfs/internal/digest"
 	"io"
 	"log/slog"
 	"os"
@@ -44,15 +43,21 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	// The protocol files are never opened for writing on the backing
 	// folder: their writes are validated and applied by acpfs.
 	oflags := int(flags) &^ (unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY)
+	deferRecord := false
 	if managed(rel) {
 		oflags = unix.O_RDONLY
-	} else if writing && t.e.kind == kindFile {
-		// Recorded before the open, which may already change the file
-		// (O_TRUNC).
+	} else if writing && flags&syscall.O_TRUNC != 0 && t.e.kind == kindFile {
+		// Recorded before the open, which already changes the file.
 		if errno := f.recordChange(ctx, "open", rel, ""); errno != 0 {
 			t.close()
 			return nil, 0, errno
 		}
+	} else if writing {
+		// Recorded before the first change made through the handle, or
+		// at its release as a no-op (recordNoop): an open that writes
+		// nothing changes nothing, and a loop of them must not grow the
+		// ledger by a full record each.
+		deferRecord = true
 	}
 	t, fd, errno := f.openJudged(ctx, t, o, oflags)
 	if errno != 0 {
@@ -94,6 +99,7 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 		return pf, fuse.FOPEN_DIRECT_IO, 0
 	case writing:
 		h.writable = true
+		h.unrecorded.Store(deferRecord)
 		h.appending = flags&syscall.O_APPEND != 0
 		if h.appending {
 			// The kernel turns O_APPEND into writes at the size it has
@@ -164,7 +170,7 @@ func (f *FS) recordOpenRead(ctx context.Context, rel string, fd int, pjson []byt
 	}
 	ver := versionOf(&st)
 	if pjson != nil {
-		return ver, f.recordRead(ctx, rel, digest(pjson), "")
+		return ver, f.recordRead(ctx, rel, digest.Bytes(pjson), "")
 	}
 	return f.recordReadOf(ctx, rel, fd, ver, "")
 }
@@ -218,6 +224,10 @@ type handle struct {
 	// placeGen is the entryGen at which the file was last seen at its
 	// name (see inPlace).
 	placeGen atomic.Uint64
+	// unrecorded: the open for writing is not in the ledger yet; its
+	// write record comes before the first change (recordFirstChange).
+	recMu      sync.Mutex
+	unrecorded atomic.Bool
 }
 
 var (
@@ -396,6 +406,29 @@ func (h *handle) recordNewVersion(ctx context.Context) syscall.Errno {
 	return 0
 }
 
+// noopOpen is the detail of the record of an open for writing that wrote
+// nothing.
+const noopOpen = "opened for writing, closed without a write through the descriptor"
+
+// recordFirstChange writes the record of the open for writing before the
+// first change made through the handle. Without its record the change
+// does not happen (see recordChange).
+func (h *handle) recordFirstChange(ctx context.Context) syscall.Errno {
+	if !h.unrecorded.Load() {
+		return 0
+	}
+	h.recMu.Lock()
+	defer h.recMu.Unlock()
+	if !h.unrecorded.Load() {
+		return 0
+	}
+	if errno := h.fsys.recordChange(ctx, "open", h.rel, ""); errno != 0 {
+		return errno
+	}
+	h.unrecorded.Store(false)
+	return 0
+}
+
 // ownChange notes that this descriptor changed the file itself: reading
 // back its own bytes is no new version for the ledger.
 func (h *handle) ownChange() {
@@ -442,6 +475,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (n uint32, e
 	if errno := h.writeCheck(ctx, "write"); errno != 0 {
 		return 0, errno
 	}
+	if errno := h.recordFirstChange(ctx); errno != 0 {
+		return 0, errno
+	}
 	grow := growth(h.fd(), off, int64(len(data)), h.appending)
 	if errno := h.fsys.chargeGrowth(ctx, "write", h.rel, grow); errno != 0 {
 		return 0, errno
@@ -465,6 +501,9 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (e
 	if errno := h.writeCheck(ctx, "fallocate"); errno != 0 {
 		return errno
 	}
+	if errno := h.recordFirstChange(ctx); errno != 0 {
+		return errno
+	}
 	grow := int64(0)
 	if mode&unix.FALLOC_FL_KEEP_SIZE == 0 {
 		grow = growth(h.fd(), int64(off), int64(size), false)
@@ -486,6 +525,13 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	if h.unrecorded.Load() {
+		// Opened for writing, nothing written through it: still a fact
+		// of the path, recorded once in full and then counted.
+		if err := h.fsys.recordNoop(ctx, "open", h.rel, noopOpen); err != nil {
+			slog.Error("ledger: cannot record an open for writing", "path", h.rel, "err", err)
+		}
+	}
 	h.fsys.handles.remove(h)
 	h.fsys.handleClosed()
 	return h.lf.Release(ctx)
@@ -856,10 +902,4 @@ func (f *FS) protocolAttr(a *fuse.Attr) {
 		a.Size = uint64(len(data))
 		a.Blocks = (a.Size + 511) / 512
 	}
-}
-
-// digest is the hex SHA-256 of data.
-func digest(data []byte) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
 }

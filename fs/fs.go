@@ -499,7 +499,7 @@ func (f *FS) frozen(rel string) bool {
 // policy is the policy input of the grant in force.
 func (f *FS) policy() policy {
 	v := f.view.Load()
-	return policy{m: v.matcher, handoffs: v.handoffs, frozen: f.frozen}
+	return policy{m: v.matcher, handoffs: v.handoffs, frozen: f.frozen, deliverable: f.deliverable}
 }
 
 // managed reports whether rel is a protocol file that only acpfs writes.

@@ -17,10 +17,25 @@ import (
 // that the SHA-256 in each read record costs one hash per file version,
 // not one per open. A file whose size, mtime or ctime changed is hashed
 // again; ctime moves on every write, even one that restores the mtime.
+//
+// Only the last version of each file is kept: a version whose file has
+// changed since never comes back (ctime only moves forward), so a file
+// rewritten 60,000 times costs one entry, not 60,000.
 type hashCache struct {
 	mu sync.Mutex
-	m  map[fileVersion]string
+	m  map[fileID]versionHash
 }
+
+// fileID names a file (not one of its versions): device and inode.
+type fileID struct{ dev, ino uint64 }
+
+// versionHash is the hash of one version of a file.
+type versionHash struct {
+	v   fileVersion
+	sha string
+}
+
+func (v fileVersion) id() fileID { return fileID{dev: v.dev, ino: v.ino} }
 
 type fileVersion struct {
 	dev, ino, size   uint64
@@ -50,18 +65,24 @@ const maxCachedHashes = 1 << 16
 func (c *hashCache) get(v fileVersion) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s, ok := c.m[v]
-	return s, ok
+	e, ok := c.m[v.id()]
+	if !ok || e.v != v {
+		return "", false
+	}
+	return e.sha, true
 }
 
 // put caches the hash of version v.
 func (c *hashCache) put(v fileVersion, s string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxCachedHashes {
-		c.m = make(map[fileVersion]string)
+	if e, ok := c.m[v.id()]; ok && e.v.ctimeNs > v.ctimeNs {
+		return // a hash of an older version, finished late
 	}
-	c.m[v] = s
+	if c.m == nil || len(c.m) >= maxCachedHashes {
+		c.m = make(map[fileID]versionHash)
+	}
+	c.m[v.id()] = versionHash{v: v, sha: s}
 }
 
 // hashFile hashes the open file fd and returns the version it hashed: the

@@ -33,11 +33,11 @@ const maxStoredHashes = 1 << 16
 type hashStore struct {
 	mu    sync.Mutex
 	path  string
-	m     map[fileVersion]string
-	order []fileVersion // insertion order, for compaction
-	f     *os.File      // nil when the store is memory-only
-	lines int           // lines in the file
-	refs  int           // views using it (under storesMu)
+	m     map[fileID]versionHash // the last version of each file (see hashCache)
+	order []fileID               // insertion order, for compaction
+	f     *os.File               // nil when the store is memory-only
+	lines int                    // lines in the file
+	refs  int                    // views using it (under storesMu)
 }
 
 var (
@@ -55,7 +55,7 @@ func openHashStore(path string) *hashStore {
 		s.refs++
 		return s
 	}
-	s := &hashStore{path: path, m: map[fileVersion]string{}, refs: 1}
+	s := &hashStore{path: path, m: map[fileID]versionHash{}, refs: 1}
 	if err := s.load(); err != nil {
 		slog.Warn("content hash store not used; hashes are kept in memory only", "path", path, "err", err)
 		if s.f != nil {
@@ -135,16 +135,23 @@ func parseStoreLine(line string) (fileVersion, string, bool) {
 	return fileVersion{dev: uint64(n[0]), ino: uint64(n[1]), size: uint64(n[2]), mtimeNs: n[3], ctimeNs: n[4]}, f[5], true
 }
 
+// setLocked keeps sha as the hash of v, unless a later version of its
+// file is known: only the last one can still be read.
 func (s *hashStore) setLocked(v fileVersion, sha string) {
-	if _, ok := s.m[v]; !ok {
-		s.order = append(s.order, v)
+	id := v.id()
+	old, ok := s.m[id]
+	if ok && old.v.ctimeNs > v.ctimeNs {
+		return
 	}
-	s.m[v] = sha
+	if !ok {
+		s.order = append(s.order, id)
+	}
+	s.m[id] = versionHash{v: v, sha: sha}
 	if len(s.m) > maxStoredHashes {
 		for _, old := range s.order[:len(s.order)/2] {
 			delete(s.m, old)
 		}
-		s.order = append([]fileVersion(nil), s.order[len(s.order)/2:]...)
+		s.order = append([]fileID(nil), s.order[len(s.order)/2:]...)
 	}
 }
 
@@ -155,8 +162,11 @@ func (s *hashStore) get(v fileVersion) (string, bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sha, ok := s.m[v]
-	return sha, ok
+	e, ok := s.m[v.id()]
+	if !ok || e.v != v {
+		return "", false
+	}
+	return e.sha, true
 }
 
 // put stores the hash of v, in the file too.
@@ -166,7 +176,7 @@ func (s *hashStore) put(v fileVersion, sha string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.m[v]; ok && old == sha {
+	if old, ok := s.m[v.id()]; ok && (old.v == v && old.sha == sha || old.v.ctimeNs > v.ctimeNs) {
 		return
 	}
 	s.setLocked(v, sha)
@@ -182,7 +192,9 @@ func (s *hashStore) put(v fileVersion, sha string) {
 		return
 	}
 	s.lines++
-	if s.lines > 2*maxStoredHashes {
+	// Lines of versions since superseded are dropped too: a file
+	// rewritten 60,000 times must not leave 60,000 lines.
+	if s.lines > 2*maxStoredHashes || s.lines > 2*len(s.m)+1024 {
 		s.compactLocked()
 	}
 }
@@ -190,9 +202,9 @@ func (s *hashStore) put(v fileVersion, sha string) {
 // compactLocked rewrites the file with the hashes in memory.
 func (s *hashStore) compactLocked() {
 	var b strings.Builder
-	for _, v := range s.order {
-		if sha, ok := s.m[v]; ok {
-			b.WriteString(storeLine(v, sha))
+	for _, id := range s.order {
+		if e, ok := s.m[id]; ok {
+			b.WriteString(storeLine(e.v, e.sha))
 		}
 	}
 	// A cache: losing it costs hashing again, but a torn one must not be

@@ -171,7 +171,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if sizeSet {
 		op = "truncate"
 	}
-	if errno := f.recordChange(ctx, op, rel, ""); errno != 0 {
+	if errno := f.recordSetattr(ctx, op, rel, in); errno != 0 {
 		return errno
 	}
 	// The descriptor to act on: the open file when the kernel names one,

@@ -120,6 +120,9 @@ type policy struct {
 	m        *grants.Matcher
 	handoffs map[string]string
 	frozen   func(rel string) bool
+	// deliverable reports whether rel is a deliverable protocol.json
+	// names or a directory holding one (nil: none).
+	deliverable func(rel string) bool
 }
 
 // verdict is the answer of the policy to one op on one path.
@@ -202,6 +205,11 @@ func decide(o op, rel string, e entry, p policy) verdict {
 		if requiredDocs[rel] && (o == opUnlink || o == opRenameFrom) {
 			// Renaming another file over it (an editor's save) is fine.
 			return refuse(syscall.EPERM, ledger.KindDenied, "a document the protocol requires can be edited, not removed or renamed away")
+		}
+		if (o == opUnlink || o == opRenameFrom || o == opRmdir) && p.deliverable != nil && p.deliverable(rel) {
+			// The same for the deliverables protocol.json names, and the
+			// directories that hold them.
+			return refuse(syscall.EPERM, ledger.KindDenied, "a deliverable protocol.json names can be edited, not removed or renamed away")
 		}
 		return allow
 	default: // classMake

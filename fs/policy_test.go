@@ -280,3 +280,58 @@ func TestShowsAllDecidesDirectoryAttributes(t *testing.T) {
 	assert.Equal(t, before.Attr.Ctime, after.Attr.Ctime)
 	assert.Equal(t, before.Attr.Blocks, after.Attr.Blocks)
 }
+
+// TestDecideDeliverables: the deliverables protocol.json names are kept
+// like the required documents. They can be opened for writing, changed
+// and saved over (an editor's rename onto them), not removed or renamed
+// away, and neither can the directories holding them.
+func TestDecideDeliverables(t *testing.T) {
+	m, err := grants.Compile(policyGrant(), grants.MatcherOptions{})
+	require.NoError(t, err)
+	named := []string{"deliverables/design-spec.md", "deliverables/sub/notes.md"}
+	p := policy{m: m, deliverable: func(rel string) bool { return underAny(rel, named) }}
+	file, dir := entry{kind: kindFile}, entry{kind: kindDir}
+	cases := []struct {
+		name string
+		o    op
+		rel  string
+		e    entry
+		want expect
+	}{
+		{"primary: unlink", opUnlink, "deliverables/design-spec.md", file, eperm},
+		{"primary: rename away", opRenameFrom, "deliverables/design-spec.md", file, eperm},
+		{"primary: saved over by a rename onto it", opRenameTo, "deliverables/design-spec.md", file, ok},
+		{"primary: opened for writing", opOpenWrite, "deliverables/design-spec.md", file, ok},
+		{"primary: truncated", opTruncate, "deliverables/design-spec.md", file, ok},
+		{"primary: times set", opSetattr, "deliverables/design-spec.md", file, ok},
+		{"supporting: unlink", opUnlink, "deliverables/sub/notes.md", file, eperm},
+		{"supporting: rename away", opRenameFrom, "deliverables/sub/notes.md", file, eperm},
+		{"directory holding one: rename", opRenameFrom, "deliverables", dir, eperm},
+		{"directory holding one: rmdir", opRmdir, "deliverables/sub", dir, eperm},
+		{"another file beside it: unlink", opUnlink, "deliverables/draft.md", file, ok},
+		{"another file beside it: rename", opRenameFrom, "deliverables/draft.md", file, ok},
+		{"a directory holding none: rename", opRenameFrom, "deliverables/other", dir, ok},
+		{"a name sharing its prefix: unlink", opUnlink, "deliverables/design-spec.md.bak", file, ok},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := decide(tc.o, tc.rel, tc.e, p)
+			assert.Equal(t, tc.want.errno, v.errno, "errno (%s)", v.why)
+			assert.Equal(t, tc.want.record, v.record, "ledger kind (%s)", v.why)
+		})
+	}
+}
+
+// TestDeliverablesFromProtocol: the kept set is what protocol.json names.
+func TestDeliverablesFromProtocol(t *testing.T) {
+	f, _, _ := checkpointFS(t)
+	for rel, want := range map[string]bool{
+		"deliverables/design-spec.md": true,
+		"deliverables":                true,
+		"deliverables/a":              false,
+		"deliverables/other.md":       false,
+		"scratch/design-spec.md":      false,
+	} {
+		assert.Equal(t, want, f.deliverable(rel), rel)
+	}
+}

@@ -5,8 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/acpfs/acpfs/internal/procstat"
 	"log/slog"
-	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -238,14 +238,8 @@ func (f *FS) sweepStaging() {
 // alive reports whether pid is a running process: a zombie (killed, not
 // yet reaped) is not.
 func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: the state follows the last ')'.
-	s := string(b)
-	k := strings.LastIndexByte(s, ')')
-	return k < 0 || k+2 >= len(s) || s[k+2] != 'Z'
+	st, err := procstat.Read(pid)
+	return err == nil && !st.Zombie()
 }
 
 // removeTree removes the directory name in dirfd and what it holds, at

@@ -4,9 +4,8 @@
 package grants
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 // This file is the contract between grants/ and its users (the CLI, fs/,
@@ -64,8 +63,7 @@ func (g *Grant) Hash() string {
 	if err != nil {
 		return ""
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return digest.Bytes(b)
 }
 
 // Parse decodes and validates a grant (unknown fields are an error).

@@ -214,9 +214,11 @@ func CheckSet(gs []GrantFile) []error {
 	return errs
 }
 
-// FindGrant loads one grant given its id ("G-x", or "x" for short) or
-// the path of its file (a reference holding a path separator or ending
-// in .json). A grant id the run directory does not hold is an error that
+// FindGrant loads one grant given a reference: the path of its file (a
+// reference holding a path separator or ending in .json), its id
+// ("G-bob-2"), or an agent's name ("bob": that agent's active grant,
+// whatever its id; "bob" is short for "G-bob" when bob holds no active
+// grant). A grant id the run directory does not hold is an error that
 // names the id and the command listing the grants there; it wraps
 // fs.ErrNotExist.
 func (r RunDir) FindGrant(ref string) (*Grant, string, error) {
@@ -251,6 +253,9 @@ func (r RunDir) ResolveGrant(ref string) (string, error) {
 	if err := CheckID(id, "G"); err != nil {
 		return "", fmt.Errorf("grant %q is neither a grant id nor a file: %w", ref, err)
 	}
+	if p, ok, err := r.activeFor(ref, id); ok || err != nil {
+		return p, err
+	}
 	p := r.GrantPath(id)
 	if _, err := os.Stat(p); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -260,6 +265,60 @@ func (r RunDir) ResolveGrant(ref string) (string, error) {
 		return p, fmt.Errorf("grant %s: %w", id, err)
 	}
 	return p, nil
+}
+
+// activeFor resolves a reference that names an agent ("bob") to that
+// agent's active grant, whatever its id (G-bob-2 once G-bob is revoked).
+// A reference that names an agent and, as a grant id, another agent's
+// grant is ambiguous: the error lists both. A reference given as a grant
+// id ("G-bob"), or naming no agent with an active grant, is left to the
+// exact id (ok false).
+func (r RunDir) activeFor(ref, id string) (string, bool, error) {
+	if strings.HasPrefix(ref, "G-") {
+		return "", false, nil
+	}
+	gs, _ := r.LoadGrants()
+	var active []GrantFile
+	for _, gf := range gs {
+		if gf.Grant.AgentID == ref && !gf.Grant.Revoked {
+			active = append(active, gf)
+		}
+	}
+	var exact *GrantFile
+	for i, gf := range gs {
+		if gf.Grant.GrantID == id {
+			exact = &gs[i]
+		}
+	}
+	switch {
+	case len(active) == 0:
+		return "", false, nil
+	case len(active) > 1:
+		return "", true, &AmbiguousGrantError{Ref: ref, Candidates: grantIDs(active), Why: "agent " + ref + " holds several active grants"}
+	case exact != nil && exact.Grant.AgentID != ref:
+		return "", true, &AmbiguousGrantError{Ref: ref, Candidates: []string{active[0].Grant.GrantID, exact.Grant.GrantID},
+			Why: fmt.Sprintf("%s is agent %s's active grant and %s is a grant of agent %s", active[0].Grant.GrantID, ref, exact.Grant.GrantID, exact.Grant.AgentID)}
+	}
+	return active[0].Path, true, nil
+}
+
+func grantIDs(gs []GrantFile) []string {
+	out := make([]string, len(gs))
+	for i, gf := range gs {
+		out[i] = gf.Grant.GrantID
+	}
+	return out
+}
+
+// AmbiguousGrantError is a grant reference that names more than one grant.
+type AmbiguousGrantError struct {
+	Ref        string
+	Candidates []string
+	Why        string
+}
+
+func (e *AmbiguousGrantError) Error() string {
+	return fmt.Sprintf("grant %q is ambiguous (%s): name one of %s", e.Ref, e.Why, strings.Join(e.Candidates, ", "))
 }
 
 // NoGrantError is a grant id that the run directory does not hold.

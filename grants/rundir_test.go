@@ -164,6 +164,15 @@ func TestFindGrantReferences(t *testing.T) {
 	r := NewRunDir(filepath.Join(base, "agent_runs"))
 	require.NoError(t, r.SaveGrant(grantFor("G-bob", "bob")))
 	empty := NewRunDir(filepath.Join(base, "elsewhere"))
+	// carol's first grant is revoked and replaced by G-carol-2; dave's
+	// grant is named G-erin, and erin holds G-erin-1 (a reference "erin"
+	// then names two grants).
+	revoked := grantFor("G-carol", "carol")
+	revoked.Revoked = true
+	require.NoError(t, r.SaveGrant(revoked))
+	require.NoError(t, r.SaveGrant(grantFor("G-carol-2", "carol")))
+	require.NoError(t, r.SaveGrant(grantFor("G-erin", "dave")))
+	require.NoError(t, r.SaveGrant(grantFor("G-erin-1", "erin")))
 
 	tests := []struct {
 		name     string
@@ -175,6 +184,13 @@ func TestFindGrantReferences(t *testing.T) {
 	}{
 		{name: "id", rd: r, ref: "G-bob", wantID: "G-bob"},
 		{name: "id without prefix", rd: r, ref: "bob", wantID: "G-bob"},
+		{name: "an agent: its active grant, not the revoked one", rd: r, ref: "carol", wantID: "G-carol-2"},
+		{name: "the revoked grant by its id", rd: r, ref: "G-carol", wantID: "G-carol"},
+		{name: "the replacement by its id", rd: r, ref: "G-carol-2", wantID: "G-carol-2"},
+		{name: "the replacement by its short id", rd: r, ref: "carol-2", wantID: "G-carol-2"},
+		{name: "an agent's name that is another agent's grant id", rd: r, ref: "erin", msg: []string{
+			`grant "erin" is ambiguous`, "G-erin-1, G-erin"}},
+		{name: "the other agent's grant by its id", rd: r, ref: "G-erin", wantID: "G-erin"},
 		{name: "file", rd: r, ref: r.GrantPath("G-bob"), wantID: "G-bob"},
 		{name: "unknown id", rd: r, ref: "G-alice", notExist: true, msg: []string{
 			"grant G-alice not found in " + r.GrantsDir(), `run "acpfs grant list --runs ` + r.Root + `"`}},

@@ -103,7 +103,9 @@ func TestALaterVersionReadThroughAnOpenDescriptorIsRecorded(t *testing.T) {
 
 // TestGrantAndLedgerInsideTheFolderAreHidden: a grant file and a ledger
 // that the coordinator keeps inside the folder are never shown, since the
-// agent could otherwise widen its own grant or rewrite the evidence.
+// agent could otherwise widen its own grant or rewrite the evidence: a
+// grant that would show them is refused before anything is mounted (and
+// views conceal them by identity besides, see identity_test.go).
 func TestGrantAndLedgerInsideTheFolderAreHidden(t *testing.T) {
 	c := newCollab(t)
 	g := &grants.Grant{GrantID: "G-all", AgentID: reviewer, Role: "r", Objective: "o",
@@ -115,15 +117,17 @@ func TestGrantAndLedgerInsideTheFolderAreHidden(t *testing.T) {
 	require.NoError(t, os.WriteFile(grantFile, data, 0o644))
 	mnt := filepath.Join(c.root, "mnt-inside")
 	require.NoError(t, os.Mkdir(mnt, 0o755))
-	pmStart(t, []string{mnt}, []string{filepath.Join(mnt, ".acpfs/status")},
-		"mount", "--folder", c.folder, "--grant", grantFile, "--ledger", filepath.Join(c.folder, "ledger.jsonl"), mnt)
-	for _, name := range []string{"grants", "grants/G-all.json", "ledger.jsonl"} {
-		_, err := os.Lstat(filepath.Join(mnt, name))
-		assert.ErrorIs(t, err, syscall.ENOENT, name)
-	}
-	entries, err := os.ReadDir(mnt)
-	require.NoError(t, err)
-	for _, e := range entries {
-		assert.NotContains(t, []string{"grants", "ledger.jsonl"}, e.Name())
+	outside := filepath.Join(c.root, "G-all.json")
+	require.NoError(t, os.WriteFile(outside, data, 0o644))
+	for _, tt := range []struct{ name, grant, ledger, want string }{
+		{"the grant's directory", grantFile, filepath.Join(c.root, "ledger.jsonl"), "grants lies inside the collaboration folder"},
+		{"the ledger", outside, filepath.Join(c.folder, "ledger.jsonl"), "ledger.jsonl lies inside the collaboration folder"},
+	} {
+		_, stderr, code := sfRun(t, "mount", "--folder", c.folder, "--grant", tt.grant, "--ledger", tt.ledger, mnt)
+		assert.Equal(t, 2, code, "%s: %s", tt.name, stderr)
+		assert.Contains(t, stderr, tt.want, tt.name)
+		assert.Contains(t, stderr, "would show it", tt.name)
+		sfOneLine(t, stderr)
+		assert.Empty(t, sfFSTypesAt(mnt), "%s: nothing may be mounted", tt.name)
 	}
 }

@@ -95,6 +95,30 @@ func TestStressReadersSeeWholeLines(t *testing.T) {
 			}
 		}()
 	}
+	// Tailers follow the end of events.jsonl on a descriptor they hold,
+	// where a line still being written would show; openers open
+	// protocol.json as fast as they can while appends replace it.
+	for i, a := range r.agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				if err := stressTail(r.path(a, "events.jsonl"), running); err != nil {
+					fail("tailer %s: %v", a, err)
+				}
+				return
+			}
+			for running() {
+				fd, err := unix.Open(r.path(a, "protocol.json"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					fail("opener %s: protocol.json: %v", a, err)
+					return
+				}
+				unix.Close(fd)
+				opens.Add(1)
+			}
+		}()
+	}
 	// Listers: readdir and stat of every view, which refresh the
 	// kernel's entries while names are replaced.
 	wg.Add(1)
@@ -148,6 +172,39 @@ func stressReadPieces(p string, buf []byte) error {
 	}
 	if b := all.Bytes(); len(b) > 0 && b[len(b)-1] != '\n' {
 		return fmt.Errorf("read in pieces, events.jsonl ends inside a line: %q", pmTail(b))
+	}
+	return nil
+}
+
+// stressTail reads events.jsonl from where its last read ended, on one
+// descriptor, until running says stop. A read may end inside a line the
+// next read completes; but whenever a read finds nothing more (the end
+// of the file for now), what was read so far must end with a newline.
+func stressTail(p string, running func() bool) error {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 64<<10)
+	var off int64
+	var tail []byte
+	for running() {
+		n, err := unix.Pread(fd, buf, off)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read %s at %d: %w", p, off, err)
+		}
+		if n == 0 {
+			if len(tail) > 0 && tail[len(tail)-1] != '\n' {
+				return fmt.Errorf("the end of the file at %d is inside a line: %q", off, tail)
+			}
+			continue
+		}
+		tail = append(tail[:0], buf[max(0, n-120):n]...)
+		off += int64(n)
 	}
 	return nil
 }

@@ -75,6 +75,7 @@ const (
 	KindReadRepeat      = "read_repeat"      // repeats of a read already recorded in full, aggregated
 	KindReadHash        = "read_hash"        // the content hash of an earlier read recorded without one (Detail: "read seq N")
 	KindDeniedRepeat    = "denied_repeat"    // repeats of a refusal already recorded in full, aggregated
+	KindWriteRepeat     = "write_repeat"     // repeats of a no-op change (open for writing, times only) already recorded in full, aggregated
 	KindAppendRecovered = "append_recovered" // an appended line found at start-up without its record
 	KindAppendFailed    = "append_failed"    // an accepted and recorded append whose write then failed
 	KindGrantApplied    = "grant_applied"    // a view applied a grant (SHA256: grants.Grant.Hash)
@@ -101,7 +102,7 @@ type Record struct {
 	Op     string `json:"op,omitempty"`   // lookup, open, readdir, write, rename, ...
 	PID    uint32 `json:"pid,omitempty"`
 	SHA256 string `json:"sha256,omitempty"` // content hash for reads, handoffs
-	Count  int64  `json:"count,omitempty"`  // read_repeat, denied_repeat: how many repeats; gap: records lost
+	Count  int64  `json:"count,omitempty"`  // read_repeat, denied_repeat, write_repeat: how many repeats; gap: records lost
 	// First and Last bound the repeats a read_repeat or denied_repeat
 	// record counts (same layout as At).
 	First  string `json:"first,omitempty"`

@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// childProgressEvery is how often a "forever" child says how far it got.
+const childProgressEvery = 64
+
 // runChild appends records as another process would: "append" writes
 // envCount records and exits, "forever" writes until killed.
 func runChild(mode string) int {
@@ -53,6 +56,10 @@ func runChild(mode string) int {
 		if _, err := w.Append(Record{Kind: KindRead, Agent: name, Path: fmt.Sprintf("f/%d", i), Detail: fmt.Sprint(i)}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
+		}
+		if mode == "forever" && (i+1)%childProgressEvery == 0 {
+			// The parent kills it somewhere after a number of these.
+			fmt.Fprintln(os.Stdout, "appended", i+1)
 		}
 	}
 	if err := w.Close(); err != nil {

@@ -2,10 +2,9 @@ package ledger
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/acpfs/acpfs/internal/digest"
 	"io"
 	"log/slog"
 	"math"
@@ -112,10 +111,7 @@ func isHexHash(s string) bool {
 	return true
 }
 
-func sha256Hex(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
+func sha256Hex(b []byte) string { return digest.Bytes(b) }
 
 // quotePrefix quotes at most n bytes of b (cut at a rune boundary) for a
 // human-readable detail.

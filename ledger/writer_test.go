@@ -126,7 +126,6 @@ func TestSyncModes(t *testing.T) {
 				assert.Positive(t, st.Size())
 			}
 			require.NoError(t, w.Sync())
-			time.Sleep(3 * time.Millisecond) // let the batch flusher run
 			require.NoError(t, w.Close())
 			assertValid(t, path, 10)
 		})
@@ -225,10 +224,16 @@ func TestCrashThenReopen(t *testing.T) {
 		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
-		ready, err := bufio.NewReader(out).ReadString('\n')
+		br := bufio.NewReader(out)
+		ready, err := br.ReadString('\n')
 		require.NoError(t, err)
 		require.Equal(t, childReady, ready)
-		time.Sleep(time.Duration(2+round*3) * time.Millisecond)
+		// Killed at a different point each round: after round+1
+		// progress lines, while it goes on appending.
+		for i := 0; i <= round; i++ {
+			_, err := br.ReadString('\n')
+			require.NoError(t, err)
+		}
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		_ = cmd.Wait()
 

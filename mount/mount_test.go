@@ -45,7 +45,8 @@ func TestRelHidden(t *testing.T) {
 		{"a file through a symlinked directory", folder, []string{filepath.Join(d, "link", "ledger.jsonl")}, []string{"agent_runs/ledger.jsonl"}},
 		{"the folder through a symlink", filepath.Join(d, "alias"), []string{filepath.Join(folder, "a", "b")}, []string{"a/b"}},
 		{"a grants directory below", folder, []string{filepath.Join(d, "link", "context_grants")}, []string{"agent_runs/context_grants"}},
-		{"missing paths are skipped", folder, []string{filepath.Join(folder, "nope")}, []string{}},
+		{"a path not made yet is placed by its directory", folder, []string{filepath.Join(d, "link", "ledger-2.jsonl")}, []string{"agent_runs/ledger-2.jsonl"}},
+		{"paths under a missing directory are skipped", folder, []string{filepath.Join(folder, "nope", "x")}, []string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

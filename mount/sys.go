@@ -1,9 +1,9 @@
 package mount
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"github.com/acpfs/acpfs/internal/procstat"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -315,25 +315,8 @@ func procStartTime(pid int) (uint64, error) {
 // procStat returns the state (field 3 of /proc/PID/stat: R, S, D, Z...)
 // and the start time (field 22) of process pid.
 func procStat(pid int) (state byte, start uint64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces
-	// and parentheses itself: count fields after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	fields := strings.Fields(string(b[i+1:]))
-	const stateField, startField = 3 - 3, 22 - 3 // fields after ')' start with field 3
-	if len(fields) <= startField || len(fields[stateField]) != 1 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	if _, err := fmt.Sscanf(fields[startField], "%d", &start); err != nil {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
-	}
-	return fields[stateField][0], start, nil
+	st, err := procstat.Read(pid)
+	return st.State, st.Start, err
 }
 
 // bootID identifies the current boot: a start time only means something

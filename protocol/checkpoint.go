@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/acpfs/acpfs/internal/digest"
 	"io"
 	"os"
 	"path/filepath"
@@ -182,8 +183,7 @@ func staticHash(raw map[string]any) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
+	return digest.Bytes(b), nil
 }
 
 // DefaultCheckpointPath is where the CLI keeps the checkpoint of folder:

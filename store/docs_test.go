@@ -874,7 +874,7 @@ func TestDocsProtocolJSONCreateOnly(t *testing.T) {
 			defer cancel()
 			first, err := a.s.docs.Get(ctx, keyOf(protocolJSON))
 			require.NoError(t, err)
-			static := digest(protocolJSON, []byte(a.read(protocolJSON)))
+			static := versionDigest(protocolJSON, []byte(a.read(protocolJSON)))
 			tt.edit(t, a, b)
 			a.sync()
 			b.sync()
@@ -883,11 +883,11 @@ func TestDocsProtocolJSONCreateOnly(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, first.Revision(), last.Revision(), "nothing was published")
 			}
-			assert.Equal(t, static, digest(protocolJSON, []byte(a.read(protocolJSON))), "ha keeps the collaboration's")
+			assert.Equal(t, static, versionDigest(protocolJSON, []byte(a.read(protocolJSON))), "ha keeps the collaboration's")
 			assert.NotContains(t, a.read(protocolJSON), "mallory")
 			// A host that starts now takes the first revision.
 			c := newHost("hc")
-			assert.Equal(t, static, digest(protocolJSON, []byte(c.read(protocolJSON))))
+			assert.Equal(t, static, versionDigest(protocolJSON, []byte(c.read(protocolJSON))))
 			assert.NotContains(t, c.read(protocolJSON), "mallory")
 			eventually(t, func() bool { return b.recorded(RecordRefused, protocolJSON) }, "hb records the refusal")
 		})

@@ -52,7 +52,7 @@ func protoBuildCLI(t testing.TB) string {
 		protoCLIErr = os.Rename(tmp, protoCLIPath)
 	})
 	if protoCLIErr != nil {
-		t.Skipf("cannot build acpfs: %v", protoCLIErr)
+		t.Fatalf("cannot build acpfs: %v", protoCLIErr)
 	}
 	return protoCLIPath
 }

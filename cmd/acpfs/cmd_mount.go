@@ -150,16 +150,18 @@ func (mf *mountFlags) grantPath() (string, error) {
 	if mf.grant == "" {
 		return "", errors.New("--grant is required")
 	}
-	if _, err := os.Stat(mf.grant); err == nil {
+	if mf.runs == "" {
+		// Without a run directory, the grant is a file.
+		if _, err := os.Stat(mf.grant); err != nil {
+			return "", fmt.Errorf("grant %q: no such file (give a path, or a grant id or agent with --runs)", mf.grant)
+		}
 		return filepath.Abs(mf.grant)
 	}
-	if mf.runs != "" {
-		p := filepath.Join(mf.runs, "context_grants", mf.grant+".json")
-		if _, err := os.Stat(p); err == nil {
-			return filepath.Abs(p)
-		}
+	p, err := grants.NewRunDir(mf.runs).ResolveGrant(mf.grant)
+	if err != nil {
+		return "", err
 	}
-	return "", fmt.Errorf("grant %q: no such file (give a path, or an id with --runs)", mf.grant)
+	return filepath.Abs(p)
 }
 
 func openLedger(path, sync string) (*ledger.Writer, error) {

@@ -10,6 +10,12 @@ import (
 	"os"
 )
 
+// Bytes returns the lowercase hex SHA-256 of b.
+func Bytes(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
 // File returns the lowercase hex SHA-256 of the file at path.
 func File(path string) (string, error) {
 	f, err := os.Open(path)

@@ -191,7 +191,9 @@ func LocateIn(folder string, paths []string) ([]Found, error) {
 func locate(folder *Held, p string) (string, bool, error) {
 	h, err := Hold(p)
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) {
-		return "", false, nil
+		// Not made yet (a ledger opened after the check): where it
+		// will be is where its directory is.
+		return locateIn(folder, filepath.Dir(p), filepath.Base(p))
 	}
 	if err != nil {
 		return "", false, err
@@ -212,14 +214,23 @@ func locate(folder *Held, p string) (string, bool, error) {
 	}
 	// A file: where its directory lies, and its name there. p names it
 	// with the file's own name last, whatever led to the directory.
-	dir, err := Hold(filepath.Dir(p))
+	return locateIn(folder, filepath.Dir(p), filepath.Base(p))
+}
+
+// locateIn places the name base of the directory dir relative to the
+// held folder; a directory that does not exist places nothing.
+func locateIn(folder *Held, dir, base string) (string, bool, error) {
+	d, err := Hold(dir)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) {
+		return "", false, nil
+	}
 	if err != nil {
 		return "", false, err
 	}
-	defer dir.Close()
-	rel, inside, err := Locate(folder, dir)
+	defer d.Close()
+	rel, inside, err := Locate(folder, d)
 	if err != nil || !inside {
 		return "", false, err
 	}
-	return path.Join(rel, filepath.Base(p)), true, nil
+	return path.Join(rel, base), true, nil
 }
