@@ -2,7 +2,6 @@ package mount
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/procstat"
 )
 
 // The supervisor is a small process of its own, started by every daemon
@@ -136,11 +137,11 @@ func readProc(procRoot string, pid int) (procInfo, error) {
 	if err != nil {
 		return procInfo{}, err
 	}
-	state, err := statState(b)
+	st, err := procstat.Parse(b)
 	if err != nil {
 		return procInfo{}, fmt.Errorf("%s/stat: %w", dir, err)
 	}
-	p := procInfo{Leader: state}
+	p := procInfo{Leader: st.State}
 	tasks, _ := os.ReadDir(filepath.Join(dir, "task"))
 	for _, t := range tasks {
 		st, err := os.ReadFile(filepath.Join(dir, "task", t.Name(), "status"))
@@ -153,19 +154,6 @@ func readProc(procRoot string, pid int) (procInfo, error) {
 		}
 	}
 	return p, nil
-}
-
-// statState is field 3 of a /proc/PID/stat line.
-func statState(b []byte) (byte, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+3 > len(b) {
-		return 0, errors.New("malformed")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) == 0 || len(f[0]) != 1 {
-		return 0, errors.New("malformed")
-	}
-	return f[0][0], nil
 }
 
 // killPending tells whether a /proc/PID/task/TID/status shows SIGKILL

@@ -66,11 +66,11 @@ func TestReadProc(t *testing.T) {
 		tasks  map[string]string // tid -> status
 		want   procInfo
 	}{
-		{"running", "42 (acpfs) S 1 42 42 0 -1", map[string]string{"42": status(none, none), "43": status(none, none)}, procInfo{Leader: 'S'}},
-		{"stopped", "42 (acpfs) T 1 42 42 0 -1", map[string]string{"42": status(none, none)}, procInfo{Leader: 'T'}},
-		{"zombie leader, thread in D", "42 (acpfs) Z 1 42 42 0 -1", map[string]string{"42": status(none, none), "44": status("0000000000000100", none)}, procInfo{Leader: 'Z', KillPending: true}},
-		{"group kill pending", "42 (a) b) D 1 42 42 0 -1", map[string]string{"42": status(none, "0000000000000100")}, procInfo{Leader: 'D', KillPending: true}},
-		{"other signal pending", "42 (acpfs) S 1 42 42 0 -1", map[string]string{"42": status("0000000000004000", none)}, procInfo{Leader: 'S'}},
+		{"running", "42 (acpfs) S 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 2 0 148147 0 0", map[string]string{"42": status(none, none), "43": status(none, none)}, procInfo{Leader: 'S'}},
+		{"stopped", "42 (acpfs) T 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 2 0 148147 0 0", map[string]string{"42": status(none, none)}, procInfo{Leader: 'T'}},
+		{"zombie leader, thread in D", "42 (acpfs) Z 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 2 0 148147 0 0", map[string]string{"42": status(none, none), "44": status("0000000000000100", none)}, procInfo{Leader: 'Z', KillPending: true}},
+		{"group kill pending", "42 (a) b) D 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 2 0 148147 0 0", map[string]string{"42": status(none, "0000000000000100")}, procInfo{Leader: 'D', KillPending: true}},
+		{"other signal pending", "42 (acpfs) S 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 2 0 148147 0 0", map[string]string{"42": status("0000000000004000", none)}, procInfo{Leader: 'S'}},
 		{"gone", "", nil, procInfo{Gone: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
