@@ -130,6 +130,8 @@ type FS struct {
 	// attached is set once go-fuse has adopted the root, so that cache
 	// invalidations have an inode tree to act on.
 	attached atomic.Bool
+	// notifyq sends the watcher's cache invalidations (notifyq.go).
+	notifyq notifyQueue
 	// watch is the watcher that invalidates this view's kernel caches;
 	// while it vouches for the folder, the kernel keeps entries and
 	// attributes for CacheTimeout.
@@ -273,11 +275,11 @@ func (f *FS) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 		// A path handed over (or no longer) changes from the live file to
 		// the snapshot (or back): drop the cached entry either way.
 		for rel := range handoffs {
-			f.invalidate(rel, true)
+			f.invalidateNow(rel, true)
 		}
 		if old != nil {
 			for rel := range old.handoffs {
-				f.invalidate(rel, true)
+				f.invalidateNow(rel, true)
 			}
 		}
 	}

@@ -78,6 +78,12 @@ func (f *FS) dropKernelCaches() {
 		return
 	}
 	f.entryGen.Add(1)
+	f.queueDropAll()
+}
+
+// dropKernelCachesNow is dropKernelCaches' walk, on the notify queue's
+// goroutine (notifyq.go).
+func (f *FS) dropKernelCachesNow() {
 	var walk func(dir *gofs.Inode)
 	walk = func(dir *gofs.Inode) {
 		dir.NotifyContent(0, 0)

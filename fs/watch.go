@@ -220,7 +220,24 @@ func (wt *Watcher) handle(ev fsnotify.Event) {
 // A name change also changes the listing, size and times of its
 // directory, and the times of the directories above, which may summarise
 // it (fillAttr): their attributes and cached listings go too.
+//
+// The notifies are queued (notifyq.go): invalidate returns at once.
 func (f *FS) invalidate(rel string, entry bool) {
+	f.invalidateBy(rel, entry, f.queueContent, f.queueEntry)
+}
+
+// invalidateNow is invalidate with the notifies sent before it returns,
+// for a grant change, which must apply at once. Never call it from a
+// FUSE request's goroutine.
+func (f *FS) invalidateNow(rel string, entry bool) {
+	f.invalidateBy(rel, entry,
+		func(n *gofs.Inode) { n.NotifyContent(0, 0) },
+		func(dir *gofs.Inode, name string) { dir.NotifyEntry(name) })
+}
+
+// invalidateBy is invalidate, sending each notify through content and
+// entry.
+func (f *FS) invalidateBy(rel string, entry bool, content func(*gofs.Inode), entryOf func(*gofs.Inode, string)) {
 	if entry {
 		f.entryGen.Add(1)
 	}
@@ -247,7 +264,7 @@ func (f *FS) invalidate(rel string, entry bool) {
 	if dir == nil {
 		if entry {
 			for _, d := range chain {
-				d.NotifyContent(0, 0)
+				content(d)
 			}
 		}
 		return
@@ -258,16 +275,16 @@ func (f *FS) invalidate(rel string, entry bool) {
 			// What the kernel keeps of the old entry and below it (a
 			// directory moved away, replaced, or made anew) goes too: a
 			// lookup of the name may find the same inode again.
-			dropSubtree(ch)
+			dropSubtree(ch, content)
 		}
-		dir.NotifyEntry(name)
+		entryOf(dir, name)
 		for _, d := range chain {
-			d.NotifyContent(0, 0)
+			content(d)
 		}
 		return
 	}
 	if ch := dir.GetChild(name); ch != nil {
-		ch.NotifyContent(0, 0)
+		content(ch)
 	}
 }
 
@@ -280,11 +297,11 @@ func secondName(p string) bool {
 
 // dropSubtree drops the attributes, pages and listings the kernel keeps of
 // n and of every inode it knows below it.
-func dropSubtree(n *gofs.Inode) {
-	n.NotifyContent(0, 0)
+func dropSubtree(n *gofs.Inode, content func(*gofs.Inode)) {
+	content(n)
 	if n.IsDir() {
 		for _, ch := range n.Children() {
-			dropSubtree(ch)
+			dropSubtree(ch, content)
 		}
 	}
 }

@@ -238,7 +238,7 @@ func lockRunDir(root string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock run directory: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := flockOrOutwaitDying(f); err != nil {
 		defer f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			holder := "another process"

@@ -182,6 +182,9 @@ func Start(cfg Config) (*Mount, error) {
 	go func() { server.Wait(); close(m.served) }()
 	if mi, ok, _ := mountAt(realMP); ok && mi.IsView() {
 		m.realMP, m.dev = realMP, mi.Dev
+		// The supervisor aborts this connection if the daemon dies in a
+		// way that would leave the view hanging.
+		superviseConn(mi.Dev, true)
 	}
 	// go-fuse's direct mount opens /dev/fuse without O_CLOEXEC: every
 	// command this process started afterwards (the sandboxed command of
@@ -293,6 +296,9 @@ func (m *Mount) Stop() error {
 		}
 		if m.server != nil {
 			m.stopErr = m.unmount()
+		}
+		if m.dev != "" {
+			superviseConn(m.dev, false)
 		}
 		m.watcher.Remove(m.FS)
 		if m.ownWatch {

@@ -224,6 +224,9 @@ func newMountCmd() *cobra.Command {
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 			defer signal.Stop(sig)
+			if err := startSupervisor(); err != nil {
+				return err
+			}
 			m, err := mount.Start(mount.Config{
 				Folder: folder, Mountpoint: args[0], Grant: g, GrantPath: gp, Log: log, Ledger: lw,
 				Hidden: mf.hiddenDirs(ledgerPath, gp), AuditReads: mf.audit == "reads", Audit: mf.audit, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles, Passthrough: mf.passthrough, AllowOther: mf.allowOther, Debug: mf.debug,

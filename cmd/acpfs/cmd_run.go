@@ -299,6 +299,9 @@ func newRunDaemonCmd() *cobra.Command {
 		if err := readConfig(&cfg); err != nil {
 			return err
 		}
+		if err := startSupervisor(); err != nil {
+			return err
+		}
 		code, err := mount.Run(cfg, []string{runInitName})
 		var hit *mount.LimitHit
 		if errors.As(err, &hit) {

@@ -150,6 +150,9 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	if err := startSupervisor(); err != nil {
+		return err
+	}
 	c, err := mount.StartCoordinator(mount.CoordinatorConfig{
 		Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
 		AuditReads: f.audit == "reads", Audit: f.audit, MaxWriteBytes: f.quota.maxBytes, MaxFiles: f.quota.maxFiles,
@@ -189,12 +192,13 @@ func newStatusCmd() *cobra.Command {
 			}
 			type out struct {
 				mount.CoordinatorStatus
-				Phase      string   `json:"phase"`
-				Owner      string   `json:"proposalOwner"`
-				WaitingFor []string `json:"waitingFor"`
-				LastSeq    int      `json:"lastSeq"`
+				Phase      string             `json:"phase"`
+				Owner      string             `json:"proposalOwner"`
+				WaitingFor []string           `json:"waitingFor"`
+				LastSeq    int                `json:"lastSeq"`
+				Health     []mount.ViewHealth `json:"viewHealth"`
 			}
-			o := out{CoordinatorStatus: st}
+			o := out{CoordinatorStatus: st, Health: mount.CheckViews(st)}
 			if log, err := protocol.OpenLog(st.Folder); err == nil {
 				s := log.Snapshot()
 				o.Phase, o.Owner, o.WaitingFor, o.LastSeq = s.Phase, s.Owner, s.WaitingFor, s.LastSeq
@@ -202,11 +206,9 @@ func newStatusCmd() *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			// A coordinator that died (or whose pid now names another
-			// process) left this status behind: say so, and fail.
-			var dead error
-			if !st.Running() {
-				dead = fmt.Errorf("coordinator %s: %s; its views are dead (run `acpfs up` again: it clears them)", st.State, st.StateDetail)
-			}
+			// process) left this status behind: say so, say what became
+			// of its views and what clears them, and fail.
+			dead := deadCoordinatorError(st, o.Health)
 			if asJSON {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
@@ -217,8 +219,12 @@ func newStatusCmd() *cobra.Command {
 			}
 			fmt.Fprintf(w, "coordinator pid %d since %s: %s\nfolder: %s\nphase: %s\nproposal owner: %s\nwaiting for: %s\nlast seq: %d\n",
 				o.PID, o.Started, o.State, o.Folder, o.Phase, o.Owner, strings.Join(o.WaitingFor, ", "), o.LastSeq)
-			for _, v := range o.Views {
-				fmt.Fprintf(w, "  %-16s %-16s %s\n", v.Agent, v.Grant, v.Mountpoint)
+			for i, v := range o.Views {
+				line := fmt.Sprintf("  %-16s %-16s %s", v.Agent, v.Grant, v.Mountpoint)
+				if h := o.Health[i]; h.State != mount.ViewServing {
+					line += "  [" + h.State + "]"
+				}
+				fmt.Fprintln(w, line)
 			}
 			return dead
 		},
@@ -226,4 +232,35 @@ func newStatusCmd() *cobra.Command {
 	cmd.Flags().StringVar(&runs, "runs", "agent_runs", "run directory of the coordinator")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// deadCoordinatorError says what became of the views of a coordinator
+// that is not running, and what to run: views that hang (their daemon is
+// dying with its connections alive) need `acpfs umount --force` before
+// anything else; dead ones (ENOTCONN) are cleared by `acpfs up` itself.
+func deadCoordinatorError(st mount.CoordinatorStatus, health []mount.ViewHealth) error {
+	if st.Running() {
+		return nil
+	}
+	var hung, deadViews []string
+	for _, h := range health {
+		switch h.State {
+		case mount.ViewHung:
+			hung = append(hung, h.Mountpoint)
+		case mount.ViewDead:
+			deadViews = append(deadViews, h.Mountpoint)
+		}
+	}
+	what := fmt.Sprintf("coordinator %s: %s", st.State, st.StateDetail)
+	if st.DaemonDying() {
+		what = fmt.Sprintf("coordinator pid %d is dying but cannot finish (its supervisor should have aborted its views within a second)", st.PID)
+	}
+	switch {
+	case len(hung) > 0:
+		return fmt.Errorf("%s; %d view(s) hang (every caller blocks until their connection is aborted): run `acpfs umount --force` on %s, then `acpfs up` again",
+			what, len(hung), strings.Join(hung, " "))
+	case len(deadViews) > 0:
+		return fmt.Errorf("%s; %d view(s) are dead (ENOTCONN): run `acpfs up` again: it clears them", what, len(deadViews))
+	}
+	return fmt.Errorf("%s; none of its views is mounted any more: run `acpfs up` again", what)
 }
