@@ -284,3 +284,24 @@ func TestIdentitySymlinkedRunDirParts(t *testing.T) {
 	assert.Error(t, err)
 	assert.Contains(t, readFile(t, filepath.Join(root, "bob", ".acpfs", "status")), "agent: bob")
 }
+
+// TestIdentityStoreNeverSyncsARunDirectory (outside attack, F2): a run
+// directory moved into a store host's folder is never published to the
+// other hosts, whose views would show its key and grants.
+func TestIdentityStoreNeverSyncsARunDirectory(t *testing.T) {
+	_, a, b := twoMHHosts(t)
+	moved := filepath.Join(a.folder, "runs-moved")
+	require.NoError(t, os.Rename(a.runs, moved))
+	t.Cleanup(func() { _ = os.Rename(moved, a.runs) })
+	// A document written after the move reaches host b: the sync has
+	// seen the folder since.
+	require.NoError(t, os.WriteFile(filepath.Join(a.folder, "deliverables", "after-the-move.md"), []byte("# after\n"), 0o644))
+	mhEventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(b.folder, "deliverables", "after-the-move.md"))
+		return err == nil
+	}, "host b has the document written after the move")
+	_, err := os.Stat(filepath.Join(b.folder, "runs-moved"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the run directory reached host b")
+	_, err = os.Stat(filepath.Join(b.view("bob"), "runs-moved", "ledger.key"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
