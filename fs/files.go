@@ -656,11 +656,16 @@ func (f *FS) refuseAppend(ctx context.Context, err error) syscall.Errno {
 		// The folder itself is broken (unreadable files, a history
 		// that already violates the protocol): not this line's fault.
 		errno = syscall.EIO
-		if protocol.RuleOf(err) == "store" {
+		switch protocol.RuleOf(err) {
+		case "store":
 			// The store of a multi-host collaboration did not take
 			// it: nothing changed, and the view is read-only until
 			// the store answers again.
 			errno = syscall.EROFS
+		case protocol.RuleLockBusy:
+			// Another writer kept the lock for protocol.LockTimeout:
+			// nothing was written, the agent may try again.
+			errno = syscall.EBUSY
 		}
 	}
 	return f.denyAs(ctx, ledger.KindAppendRejected, "append", protocol.EventsFile, errno, err.Error(), "rule "+protocol.RuleOf(err))

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -129,7 +130,7 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 	if notify == nil {
 		notify = os.Stderr
 	}
-	if err := os.MkdirAll(cfg.Runs.Root, 0o755); err != nil {
+	if err := cfg.Runs.MakeRoot(); err != nil {
 		return nil, err
 	}
 	lock, err := lockRunDir(cfg.Runs.Root)
@@ -231,52 +232,160 @@ var ErrRunDirBusy = errors.New("run directory is in use by another acpfs up")
 
 // lockRunDir takes the run directory's lock without waiting. The lock is
 // an flock, so the kernel releases it when its holder dies, even by
-// SIGKILL.
+// SIGKILL: a lock file left by a dead coordinator (a stale lock) is
+// simply taken again.
+//
+// The lock file is 0600 and must be this process's own regular file with
+// one name: a lock file another uid can open is one it can hold, and
+// stop every later coordinator. One made readable by others (an older
+// acpfs made it 0644) is replaced by a fresh inode once we hold it, so
+// that a descriptor opened earlier by someone else locks nothing.
 func lockRunDir(root string) (*os.File, error) {
 	p := filepath.Join(root, LockFile)
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	for attempt := 0; ; attempt++ {
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("lock run directory: %w", err)
+		}
+		st, err := checkUpLock(f)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock run directory: %w", err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			defer f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, runDirBusy(root, p, lockHolder(f))
+			}
+			return nil, fmt.Errorf("lock run directory: %w", err)
+		}
+		// The name may lead elsewhere now (replaced by a coordinator
+		// that started meanwhile): our lock must be on what it names.
+		var now unix.Stat_t
+		if err := unix.Lstat(p, &now); err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+			f.Close()
+			if attempt == 3 {
+				return nil, fmt.Errorf("lock run directory: %s keeps being replaced", p)
+			}
+			continue
+		}
+		if st.Mode&0o077 != 0 {
+			nf, err := replaceUpLock(p)
+			f.Close() // after the rename: whoever opens p now finds nf, held
+			if err != nil {
+				return nil, fmt.Errorf("lock run directory: %w", err)
+			}
+			f = nf
+		}
+		if err := f.Truncate(0); err == nil {
+			_, _ = f.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+		}
+		return f, nil
+	}
+}
+
+// checkUpLock refuses a run directory lock that is not this process's
+// own regular file with a single name.
+func checkUpLock(f *os.File) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return st, err
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return st, fmt.Errorf("%s is not a regular file; remove it", f.Name())
+	case st.Nlink != 1:
+		return st, fmt.Errorf("%s has %d names; remove it", f.Name(), st.Nlink)
+	case st.Uid != uint32(os.Geteuid()):
+		return st, fmt.Errorf("%s belongs to uid %d, not to this coordinator's (%d); remove it", f.Name(), st.Uid, os.Geteuid())
+	}
+	return st, nil
+}
+
+// replaceUpLock puts a new 0600 lock file, already locked, in place of
+// p (which the caller holds).
+func replaceUpLock(p string) (*os.File, error) {
+	tmp := fmt.Sprintf("%s.new-%d", p, os.Getpid())
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("lock run directory: %w", err)
+		return nil, err
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		defer f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			holder := "another process"
-			pid := lockHolder(f)
-			if pid > 0 {
-				holder = fmt.Sprintf("pid %d", pid)
-			}
-			if state, _, err := procStat(pid); err == nil && state == 'Z' {
-				return nil, fmt.Errorf("%w: acpfs up (%s) on %s has exited but cannot finish (stuck in one of its views); run `acpfs umount --force` on each view under its root", ErrRunDirBusy, holder, root)
-			}
-			return nil, fmt.Errorf("%w: acpfs up (%s) already runs on %s (lock %s); one coordinator per run directory", ErrRunDirBusy, holder, root, p)
-		}
-		return nil, fmt.Errorf("lock run directory: %w", err)
+		f.Close()
+		os.Remove(tmp)
+		return nil, err
 	}
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+	if err := os.Rename(tmp, p); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, err
 	}
 	return f, nil
 }
 
-// lockHolder finds the pid holding an flock on f: from /proc/locks, which
-// the kernel keeps exact, or else from the pid the holder wrote in it.
+// runDirBusy explains who holds the run directory's lock: a live
+// coordinator, one that exited but is stuck in its views, or a process
+// that is no coordinator at all (the holder is named as such, never as
+// an acpfs up).
+func runDirBusy(root, p string, pid int) error {
+	if pid <= 0 {
+		return fmt.Errorf("%w: the lock %s is held by a process this host does not show (another pid namespace?); one coordinator per run directory", ErrRunDirBusy, p)
+	}
+	if state, _, err := procStat(pid); err == nil && state == 'Z' {
+		return fmt.Errorf("%w: acpfs up (pid %d) on %s has exited but cannot finish (stuck in one of its views); run `acpfs umount --force` on each view under its root", ErrRunDirBusy, pid, root)
+	}
+	if isCoordinator(pid) {
+		return fmt.Errorf("%w: acpfs up (pid %d) already runs on %s (lock %s); one coordinator per run directory", ErrRunDirBusy, pid, root, p)
+	}
+	return fmt.Errorf("%w: the lock %s is held by pid %d (%s), which is not an acpfs up; stop that process (no coordinator runs on %s)", ErrRunDirBusy, p, pid, procCommand(pid), root)
+}
+
+// lockHolder finds the pid holding an flock on f from /proc/locks, which
+// the kernel keeps exact. The pid written in the file is not used: it
+// may be a dead coordinator's, reused by any process since.
 func lockHolder(f *os.File) int {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err == nil {
 		if b, err := os.ReadFile("/proc/locks"); err == nil {
-			if pid := flockHolder(string(b), unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino); pid > 0 {
-				return pid
-			}
+			return flockHolder(string(b), unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
 		}
 	}
-	b := make([]byte, 32)
-	n, _ := f.ReadAt(b, 0)
-	var pid int
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(b[:n])), "%d", &pid); err == nil && processAlive(pid) {
-		return pid
-	}
 	return 0
+}
+
+// isCoordinator reports whether pid is an `acpfs up` of this uid (this
+// very process included, which a second lockRunDir can meet).
+func isCoordinator(pid int) bool {
+	if pid == os.Getpid() {
+		return true
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d", pid), &st); err != nil || st.Uid != uint32(os.Geteuid()) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	if len(args) < 2 || !strings.HasPrefix(filepath.Base(args[0]), "acpfs") {
+		return false
+	}
+	return slices.Contains(args[1:], "up")
+}
+
+// procCommand is pid's command line, for an error message.
+func procCommand(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || len(b) == 0 {
+		return "command unknown"
+	}
+	cmd := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
+	if len(cmd) > 80 {
+		cmd = cmd[:80] + "..."
+	}
+	return fmt.Sprintf("%q", cmd)
 }
 
 // flockHolder parses /proc/locks ("1: FLOCK  ADVISORY  WRITE 1234

@@ -91,7 +91,7 @@ type Snapshot struct {
 // the same at event 10 and at event 100,000.
 //
 // All appends, from any process, are serialized by an exclusive flock on
-// events.jsonl. A line is written with a single write(2) at the true end of
+// the folder's LockFile (see LockEvents). A line is written with a single write(2) at the true end of
 // the file; protocol.json is then replaced atomically (temp file, fsync,
 // rename), before the append returns or, after DeferProtocolWrites, in the
 // background. A refused append changes no byte of either file.
@@ -180,6 +180,9 @@ func (l *Log) lockLocked() (*Lock, error) {
 		return nil, l.loadProtocolLocked()
 	}
 	lk, err := LockEvents(l.folder)
+	if errors.Is(err, ErrLockBusy) {
+		return nil, unavailable(RuleLockBusy, "%v", err)
+	}
 	if err != nil {
 		return nil, unavailable("events-lock", "%v", err)
 	}
