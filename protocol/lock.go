@@ -34,6 +34,12 @@ const RuleLockBusy = "events-lock-busy"
 // variant when the lock was not free within LockTimeout.
 var ErrLockBusy = errors.New("the events lock is held by another writer")
 
+// lockBusy is the error of an append or catch-up that did not get the
+// lock in time.
+func lockBusy() *Error {
+	return unavailable(RuleLockBusy, "another writer has held the folder's lock %s for %v; nothing was written, try again (only a process of the lock's owner can hold it: look for a stuck acpfs)", LockFile, lockTimeout)
+}
+
 // lockTimeout is LockTimeout; tests shorten it.
 var lockTimeout = LockTimeout
 

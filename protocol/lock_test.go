@@ -61,7 +61,7 @@ func TestLockHeldTooLong(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, Unavailable, KindOf(err))
 	assert.Equal(t, RuleLockBusy, RuleOf(err))
-	assert.Contains(t, err.Error(), "held by another writer")
+	assert.Contains(t, err.Error(), "has held the folder's lock "+LockFile)
 	after, _ := k.files()
 	assert.Equal(t, before, after, "a refused append changes nothing")
 

@@ -181,7 +181,7 @@ func (l *Log) lockLocked() (*Lock, error) {
 	}
 	lk, err := LockEvents(l.folder)
 	if errors.Is(err, ErrLockBusy) {
-		return nil, unavailable(RuleLockBusy, "%v", err)
+		return nil, lockBusy()
 	}
 	if err != nil {
 		return nil, unavailable("events-lock", "%v", err)

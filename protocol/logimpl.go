@@ -463,7 +463,7 @@ func (l *Log) refreshLocked() error {
 	}
 	release, err := sharedLock(l.folder)
 	if err != nil {
-		return unavailable(RuleLockBusy, "%v", err)
+		return lockBusy()
 	}
 	if release != nil {
 		defer release()

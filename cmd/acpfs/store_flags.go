@@ -73,6 +73,11 @@ func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.Ru
 	}
 	docs, err := store.SyncDocs(ctx, st, folder, store.DocsOptions{
 		Skip: func(rel string) bool {
+			if rel == protocol.LockFile {
+				// Each host's appenders lock their own copy: a synced
+				// one would replace the inode they lock.
+				return true
+			}
 			return slices.ContainsFunc(hidden, func(h string) bool { return rel == h || strings.HasPrefix(rel, h+"/") })
 		},
 		Frozen: h.frozen,
