@@ -197,6 +197,19 @@ func newStatusCmd() *cobra.Command {
 			var dead error
 			if !st.Running() {
 				dead = fmt.Errorf("coordinator %s: %s; its views are dead (run `acpfs up` again: it clears them)", st.State, st.StateDetail)
+			} else {
+				// A live coordinator whose view went away: the agent's
+				// writes would land in the bare mountpoint.
+				var missing []string
+				for i, v := range o.Views {
+					if why := v.Missing(); why != "" {
+						o.Views[i].Lost = why
+						missing = append(missing, fmt.Sprintf("%s at %s (%s)", v.Agent, v.Mountpoint, why))
+					}
+				}
+				if len(missing) > 0 {
+					dead = fmt.Errorf("%d view(s) missing: %s; the coordinator mounts a lost view again and says on its stderr when it cannot", len(missing), strings.Join(missing, "; "))
+				}
 			}
 			if asJSON {
 				enc := json.NewEncoder(w)
@@ -209,6 +222,10 @@ func newStatusCmd() *cobra.Command {
 			fmt.Fprintf(w, "coordinator pid %d since %s: %s\nfolder: %s\nphase: %s\nproposal owner: %s\nwaiting for: %s\nlast seq: %d\n",
 				o.PID, o.Started, o.State, o.Folder, o.Phase, o.Owner, strings.Join(o.WaitingFor, ", "), o.LastSeq)
 			for _, v := range o.Views {
+				if v.Lost != "" {
+					fmt.Fprintf(w, "  %-16s %-16s %s  MISSING: %s\n", v.Agent, v.Grant, v.Mountpoint, v.Lost)
+					continue
+				}
 				fmt.Fprintf(w, "  %-16s %-16s %s\n", v.Agent, v.Grant, v.Mountpoint)
 			}
 			return dead
