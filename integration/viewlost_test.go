@@ -92,3 +92,29 @@ func TestViewLostIsNoticedAndRemounted(t *testing.T) {
 		assert.Empty(t, v.Lost, v.Agent)
 	}
 }
+
+// TestViewLostConnectionAbortedIsRemounted: a view whose connection is
+// aborted (`acpfs umount --force` of a busy view: its users then get
+// ENOTCONN) is noticed while `acpfs up` runs, recorded and mounted again.
+func TestViewLostConnectionAbortedIsRemounted(t *testing.T) {
+	e := newSfEnv(t)
+	mp := filepath.Join(e.root, reviewer)
+	d := pmUp(t, e.runs, e.folder, e.root, []string{owner, reviewer})
+	eventually(t, func() bool { return strings.Contains(d.Output(), " view(s) of ") }, "not started: "+d.Output())
+
+	busy, err := os.Open(filepath.Join(mp, "proposal.md"))
+	require.NoError(t, err)
+	defer busy.Close()
+	_, stderr, code := sfRun(t, "umount", "--force", mp)
+	require.Equal(t, 0, code, stderr)
+	busy.Close()
+
+	eventually(t, func() bool { return strings.Contains(d.Output(), "mounted "+reviewer+"'s view at "+mp+" again") }, "not remounted: "+d.Output())
+	assert.Contains(t, readFile(t, filepath.Join(mp, ".acpfs", "status")), "agent: "+reviewer, "the view serves again")
+	recs := pmLedgerRecords(t, e.ledger)
+	assert.True(t, vlRecord(recs, ledger.KindViewLost, reviewer, mp), "no view_lost record")
+	assert.True(t, vlRecord(recs, ledger.KindViewRemounted, reviewer, mp), "no view_remounted record")
+	st, stderr, code := sfStatus(t, e.runs)
+	assert.Equal(t, 0, code, stderr)
+	assert.Len(t, st.Views, 2)
+}
