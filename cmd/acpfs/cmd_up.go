@@ -171,6 +171,12 @@ func newStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "status --runs DIR",
 		Short:   "List the coordinator's mounts, agents, phase and waiting participants",
+		Long: `List what the coordinator of a run directory serves: its views, the
+collaboration's phase and who it waits for. Exits 2 when the coordinator is
+not running (dead, or its pid reused), and when one of its views is missing
+(unmounted from outside or no longer its mount at its mountpoint; marked
+MISSING): the coordinator mounts a lost view again, and says on its stderr
+when it cannot.`,
 		Example: "  acpfs status --runs agent_runs --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
