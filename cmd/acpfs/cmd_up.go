@@ -169,8 +169,8 @@ func newStatusCmd() *cobra.Command {
 	var runs string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:     "status --runs DIR",
-		Short:   "List the coordinator's mounts, agents, phase and waiting participants",
+		Use:   "status --runs DIR",
+		Short: "List the coordinator's mounts, agents, phase and waiting participants",
 		Long: `List what the coordinator of a run directory serves: its views, the
 collaboration's phase and who it waits for. Exits 2 when the coordinator is
 not running (dead, or its pid reused), and when one of its views is missing
