@@ -624,7 +624,7 @@ func (e *eventsFile) Read(ctx context.Context, dest []byte, off int64) (res fuse
 // its record.
 func (f *FS) appendLine(ctx context.Context, line []byte) syscall.Errno {
 	recorded := false
-	_, err := f.log.AppendLineRecorded(line, f.participant(), func(ev protocol.Event) error {
+	_, err := f.log.AppendLineRecordedContext(ctx, line, f.participant(), func(ev protocol.Event) error {
 		if err := f.record(ctx, ledger.KindAppendAccepted, "append", protocol.EventsFile, "", fmt.Sprintf("seq %d %s", ev.Seq, ev.Event)); err != nil {
 			return err
 		}
@@ -666,6 +666,10 @@ func (f *FS) refuseAppend(ctx context.Context, err error) syscall.Errno {
 			// Another writer kept the lock for protocol.LockTimeout:
 			// nothing was written, the agent may try again.
 			errno = syscall.EBUSY
+		case protocol.RuleInterrupted:
+			// The caller was signalled while the line waited for the
+			// lock (FUSE_INTERRUPT): answer now, nothing was written.
+			errno = syscall.EINTR
 		}
 	}
 	return f.denyAs(ctx, ledger.KindAppendRejected, "append", protocol.EventsFile, errno, err.Error(), "rule "+protocol.RuleOf(err))

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -171,6 +172,56 @@ func TestLocksStuckHolderFailsAppends(t *testing.T) {
 
 	require.NoError(t, unix.Flock(fd, unix.LOCK_UN))
 	require.Equal(t, syscall.Errno(0), v.appendEvent(line), readFile(t, v.path(".acpfs/last-error")))
+}
+
+// TestLocksInterruptedAppendReturns: a writer signalled while its line
+// waits for the lock (held by a stuck writer) gets EINTR at once, as the
+// kernel's FUSE_INTERRUPT asks, not EBUSY after protocol.LockTimeout:
+// once a request reached the daemon, the kernel keeps its caller until
+// the daemon answers, whatever the signal.
+func TestLocksInterruptedAppendReturns(t *testing.T) {
+	c := newCollab(t)
+	v := c.mountView(ownerGrant())
+	line := c.event(owner, "deliverable_drafted", map[string]any{"doc": primary, "role": "primary", "reply_to": 1})
+	lock := filepath.Join(c.folder, protocol.LockFile)
+	fd, err := unix.Open(lock, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	require.NoError(t, unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB))
+
+	// The shell writes with one write(2) from its own process; its trap
+	// makes USR1 a signal it survives.
+	cmd := exec.Command("bash", "-c", `trap 'echo TRAPPED' USR1; printf '%s\n' "$1" >> "$0/events.jsonl"; echo "rc=$?"`, v.dir, line)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	stack := fmt.Sprintf("/proc/%d/stack", cmd.Process.Pid)
+	sysc := fmt.Sprintf("/proc/%d/syscall", cmd.Process.Pid)
+	deadline := time.Now().Add(lkDeadline)
+	for {
+		b, _ := os.ReadFile(stack)
+		sc, _ := os.ReadFile(sysc)
+		if strings.Contains(string(b), "request_wait_answer") && strings.HasPrefix(string(sc), fmt.Sprintf("%d ", unix.SYS_WRITE)) {
+			break // its write(2), not the open before it, is with the daemon
+		}
+		require.True(t, time.Now().Before(deadline), "the write never reached the daemon: %s", out.String())
+		time.Sleep(time.Millisecond) // polling a condition with a deadline
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGUSR1))
+	select {
+	case <-done:
+	case <-time.After(lkDeadline):
+		t.Fatal("the signalled writer hangs")
+	}
+	assert.Contains(t, out.String(), "Interrupted system call")
+	assert.NotContains(t, out.String(), "busy")
+	assert.Contains(t, out.String(), "TRAPPED")
+	assert.Contains(t, readFile(t, v.path(".acpfs/last-error")), protocol.RuleInterrupted)
+	require.NoError(t, unix.Flock(fd, unix.LOCK_UN))
+	require.Equal(t, syscall.Errno(0), v.appendEvent(line), "nothing was written: the same line goes in")
 }
 
 // TestLocksOutsiderCannotStopUp: another uid cannot keep `acpfs up` from

@@ -757,11 +757,11 @@ func (c *Coordinator) recoverView(lv lostView) {
 	g := v.m.FS.Grant()
 	if v.lost == "" {
 		v.lost, v.attempts = lv.why, 0
-		c.notifyf("%s's view at %s went away (%s); mounting it again", lv.agent, mp, lv.why)
 		c.record(ledger.Record{Kind: ledger.KindViewLost, Agent: g.AgentID, Grant: g.GrantID, Path: mp, Detail: lv.why})
 		if err := c.writeStatus(); err != nil {
 			slog.Warn("write coordinator status", "err", err)
 		}
+		c.notifyf("%s's view at %s went away (%s); mounting it again", lv.agent, mp, lv.why)
 		// The old mount is finished: detach what is left of it and
 		// release its view.
 		if err := v.m.Stop(); err != nil {
@@ -785,17 +785,25 @@ func (c *Coordinator) recoverView(lv lostView) {
 	}
 	v.m, v.lost = m, ""
 	c.watchServed(lv.agent, m)
-	c.notifyf("mounted %s's view at %s again (grant %s)", lv.agent, mp, g.GrantID)
+	// The ledger and the status first: whoever reads the line below
+	// finds both up to date.
 	c.record(ledger.Record{Kind: ledger.KindViewRemounted, Agent: g.AgentID, Grant: g.GrantID, Path: mp, Detail: fmt.Sprintf("after %s; attempt %d", lv.why, v.attempts)})
 	if err := c.writeStatus(); err != nil {
 		slog.Warn("write coordinator status", "err", err)
 	}
+	c.notifyf("mounted %s's view at %s again (grant %s)", lv.agent, mp, g.GrantID)
 }
 
-// record appends one coordinator record to the ledger.
+// record appends one coordinator record to the ledger and flushes it:
+// these are rare, and an operator reading the ledger after the stderr
+// line must find them.
 func (c *Coordinator) record(r ledger.Record) {
 	r.PID = uint32(os.Getpid())
 	if _, err := c.cfg.Ledger.Append(r); err != nil {
+		slog.Error("ledger", "kind", r.Kind, "err", err)
+		return
+	}
+	if err := c.cfg.Ledger.Sync(); err != nil {
 		slog.Error("ledger", "kind", r.Kind, "err", err)
 	}
 }

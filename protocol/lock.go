@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -34,6 +35,15 @@ const RuleLockBusy = "events-lock-busy"
 // variant when the lock was not free within LockTimeout.
 var ErrLockBusy = errors.New("the events lock is held by another writer")
 
+// RuleInterrupted is the rule of the Unavailable error of an append
+// whose context ended while it waited for the lock. Views answer it with
+// EINTR, so that a caller interrupted by a signal is not held.
+const RuleInterrupted = "interrupted"
+
+// ErrLockInterrupted is wrapped by the error of LockEventsContext when
+// its context ended first.
+var ErrLockInterrupted = errors.New("interrupted while waiting for the events lock")
+
 // lockBusy is the error of an append or catch-up that did not get the
 // lock in time.
 func lockBusy() *Error {
@@ -60,10 +70,16 @@ type Lock struct {
 // on the view's events.jsonl, which only serializes writers of that one
 // view, as before the lock file existed.
 func LockEvents(folder string) (*Lock, error) {
+	return LockEventsContext(context.Background(), folder)
+}
+
+// LockEventsContext is LockEvents, giving up (ErrLockInterrupted) when
+// ctx is done first.
+func LockEventsContext(ctx context.Context, folder string) (*Lock, error) {
 	if onFUSE(folder) {
-		return lockViewEvents(folder)
+		return lockViewEvents(ctx, folder)
 	}
-	fd, err := takeLockFile(folder, unix.LOCK_EX, unix.O_CREAT)
+	fd, err := takeLockFile(ctx, folder, unix.LOCK_EX, unix.O_CREAT)
 	if err != nil {
 		return nil, err
 	}
@@ -75,12 +91,12 @@ func LockEvents(folder string) (*Lock, error) {
 	return &Lock{lock: fd, f: f}, nil
 }
 
-func lockViewEvents(folder string) (*Lock, error) {
+func lockViewEvents(ctx context.Context, folder string) (*Lock, error) {
 	f, err := os.OpenFile(filepath.Join(folder, EventsFile), os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
 	}
-	if err := waitFlock(int(f.Fd()), unix.LOCK_EX, lockTimeout); err != nil {
+	if err := waitFlock(ctx, int(f.Fd()), unix.LOCK_EX, lockTimeout); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", EventsFile, err)
 	}
@@ -120,7 +136,7 @@ func sharedLock(folder string) (func(), error) {
 	if onFUSE(folder) {
 		return nil, nil
 	}
-	fd, err := takeLockFile(folder, unix.LOCK_SH, 0)
+	fd, err := takeLockFile(context.Background(), folder, unix.LOCK_SH, 0)
 	if err != nil {
 		if errors.Is(err, ErrLockBusy) {
 			return nil, err
@@ -135,7 +151,7 @@ func sharedLock(folder string) (func(), error) {
 // that is not a regular file with one name, owned by this process's
 // euid or by the folder's owner and accessible to its owner only: any
 // other could be opened, and held, by someone else.
-func takeLockFile(folder string, how, create int) (int, error) {
+func takeLockFile(ctx context.Context, folder string, how, create int) (int, error) {
 	path := filepath.Join(folder, LockFile)
 	for attempt := 0; ; attempt++ {
 		fd, err := unix.Open(path, unix.O_RDWR|create|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0o600)
@@ -151,7 +167,7 @@ func takeLockFile(folder string, how, create int) (int, error) {
 			unix.Close(fd)
 			return -1, err
 		}
-		if err := waitFlock(fd, how, lockTimeout); err != nil {
+		if err := waitFlock(ctx, fd, how, lockTimeout); err != nil {
 			unix.Close(fd)
 			return -1, fmt.Errorf("lock %s: %w", LockFile, err)
 		}
@@ -198,28 +214,35 @@ func checkLockFile(folder string, fd int, st *unix.Stat_t) error {
 }
 
 // waitFlock takes flock how on fd, polling with LOCK_NB so that it never
-// blocks past timeout: a blocking flock cannot be abandoned, and a thread
-// left blocked for each abandoned wait would pile up behind a stuck
-// holder.
-func waitFlock(fd, how int, timeout time.Duration) error {
+// blocks past timeout or the end of ctx: a blocking flock cannot be
+// abandoned, and a thread left blocked for each abandoned wait would pile
+// up behind a stuck holder.
+func waitFlock(ctx context.Context, fd, how int, timeout time.Duration) error {
 	err := unix.Flock(fd, how|unix.LOCK_NB)
 	if err == nil || !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
 		return err
 	}
-	deadline := time.Now().Add(timeout)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	pause := 50 * time.Microsecond
+	tick := time.NewTimer(pause)
+	defer tick.Stop()
 	for {
-		time.Sleep(pause)
+		select {
+		case <-ctx.Done():
+			return ErrLockInterrupted
+		case <-deadline.C:
+			return fmt.Errorf("%w for %v", ErrLockBusy, timeout)
+		case <-tick.C:
+		}
 		err := unix.Flock(fd, how|unix.LOCK_NB)
 		if err == nil || !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
 			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w for %v", ErrLockBusy, timeout)
-		}
 		if pause < 2*time.Millisecond {
 			pause *= 2
 		}
+		tick.Reset(pause)
 	}
 }
 

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -139,7 +140,30 @@ func TestWaitFlockTimesOut(t *testing.T) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	require.NoError(t, err)
 	defer unix.Close(fd)
-	err = waitFlock(fd, unix.LOCK_SH, 50*time.Millisecond)
+	err = waitFlock(context.Background(), fd, unix.LOCK_SH, 50*time.Millisecond)
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, ErrLockBusy), "%v", err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = waitFlock(ctx, fd, unix.LOCK_SH, time.Hour)
+	assert.ErrorIs(t, err, ErrLockInterrupted)
+}
+
+// TestLockWaitInterrupted: an append whose context ends while it waits
+// for the lock gives up at once with RuleInterrupted.
+func TestLockWaitInterrupted(t *testing.T) {
+	old := lockTimeout
+	lockTimeout = time.Hour // only the context can end the wait
+	t.Cleanup(func() { lockTimeout = old })
+	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
+	_, err := blocked(k)
+	require.NoError(t, err)
+	holdFlock(t, filepath.Join(k.dir, LockFile), unix.LOCK_EX)
+	ctx, cancel := context.WithCancel(context.Background())
+	go cancel()
+	line := encodeLine(Event{Seq: 3, From: k.owner(), Event: EvBlocked, At: eventTime(k.tick(), kitEpoch, true), Summary: "s", ReplyTo: intp(1)})
+	_, err = k.log.AppendLineRecordedContext(ctx, line, k.owner(), nil)
+	require.Error(t, err)
+	assert.Equal(t, RuleInterrupted, RuleOf(err))
 }
