@@ -727,7 +727,7 @@ func lineEndsAfter(fd int, off int64) bool {
 // its record.
 func (f *FS) appendLine(ctx context.Context, line []byte) syscall.Errno {
 	recorded := false
-	_, err := f.log.AppendLineRecorded(line, f.participant(), func(ev protocol.Event) error {
+	_, err := f.log.AppendLineRecordedContext(ctx, line, f.participant(), func(ev protocol.Event) error {
 		if err := f.record(ctx, ledger.KindAppendAccepted, "append", protocol.EventsFile, "", fmt.Sprintf("seq %d %s", ev.Seq, ev.Event)); err != nil {
 			return err
 		}
@@ -759,11 +759,20 @@ func (f *FS) refuseAppend(ctx context.Context, err error) syscall.Errno {
 		// The folder itself is broken (unreadable files, a history
 		// that already violates the protocol): not this line's fault.
 		errno = syscall.EIO
-		if protocol.RuleOf(err) == "store" {
+		switch protocol.RuleOf(err) {
+		case "store":
 			// The store of a multi-host collaboration did not take
 			// it: nothing changed, and the view is read-only until
 			// the store answers again.
 			errno = syscall.EROFS
+		case protocol.RuleLockBusy:
+			// Another writer kept the lock for protocol.LockTimeout:
+			// nothing was written, the agent may try again.
+			errno = syscall.EBUSY
+		case protocol.RuleInterrupted:
+			// The caller was signalled while the line waited for the
+			// lock (FUSE_INTERRUPT): answer now, nothing was written.
+			errno = syscall.EINTR
 		}
 	}
 	return f.denyAs(ctx, ledger.KindAppendRejected, "append", protocol.EventsFile, errno, err.Error(), "rule "+protocol.RuleOf(err))

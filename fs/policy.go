@@ -171,6 +171,13 @@ func decide(o op, rel string, e entry, p policy) verdict {
 		}
 		return hidden("private temporary files of the views")
 	}
+	if rel == protocol.LockFile {
+		// The appenders' lock: whoever could open it could hold it.
+		if o.class() == classMake && e.kind == kindAbsent {
+			return refuse(syscall.EACCES, ledger.KindDenied, protocol.LockFile+" is reserved")
+		}
+		return hidden("the lock of the folder's appenders")
+	}
 	visible := e.shownBy(p.m, rel)
 	switch o.class() {
 	case classRead:
@@ -309,6 +316,10 @@ func classify(m *grants.Matcher, c *concealed, dirfd int, name, rel string, st *
 	if strings.HasPrefix(rel, protocol.ProtocolTempPrefix) {
 		// acpfs's own, renamed over protocol.json within milliseconds.
 		e.kind, e.why = kindConcealed, "a temporary file of a protocol.json rewrite"
+		return e
+	}
+	if rel == protocol.LockFile {
+		e.kind, e.why = kindConcealed, "the lock of the folder's appenders"
 		return e
 	}
 	switch st.Mode & unix.S_IFMT {

@@ -119,6 +119,9 @@ func (r RunDir) ArtifactPath(sha string) string { return filepath.Join(r.Artifac
 
 // Init creates the run directory and its subdirectories.
 func (r RunDir) Init() error {
+	if err := r.MakeRoot(); err != nil {
+		return fmt.Errorf("init run directory: %w", err)
+	}
 	for _, d := range []string{r.GrantsDir(), r.HandoffsDir(), r.ArtifactsDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("init run directory: %w", err)
@@ -425,6 +428,9 @@ func (r RunDir) SaveGrant(g *Grant) error {
 	if err := Validate(g); err != nil {
 		return err
 	}
+	if err := r.MakeRoot(); err != nil {
+		return fmt.Errorf("save grant %s: %w", g.GrantID, err)
+	}
 	if err := os.MkdirAll(r.GrantsDir(), 0o755); err != nil {
 		return fmt.Errorf("save grant %s: %w", g.GrantID, err)
 	}
@@ -461,4 +467,19 @@ func realAbs(p string) (string, error) {
 		rest = filepath.Join(filepath.Base(cur), rest)
 		cur = parent
 	}
+}
+
+// MakeRoot creates the run directory, when it does not exist, accessible
+// to its owner only (0700): it holds the grants, the coordinator's lock
+// and often the ledger's key, none of which another uid may open (a
+// lock another uid can open is a lock it can hold). An existing run
+// directory keeps its mode.
+func (r RunDir) MakeRoot() error {
+	if err := os.MkdirAll(filepath.Dir(r.Root), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(r.Root, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
 }

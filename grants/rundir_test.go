@@ -28,6 +28,28 @@ func TestRunDirLayout(t *testing.T) {
 	assert.Equal(t, "/x/runs/artifacts/abc", r.ArtifactPath("abc"))
 }
 
+// TestRunDirIsPrivate: a run directory acpfs creates is its owner's only
+// (it holds the grants, the coordinator's lock, often the ledger key); an
+// existing one keeps its mode.
+func TestRunDirIsPrivate(t *testing.T) {
+	for name, make := range map[string]func(RunDir) error{
+		"Init":      func(r RunDir) error { return r.Init() },
+		"SaveGrant": func(r RunDir) error { return r.SaveGrant(grantFor("G-a", "alpha")) },
+	} {
+		r := NewRunDir(filepath.Join(t.TempDir(), "a", "agent_runs"))
+		require.NoError(t, make(r), name)
+		fi, err := os.Stat(r.Root)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), name)
+	}
+	r := NewRunDir(filepath.Join(t.TempDir(), "agent_runs"))
+	require.NoError(t, os.Mkdir(r.Root, 0o750))
+	require.NoError(t, r.Init())
+	fi, err := os.Stat(r.Root)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o750), fi.Mode().Perm())
+}
+
 func TestSaveAndLoadGrants(t *testing.T) {
 	r := NewRunDir(filepath.Join(t.TempDir(), "agent_runs"))
 	gs, err := r.LoadGrants()

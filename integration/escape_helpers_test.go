@@ -25,6 +25,7 @@ import (
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
+	"github.com/acpfs/acpfs/protocol"
 )
 
 // The escape suite plays an agent that tries every trick it can think of
@@ -485,8 +486,8 @@ func escLastError(t *testing.T, v *view) string {
 }
 
 // escTree describes every entry below dir, for before/after comparisons.
-// The views' private files (dir/.acpfs-staging) are left out: escStaged
-// describes them.
+// The views' private files (dir/.acpfs-staging), which escStaged
+// describes, and the appenders' lock (protocol.LockFile) are left out.
 func escTree(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	syncFolder(t, dir)
@@ -498,6 +499,9 @@ func escTree(t *testing.T, dir string) map[string]string {
 		rel, _ := filepath.Rel(dir, p)
 		if rel == acpfsfs.StagingDir && d.IsDir() {
 			return filepath.SkipDir
+		}
+		if rel == protocol.LockFile {
+			return nil // the appenders' lock, made by the first daemon or append
 		}
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {

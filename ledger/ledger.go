@@ -85,6 +85,12 @@ const (
 	KindSegmentStart    = "segment_start"    // the first record of a new segment
 	KindLedgerRecovered = "ledger_recovered" // a writer resumed after an operator restored the ledger
 
+	// The coordinator (`acpfs up`): a view that went away without being
+	// stopped by it (unmounted from outside, its connection aborted, its
+	// mountpoint no longer its mount), and the same view mounted again.
+	KindViewLost      = "view_lost"
+	KindViewRemounted = "view_remounted"
+
 	// Several hosts: what a host's document sync did (see store.DocsOptions).
 	KindDocConflict = "doc_conflict"  // two hosts wrote one file from one revision: both versions kept
 	KindDocRefused  = "doc_refused"   // a document from the store was refused (bad path, header, hash)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -74,6 +75,10 @@ type ViewStatus struct {
 	// Dev is the view's device (major:minor in mountinfo): after a
 	// crash, the next coordinator detaches exactly these mounts.
 	Dev string `json:"dev,omitempty"`
+	// Lost, when set, says why the view is not being served: it went
+	// away without the coordinator stopping it, and is not (yet)
+	// mounted again. `acpfs status` exits 2 while a view is lost.
+	Lost string `json:"lost,omitempty"`
 }
 
 // CoordinatorStatus is the content of StatusFile.
@@ -109,12 +114,38 @@ type Coordinator struct {
 	views map[string]*coordView // by agent id
 	done  chan struct{}
 	stop  chan struct{}
+	// lost receives the views that went away without being stopped;
+	// the loop remounts them.
+	lost chan lostView
 }
 
 type coordView struct {
 	grantID string
 	m       *Mount
+	// lost says why the view is gone, "" while it is served; attempts
+	// counts the remounts tried since.
+	lost     string
+	attempts int
 }
+
+// lostView is a view found gone: m is the mount that went away (a later
+// one of the same agent is not concerned), why says how.
+type lostView struct {
+	agent string
+	m     *Mount
+	why   string
+}
+
+// Remounting a view that went away: viewCheckEvery is how often every
+// view is checked to still be this process's mount at its mountpoint
+// (an unmount is also seen at once, when the view's serve loop ends);
+// a lost view is mounted again up to maxRemounts times, remountPause
+// apart, then left missing (reported by `acpfs status`).
+const (
+	viewCheckEvery = 2 * time.Second
+	maxRemounts    = 3
+	remountPause   = time.Second
+)
 
 // StartCoordinator takes the run directory's lock, checks the run
 // directory and the mount root, mounts every active grant and starts
@@ -129,7 +160,7 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 	if notify == nil {
 		notify = os.Stderr
 	}
-	if err := os.MkdirAll(cfg.Runs.Root, 0o755); err != nil {
+	if err := cfg.Runs.MakeRoot(); err != nil {
 		return nil, err
 	}
 	lock, err := lockRunDir(cfg.Runs.Root)
@@ -186,7 +217,7 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 		return nil, err
 	}
 	c = &Coordinator{cfg: cfg, watcher: w, started: time.Now().UTC(), lock: lock, notify: notify,
-		views: map[string]*coordView{}, done: make(chan struct{}), stop: make(chan struct{})}
+		views: map[string]*coordView{}, done: make(chan struct{}), stop: make(chan struct{}), lost: make(chan lostView, 16)}
 	c.pidStart, _ = procStartTime(os.Getpid())
 	c.bootID = bootID()
 	if err := os.MkdirAll(cfg.Runs.GrantsDir(), 0o755); err != nil {
@@ -231,52 +262,160 @@ var ErrRunDirBusy = errors.New("run directory is in use by another acpfs up")
 
 // lockRunDir takes the run directory's lock without waiting. The lock is
 // an flock, so the kernel releases it when its holder dies, even by
-// SIGKILL.
+// SIGKILL: a lock file left by a dead coordinator (a stale lock) is
+// simply taken again.
+//
+// The lock file is 0600 and must be this process's own regular file with
+// one name: a lock file another uid can open is one it can hold, and
+// stop every later coordinator. One made readable by others (an older
+// acpfs made it 0644) is replaced by a fresh inode once we hold it, so
+// that a descriptor opened earlier by someone else locks nothing.
 func lockRunDir(root string) (*os.File, error) {
 	p := filepath.Join(root, LockFile)
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock run directory: %w", err)
-	}
-	if err := flockOrOutwaitDying(f); err != nil {
-		defer f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			holder := "another process"
-			pid := lockHolder(f)
-			if pid > 0 {
-				holder = fmt.Sprintf("pid %d", pid)
-			}
-			if state, _, err := procStat(pid); err == nil && state == 'Z' {
-				return nil, fmt.Errorf("%w: acpfs up (%s) on %s has exited but cannot finish (stuck in one of its views); run `acpfs umount --force` on each view under its root", ErrRunDirBusy, holder, root)
-			}
-			return nil, fmt.Errorf("%w: acpfs up (%s) already runs on %s (lock %s); one coordinator per run directory", ErrRunDirBusy, holder, root, p)
+	for attempt := 0; ; attempt++ {
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("lock run directory: %w", err)
 		}
-		return nil, fmt.Errorf("lock run directory: %w", err)
+		st, err := checkUpLock(f)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock run directory: %w", err)
+		}
+		if err := flockOrOutwaitDying(f); err != nil {
+			defer f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, runDirBusy(root, p, lockHolder(f))
+			}
+			return nil, fmt.Errorf("lock run directory: %w", err)
+		}
+		// The name may lead elsewhere now (replaced by a coordinator
+		// that started meanwhile): our lock must be on what it names.
+		var now unix.Stat_t
+		if err := unix.Lstat(p, &now); err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+			f.Close()
+			if attempt == 3 {
+				return nil, fmt.Errorf("lock run directory: %s keeps being replaced", p)
+			}
+			continue
+		}
+		if st.Mode&0o077 != 0 {
+			nf, err := replaceUpLock(p)
+			f.Close() // after the rename: whoever opens p now finds nf, held
+			if err != nil {
+				return nil, fmt.Errorf("lock run directory: %w", err)
+			}
+			f = nf
+		}
+		if err := f.Truncate(0); err == nil {
+			_, _ = f.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+		}
+		return f, nil
 	}
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+}
+
+// checkUpLock refuses a run directory lock that is not this process's
+// own regular file with a single name.
+func checkUpLock(f *os.File) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return st, err
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return st, fmt.Errorf("%s is not a regular file; remove it", f.Name())
+	case st.Nlink != 1:
+		return st, fmt.Errorf("%s has %d names; remove it", f.Name(), st.Nlink)
+	case st.Uid != uint32(os.Geteuid()):
+		return st, fmt.Errorf("%s belongs to uid %d, not to this coordinator's (%d); remove it", f.Name(), st.Uid, os.Geteuid())
+	}
+	return st, nil
+}
+
+// replaceUpLock puts a new 0600 lock file, already locked, in place of
+// p (which the caller holds).
+func replaceUpLock(p string) (*os.File, error) {
+	tmp := fmt.Sprintf("%s.new-%d", p, os.Getpid())
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, err
 	}
 	return f, nil
 }
 
-// lockHolder finds the pid holding an flock on f: from /proc/locks, which
-// the kernel keeps exact, or else from the pid the holder wrote in it.
+// runDirBusy explains who holds the run directory's lock: a live
+// coordinator, one that exited but is stuck in its views, or a process
+// that is no coordinator at all (the holder is named as such, never as
+// an acpfs up).
+func runDirBusy(root, p string, pid int) error {
+	if pid <= 0 {
+		return fmt.Errorf("%w: the lock %s is held by a process this host does not show (another pid namespace?); one coordinator per run directory", ErrRunDirBusy, p)
+	}
+	if state, _, err := procStat(pid); err == nil && state == 'Z' {
+		return fmt.Errorf("%w: acpfs up (pid %d) on %s has exited but cannot finish (stuck in one of its views); run `acpfs umount --force` on each view under its root", ErrRunDirBusy, pid, root)
+	}
+	if isCoordinator(pid) {
+		return fmt.Errorf("%w: acpfs up (pid %d) already runs on %s (lock %s); one coordinator per run directory", ErrRunDirBusy, pid, root, p)
+	}
+	return fmt.Errorf("%w: the lock %s is held by pid %d (%s), which is not an acpfs up; stop that process (no coordinator runs on %s)", ErrRunDirBusy, p, pid, procCommand(pid), root)
+}
+
+// lockHolder finds the pid holding an flock on f from /proc/locks, which
+// the kernel keeps exact. The pid written in the file is not used: it
+// may be a dead coordinator's, reused by any process since.
 func lockHolder(f *os.File) int {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err == nil {
 		if b, err := os.ReadFile("/proc/locks"); err == nil {
-			if pid := flockHolder(string(b), unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino); pid > 0 {
-				return pid
-			}
+			return flockHolder(string(b), unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
 		}
 	}
-	b := make([]byte, 32)
-	n, _ := f.ReadAt(b, 0)
-	var pid int
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(b[:n])), "%d", &pid); err == nil && processAlive(pid) {
-		return pid
-	}
 	return 0
+}
+
+// isCoordinator reports whether pid is an `acpfs up` of this uid (this
+// very process included, which a second lockRunDir can meet).
+func isCoordinator(pid int) bool {
+	if pid == os.Getpid() {
+		return true
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d", pid), &st); err != nil || st.Uid != uint32(os.Geteuid()) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	if len(args) < 2 || !strings.HasPrefix(filepath.Base(args[0]), "acpfs") {
+		return false
+	}
+	return slices.Contains(args[1:], "up")
+}
+
+// procCommand is pid's command line, for an error message.
+func procCommand(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || len(b) == 0 {
+		return "command unknown"
+	}
+	cmd := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
+	if len(cmd) > 80 {
+		cmd = cmd[:80] + "..."
+	}
+	return fmt.Sprintf("%q", cmd)
 }
 
 // flockHolder parses /proc/locks ("1: FLOCK  ADVISORY  WRITE 1234
@@ -406,10 +545,16 @@ func checkParticipant(g *grants.Grant, participants []string) error {
 func (c *Coordinator) loop() {
 	defer close(c.done)
 	var timer <-chan time.Time
+	check := time.NewTicker(viewCheckEvery)
+	defer check.Stop()
 	for {
 		select {
 		case <-c.stop:
 			return
+		case <-check.C:
+			c.checkViews()
+		case lv := <-c.lost:
+			c.recoverView(lv)
 		case _, ok := <-c.fsw.Events:
 			if !ok {
 				return
@@ -504,19 +649,13 @@ func (c *Coordinator) reconcile(starting bool) error {
 			continue
 		}
 		mp := filepath.Join(c.cfg.Root, agent)
-		if err := os.MkdirAll(mp, 0o755); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		m, err := Start(Config{
-			Folder: c.cfg.Folder, Mountpoint: mp, Grant: gf.Grant, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
-			Hidden: c.concealed(), Conceal: []string{c.cfg.Root}, AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, MaxWriteBytes: c.cfg.MaxWriteBytes, MaxFiles: c.cfg.MaxFiles, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
-		})
+		m, err := c.startView(mp, gf.Grant, handoffs)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("mount %s: %w", agent, err))
 			continue
 		}
 		c.views[agent] = &coordView{grantID: gf.Grant.GrantID, m: m}
+		c.watchServed(agent, m)
 		if !starting {
 			c.notifyf("mounted %s's view at %s (grant %s)", agent, mp, gf.Grant.GrantID)
 		}
@@ -525,6 +664,152 @@ func (c *Coordinator) reconcile(starting bool) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// startView prepares the mountpoint mp and mounts a view of g there.
+func (c *Coordinator) startView(mp string, g *grants.Grant, handoffs map[string]string) (*Mount, error) {
+	if err := prepareMountpoint(mp); err != nil {
+		return nil, err
+	}
+	return Start(Config{
+		Folder: c.cfg.Folder, Mountpoint: mp, Grant: g, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
+		Hidden: c.concealed(), Conceal: []string{c.cfg.Root}, AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, MaxWriteBytes: c.cfg.MaxWriteBytes, MaxFiles: c.cfg.MaxFiles, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
+	})
+}
+
+// prepareMountpoint makes mp, the directory a view covers, the
+// coordinator's and 0500. Uncovered (the view unmounted from outside, its
+// daemon dead), it then takes no agent's writes: another uid gets
+// EACCES, and even the coordinator's uid, without CAP_DAC_OVERRIDE
+// (root has it), must chmod it first. Whatever lands there is outside
+// the collaboration and unrecorded.
+func prepareMountpoint(mp string) error {
+	if err := os.Mkdir(mp, 0o500); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(mp, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("mountpoint %s is not a directory", mp)
+	}
+	if int(st.Uid) != os.Geteuid() || int(st.Gid) != os.Getegid() {
+		if err := unix.Lchown(mp, os.Geteuid(), os.Getegid()); err != nil {
+			return fmt.Errorf("mountpoint %s: %w", mp, err)
+		}
+	}
+	if st.Mode&0o7777 != 0o500 {
+		if err := unix.Fchmodat(unix.AT_FDCWD, mp, 0o500, 0); err != nil {
+			return fmt.Errorf("mountpoint %s: %w", mp, err)
+		}
+	}
+	return nil
+}
+
+// watchServed reports m lost when its serve loop ends while the
+// coordinator did not stop it: `acpfs umount`, an aborted connection.
+func (c *Coordinator) watchServed(agent string, m *Mount) {
+	go func() {
+		select {
+		case <-m.served:
+			c.reportLost(lostView{agent: agent, m: m, why: "its serving ended: unmounted from outside, or its connection aborted"})
+		case <-c.stop:
+		}
+	}()
+}
+
+func (c *Coordinator) reportLost(lv lostView) {
+	select {
+	case c.lost <- lv:
+	case <-c.stop:
+	}
+}
+
+// checkViews finds views whose mountpoint is no longer their mount, which
+// the serve loop may not tell (a lazy unmount, a mount stacked over the
+// view).
+func (c *Coordinator) checkViews() {
+	c.mu.Lock()
+	var gone []lostView
+	for agent, v := range c.views {
+		if v.lost == "" && v.m.dev != "" && !v.m.Unmounted() && !v.m.stillMounted() {
+			gone = append(gone, lostView{agent: agent, m: v.m, why: "its mountpoint no longer holds it"})
+		}
+	}
+	c.mu.Unlock()
+	for _, lv := range gone {
+		c.recoverView(lv)
+	}
+}
+
+// recoverView says that a view went away (stderr, ledger, status) and
+// mounts it again, retrying up to maxRemounts times.
+func (c *Coordinator) recoverView(lv lostView) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.stop:
+		return
+	default:
+	}
+	v, ok := c.views[lv.agent]
+	if !ok || v.m != lv.m {
+		return // stopped or replaced by the coordinator meanwhile
+	}
+	mp := v.m.cfg.Mountpoint
+	g := v.m.FS.Grant()
+	if v.lost == "" {
+		v.lost, v.attempts = lv.why, 0
+		c.record(ledger.Record{Kind: ledger.KindViewLost, Agent: g.AgentID, Grant: g.GrantID, Path: mp, Detail: lv.why})
+		if err := c.writeStatus(); err != nil {
+			slog.Warn("write coordinator status", "err", err)
+		}
+		c.notifyf("%s's view at %s went away (%s); mounting it again", lv.agent, mp, lv.why)
+		// The old mount is finished: detach what is left of it and
+		// release its view.
+		if err := v.m.Stop(); err != nil {
+			slog.Warn("stop a lost view", "agent", lv.agent, "err", err)
+		}
+	}
+	v.attempts++
+	m, err := c.startView(mp, g, v.m.cfg.Handoffs)
+	if err != nil {
+		if v.attempts >= maxRemounts {
+			v.lost = fmt.Sprintf("%s; not mounted again after %d attempts: %v", lv.why, v.attempts, err)
+			c.notifyf("could not mount %s's view at %s again (%d attempts): %v; it stays missing", lv.agent, mp, v.attempts, err)
+			if err := c.writeStatus(); err != nil {
+				slog.Warn("write coordinator status", "err", err)
+			}
+			return
+		}
+		old := v.m
+		time.AfterFunc(remountPause, func() { c.reportLost(lostView{agent: lv.agent, m: old, why: lv.why}) })
+		return
+	}
+	v.m, v.lost = m, ""
+	c.watchServed(lv.agent, m)
+	// The ledger and the status first: whoever reads the line below
+	// finds both up to date.
+	c.record(ledger.Record{Kind: ledger.KindViewRemounted, Agent: g.AgentID, Grant: g.GrantID, Path: mp, Detail: fmt.Sprintf("after %s; attempt %d", lv.why, v.attempts)})
+	if err := c.writeStatus(); err != nil {
+		slog.Warn("write coordinator status", "err", err)
+	}
+	c.notifyf("mounted %s's view at %s again (grant %s)", lv.agent, mp, g.GrantID)
+}
+
+// record appends one coordinator record to the ledger and flushes it:
+// these are rare, and an operator reading the ledger after the stderr
+// line must find them.
+func (c *Coordinator) record(r ledger.Record) {
+	r.PID = uint32(os.Getpid())
+	if _, err := c.cfg.Ledger.Append(r); err != nil {
+		slog.Error("ledger", "kind", r.Kind, "err", err)
+		return
+	}
+	if err := c.cfg.Ledger.Sync(); err != nil {
+		slog.Error("ledger", "kind", r.Kind, "err", err)
+	}
 }
 
 // concealed is what none of the coordinator's views may show, by
@@ -570,7 +855,11 @@ func (c *Coordinator) Status() CoordinatorStatus {
 func (c *Coordinator) statusLocked() CoordinatorStatus {
 	st := CoordinatorStatus{PID: os.Getpid(), PIDStart: c.pidStart, BootID: c.bootID, Folder: c.cfg.Folder, Root: c.cfg.Root, Started: c.started.Format(time.RFC3339)}
 	for agent, v := range c.views {
-		st.Views = append(st.Views, ViewStatus{Agent: agent, Grant: v.grantID, Mountpoint: v.m.cfg.Mountpoint, Dev: v.m.dev})
+		vs := ViewStatus{Agent: agent, Grant: v.grantID, Mountpoint: v.m.cfg.Mountpoint, Dev: v.m.dev, Lost: v.lost}
+		if v.lost != "" {
+			vs.Dev = ""
+		}
+		st.Views = append(st.Views, vs)
 	}
 	sort.Slice(st.Views, func(i, j int) bool { return st.Views[i].Agent < st.Views[j].Agent })
 	return st
@@ -633,6 +922,31 @@ func (st CoordinatorStatus) liveness() (state, detail string) {
 		return StateDead, fmt.Sprintf("pid %d has exited", st.PID)
 	}
 	return StateRunning, ""
+}
+
+// Missing tells why a view a running coordinator lists is not being
+// served, or "" when it is: lost by the coordinator's own account, or no
+// longer the mount it recorded at its mountpoint (which the coordinator
+// may not have noticed yet). Only mountinfo is read: a hung view is not
+// touched.
+func (v ViewStatus) Missing() string {
+	if v.Lost != "" {
+		return v.Lost
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(v.Mountpoint))
+	if err != nil {
+		return fmt.Sprintf("its mount root: %v", err)
+	}
+	mi, ok, err := mountAt(filepath.Join(dir, filepath.Base(v.Mountpoint)))
+	switch {
+	case err != nil:
+		return "" // cannot tell
+	case !ok:
+		return "not mounted"
+	case !mi.IsView() || (v.Dev != "" && mi.Dev != v.Dev):
+		return fmt.Sprintf("another mount is at its mountpoint (%s)", mi.describe())
+	}
+	return ""
 }
 
 // Running tells whether ReadStatus found the coordinator alive.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/fsid"
@@ -228,6 +229,88 @@ func TestLockRunDir(t *testing.T) {
 	again, err := lockRunDir(d)
 	require.NoError(t, err, "a released lock (a dead holder) is free")
 	again.Close()
+}
+
+// TestLockRunDirPrivate: the run directory's lock is a 0600 regular file
+// of this uid; one left readable by others is replaced by a new inode,
+// so that a descriptor someone opened earlier locks nothing; a lock that
+// is not this uid's own file is refused.
+func TestLockRunDirPrivate(t *testing.T) {
+	d := t.TempDir()
+	p := filepath.Join(d, LockFile)
+	require.NoError(t, os.WriteFile(p, nil, 0o644))
+	require.NoError(t, os.Chmod(p, 0o644))
+	var old unix.Stat_t
+	require.NoError(t, unix.Stat(p, &old))
+	earlier, err := os.Open(p) // an outsider's descriptor, opened while it could
+	require.NoError(t, err)
+	defer earlier.Close()
+
+	f, err := lockRunDir(d)
+	require.NoError(t, err)
+	var now unix.Stat_t
+	require.NoError(t, unix.Stat(p, &now))
+	assert.Equal(t, uint32(0o600), now.Mode&0o7777)
+	assert.NotEqual(t, old.Ino, now.Ino, "a new inode")
+	f.Close()
+	require.NoError(t, unix.Flock(int(earlier.Fd()), unix.LOCK_EX|unix.LOCK_NB), "the old inode is nobody's lock")
+	again, err := lockRunDir(d)
+	require.NoError(t, err, "holding the old inode stops nobody")
+	again.Close()
+
+	for name, plant := range map[string]func(){
+		"symlink":   func() { require.NoError(t, os.Symlink("elsewhere", p)) },
+		"hard link": func() { require.NoError(t, os.WriteFile(p+".x", nil, 0o600)); require.NoError(t, os.Link(p+".x", p)) },
+		"other uid": func() { require.NoError(t, os.WriteFile(p, nil, 0o600)); require.NoError(t, os.Chown(p, 65533, 65533)) },
+	} {
+		require.NoError(t, os.RemoveAll(p))
+		os.Remove(p + ".x")
+		plant()
+		_, err := lockRunDir(d)
+		assert.Error(t, err, name)
+		assert.NotErrorIs(t, err, ErrRunDirBusy, name)
+	}
+}
+
+// TestRunDirBusyNamesOnlyCoordinators: a holder that is not an acpfs up
+// is never called one.
+func TestRunDirBusyNamesOnlyCoordinators(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	require.NoError(t, cmd.Start())
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	err := runDirBusy("/r", "/r/"+LockFile, cmd.Process.Pid)
+	require.ErrorIs(t, err, ErrRunDirBusy)
+	assert.Contains(t, err.Error(), "which is not an acpfs up")
+	assert.Contains(t, err.Error(), `"sleep 60"`)
+	assert.NotContains(t, err.Error(), "already runs")
+	assert.Contains(t, runDirBusy("/r", "/r/"+LockFile, os.Getpid()).Error(), "already runs")
+	assert.False(t, isCoordinator(cmd.Process.Pid))
+}
+
+// TestPrepareMountpoint: the directory a view covers is the
+// coordinator's, 0500, whoever made it.
+func TestPrepareMountpoint(t *testing.T) {
+	d := t.TempDir()
+	mp := filepath.Join(d, "bob")
+	require.NoError(t, prepareMountpoint(mp))
+	made, err := os.Stat(mp)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o500), made.Mode().Perm())
+
+	other := filepath.Join(d, "alice")
+	require.NoError(t, os.Mkdir(other, 0o777))
+	if os.Geteuid() == 0 {
+		require.NoError(t, os.Chown(other, 65533, 65533))
+	}
+	require.NoError(t, prepareMountpoint(other))
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(other, &st))
+	assert.Equal(t, uint32(0o500), st.Mode&0o7777)
+	assert.Equal(t, uint32(os.Geteuid()), st.Uid)
+
+	link := filepath.Join(d, "carol")
+	require.NoError(t, os.Symlink(other, link))
+	assert.Error(t, prepareMountpoint(link), "a symlink is not a mountpoint")
 }
 
 func TestWriteFileAtomic(t *testing.T) {

@@ -1,52 +1,249 @@
 package protocol
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// Lock is an exclusive advisory lock (flock) on a folder's events.jsonl.
-// Every acpfs writer, in any process, holds it while it checks and
-// appends an event, so appends are serialized and each one sees the
-// complete history.
-type Lock struct {
-	f *os.File
+// LockFile is the name, next to events.jsonl, of the file whose flock
+// serializes the appends of every acpfs writer (every view of every
+// daemon, `acpfs append`, the store's catch-up). It is created 0600, so
+// only its owner (the coordinator's uid) can open it, and so hold it:
+// events.jsonl itself is 0644, and a flock on it could be taken by any
+// uid that can read it. Views never show it.
+const LockFile = ".events.jsonl.lock"
+
+// LockTimeout bounds how long an append waits for the lock. A holder
+// that keeps it longer (a stuck writer of the coordinator's own uid: no
+// other uid can open the lock file) makes the append fail with an error
+// of rule RuleLockBusy instead of stalling the agent behind it.
+const LockTimeout = 5 * time.Second
+
+// RuleLockBusy is the rule of the Unavailable error an append or a
+// catch-up gets when the lock was held by someone else for LockTimeout.
+// Views answer it with EBUSY.
+const RuleLockBusy = "events-lock-busy"
+
+// ErrLockBusy is wrapped by the errors of LockEvents and its shared
+// variant when the lock was not free within LockTimeout.
+var ErrLockBusy = errors.New("the events lock is held by another writer")
+
+// RuleInterrupted is the rule of the Unavailable error of an append
+// whose context ended while it waited for the lock. Views answer it with
+// EINTR, so that a caller interrupted by a signal is not held.
+const RuleInterrupted = "interrupted"
+
+// ErrLockInterrupted is wrapped by the error of LockEventsContext when
+// its context ended first.
+var ErrLockInterrupted = errors.New("interrupted while waiting for the events lock")
+
+// lockBusy is the error of an append or catch-up that did not get the
+// lock in time.
+func lockBusy() *Error {
+	return unavailable(RuleLockBusy, "another writer has held the folder's lock %s for %v; nothing was written, try again (only a process of the lock's owner can hold it: look for a stuck acpfs)", LockFile, lockTimeout)
 }
 
-// LockEvents opens folder/events.jsonl for appending (creating it if
-// needed) and blocks until it holds the exclusive lock.
+// lockTimeout is LockTimeout; tests shorten it.
+var lockTimeout = LockTimeout
+
+// Lock is an exclusive advisory lock (flock) on a folder's LockFile, with
+// the folder's events.jsonl open for appending.
+type Lock struct {
+	lock int // the locked LockFile, -1 when the lock is on events.jsonl
+	f    *os.File
+}
+
+// LockEvents takes the exclusive lock of folder (waiting at most
+// LockTimeout) and opens folder/events.jsonl for appending, creating it
+// if needed.
+//
+// On an acpfs view (a FUSE mount) the lock file is not reachable, and
+// not needed to protect the backing folder: the daemon behind the view
+// takes the real lock for each line it writes. There the lock is taken
+// on the view's events.jsonl, which only serializes writers of that one
+// view, as before the lock file existed.
 func LockEvents(folder string) (*Lock, error) {
-	path := filepath.Join(folder, EventsFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	return LockEventsContext(context.Background(), folder)
+}
+
+// LockEventsContext is LockEvents, giving up (ErrLockInterrupted) when
+// ctx is done first.
+func LockEventsContext(ctx context.Context, folder string) (*Lock, error) {
+	if onFUSE(folder) {
+		return lockViewEvents(ctx, folder)
+	}
+	fd, err := takeLockFile(ctx, folder, unix.LOCK_EX, unix.O_CREAT)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(folder, EventsFile), os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
+	}
+	return &Lock{lock: fd, f: f}, nil
+}
+
+func lockViewEvents(ctx context.Context, folder string) (*Lock, error) {
+	f, err := os.OpenFile(filepath.Join(folder, EventsFile), os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
 	}
-	if err := flock(f, unix.LOCK_EX); err != nil {
+	if err := waitFlock(ctx, int(f.Fd()), unix.LOCK_EX, lockTimeout); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", EventsFile, err)
 	}
-	return &Lock{f: f}, nil
+	return &Lock{lock: -1, f: f}, nil
 }
 
 // File returns the locked events.jsonl, opened O_RDWR|O_APPEND.
 func (l *Lock) File() *os.File { return l.f }
 
-// Unlock releases the lock and closes the file.
+// Unlock releases the lock and closes the files. Closing the lock
+// file's only descriptor releases its flock.
 func (l *Lock) Unlock() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
-	err := flock(l.f, unix.LOCK_UN)
+	var err error
+	if l.lock < 0 {
+		err = flock(l.f, unix.LOCK_UN)
+	} else {
+		err = unix.Close(l.lock)
+		l.lock = -1
+	}
 	if cerr := l.f.Close(); err == nil {
 		err = cerr
 	}
 	l.f = nil
 	return err
+}
+
+// sharedLock takes the shared lock of folder for a reader that wants
+// protocol.json and events.jsonl as one pair. It returns a release
+// function, or nil when the folder cannot be locked by this process (a
+// view, a lock file it may not open, a folder no acpfs appender wrote
+// yet, which a reader does not change): the pair is then read without
+// the lock, as from a writer that does not take it.
+func sharedLock(folder string) (func(), error) {
+	if onFUSE(folder) {
+		return nil, nil
+	}
+	fd, err := takeLockFile(context.Background(), folder, unix.LOCK_SH, 0)
+	if err != nil {
+		if errors.Is(err, ErrLockBusy) {
+			return nil, err
+		}
+		return nil, nil
+	}
+	return func() { unix.Close(fd) }, nil
+}
+
+// takeLockFile opens (with create, creating it if needed) folder's LockFile and
+// flocks it with how, waiting at most LockTimeout. It refuses a lock file
+// that is not a regular file with one name, owned by this process's
+// euid or by the folder's owner and accessible to its owner only: any
+// other could be opened, and held, by someone else.
+func takeLockFile(ctx context.Context, folder string, how, create int) (int, error) {
+	path := filepath.Join(folder, LockFile)
+	for attempt := 0; ; attempt++ {
+		fd, err := unix.Open(path, unix.O_RDWR|create|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0o600)
+		if err != nil {
+			return -1, fmt.Errorf("open %s: %w", LockFile, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("stat %s: %w", LockFile, err)
+		}
+		if err := checkLockFile(folder, fd, &st); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		if err := waitFlock(ctx, fd, how, lockTimeout); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("lock %s: %w", LockFile, err)
+		}
+		// The name may have been unlinked or replaced while we waited
+		// (by someone who may write the folder): a lock on an inode the
+		// name no longer leads to excludes nobody.
+		var now unix.Stat_t
+		if err := unix.Lstat(path, &now); err == nil && now.Dev == st.Dev && now.Ino == st.Ino {
+			return fd, nil
+		}
+		unix.Close(fd)
+		if attempt == 3 {
+			return -1, fmt.Errorf("lock %s: the file keeps being replaced", LockFile)
+		}
+	}
+}
+
+func checkLockFile(folder string, fd int, st *unix.Stat_t) error {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%s is not a regular file: remove it", LockFile)
+	}
+	if st.Nlink != 1 {
+		return fmt.Errorf("%s has %d names: remove it", LockFile, st.Nlink)
+	}
+	euid := uint32(os.Geteuid())
+	if st.Uid != euid {
+		var dir unix.Stat_t
+		if err := unix.Stat(folder, &dir); err != nil {
+			return fmt.Errorf("stat %s: %w", folder, err)
+		}
+		if st.Uid != dir.Uid {
+			return fmt.Errorf("%s is owned by uid %d, neither this process's (%d) nor the folder's owner (%d): remove it", LockFile, st.Uid, euid, dir.Uid)
+		}
+	}
+	if st.Mode&0o077 != 0 {
+		if st.Uid != euid {
+			return fmt.Errorf("%s is mode %04o: other users could hold it; make it 0600", LockFile, st.Mode&0o7777)
+		}
+		if err := unix.Fchmod(fd, 0o600); err != nil {
+			return fmt.Errorf("chmod %s: %w", LockFile, err)
+		}
+	}
+	return nil
+}
+
+// waitFlock takes flock how on fd, polling with LOCK_NB so that it never
+// blocks past timeout or the end of ctx: a blocking flock cannot be
+// abandoned, and a thread left blocked for each abandoned wait would pile
+// up behind a stuck holder.
+func waitFlock(ctx context.Context, fd, how int, timeout time.Duration) error {
+	err := unix.Flock(fd, how|unix.LOCK_NB)
+	if err == nil || !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+		return err
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	pause := 50 * time.Microsecond
+	tick := time.NewTimer(pause)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ErrLockInterrupted
+		case <-deadline.C:
+			return fmt.Errorf("%w for %v", ErrLockBusy, timeout)
+		case <-tick.C:
+		}
+		err := unix.Flock(fd, how|unix.LOCK_NB)
+		if err == nil || !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			return err
+		}
+		if pause < 2*time.Millisecond {
+			pause *= 2
+		}
+		tick.Reset(pause)
+	}
 }
 
 func flock(f *os.File, how int) error {
@@ -56,4 +253,12 @@ func flock(f *os.File, how int) error {
 			return err
 		}
 	}
+}
+
+// fuseSuperMagic is statfs's f_type of a FUSE mount.
+const fuseSuperMagic = 0x65735546
+
+func onFUSE(folder string) bool {
+	var s unix.Statfs_t
+	return unix.Statfs(folder, &s) == nil && s.Type == fuseSuperMagic
 }

@@ -5,6 +5,7 @@ package protocol
 // implementation.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -91,7 +92,7 @@ type Snapshot struct {
 // the same at event 10 and at event 100,000.
 //
 // All appends, from any process, are serialized by an exclusive flock on
-// events.jsonl. A line is written with a single write(2) at the true end of
+// the folder's LockFile (see LockEvents). A line is written with a single write(2) at the true end of
 // the file; protocol.json is then replaced atomically (temp file, fsync,
 // rename), before the append returns or, after DeferProtocolWrites, in the
 // background. A refused append changes no byte of either file.
@@ -151,17 +152,25 @@ func (l *Log) AppendLine(line []byte, participant string) (Event, error) {
 // ledger of a view) records the acceptance there, so that no crash can
 // leave a line on disk without its record.
 func (l *Log) AppendLineRecorded(line []byte, participant string, record func(Event) error) (Event, error) {
-	return l.appendLocked(func(f *os.File) (Event, error) {
+	return l.AppendLineRecordedContext(context.Background(), line, participant, record)
+}
+
+// AppendLineRecordedContext is AppendLineRecorded that stops waiting for
+// the folder's lock when ctx is done (a view's request interrupted by a
+// signal of its caller): the error then has rule RuleInterrupted and
+// nothing is written.
+func (l *Log) AppendLineRecordedContext(ctx context.Context, line []byte, participant string, record func(Event) error) (Event, error) {
+	return l.appendLocked(ctx, func(f *os.File) (Event, error) {
 		return l.commitRetryLocked(f, func() []byte { return line }, participant, record)
 	})
 }
 
 // appendLocked runs commit with the log's mutex and the cross-process
 // lock held, the state caught up; f is the locked events.jsonl.
-func (l *Log) appendLocked(commit func(f *os.File) (Event, error)) (Event, error) {
+func (l *Log) appendLocked(ctx context.Context, commit func(f *os.File) (Event, error)) (Event, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	lk, err := l.lockLocked()
+	lk, err := l.lockContextLocked(ctx)
 	if err != nil {
 		return Event{}, err
 	}
@@ -170,7 +179,10 @@ func (l *Log) appendLocked(commit func(f *os.File) (Event, error)) (Event, error
 }
 
 // lockLocked takes the cross-process lock and catches up under it.
-func (l *Log) lockLocked() (*Lock, error) {
+func (l *Log) lockLocked() (*Lock, error) { return l.lockContextLocked(context.Background()) }
+
+// lockContextLocked is lockLocked, giving up when ctx is done.
+func (l *Log) lockContextLocked(ctx context.Context) (*Lock, error) {
 	if l.closed {
 		return nil, unavailable("closed", "the log of %s is closed", l.folder)
 	}
@@ -179,7 +191,13 @@ func (l *Log) lockLocked() (*Lock, error) {
 		// get an events.jsonl created by the lock.
 		return nil, l.loadProtocolLocked()
 	}
-	lk, err := LockEvents(l.folder)
+	lk, err := LockEventsContext(ctx, l.folder)
+	if errors.Is(err, ErrLockBusy) {
+		return nil, lockBusy()
+	}
+	if errors.Is(err, ErrLockInterrupted) {
+		return nil, unavailable(RuleInterrupted, "interrupted while waiting for the folder's lock %s; nothing was written", LockFile)
+	}
 	if err != nil {
 		return nil, unavailable("events-lock", "%v", err)
 	}
@@ -207,7 +225,7 @@ type EventSpec struct {
 // current UTC time, optional fields omitted when empty) and appends it
 // through the same path as AppendLine.
 func (l *Log) Append(spec EventSpec) (Event, error) {
-	return l.appendLocked(func(f *os.File) (Event, error) {
+	return l.appendLocked(context.Background(), func(f *os.File) (Event, error) {
 		mk := func() []byte { return encodeLine(l.newEventLocked(spec)) }
 		return l.commitRetryLocked(f, mk, spec.Participant, nil)
 	})

@@ -16,8 +16,6 @@ import (
 
 	"github.com/acpfs/acpfs/internal/pycompat"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
@@ -463,15 +461,18 @@ func (l *Log) refreshLocked() error {
 	if pfi, err := os.Lstat(filepath.Join(l.folder, ProtocolFile)); err == nil && idOf(pfi) == l.protoID && idOf(fi) == l.evID && !l.needReplay {
 		return nil
 	}
+	release, err := sharedLock(l.folder)
+	if err != nil {
+		return lockBusy()
+	}
+	if release != nil {
+		defer release()
+	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return unavailable("events-read", "open %s: %v", EventsFile, err)
 	}
 	defer f.Close()
-	if err := flock(f, unix.LOCK_SH); err != nil {
-		return unavailable("events-read", "lock %s: %v", EventsFile, err)
-	}
-	defer flock(f, unix.LOCK_UN)
 	return l.catchUpLocked(f, false)
 }
 

@@ -11,8 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/acpfs/acpfs/internal/pycompat"
-
-	"golang.org/x/sys/unix"
 )
 
 // requiredFiles must exist in every collaboration folder.
@@ -337,7 +335,7 @@ func isAncestorOrSelf(dir, path string) bool {
 }
 
 // readPair loads protocol.json and replays events.jsonl while holding a
-// shared flock on events.jsonl. Every acpfs appender (Log, so every mount
+// shared flock on the folder's LockFile. Every acpfs appender (Log, so every mount
 // and `acpfs append`) holds the exclusive lock from before it reads the
 // history until protocol.json is replaced, so the pair read here is one
 // that some append left behind, never the new events with the old
@@ -357,10 +355,11 @@ func (v *validator) readPair(headings map[string]string) (*Protocol, historyFact
 		f = nil
 	default:
 		defer f.Close()
-		// A filesystem without flock support (ENOLCK, EOPNOTSUPP) is
-		// read without the lock rather than not validated at all.
-		if err := flock(f, unix.LOCK_SH); err == nil {
-			defer flock(f, unix.LOCK_UN)
+		// A folder this process cannot lock (a lock file it may not
+		// open, a filesystem without flock, a writer stuck with the
+		// lock) is read without the lock rather than not validated.
+		if release, err := sharedLock(v.folder); err == nil && release != nil {
+			defer release()
 		}
 	}
 	p, err := LoadProtocol(v.folder)

@@ -181,8 +181,14 @@ func newStatusCmd() *cobra.Command {
 	var runs string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:     "status --runs DIR",
-		Short:   "List the coordinator's mounts, agents, phase and waiting participants",
+		Use:   "status --runs DIR",
+		Short: "List the coordinator's mounts, agents, phase and waiting participants",
+		Long: `List what the coordinator of a run directory serves: its views, the
+collaboration's phase and who it waits for. Exits 2 when the coordinator is
+not running (dead, or its pid reused), and when one of its views is missing
+(unmounted from outside or no longer its mount at its mountpoint; marked
+MISSING): the coordinator mounts a lost view again, and says on its stderr
+when it cannot.`,
 		Example: "  acpfs status --runs agent_runs --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -208,7 +214,23 @@ func newStatusCmd() *cobra.Command {
 			// A coordinator that died (or whose pid now names another
 			// process) left this status behind: say so, say what became
 			// of its views and what clears them, and fail.
-			dead := deadCoordinatorError(st, o.Health)
+			var dead error
+			if !st.Running() {
+				dead = deadCoordinatorError(st, o.Health)
+			} else {
+				// A live coordinator whose view went away: the agent's
+				// writes would land in the bare mountpoint.
+				var missing []string
+				for i, v := range o.Views {
+					if why := v.Missing(); why != "" {
+						o.Views[i].Lost = why
+						missing = append(missing, fmt.Sprintf("%s at %s (%s)", v.Agent, v.Mountpoint, why))
+					}
+				}
+				if len(missing) > 0 {
+					dead = fmt.Errorf("%d view(s) missing: %s; the coordinator mounts a lost view again and says on its stderr when it cannot", len(missing), strings.Join(missing, "; "))
+				}
+			}
 			if asJSON {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
@@ -220,6 +242,10 @@ func newStatusCmd() *cobra.Command {
 			fmt.Fprintf(w, "coordinator pid %d since %s: %s\nfolder: %s\nphase: %s\nproposal owner: %s\nwaiting for: %s\nlast seq: %d\n",
 				o.PID, o.Started, o.State, o.Folder, o.Phase, o.Owner, strings.Join(o.WaitingFor, ", "), o.LastSeq)
 			for i, v := range o.Views {
+				if v.Lost != "" {
+					fmt.Fprintf(w, "  %-16s %-16s %s  MISSING: %s\n", v.Agent, v.Grant, v.Mountpoint, v.Lost)
+					continue
+				}
 				line := fmt.Sprintf("  %-16s %-16s %s", v.Agent, v.Grant, v.Mountpoint)
 				if h := o.Health[i]; h.State != mount.ViewServing {
 					line += "  [" + h.State + "]"

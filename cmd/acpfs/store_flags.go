@@ -109,6 +109,11 @@ func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.Ru
 	h.closeFolder = closeFolder
 	docs, err := store.SyncDocs(ctx, st, folder, store.DocsOptions{
 		Skip: func(rel string) bool {
+			if rel == protocol.LockFile {
+				// Each host's appenders lock their own copy: a synced
+				// one would replace the inode they lock.
+				return true
+			}
 			// The run directory where it was at start, and any run or
 			// ledger directory wherever it is now (moved into the folder,
 			// another coordinator's): never published, never replaced.
