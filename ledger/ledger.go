@@ -89,6 +89,12 @@ const (
 	KindDocConflict = "doc_conflict"  // two hosts wrote one file from one revision: both versions kept
 	KindDocRefused  = "doc_refused"   // a document from the store was refused (bad path, header, hash)
 	KindDocTooLarge = "doc_too_large" // a file too large for the store stays on its host
+
+	// acpfs run --net allow=: a connection of the command through the
+	// egress proxy (Op: connect, http or socks5; Detail: host:port and
+	// the addresses, or why it was refused).
+	KindNetAllowed = "net_allowed"
+	KindNetRefused = "net_refused"
 )
 
 // Record is one ledger line. Seq, At, Prev and Hash are set by the Writer.
