@@ -194,6 +194,10 @@ type Agent struct {
 	Noise      []Event  `json:"noise"`   // refusals of temporary/tool noise, not of real paths (see IsToolNoise)
 	Violations []Event  `json:"violations"`
 	Writes     int64    `json:"writes"` // write, append_accepted and append_recovered records, and the repeats write_repeat counts
+	// NetAllowed and NetRefused count the connections of the agent's
+	// `acpfs run --net allow=` egress proxy (net_allowed, net_refused).
+	NetAllowed int64 `json:"net_allowed,omitempty"`
+	NetRefused int64 `json:"net_refused,omitempty"`
 
 	lastGrant string
 	// hashDue maps the seq of each read recorded without its content
@@ -590,6 +594,10 @@ func (a *Auditor) Add(r ledger.Record) {
 		if r.Path != "" {
 			a.cell(r.Path, ag.Agent).Written = true
 		}
+	case ledger.KindNetAllowed:
+		ag.NetAllowed++
+	case ledger.KindNetRefused:
+		ag.NetRefused++
 	}
 }
 
