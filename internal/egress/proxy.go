@@ -148,6 +148,27 @@ type destination struct {
 
 func (d destination) String() string { return net.JoinHostPort(d.host, strconv.Itoa(d.port)) }
 
+// tracked is an upstream connection Close cuts.
+type tracked struct {
+	net.Conn
+	s    *Server
+	once sync.Once
+}
+
+func (t *tracked) Close() error {
+	t.once.Do(func() { t.s.track(t.Conn, false) })
+	return t.Conn.Close()
+}
+
+// CloseWrite half-closes the connection (the relay's end of one
+// direction).
+func (t *tracked) CloseWrite() error {
+	if cw, ok := t.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // refusal is a destination the policy or the network refused; the
 // client is told why.
 type refusal struct {
@@ -174,7 +195,13 @@ func (s *Server) open(ctx context.Context, d destination) (net.Conn, error) {
 	for _, a := range addrs {
 		c, err := s.dial(dctx, netip.AddrPortFrom(a, uint16(d.port)))
 		if err == nil {
-			return c, nil
+			// Close cuts it too: a quiet upstream would otherwise hold
+			// its relay, and Close, forever.
+			if !s.track(c, true) {
+				c.Close()
+				return nil, &refusal{reason: "the proxy is stopping"}
+			}
+			return &tracked{Conn: c, s: s}, nil
 		}
 		last = err
 	}

@@ -221,3 +221,37 @@ func TestProxyRefusesGarbage(t *testing.T) {
 	assert.Equal(t, 400, resp.StatusCode)
 	assert.Empty(t, e.led.records())
 }
+
+// TestProxyCloseCutsOpenTunnels: stopping the proxy does not wait for a
+// tunnel whose upstream says nothing.
+func TestProxyCloseCutsOpenTunnels(t *testing.T) {
+	quiet, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer quiet.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := quiet.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	port := quiet.Addr().(*net.TCPAddr).Port
+	rules, err := ParseAllow(fmt.Sprintf("127.0.0.1:%d", port))
+	require.NoError(t, err)
+	sock := filepath.Join(t.TempDir(), "proxy.sock")
+	s, err := Listen(sock, Config{Policy: Policy{Allow: rules}, Ledger: &fakeLedger{}})
+	require.NoError(t, err)
+	c, err := net.Dial("unix", sock)
+	require.NoError(t, err)
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", port)
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	up := <-accepted
+	defer up.Close()
+	require.NoError(t, s.Close())
+	// The client's side is cut too.
+	_, err = io.ReadAll(c)
+	assert.NoError(t, err)
+}
