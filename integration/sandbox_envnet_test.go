@@ -91,7 +91,8 @@ func (e *coordEnv) netRecords() []ledger.Record {
 // TestRunNetAllowReachesNamedHostsOnly: with --net allow=, a fake model
 // API on the host's loopback, named api.test, answers through the proxy
 // (HTTPS through CONNECT, SOCKS5 and plain HTTP), while another host, the
-// API's name on another port, and any direct connection (to the host's
+// API's name on another port, a wildcard's name that leads to loopback,
+// and any direct connection (to the host's
 // loopback, or to any address) fail; every connection through the proxy
 // is in the ledger with its host name.
 func TestRunNetAllowReachesNamedHostsOnly(t *testing.T) {
@@ -113,6 +114,7 @@ try https curl -ksS --max-time 20 https://api.test:$1/v1/messages
 try socks curl -ksS --max-time 20 --proxy "$ALL_PROXY" https://api.test:$1/socks
 try plain curl -sS --max-time 20 http://plain.test:$2/plain
 try other curl -ksS --max-time 20 https://other.test:$1/
+try wild curl -ksS --max-time 20 https://x.wild.test:$1/
 try otherport curl -ksS --max-time 20 https://api.test:$2/
 try direct curl -ksS --max-time 20 --noproxy '*' https://127.0.0.1:$1/
 try outside curl -sS --max-time 20 --noproxy '*' http://192.0.2.1/
@@ -121,7 +123,8 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 `
 	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", script: script, args: []string{fmt.Sprint(port), fmt.Sprint(plainPort)},
 		flags: []string{"--net", fmt.Sprintf("allow=api.test:%d", port), "--net", fmt.Sprintf("allow=plain.test:%d,other.test:8443", plainPort),
-			"--resolve", "api.test=127.0.0.1", "--resolve", "plain.test=127.0.0.1"}})
+			"--net", fmt.Sprintf("allow=*.wild.test:%d", port),
+			"--resolve", "api.test=127.0.0.1", "--resolve", "plain.test=127.0.0.1", "--resolve", "x.wild.test=127.0.0.1"}})
 	require.Equal(t, 0, code, stderr)
 	lines := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -131,7 +134,7 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 	assert.Equal(t, "ok model-api:/v1/messages", lines["https"], out)
 	assert.Equal(t, "ok model-api:/socks", lines["socks"], out)
 	assert.Equal(t, "ok plain-api:/plain", lines["plain"], out)
-	for _, refused := range []string{"other", "otherport", "direct", "outside", "devtcp"} {
+	for _, refused := range []string{"other", "wild", "otherport", "direct", "outside", "devtcp"} {
 		assert.True(t, strings.HasPrefix(lines[refused], "failed"), "%s: %s", refused, lines[refused])
 	}
 	assert.Contains(t, out, "proxy=http://127.0.0.1:3128 all=socks5h://127.0.0.1:3128 no=localhost,127.0.0.1,::1")
@@ -150,7 +153,8 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 	}
 	assert.Equal(t, []string{fmt.Sprintf("connect api.test:%d", port), fmt.Sprintf("socks5 api.test:%d", port),
 		fmt.Sprintf("http plain.test:%d", plainPort)}, allowed)
-	assert.Equal(t, []string{fmt.Sprintf("connect other.test:%d", port), fmt.Sprintf("connect api.test:%d", plainPort)}, refused)
+	assert.Equal(t, []string{fmt.Sprintf("connect other.test:%d", port), fmt.Sprintf("connect x.wild.test:%d", port),
+		fmt.Sprintf("connect api.test:%d", plainPort)}, refused)
 	assert.Empty(t, leftoverMounts())
 }
 

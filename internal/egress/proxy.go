@@ -329,6 +329,10 @@ func (s *Server) http(c net.Conn, br *bufio.Reader) {
 		req.Header.Del(h)
 	}
 	req.Close = true
+	// The Host header is the host judged, so that a server several sites
+	// share is not asked for another one (ReadRequest already takes an
+	// absolute URL's host over the header; this does not depend on it).
+	req.Host = req.URL.Host
 	_ = c.SetDeadline(time.Time{})
 	if err := req.Write(up); err != nil {
 		httpError(c, http.StatusBadGateway, err.Error())

@@ -212,6 +212,18 @@ func TestProxyNoRecordNoConnection(t *testing.T) {
 	assert.Equal(t, 502, resp.StatusCode)
 }
 
+// TestProxyHTTPHostIsTheJudgedHost: a plain request for an allowed URL
+// reaches its server with that host in Host, whatever Host it carried.
+func TestProxyHTTPHostIsTheJudgedHost(t *testing.T) {
+	e := newProxyEnv(t)
+	c := e.dial(t)
+	fmt.Fprintf(c, "GET http://api.test:%d/x HTTP/1.1\r\nHost: other.example\r\n\r\n", e.apiPort)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	assert.Equal(t, fmt.Sprintf("model API: GET /x host=api.test:%d", e.apiPort), string(body))
+}
+
 func TestProxyRefusesGarbage(t *testing.T) {
 	e := newProxyEnv(t)
 	c := e.dial(t)
