@@ -595,10 +595,19 @@ func (a *Auditor) Add(r ledger.Record) {
 			a.cell(r.Path, ag.Agent).Written = true
 		}
 	case ledger.KindNetAllowed:
-		ag.NetAllowed++
+		ag.NetAllowed += netConnections(r)
 	case ledger.KindNetRefused:
-		ag.NetRefused++
+		ag.NetRefused += netConnections(r)
 	}
+}
+
+// netConnections is how many connections a net_allowed or net_refused
+// record stands for: one, or the repeats it counts.
+func netConnections(r ledger.Record) int64 {
+	if r.Count > 1 {
+		return r.Count
+	}
+	return 1
 }
 
 // hashFollows is in the detail of a read recorded before its content hash

@@ -92,7 +92,8 @@ const (
 
 	// acpfs run --net allow=: a connection of the command through the
 	// egress proxy (Op: connect, http or socks5; Detail: host:port and
-	// the addresses, or why it was refused).
+	// the addresses, or why it was refused), or with Count the repeats of
+	// one already recorded in full (First, Last).
 	KindNetAllowed = "net_allowed"
 	KindNetRefused = "net_refused"
 )
@@ -108,7 +109,7 @@ type Record struct {
 	Op     string `json:"op,omitempty"`   // lookup, open, readdir, write, rename, ...
 	PID    uint32 `json:"pid,omitempty"`
 	SHA256 string `json:"sha256,omitempty"` // content hash for reads, handoffs
-	Count  int64  `json:"count,omitempty"`  // read_repeat, denied_repeat, write_repeat: how many repeats; gap: records lost
+	Count  int64  `json:"count,omitempty"`  // read_repeat, denied_repeat, write_repeat (and net_allowed, net_refused when set): how many repeats; gap: records lost
 	// First and Last bound the repeats a read_repeat or denied_repeat
 	// record counts (same layout as At).
 	First  string `json:"first,omitempty"`

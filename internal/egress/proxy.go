@@ -54,6 +54,11 @@ type Server struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	done  bool
+	rep   *repeats
+	stop  chan struct{}
+	flush sync.WaitGroup
+	once  sync.Once
+	err   error
 }
 
 // Listen starts a proxy on a new unix socket at path (in a directory
@@ -67,14 +72,25 @@ func Listen(path string, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress proxy: %w", err)
 	}
-	s := &Server{cfg: cfg, ln: ln, conns: map[net.Conn]struct{}{}}
+	s := &Server{cfg: cfg, ln: ln, conns: map[net.Conn]struct{}{}, rep: newRepeats(), stop: make(chan struct{})}
 	s.wg.Add(1)
 	go s.serve()
+	s.flush.Add(1)
+	go func() {
+		defer s.flush.Done()
+		s.flusher(s.stop)
+	}()
 	return s, nil
 }
 
-// Close stops the proxy: no new connection, and those open are cut.
+// Close stops the proxy: no new connection, and those open are cut;
+// then the repeat counts are written.
 func (s *Server) Close() error {
+	s.once.Do(func() { s.err = s.close() })
+	return s.err
+}
+
+func (s *Server) close() error {
 	err := s.ln.Close()
 	s.mu.Lock()
 	s.done = true
@@ -83,6 +99,9 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	close(s.stop)
+	s.flush.Wait()
+	s.flushRepeats()
 	return err
 }
 
@@ -179,7 +198,8 @@ type refusal struct {
 func (r *refusal) Error() string { return r.reason }
 
 // open decides, records and connects. The ledger record comes first:
-// a connection the ledger does not hold is never made.
+// a connection the ledger does not hold is never made (a repeat of one
+// it holds is counted, see repeats).
 func (s *Server) open(ctx context.Context, d destination) (net.Conn, error) {
 	addrs, ref := s.decide(ctx, d)
 	if ref != nil {
@@ -266,9 +286,14 @@ func (s *Server) dial(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
 }
 
 func (s *Server) record(kind string, d destination, detail string) error {
+	k := repeatKey{kind: kind, op: d.op, dest: d.String()}
+	if s.rep.note(k, time.Now()) {
+		return nil
+	}
 	_, err := s.cfg.Ledger.Append(ledger.Record{Kind: kind, Agent: s.cfg.Agent, Grant: s.cfg.Grant, Op: d.op,
 		Detail: d.String() + ": " + detail})
 	if err != nil {
+		s.rep.forget(k)
 		slog.Error("egress proxy: ledger record", "kind", kind, "host", d.String(), "err", err)
 	}
 	return err

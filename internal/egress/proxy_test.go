@@ -52,6 +52,7 @@ type proxyEnv struct {
 	apiPort int
 	sock    string
 	led     *fakeLedger
+	srv     *Server
 }
 
 func newProxyEnv(t *testing.T) *proxyEnv {
@@ -75,6 +76,7 @@ func newProxyEnv(t *testing.T) *proxyEnv {
 		},
 	})
 	require.NoError(t, err)
+	e.srv = s
 	t.Cleanup(func() { assert.NoError(t, s.Close()) })
 	return e
 }
@@ -266,4 +268,34 @@ func TestProxyCloseCutsOpenTunnels(t *testing.T) {
 	// The client's side is cut too.
 	_, err = io.ReadAll(c)
 	assert.NoError(t, err)
+}
+
+// TestProxyRepeatsAreCounted: the first connection to each destination
+// is recorded in full, its repeats are counted in one record of the same
+// kind when the proxy stops, so a loop costs the ledger a few records.
+func TestProxyRepeatsAreCounted(t *testing.T) {
+	e := newProxyEnv(t)
+	for range 30 {
+		_, _, resp := e.connect(t, "evil.test:443")
+		require.Equal(t, 403, resp.StatusCode)
+	}
+	for range 5 {
+		_, _, resp := e.connect(t, fmt.Sprintf("api.test:%d", e.apiPort))
+		require.Equal(t, 200, resp.StatusCode)
+	}
+	require.Len(t, e.led.records(), 2)
+	require.NoError(t, e.srv.Close())
+	recs := e.led.records()
+	require.Len(t, recs, 4)
+	counts := map[string]int64{}
+	for _, r := range recs[2:] {
+		assert.NotEmpty(t, r.First)
+		assert.NotEmpty(t, r.Last)
+		host, _, _ := strings.Cut(r.Detail, ": ")
+		counts[r.Kind+" "+host] = r.Count
+	}
+	assert.Equal(t, map[string]int64{
+		ledger.KindNetRefused + " evil.test:443":                       29,
+		ledger.KindNetAllowed + fmt.Sprintf(" api.test:%d", e.apiPort): 4,
+	}, counts)
 }
