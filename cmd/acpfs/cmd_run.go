@@ -61,11 +61,11 @@ port may be bound) and a seccomp filter (no mount, namespaces, ptrace,
 keyrings, BPF, modules, io_uring or TIOCSTI), and it dies with acpfs run.
 A working directory the sandbox does not show becomes the folder.
 
-The command gets a minimal environment: PATH, HOME, LANG, LANGUAGE, LC_*, TERM, COLORTERM, TZ, SHELL
-from the caller, USER and LOGNAME the agent's name, TMPDIR=/tmp; then the
---env-file lines and --env names (NAME: the caller's value; NAME=VALUE).
---inherit-env gives it the caller's whole environment, credentials
-included.
+The command gets a minimal environment: PATH, HOME, LANG, LANGUAGE,
+LC_*, TERM, COLORTERM, TZ and SHELL from the caller, USER and LOGNAME the
+agent's name, TMPDIR=/tmp; then the --env-file lines and the --env
+values (NAME: the caller's value; NAME=VALUE). --inherit-env gives it
+the caller's whole environment, credentials included.
 
 --net allow=HOST[:PORT],... gives the command a network of its own
 (loopback only) and a proxy at 127.0.0.1:3128 (HTTP CONNECT, http://
