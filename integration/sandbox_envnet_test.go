@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -155,6 +156,26 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 		fmt.Sprintf("http plain.test:%d", plainPort)}, allowed)
 	assert.Equal(t, []string{fmt.Sprintf("connect other.test:%d", port), fmt.Sprintf("connect x.wild.test:%d", port),
 		fmt.Sprintf("connect api.test:%d", plainPort)}, refused)
+	// The audit takes them, and counts them for bob.
+	out, stderr, code = acpfs(t, "audit", "--runs", e.runs, "--format", "json")
+	require.Equal(t, 0, code, stderr)
+	var rep struct {
+		Agents []struct {
+			Agent      string `json:"agent"`
+			NetAllowed int64  `json:"net_allowed"`
+			NetRefused int64  `json:"net_refused"`
+		} `json:"agents"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	var counted bool
+	for _, ag := range rep.Agents {
+		if ag.Agent == reviewer {
+			counted = true
+			assert.Equal(t, int64(3), ag.NetAllowed)
+			assert.Equal(t, int64(3), ag.NetRefused)
+		}
+	}
+	assert.True(t, counted, out)
 	assert.Empty(t, leftoverMounts())
 }
 
