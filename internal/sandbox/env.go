@@ -179,7 +179,8 @@ func badAt(k string) int {
 
 // ProxyEnv are the variables that send the command's HTTP(S) and SOCKS
 // clients to the egress proxy at 127.0.0.1:port (--net allow=), in both
-// cases; the sandbox's own loopback is reached directly.
+// cases, and NODE_USE_ENV_PROXY; the sandbox's own loopback is reached
+// directly.
 func ProxyEnv(port int) []string {
 	http := fmt.Sprintf("http://127.0.0.1:%d", port)
 	socks := fmt.Sprintf("socks5h://127.0.0.1:%d", port)
@@ -187,7 +188,9 @@ func ProxyEnv(port int) []string {
 	for _, kv := range [][2]string{{"HTTP_PROXY", http}, {"HTTPS_PROXY", http}, {"ALL_PROXY", socks}, {"NO_PROXY", "localhost,127.0.0.1,::1"}} {
 		out = append(out, kv[0]+"="+kv[1], strings.ToLower(kv[0])+"="+kv[1])
 	}
-	return out
+	// Recent Node.js versions follow HTTP(S)_PROXY in fetch and http only
+	// when asked: agent CLIs written for Node then reach their API.
+	return append(out, "NODE_USE_ENV_PROXY=1")
 }
 
 // SetEnv is env with vars set (replacing a variable of the same name).

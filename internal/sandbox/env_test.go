@@ -82,6 +82,6 @@ func TestParseEnvFile(t *testing.T) {
 func TestProxyEnv(t *testing.T) {
 	env := SetEnv([]string{"HTTPS_PROXY=http://corp:8080", "PATH=/bin"}, ProxyEnv(3128))
 	assert.Equal(t, []string{"ALL_PROXY=socks5h://127.0.0.1:3128", "HTTPS_PROXY=http://127.0.0.1:3128", "HTTP_PROXY=http://127.0.0.1:3128",
-		"NO_PROXY=localhost,127.0.0.1,::1", "PATH=/bin", "all_proxy=socks5h://127.0.0.1:3128", "http_proxy=http://127.0.0.1:3128",
+		"NODE_USE_ENV_PROXY=1", "NO_PROXY=localhost,127.0.0.1,::1", "PATH=/bin", "all_proxy=socks5h://127.0.0.1:3128", "http_proxy=http://127.0.0.1:3128",
 		"https_proxy=http://127.0.0.1:3128", "no_proxy=localhost,127.0.0.1,::1"}, env)
 }
