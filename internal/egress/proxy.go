@@ -146,16 +146,45 @@ func (s *Server) track(c net.Conn, add bool) bool {
 // HTTP otherwise.
 func (s *Server) handle(c net.Conn) {
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
-	br := bufio.NewReader(c)
+	// The request is read through a cap, lifted once it is judged: a
+	// client cannot make the proxy hold (or record) megabytes of it.
+	lim := &capped{r: c, left: maxRequest}
+	br := bufio.NewReader(lim)
 	first, err := br.Peek(1)
 	if err != nil {
 		return
 	}
 	if first[0] == 5 {
-		s.socks5(c, br)
+		s.socks5(c, br, lim)
 	} else {
-		s.http(c, br)
+		s.http(c, br, lim)
 	}
+}
+
+// maxRequest bounds what a client sends before its destination is
+// judged: a request line and headers, or a SOCKS5 greeting and request.
+const maxRequest = 32 << 10
+
+// capped reads at most left bytes from r until lifted.
+type capped struct {
+	r      io.Reader
+	left   int64
+	lifted bool
+}
+
+func (c *capped) Read(p []byte) (int, error) {
+	if c.lifted {
+		return c.r.Read(p)
+	}
+	if c.left <= 0 {
+		return 0, errors.New("request too large")
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
 }
 
 // destination is where a client asked to go.
@@ -166,6 +195,10 @@ type destination struct {
 }
 
 func (d destination) String() string { return net.JoinHostPort(d.host, strconv.Itoa(d.port)) }
+
+// maxHost is the longest host name the proxy judges (DNS's own limit);
+// a longer one is refused and recorded cut short.
+const maxHost = 253
 
 // tracked is an upstream connection Close cuts.
 type tracked struct {
@@ -201,6 +234,11 @@ func (r *refusal) Error() string { return r.reason }
 // a connection the ledger does not hold is never made (a repeat of one
 // it holds is counted, see repeats).
 func (s *Server) open(ctx context.Context, d destination) (net.Conn, error) {
+	if len(d.host) > maxHost {
+		d.host = strconv.Quote(d.host[:64]) + "..."
+		s.record(ledger.KindNetRefused, d, "host name longer than 253 bytes")
+		return nil, &refusal{reason: "host name too long", policy: true}
+	}
 	addrs, ref := s.decide(ctx, d)
 	if ref != nil {
 		s.record(ledger.KindNetRefused, d, ref.reason)
@@ -310,7 +348,7 @@ func joinAddrs(addrs []netip.Addr) string {
 // http serves a CONNECT, or one plain-HTTP request in absolute form
 // (sent on with "Connection: close", so that the next request, maybe for
 // another host, is judged on its own connection).
-func (s *Server) http(c net.Conn, br *bufio.Reader) {
+func (s *Server) http(c net.Conn, br *bufio.Reader, lim *capped) {
 	req, err := http.ReadRequest(br)
 	if err != nil {
 		httpError(c, http.StatusBadRequest, "not an HTTP proxy request")
@@ -332,6 +370,7 @@ func (s *Server) http(c net.Conn, br *bufio.Reader) {
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 			return
 		}
+		lim.lifted = true
 		relay(c, br, up)
 		return
 	}
@@ -359,6 +398,7 @@ func (s *Server) http(c net.Conn, br *bufio.Reader) {
 	// absolute URL's host over the header; this does not depend on it).
 	req.Host = req.URL.Host
 	_ = c.SetDeadline(time.Time{})
+	lim.lifted = true
 	if err := req.Write(up); err != nil {
 		httpError(c, http.StatusBadGateway, err.Error())
 		return
@@ -412,7 +452,7 @@ const (
 	socksAtypUnsupported = 8
 )
 
-func (s *Server) socks5(c net.Conn, br *bufio.Reader) {
+func (s *Server) socks5(c net.Conn, br *bufio.Reader, lim *capped) {
 	var hdr [2]byte
 	if _, err := io.ReadFull(br, hdr[:]); err != nil {
 		return
@@ -481,6 +521,7 @@ func (s *Server) socks5(c net.Conn, br *bufio.Reader) {
 	if !socksReply(c, socksOK) {
 		return
 	}
+	lim.lifted = true
 	relay(c, br, up)
 }
 

@@ -299,3 +299,30 @@ func TestProxyRepeatsAreCounted(t *testing.T) {
 		ledger.KindNetAllowed + fmt.Sprintf(" api.test:%d", e.apiPort): 4,
 	}, counts)
 }
+
+// TestProxyBoundsWhatAClientSends: an overlong host is refused and
+// recorded cut short; a request that never ends is cut at maxRequest.
+func TestProxyBoundsWhatAClientSends(t *testing.T) {
+	e := newProxyEnv(t)
+	long := strings.Repeat("a", 300) + ".test"
+	assert.Equal(t, byte(socksNotAllowed), socks5(t, e.dial(t), long[:255], 443))
+	recs := e.led.records()
+	require.Len(t, recs, 1)
+	assert.Equal(t, ledger.KindNetRefused, recs[0].Kind)
+	assert.Less(t, len(recs[0].Detail), 200)
+
+	c := e.dial(t)
+	go func() {
+		fmt.Fprintf(c, "CONNECT api.test:%d HTTP/1.1\r\nX-Pad: ", e.apiPort)
+		pad := strings.Repeat("x", 4096)
+		for range 64 {
+			if _, err := io.WriteString(c, pad); err != nil {
+				return
+			}
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	require.NoError(t, err)
+	assert.Equal(t, 400, resp.StatusCode)
+	assert.Len(t, e.led.records(), 1)
+}
