@@ -113,6 +113,8 @@ func TestRunNetAllowReachesNamedHostsOnly(t *testing.T) {
 try() { name=$1; shift; if out=$("$@" 2>&1); then echo "$name ok $out"; else echo "$name failed $?"; fi; }
 try https curl -ksS --max-time 20 https://api.test:$1/v1/messages
 try socks curl -ksS --max-time 20 --proxy "$ALL_PROXY" https://api.test:$1/socks
+try python /usr/bin/python3 -c 'import ssl, sys, urllib.request
+print(urllib.request.urlopen(sys.argv[1], context=ssl._create_unverified_context(), timeout=20).read().decode(), end="")' https://api.test:$1/python
 try plain curl -sS --max-time 20 http://plain.test:$2/plain
 try other curl -ksS --max-time 20 https://other.test:$1/
 try wild curl -ksS --max-time 20 https://x.wild.test:$1/
@@ -134,6 +136,7 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 	}
 	assert.Equal(t, "ok model-api:/v1/messages", lines["https"], out)
 	assert.Equal(t, "ok model-api:/socks", lines["socks"], out)
+	assert.Equal(t, "ok model-api:/python", lines["python"], out)
 	assert.Equal(t, "ok plain-api:/plain", lines["plain"], out)
 	for _, refused := range []string{"other", "wild", "otherport", "direct", "outside", "devtcp"} {
 		assert.True(t, strings.HasPrefix(lines[refused], "failed"), "%s: %s", refused, lines[refused])
@@ -152,8 +155,14 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 			refused = append(refused, r.Op+" "+host)
 		}
 	}
+	// python's CONNECT repeats curl's: counted in a record at the end.
 	assert.Equal(t, []string{fmt.Sprintf("connect api.test:%d", port), fmt.Sprintf("socks5 api.test:%d", port),
-		fmt.Sprintf("http plain.test:%d", plainPort)}, allowed)
+		fmt.Sprintf("http plain.test:%d", plainPort), fmt.Sprintf("connect api.test:%d", port)}, allowed)
+	if assert.NotEmpty(t, recs) {
+		last := recs[len(recs)-1]
+		assert.Equal(t, ledger.KindNetAllowed, last.Kind)
+		assert.Equal(t, int64(1), last.Count)
+	}
 	assert.Equal(t, []string{fmt.Sprintf("connect other.test:%d", port), fmt.Sprintf("connect x.wild.test:%d", port),
 		fmt.Sprintf("connect api.test:%d", plainPort)}, refused)
 	// The audit takes them, and counts them for bob.
@@ -171,7 +180,7 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 	for _, ag := range rep.Agents {
 		if ag.Agent == reviewer {
 			counted = true
-			assert.Equal(t, int64(3), ag.NetAllowed)
+			assert.Equal(t, int64(4), ag.NetAllowed)
 			assert.Equal(t, int64(3), ag.NetRefused)
 		}
 	}
