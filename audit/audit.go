@@ -194,6 +194,10 @@ type Agent struct {
 	Noise      []Event  `json:"noise"`   // refusals of temporary/tool noise, not of real paths (see IsToolNoise)
 	Violations []Event  `json:"violations"`
 	Writes     int64    `json:"writes"` // write, append_accepted and append_recovered records, and the repeats write_repeat counts
+	// NetAllowed and NetRefused count the connections of the agent's
+	// `acpfs run --net allow=` egress proxy (net_allowed, net_refused).
+	NetAllowed int64 `json:"net_allowed,omitempty"`
+	NetRefused int64 `json:"net_refused,omitempty"`
 
 	lastGrant string
 	// hashDue maps the seq of each read recorded without its content
@@ -590,7 +594,20 @@ func (a *Auditor) Add(r ledger.Record) {
 		if r.Path != "" {
 			a.cell(r.Path, ag.Agent).Written = true
 		}
+	case ledger.KindNetAllowed:
+		ag.NetAllowed += netConnections(r)
+	case ledger.KindNetRefused:
+		ag.NetRefused += netConnections(r)
 	}
+}
+
+// netConnections is how many connections a net_allowed or net_refused
+// record stands for: one, or the repeats it counts.
+func netConnections(r ledger.Record) int64 {
+	if r.Count > 1 {
+		return r.Count
+	}
+	return 1
 }
 
 // hashFollows is in the detail of a read recorded before its content hash

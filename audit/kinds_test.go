@@ -645,3 +645,31 @@ func TestAuditSeesAChangedGrant(t *testing.T) {
 	assert.Contains(t, ags["alice"].Reason, "other than the file judged with")
 	assert.Equal(t, VerdictIsolated, ags["bob"].Verdict, "the version in force is the one judged with")
 }
+
+// TestAuditCountsNetRecords: the egress proxy's records count per agent
+// and are neither reads, writes nor refusals of a path.
+func TestAuditCountsNetRecords(t *testing.T) {
+	records := []ledger.Record{
+		rec(1, ledger.KindNetAllowed, "alice", "G-alice", ""),
+		rec(2, ledger.KindNetAllowed, "alice", "G-alice", ""),
+		rec(3, ledger.KindNetRefused, "alice", "G-alice", ""),
+		withCount(rec(4, ledger.KindNetRefused, "alice", "G-alice", ""), 5),
+	}
+	rep := mustBuild(t, records, fakeGrants()[:1], nil)
+	ag := byAgent(rep)["alice"]
+	require.NotNil(t, ag)
+	assert.Equal(t, int64(2), ag.NetAllowed)
+	assert.Equal(t, int64(6), ag.NetRefused)
+	assert.Zero(t, ag.Writes)
+	assert.Empty(t, ag.Refused)
+	assert.Empty(t, ag.Reads)
+	assert.Equal(t, VerdictIsolated, rep.Verdict)
+	var md bytes.Buffer
+	require.NoError(t, rep.WriteMarkdown(&md))
+	assert.Contains(t, md.String(), "2 connections allowed, 6 refused")
+}
+
+func withCount(r ledger.Record, n int64) ledger.Record {
+	r.Count = n
+	return r
+}

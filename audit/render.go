@@ -135,6 +135,9 @@ func (r *Report) WriteMarkdown(out io.Writer) error {
 	}
 	for _, ag := range r.Agents {
 		p("\n## Agent %s: %s\n\n%s\n", md(ag.Agent), md(ag.Verdict), md(ag.Reason))
+		if ag.NetAllowed+ag.NetRefused > 0 {
+			p("\nNetwork (egress proxy of `acpfs run --net allow=`): %d connections allowed, %d refused.\n", ag.NetAllowed, ag.NetRefused)
+		}
 		if len(ag.Violations) > 0 {
 			p("\n### Violations\n\n| First seq | At | Kind | Path | Count | Grant | Rule |\n|---:|---|---|---|---:|---|---|\n")
 			for _, e := range ag.Violations {

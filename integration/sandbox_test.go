@@ -266,7 +266,7 @@ id -u`})
 // host's network or without. The one file both grants show does pass,
 // and the ledger says who wrote it and who read it.
 func TestSandboxTwoAgentsCannotTalk(t *testing.T) {
-	for _, net := range []string{"none", "host"} {
+	for _, net := range []string{"none", "host", "allow=api.example.com"} {
 		t.Run("net "+net, func(t *testing.T) {
 			e := newSandboxEnv(t)
 			sbxNoTalk(t, e, []string{"--net", net})

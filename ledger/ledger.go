@@ -95,6 +95,13 @@ const (
 	KindDocConflict = "doc_conflict"  // two hosts wrote one file from one revision: both versions kept
 	KindDocRefused  = "doc_refused"   // a document from the store was refused (bad path, header, hash)
 	KindDocTooLarge = "doc_too_large" // a file too large for the store stays on its host
+
+	// acpfs run --net allow=: a connection of the command through the
+	// egress proxy (Op: connect, http or socks5; Detail: host:port and
+	// the addresses, or why it was refused), or with Count the repeats of
+	// one already recorded in full (First, Last).
+	KindNetAllowed = "net_allowed"
+	KindNetRefused = "net_refused"
 )
 
 // Record is one ledger line. Seq, At, Prev and Hash are set by the Writer.
@@ -108,7 +115,7 @@ type Record struct {
 	Op     string `json:"op,omitempty"`   // lookup, open, readdir, write, rename, ...
 	PID    uint32 `json:"pid,omitempty"`
 	SHA256 string `json:"sha256,omitempty"` // content hash for reads, handoffs
-	Count  int64  `json:"count,omitempty"`  // read_repeat, denied_repeat, write_repeat: how many repeats; gap: records lost
+	Count  int64  `json:"count,omitempty"`  // read_repeat, denied_repeat, write_repeat (and net_allowed, net_refused when set): how many repeats; gap: records lost
 	// First and Last bound the repeats a read_repeat or denied_repeat
 	// record counts (same layout as At).
 	First  string `json:"first,omitempty"`

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/egress"
 	"github.com/acpfs/acpfs/internal/limits"
 	"github.com/acpfs/acpfs/internal/sandbox"
 	"github.com/acpfs/acpfs/ledger"
@@ -33,9 +34,11 @@ type RunConfig struct {
 	// Hidden lists what no view may show (run directory, ledger, grant).
 	Hidden     []string `json:"hidden"`
 	AuditReads bool     `json:"audit_reads"`
-	// Sandbox is the sandbox to start, all but its Root and View, which
-	// Run makes.
+	// Sandbox is the sandbox to start, all but its Root and View (and
+	// Proxy), which Run makes.
 	Sandbox sandbox.Spec `json:"sandbox"`
+	// Egress is what the proxy of Sandbox.Net "allow" lets through.
+	Egress egress.Policy `json:"egress"`
 	// Limits are the command's control-group limits; NoLimits runs it
 	// without a control group of its own.
 	Limits   limits.Limits `json:"limits"`
@@ -127,6 +130,14 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 
 	spec := cfg.Sandbox
 	spec.Root, spec.View = root, view
+	if spec.Net == sandbox.NetAllow {
+		stop, sock, err := startEgress(cfg.Egress, g, lw, tmp)
+		if err != nil {
+			return 0, err
+		}
+		defer stop()
+		spec.Proxy = sock
+	}
 	var group *limits.Group
 	if !cfg.NoLimits {
 		if group, err = limits.New(fmt.Sprintf("acpfs-run-%d", os.Getpid()), cfg.Limits); err != nil {
@@ -168,7 +179,7 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, gr
 	}
 	defer statusR.Close()
 	flags := uintptr(cloneFlags)
-	if spec.Net == sandbox.NetNone {
+	if spec.Net != sandbox.NetHost {
 		flags |= syscall.CLONE_NEWNET
 	}
 	// The first process is this binary again, by /proc/self/exe: no path
@@ -179,6 +190,9 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, gr
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{specR, statusW}
 	cmd.Dir = "/"
+	// The first process gets no environment: the command's is in the
+	// spec, and nothing of the caller's is left in /proc/1/environ.
+	cmd.Env = []string{}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
 	// Pdeathsig follows the thread that forks: keep it alive as long as
 	// the child.

@@ -33,16 +33,17 @@ const allowRootHelp = "run the command as root (uid 0) inside the sandbox. Root 
 
 func newRunCmd() *cobra.Command {
 	var mf mountFlags
-	var uid, net string
+	var uid string
+	var en runEnvNet
 	var allowRoot, noLimits bool
 	var ro, rw []string
 	var memory, socketMemory string
 	lim := limits.Defaults
 	cmd := &cobra.Command{
-		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--ro PATH]... [--rw PATH]... [--net host|none] [--uid U[:G] | --allow-root] -- CMD [ARGS...]",
+		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--ro PATH]... [--rw PATH]... [--net host|none|allow=HOST[:PORT],...] [--env NAME[=VALUE]]... [--uid U[:G] | --allow-root] -- CMD [ARGS...]",
 		Short: "Run a command in a sandbox that shows the folder only through its grant's view",
 		Long: `run starts CMD in an allow-list sandbox: new mount, PID, IPC and UTS
-namespaces (and network with --net none), a root that holds only the
+namespaces (and network with --net none or allow=), a root that holds only the
 system directories (` + strings.Join(sandbox.SystemDirs, " ") + `) read-only, the
 --ro and --rw paths, the grant's view at the folder's own path, a fresh
 /proc that shows only the sandbox's processes, a minimal /dev and empty,
@@ -61,6 +62,20 @@ port may be bound) and a seccomp filter (no mount, namespaces, ptrace,
 keyrings, BPF, modules, io_uring or TIOCSTI), and it dies with acpfs run.
 A working directory the sandbox does not show becomes the folder.
 
+The command gets a minimal environment: PATH, HOME, LANG, LANGUAGE,
+LC_*, TERM, COLORTERM, TZ and SHELL from the caller, USER and LOGNAME the
+agent's name, TMPDIR=/tmp; then the --env-file lines and the --env
+values (NAME: the caller's value; NAME=VALUE). --inherit-env gives it
+the caller's whole environment, credentials included.
+
+--net allow=HOST[:PORT],... gives the command a network of its own
+(loopback only) and a proxy at 127.0.0.1:3128 (HTTP CONNECT, http://
+requests, SOCKS5; HTTP_PROXY, HTTPS_PROXY and ALL_PROXY point to it) that
+reaches the named hosts only (port 443 unless given), resolved on the
+host side; a name that leads to a loopback or private address is
+refused unless a rule names it exactly. Each connection, allowed or
+refused, is a ledger record (net_allowed, net_refused).
+
 The command runs in a control group of its own (cgroup v2 where it is
 delegated, else the v1 pids, memory and cpu hierarchies): --memory
 (default 4G), --pids (default 512: a fork bomb stops there) and --cpu (a
@@ -74,7 +89,8 @@ a limit, run says which on stderr and exits with status 6.
 run exits with the command's status (128+n for signal n); SIGINT,
 SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 		Example: `  acpfs run --folder collab --runs agent_runs --grant G-bob -- sh -c 'cat collab/proposal.md'
-  acpfs run --folder collab --runs agent_runs --grant G-bob --net none --ro ~/tools -- ~/tools/review.sh`,
+  acpfs run --folder collab --runs agent_runs --grant G-bob --net none --ro ~/tools -- ~/tools/review.sh
+  acpfs run --folder collab --runs agent_runs --grant G-bob --net allow=api.anthropic.com --env ANTHROPIC_API_KEY -- claude`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, err := mf.prepare()
@@ -84,8 +100,9 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if os.Geteuid() != 0 {
 				return withCode(exitMount, errors.New("acpfs run needs root to build its sandbox"))
 			}
-			if net != sandbox.NetHost && net != sandbox.NetNone {
-				return fmt.Errorf("--net %q: want host or none", net)
+			net, egressPolicy, env, err := en.build(v.grant.AgentID)
+			if err != nil {
+				return err
 			}
 			sync, err := ledger.ParseSyncMode(mf.ledgerSync)
 			if err != nil {
@@ -151,7 +168,8 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 				Folder: folder, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
 				Limits: lim, NoLimits: noLimits, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
 				Hidden: hidden, AuditReads: mf.audit == "reads",
-				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, UID: u, GID: g, Cwd: cwd, Args: args},
+				Egress:  egressPolicy,
+				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, Env: env, UID: u, GID: g, Cwd: cwd, Args: args},
 			}
 			if !noLimits && lim.Memory > 0 && limits.V1() {
 				// v1 leaves socket buffers out of --memory: say what holds them.
@@ -169,7 +187,7 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 	cmd.Flags().BoolVar(&allowRoot, "allow-root", false, allowRootHelp)
 	cmd.Flags().StringArrayVar(&ro, "ro", nil, "also show this host path, read-only (repeatable)")
 	cmd.Flags().StringArrayVar(&rw, "rw", nil, "also show this host path, writable (repeatable)")
-	cmd.Flags().StringVar(&net, "net", sandbox.NetHost, "network: host (the host's, for model APIs) or none (a loopback of its own)")
+	en.register(cmd)
 	cmd.Flags().StringVar(&memory, "memory", "4G", "memory the command may use (K, M, G suffixes)")
 	cmd.Flags().StringVar(&socketMemory, "socket-memory", "", "cgroup v1 only: TCP and UDP socket buffers the command may pin, which v1 does not charge to --memory (default: as --memory)")
 	cmd.Flags().Int64Var(&lim.Pids, "pids", lim.Pids, "processes and threads the command may have at once")

@@ -25,7 +25,7 @@ const StatusOK = "ok"
 
 // Enter builds the sandbox of spec and runs its command. The calling
 // process must be the first process of new mount, PID, IPC and UTS
-// namespaces (and network, for Net "none"), and root. It writes
+// namespaces (and network, for Net "none" and "allow"), and root. It writes
 // StatusOK, or why it failed, to status, and returns the command's exit
 // status (128+n for a signal n), or 127 when the sandbox could not be
 // built.
@@ -55,7 +55,12 @@ func Enter(spec Spec, status *os.File) int {
 // start does the linear sequence: mounts, pivot_root, Landlock, seccomp,
 // then the command. It returns the command's pid.
 func start(spec Spec) (int, error) {
+	useEnv(spec)
 	guarded, err := locateGuarded(spec)
+	if err != nil {
+		return 0, err
+	}
+	proxy, err := openProxy(spec)
 	if err != nil {
 		return 0, err
 	}
@@ -68,8 +73,13 @@ func start(spec Spec) (int, error) {
 	if err := checkMounts(spec, guarded); err != nil {
 		return 0, err
 	}
-	if spec.Net == NetNone {
+	if spec.Net != NetHost {
 		if err := loopbackUp(); err != nil {
+			return 0, err
+		}
+	}
+	if proxy >= 0 {
+		if err := bridgeProxy(proxy); err != nil {
 			return 0, err
 		}
 	}
@@ -751,7 +761,7 @@ func workdir(spec Spec) (string, string) {
 	return spec.Folder, fmt.Sprintf("acpfs run: the working directory %s is not in the sandbox; the command starts in the folder, %s", spec.Cwd, spec.Folder)
 }
 
-// commandEnv is the caller's environment, with PWD the directory the
+// commandEnv is the chosen environment (Spec.Env), with PWD the directory the
 // command starts in, and HOME the private /tmp when the sandbox does not
 // show the caller's (so that programs keeping state there still run).
 func commandEnv(spec Spec, dir string) []string {

@@ -1,6 +1,6 @@
 // Package sandbox builds the allow-list sandbox that `acpfs run` starts
 // an agent's command in: fresh mount, PID, IPC and UTS namespaces (and
-// network with --net none), a root that holds only the system
+// network with --net none or allow), a root that holds only the system
 // directories, the paths the caller allowed, the grant's view at the
 // folder's own path, a fresh /proc, a minimal /dev and private temporary
 // directories; then the command's own uid, no_new_privs, Landlock and a
@@ -38,8 +38,15 @@ type Spec struct {
 	// Masks are host paths that must stay unreachable even when a bind
 	// holds them: the run directory, the ledger, the grant.
 	Masks []string `json:"masks"`
-	// Net is "host" or "none".
+	// Net is "host", "none" or "allow".
 	Net string `json:"net"`
+	// Proxy is, for Net "allow", the egress proxy's unix socket (a path
+	// of the daemon's mount namespace): the first process bridges
+	// 127.0.0.1:egress.ProxyPort of the sandbox's network to it.
+	Proxy string `json:"proxy,omitempty"`
+	// Env is the command's whole environment (see BuildEnv); PWD is set,
+	// and HOME replaced by /tmp when the sandbox does not show it.
+	Env []string `json:"env"`
 	// UID and GID are the command's credentials.
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
@@ -64,6 +71,9 @@ type Bind struct {
 const (
 	NetHost = "host"
 	NetNone = "none"
+	// NetAllow: a network namespace of its own, and the named hosts
+	// through the egress proxy (see internal/egress).
+	NetAllow = "allow"
 )
 
 // SystemDirs are the host directories every sandbox shows, read-only:
