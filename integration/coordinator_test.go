@@ -15,6 +15,7 @@ import (
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/testutil"
+	"github.com/acpfs/acpfs/ledger"
 )
 
 // coordEnv is a collaboration set up with the CLI only, as a coordinator
@@ -123,24 +124,15 @@ func TestCoordinatorFollowsGrants(t *testing.T) {
 func TestCoordinatorRefusesBadSetups(t *testing.T) {
 	e := newCoordEnv(t)
 	e.standardGrants()
-	// A grant for someone who is not a participant.
+	// Only bad grants: nothing to serve, so up fails with nothing mounted.
+	only := filepath.Join(newDir(t, "only"), "runs")
 	g := e.loadGrant("G-bob")
 	g.GrantID, g.AgentID = "G-mallory", "mallory"
-	e.saveGrant(g)
-	_, stderr, code := acpfs(t, "up", "--runs", e.runs, "--folder", e.folder, "--root", e.root)
+	pmWriteGrant(t, only, g)
+	_, stderr, code := acpfs(t, "up", "--runs", only, "--folder", e.folder, "--root", e.root)
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, stderr, "mallory")
 	assert.Empty(t, leftoverMounts())
-	require.NoError(t, os.Remove(filepath.Join(e.runs, "context_grants", "G-mallory.json")))
-
-	// Two active grants for one agent.
-	g.GrantID, g.AgentID = "G-bob2", reviewer
-	e.saveGrant(g)
-	_, stderr, code = acpfs(t, "up", "--runs", e.runs, "--folder", e.folder, "--root", e.root)
-	assert.NotEqual(t, 0, code)
-	assert.Contains(t, stderr, "two active grants")
-	assert.Empty(t, leftoverMounts())
-	require.NoError(t, os.Remove(filepath.Join(e.runs, "context_grants", "G-bob2.json")))
 
 	// A mount root that is not empty.
 	require.NoError(t, os.MkdirAll(filepath.Join(e.root, "junk"), 0o755))
@@ -264,4 +256,57 @@ func TestRunForwardsSIGTERM(t *testing.T) {
 	assert.Contains(t, out.String(), "got TERM")
 	ledgerOut, _, _ := acpfs(t, "ledger", "show", "--ledger", filepath.Join(e.runs, "communication_ledger.jsonl"), "--kind", "mount_stopped")
 	assert.Contains(t, ledgerOut, "G-bob")
+}
+
+// TestCoordinatorBadGrantCostsOnlyItsAgent (issue 25, finding 5): a grant
+// file that does not load, a grant for someone who is not a participant
+// and two active grants for one agent cost only their own agents: acpfs
+// up starts with the valid grants, says what it refused on stderr, in
+// the ledger and in acpfs status (exit 2), and mounts a grant once fixed.
+func TestCoordinatorBadGrantCostsOnlyItsAgent(t *testing.T) {
+	e := newCoordEnv(t)
+	e.standardGrants()
+	bobFile := filepath.Join(e.runs, "context_grants", "G-bob.json")
+	bob := e.loadGrant("G-bob")
+	require.NoError(t, os.WriteFile(bobFile, []byte("{ not json"), 0o644))
+	m := *bob
+	m.GrantID, m.AgentID = "G-mallory", "mallory"
+	e.saveGrant(&m)
+	p := e.up(owner)
+	out := p.Output()
+	assert.Contains(t, out, "G-bob.json")
+	assert.Contains(t, out, "mallory")
+	assert.True(t, e.mounted(owner))
+	assert.False(t, e.mounted(reviewer))
+	stdout, _, code := acpfs(t, "status", "--runs", e.runs)
+	assert.Equal(t, 2, code, stdout)
+	assert.Contains(t, stdout, "refused: ")
+	assert.Contains(t, stdout, "G-bob.json")
+	refused := 0
+	for _, r := range pmLedgerRecords(t, filepath.Join(e.runs, "communication_ledger.jsonl")) {
+		if r.Kind == ledger.KindGrantRefused {
+			refused++
+		}
+	}
+	assert.GreaterOrEqual(t, refused, 2, "each refused grant is recorded")
+
+	// Fixed: bob's view is mounted.
+	e.saveGrant(bob)
+	mhEventually(t, func() bool { return e.mounted(reviewer) }, "bob's view is mounted once his grant is fixed")
+	require.NoError(t, os.Remove(filepath.Join(e.runs, "context_grants", "G-mallory.json")))
+	mhEventually(t, func() bool {
+		_, _, code := acpfs(t, "status", "--runs", e.runs)
+		return code == 0
+	}, "status is clean once every grant is fixed")
+
+	// Two active grants for bob cost bob's view, not alice's; revoking
+	// one gives it back.
+	second := *bob
+	second.GrantID = "G-bob-2"
+	e.saveGrant(&second)
+	mhEventually(t, func() bool { return !e.mounted(reviewer) }, "bob has no view while he has two active grants")
+	assert.True(t, e.mounted(owner))
+	_, stderr, code := acpfs(t, "grant", "revoke", "--runs", e.runs, "--grant", "G-bob-2")
+	require.Equal(t, 0, code, stderr)
+	mhEventually(t, func() bool { return e.mounted(reviewer) }, "bob's view is mounted again once one grant is left")
 }

@@ -90,6 +90,9 @@ const (
 	// mountpoint no longer its mount), and the same view mounted again.
 	KindViewLost      = "view_lost"
 	KindViewRemounted = "view_remounted"
+	// KindGrantRefused is a grant acpfs up refused (Detail says why):
+	// its agent has no view; the others' are served.
+	KindGrantRefused = "grant_refused"
 
 	// Several hosts: what a host's document sync did (see store.DocsOptions).
 	KindDocConflict = "doc_conflict"  // two hosts wrote one file from one revision: both versions kept

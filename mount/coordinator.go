@@ -93,6 +93,11 @@ type CoordinatorStatus struct {
 	Root     string       `json:"root"`
 	Started  string       `json:"started"`
 	Views    []ViewStatus `json:"views"`
+	// Problems are the grants the coordinator refused (a file that does
+	// not load, an unknown participant, two active grants for one agent,
+	// a grant showing the run directory): their agents have no view
+	// until the file is fixed.
+	Problems []string `json:"problems,omitempty"`
 	// State and StateDetail are not stored: ReadStatus fills them from
 	// the process table (StateRunning, StateDead, StateStale).
 	State       string `json:"state,omitempty"`
@@ -112,8 +117,10 @@ type Coordinator struct {
 
 	mu    sync.Mutex
 	views map[string]*coordView // by agent id
-	done  chan struct{}
-	stop  chan struct{}
+	// problems are the grants refused by the latest reconcile.
+	problems []string
+	done     chan struct{}
+	stop     chan struct{}
 	// lost receives the views that went away without being stopped;
 	// the loop remounts them.
 	lost chan lostView
@@ -175,15 +182,9 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 	if err := checkRootPlace(cfg); err != nil {
 		return nil, err
 	}
-	gs, err := cfg.Runs.LoadGrants()
-	if err != nil {
-		return nil, fmt.Errorf("grants in %s: %w", cfg.Runs.GrantsDir(), err)
-	}
-	for _, gf := range gs {
-		if err := checkParticipant(gf.Grant, cfg.Participants); err != nil {
-			return nil, fmt.Errorf("%s: %w", gf.Path, err)
-		}
-	}
+	// A grant that does not load, names no participant or clashes with
+	// another is refused alone (see reconcile): the others' agents work.
+	gs, _ := cfg.Runs.LoadGrants()
 	// The previous coordinator of this run directory is dead (we hold
 	// its lock); the views it listed under this root are ours to clear.
 	reusable := map[string]bool{}
@@ -250,9 +251,17 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 	}
 	go c.loop()
 	if err := c.reconcile(true); err != nil {
-		c.Stop() // releases the lock
-		c = nil
-		return nil, err
+		c.mu.Lock()
+		mounted := len(c.views)
+		c.mu.Unlock()
+		if mounted == 0 {
+			// Nothing to serve: the one line says why.
+			c.Stop() // releases the lock
+			c = nil
+			return nil, err
+		}
+		// The refused grants were said on Notify, recorded and listed in
+		// the status: the other agents' views serve.
 	}
 	return c, nil
 }
@@ -587,29 +596,45 @@ func (c *Coordinator) reconcile(starting bool) error {
 	if loadErr != nil {
 		errs = append(errs, loadErr)
 	}
+	active := map[string][]string{} // agent -> its active grant ids
+	for _, gf := range gs {
+		if !gf.Grant.Revoked {
+			active[gf.Grant.AgentID] = append(active[gf.Grant.AgentID], gf.Grant.GrantID)
+		}
+	}
+	var problems []string
+	if loadErr != nil {
+		problems = append(problems, strings.Split(loadErr.Error(), "\n")...)
+	}
 	for _, gf := range gs {
 		g := gf.Grant
 		if g.Revoked {
 			fate[g.GrantID] = "revoked"
 			continue
 		}
+		if ids := active[g.AgentID]; len(ids) > 1 {
+			// Which one would govern is no one's guess to make: the
+			// agent gets no view until one is revoked (CheckSet said so).
+			fate[g.GrantID] = fmt.Sprintf("refused: agent %q has %d active grants (%s)", g.AgentID, len(ids), strings.Join(ids, ", "))
+			continue
+		}
 		if err := checkParticipant(g, c.cfg.Participants); err != nil {
 			errs = append(errs, err)
 			fate[g.GrantID] = "refused: " + err.Error()
+			problems = append(problems, fmt.Sprintf("%s: %v", gf.Path, err))
 			continue
 		}
 		if err := CheckConcealed(c.cfg.Folder, c.concealed(), g); err != nil {
 			errs = append(errs, err)
 			fate[g.GrantID] = "refused: " + err.Error()
+			problems = append(problems, fmt.Sprintf("%s: %v", gf.Path, err))
 			continue
-		}
-		if _, dup := want[g.AgentID]; dup {
-			continue // CheckSet already reported it; keep the first
 		}
 		want[g.AgentID] = gf
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.setProblems(problems)
 	for agent, v := range c.views {
 		gf, ok := want[agent]
 		if !ok || gf.Grant.GrantID != v.grantID {
@@ -862,7 +887,28 @@ func (c *Coordinator) statusLocked() CoordinatorStatus {
 		st.Views = append(st.Views, vs)
 	}
 	sort.Slice(st.Views, func(i, j int) bool { return st.Views[i].Agent < st.Views[j].Agent })
+	st.Problems = append([]string(nil), c.problems...)
 	return st
+}
+
+// setProblems keeps the grants refused by the latest reconcile; each new
+// one is said on Notify and recorded (grant_refused), once until it is
+// fixed. Called with c.mu held.
+func (c *Coordinator) setProblems(problems []string) {
+	sort.Strings(problems)
+	problems = slices.Compact(problems)
+	known := map[string]bool{}
+	for _, p := range c.problems {
+		known[p] = true
+	}
+	for _, p := range problems {
+		if p == "" || known[p] {
+			continue
+		}
+		c.notifyf("refused: %s; the other agents' views are served", p)
+		c.record(ledger.Record{Kind: ledger.KindGrantRefused, Detail: p})
+	}
+	c.problems = problems
 }
 
 func (c *Coordinator) writeStatus() error {

@@ -230,6 +230,10 @@ when it cannot.`,
 				if len(missing) > 0 {
 					dead = fmt.Errorf("%d view(s) missing: %s; the coordinator mounts a lost view again and says on its stderr when it cannot", len(missing), strings.Join(missing, "; "))
 				}
+				if len(o.Problems) > 0 && dead == nil {
+					// Agents without a view: their grants were refused.
+					dead = fmt.Errorf("%d grant(s) refused (their agents have no view until fixed): %s", len(o.Problems), strings.Join(o.Problems, "; "))
+				}
 			}
 			if asJSON {
 				enc := json.NewEncoder(w)
@@ -251,6 +255,9 @@ when it cannot.`,
 					line += "  [" + h.State + "]"
 				}
 				fmt.Fprintln(w, line)
+			}
+			for _, p := range o.Problems {
+				fmt.Fprintf(w, "  refused: %s\n", p)
 			}
 			return dead
 		},
