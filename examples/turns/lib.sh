@@ -1,0 +1,28 @@
+# Helpers of the scripted turns of examples/demo.yaml. acpfs drive runs
+# each turn in its own acpfs run sandbox, in the folder (the agent's
+# view), with ACPFS_PARTICIPANT, ACPFS_NEXT_ACTION and, on a retry,
+# ACPFS_LAST_ERROR set; a turn does one step and exits.
+set -eu
+now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+last_seq() { wc -l < events.jsonl | tr -d ' '; }
+has_event() { grep -q "\"event\":\"$1\"" events.jsonl; }
+phase() { sed -n 's/^phase: //p' .acpfs/status; }
+# edit FILE SED-SCRIPT: edit in place through the private /tmp (sed -i
+# would create its temporary file next to FILE).
+edit() { sed "$2" "$1" > "/tmp/edit.$$" && cat "/tmp/edit.$$" > "$1" && rm -f "/tmp/edit.$$"; }
+# emit EVENT SUMMARY [EXTRA_JSON]: append one event as this participant.
+emit() {
+  seq=$(( $(last_seq) + 1 ))
+  if echo "{\"seq\":$seq,\"from\":\"$ACPFS_PARTICIPANT\",\"event\":\"$1\",\"at\":\"$(now)\",\"summary\":\"$2\",\"reply_to\":$((seq - 1))${3:-}}" >> events.jsonl; then
+    echo "appended seq $seq $1"
+  else
+    echo "could not append $1: $(cat .acpfs/last-error)"
+    return 1
+  fi
+}
+# refused WHAT CMD...: run CMD, which must fail, and say how.
+refused() {
+  what=$1; shift
+  if out=$("$@" 2>&1); then echo "UNEXPECTED: $what succeeded"; exit 1; fi
+  echo "refused as it should be: $what: ${out##*: }"
+}
