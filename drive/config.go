@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -163,7 +164,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	p := &parser{name: path, dir: filepath.Dir(path)}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		// yaml's own messages carry "line N"; keep them as they are.
 		return nil, &FileError{Problems: []string{fmt.Sprintf("%s: %v", path, err)}}
 	}
