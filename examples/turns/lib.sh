@@ -10,15 +10,19 @@ phase() { sed -n 's/^phase: //p' .acpfs/status; }
 # edit FILE SED-SCRIPT: edit in place through the private /tmp (sed -i
 # would create its temporary file next to FILE).
 edit() { sed "$2" "$1" > "/tmp/edit.$$" && cat "/tmp/edit.$$" > "$1" && rm -f "/tmp/edit.$$"; }
-# emit EVENT SUMMARY [EXTRA_JSON]: append one event as this participant.
+# emit EVENT SUMMARY [EXTRA_JSON]: append one event as this participant,
+# again with the next seq when another participant took this one first.
 emit() {
-  seq=$(( $(last_seq) + 1 ))
-  if echo "{\"seq\":$seq,\"from\":\"$ACPFS_PARTICIPANT\",\"event\":\"$1\",\"at\":\"$(now)\",\"summary\":\"$2\",\"reply_to\":$((seq - 1))${3:-}}" >> events.jsonl; then
-    echo "appended seq $seq $1"
-  else
-    echo "could not append $1: $(cat .acpfs/last-error)"
-    return 1
-  fi
+  for _ in 1 2 3 4 5; do
+    seq=$(( $(last_seq) + 1 ))
+    if echo "{\"seq\":$seq,\"from\":\"$ACPFS_PARTICIPANT\",\"event\":\"$1\",\"at\":\"$(now)\",\"summary\":\"$2\",\"reply_to\":$((seq - 1))${3:-}}" >> events.jsonl 2>/dev/null; then
+      echo "appended seq $seq $1"
+      return 0
+    fi
+    grep -q "\[seq-continuous\]" .acpfs/last-error 2>/dev/null || break
+  done
+  echo "could not append $1: $(cat .acpfs/last-error)"
+  return 1
 }
 # refused WHAT CMD...: run CMD, which must fail, and say how.
 refused() {
