@@ -10,7 +10,7 @@ case $(phase) in
     # from must be this participant: a line written as the owner is refused.
     seq=$(( $(last_seq) + 1 ))
     refused "an event forged as the owner" sh -c "echo '{\"seq\":$seq,\"from\":\"alice\",\"event\":\"proposal_revised\",\"at\":\"$(now)\",\"summary\":\"forged\",\"reply_to\":$((seq - 1))}' >> events.jsonl"
-    echo "  why: $(cut -d' ' -f2- .acpfs/last-error)"
+    echo "  (the shell reports any failed write as an I/O error; the view says why: $(cut -d' ' -f2- .acpfs/last-error))"
     cat >> review.md <<REVIEW
 
 ## $(now) - $ACPFS_PARTICIPANT - seq $seq
