@@ -378,7 +378,16 @@ func (d *driver) recover() error {
 		return err
 	}
 	for _, rc := range rs {
-		if rc.State == StateRunning {
+		rec, recorded := d.scan.turns[rc.ID]
+		switch {
+		case rc.State == StateRunning && recorded:
+			// Killed between the turn record and the receipt: the record
+			// says how the turn ended.
+			t := rec.turn
+			rc.State, rc.End, rc.Exit, rc.Signal, rc.Outcome, rc.Limits = StateDone, t.End, t.Exit, t.Signal, t.Outcome, t.Limits
+			rc.LastError = "the previous attempt ended (" + t.Outcome + ") without an accepted event"
+			fallthrough
+		case rc.State == StateRunning:
 			if rc.Inputs != "" {
 				_ = os.RemoveAll(rc.Inputs)
 			}
@@ -387,15 +396,17 @@ func (d *driver) recover() error {
 				return err
 			}
 			rc.Events = evs
-			d.scan.fill(rc, "")
-			rc.State, rc.End, rc.Exit, rc.Outcome = StateDone, now(), -1, OutcomeInterrupted
-			rc.Note = "the driver stopped during this turn (killed?); closed when it started again"
-			rc.LastError = "the previous attempt was interrupted: the driver stopped during it"
-			d.out.notef("info", rc.Participant, rc.ID, "turn %s was interrupted by the driver's end; it appended %d event(s)", rc.ID, len(evs))
+			d.scan.fill(rc, rc.End)
+			if rc.State == StateRunning {
+				rc.State, rc.End, rc.Exit, rc.Outcome = StateDone, now(), -1, OutcomeInterrupted
+				rc.Note = "the driver stopped during this turn (killed?); closed when it started again"
+				rc.LastError = "the previous attempt was interrupted: the driver stopped during it"
+				d.out.notef("info", rc.Participant, rc.ID, "turn %s was interrupted by the driver's end; it appended %d event(s)", rc.ID, len(evs))
+			}
 		}
 		if rc.LedgerSeq == 0 {
-			if seq, ok := d.scan.turns[rc.ID]; ok {
-				rc.LedgerSeq = seq
+			if recorded {
+				rc.LedgerSeq = rec.seq
 			} else if err := d.recordTurn(rc); err != nil {
 				return err
 			}

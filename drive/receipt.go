@@ -183,11 +183,17 @@ type ledgerScan struct {
 	path    string
 	offset  int64
 	byGrant map[string][]ledger.Record
-	turns   map[string]int64 // turn id -> its record's seq
+	turns   map[string]recordedTurn // turn id -> its turn record
+}
+
+// recordedTurn is a turn record found in the ledger.
+type recordedTurn struct {
+	seq  int64
+	turn ledger.Turn
 }
 
 func newLedgerScan(path string) *ledgerScan {
-	return &ledgerScan{path: path, byGrant: map[string][]ledger.Record{}, turns: map[string]int64{}}
+	return &ledgerScan{path: path, byGrant: map[string][]ledger.Record{}, turns: map[string]recordedTurn{}}
 }
 
 // kept are the kinds a receipt reports.
@@ -224,7 +230,7 @@ func (s *ledgerScan) update() error {
 		switch {
 		case r.Kind == ledger.KindTurn:
 			if t, err := ledger.ParseTurn(r); err == nil {
-				s.turns[t.ID] = r.Seq
+				s.turns[t.ID] = recordedTurn{seq: r.Seq, turn: t}
 			}
 		case kept[r.Kind] && r.Grant != "":
 			s.byGrant[r.Grant] = append(s.byGrant[r.Grant], r)

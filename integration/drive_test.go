@@ -388,3 +388,48 @@ func TestDriveKilledMidTurnResumes(t *testing.T) {
 	}
 	assert.Zero(t, started, "the owner's first turn, finished before the kill, is not run again")
 }
+
+// TestDriveStops: SIGTERM, SIGINT or the deadline stop the running
+// turns and unmount the views; the audit still runs and the receipts
+// say the turns were interrupted.
+func TestDriveStops(t *testing.T) {
+	hang := `touch "$ACPFS_DRIVE_DIR/box/hung"; exec sleep 86396`
+	for _, tt := range []struct {
+		name, top, line string
+		sig            syscall.Signal
+	}{
+		{"SIGTERM", "", "stopped by a signal", syscall.SIGTERM},
+		{"SIGINT", "", "stopped by a signal", syscall.SIGINT},
+		{"deadline", "deadline: 3s\n", "the deadline (3s) passed", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			k := newDriveKit(t, []driveParticipant{driveOwner(), {id: "bob", grant: `{preset: reviewer}`, command: yamlQuote(hang)}}, "")
+			if tt.top != "" {
+				b := strings.Replace(readFile(t, k.file), "deadline: 3m\n", tt.top, 1)
+				require.NoError(t, os.WriteFile(k.file, []byte(b), 0o644))
+			}
+			cmd := exec.Command(acpfsBin, "drive", "--json", k.file)
+			var out, errOut testutil.SyncBuffer
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			require.NoError(t, cmd.Start())
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			waitFor(t, func() bool { _, err := os.Stat(filepath.Join(k.box, "hung")); return err == nil }, "bob's turn hangs")
+			if tt.sig != 0 {
+				require.NoError(t, cmd.Process.Signal(tt.sig))
+			}
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, out.String())
+			assert.Equal(t, 2, ee.ExitCode())
+			assert.Contains(t, errOut.String(), tt.line)
+			assert.False(t, processWithArgs("sleep 86396"), "the agent is stopped")
+			assert.Empty(t, testutil.FUSEMounts(k.dir), "the views are unmounted")
+			rc := k.receipts()["000003-bob-1"]
+			assert.Equal(t, drive.OutcomeInterrupted, rc.Outcome)
+			assert.Equal(t, drive.StateDone, rc.State)
+			assert.FileExists(t, filepath.Join(k.runs, "audit.md"))
+			k.requireSound()
+		})
+	}
+}
