@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Progress output modes.
@@ -114,17 +117,29 @@ func (p *progress) drawLocked() {
 	if refusal == "" {
 		refusal = "none"
 	}
-	if len(refusal) > 100 {
-		refusal = refusal[:100] + "…"
-	}
 	lines := []string{
 		fmt.Sprintf("┌ phase: %s", p.st.phase),
 		fmt.Sprintf("│ turn: %s", turn),
 		fmt.Sprintf("│ elapsed: %s   events: %d", time.Since(p.start).Round(time.Second), p.st.events),
 		fmt.Sprintf("└ last refusal: %s", refusal),
 	}
+	width := termWidth(p.w)
 	for _, l := range lines {
+		// A line the terminal wraps would be erased only in part.
+		if r := []rune(l); len(r) > width {
+			l = string(r[:width-1]) + "…"
+		}
 		fmt.Fprintln(p.w, l)
 	}
 	p.drawn = len(lines)
+}
+
+// termWidth is the width of the terminal w is, 80 when it cannot tell.
+func termWidth(w io.Writer) int {
+	if f, ok := w.(*os.File); ok {
+		if ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err == nil && ws.Col > 10 {
+			return int(ws.Col)
+		}
+	}
+	return 80
 }

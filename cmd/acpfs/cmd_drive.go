@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -79,6 +80,11 @@ file), 3 the views could not be served, 4 FUSE unusable.`,
 			}
 			if !res.Completed() {
 				return withCode(exitFailed, fmt.Errorf("the collaboration did not complete: %s", res.Reason))
+			}
+			if asJSON {
+				// Machines read JSON to the last line.
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
+					"type": "done", "phase": res.Phase, "turns": res.Turns, "verdict": res.Verdict, "audit": res.Audit})
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "acpfs drive: completed in %d turn(s); audit %s: %s\n", res.Turns, res.Verdict, res.Audit)
 			return nil
