@@ -243,6 +243,14 @@ func wantedGrant(p *Participant) (read, write []string, err error) {
 	return add(slices.Clone(read), p.Grant.MayRead), add(slices.Clone(write), p.Grant.MayWrite), nil
 }
 
+// grantMatches reports whether g is the grant the file asks for p, whose
+// may_read and may_write (preset and extras) are read and write.
+func grantMatches(g *grants.Grant, p *Participant, read, write []string) bool {
+	return sameSet(g.MayRead, read) && sameSet(g.MayWrite, write) && sameSet(g.ForbiddenRead, p.Grant.Forbid) &&
+		(p.Grant.Role == "" || p.Grant.Role == g.Role) && g.ParticipantID() == p.ID &&
+		(p.Grant.Objective == "" || p.Grant.Objective == g.Objective)
+}
+
 func sameSet(a, b []string) bool {
 	return slices.Equal(slices.Compact(slices.Sorted(slices.Values(a))), slices.Compact(slices.Sorted(slices.Values(b))))
 }
@@ -261,8 +269,7 @@ func (d *driver) prepareGrants() error {
 		id := ""
 		if gf, ok := grants.ActiveGrantFor(existing, p.ID); ok {
 			g := gf.Grant
-			if sameSet(g.MayRead, read) && sameSet(g.MayWrite, write) && sameSet(g.ForbiddenRead, p.Grant.Forbid) &&
-				(p.Grant.Role == "" || p.Grant.Role == g.Role) && g.ParticipantID() == p.ID {
+			if grantMatches(g, p, read, write) {
 				d.grantIDs[p.ID] = g.GrantID
 				continue
 			}

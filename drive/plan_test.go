@@ -1,9 +1,13 @@
 package drive
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/grants"
 )
 
 func planConfig() *Config {
@@ -63,4 +67,32 @@ func TestFailures(t *testing.T) {
 		{Participant: "carol", Events: []EventRef{{5, "review_submitted"}}},
 	}
 	assert.Equal(t, map[string]int{"alice": 1, "bob": 2, "carol": 0}, Failures(rs))
+}
+
+// TestGrantMatches: a grant is kept only while it is what the file asks
+// (the preset's globs and the extras, in any order); any change replaces
+// it.
+func TestGrantMatches(t *testing.T) {
+	p := &Participant{ID: "bob", Grant: GrantSpec{Preset: "reviewer", Forbid: []string{"oracle/**"}, MayRead: []string{"notes/**"}}}
+	read, write, err := wantedGrant(p)
+	require.NoError(t, err)
+	assert.Contains(t, read, "notes/**")
+	assert.Contains(t, write, "review.md")
+	base := func() *grants.Grant {
+		return &grants.Grant{GrantID: "G-bob", AgentID: "bob", Role: "reviewer", MayRead: slices.Clone(read), MayWrite: slices.Clone(write), ForbiddenRead: []string{"oracle/**"}}
+	}
+	assert.True(t, grantMatches(base(), p, read, write))
+	reordered := base()
+	slices.Reverse(reordered.MayRead)
+	assert.True(t, grantMatches(reordered, p, read, write), "order does not matter")
+	for name, change := range map[string]func(g *grants.Grant){
+		"another forbid":      func(g *grants.Grant) { g.ForbiddenRead = nil },
+		"one more may_read":   func(g *grants.Grant) { g.MayRead = append(g.MayRead, "oracle/**") },
+		"one less may_write":  func(g *grants.Grant) { g.MayWrite = g.MayWrite[1:] },
+		"another participant": func(g *grants.Grant) { g.Participant = "carol" },
+	} {
+		g := base()
+		change(g)
+		assert.False(t, grantMatches(g, p, read, write), name)
+	}
 }
