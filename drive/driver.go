@@ -452,6 +452,9 @@ func (d *driver) loop(ctx context.Context) Result {
 	defer tick.Stop()
 	stopping, reason := false, ""
 	lastPhase, lastSeq, lastDraw := "", -1, time.Now()
+	// Set to nil once they fired: a closed Done would wake the loop
+	// again and again while the stopped turns end.
+	ctxDone, deadlineC := ctx.Done(), deadline.C
 	for {
 		if err := d.log.Refresh(); err != nil {
 			slog.Warn("refresh the history", "err", err)
@@ -495,13 +498,15 @@ func (d *driver) loop(ctx context.Context) Result {
 				d.out.tick()
 				lastDraw = time.Now()
 			}
-		case <-ctx.Done():
+		case <-ctxDone:
+			ctxDone = nil
 			if !stopping {
 				stopping, reason = true, "stopped by a signal"
 				d.out.notef("stopped", "", "", "signal: stopping %d running turn(s)", len(d.running))
 				d.stopAll()
 			}
-		case <-deadline.C:
+		case <-deadlineC:
+			deadlineC = nil
 			if !stopping {
 				stopping, reason = true, fmt.Sprintf("the deadline (%s) passed", d.cfg.Deadline)
 				d.out.notef("stopped", "", "", "deadline %s passed: stopping %d running turn(s)", d.cfg.Deadline, len(d.running))
