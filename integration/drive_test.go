@@ -396,7 +396,7 @@ func TestDriveStops(t *testing.T) {
 	hang := `touch "$ACPFS_DRIVE_DIR/box/hung"; exec sleep 86396`
 	for _, tt := range []struct {
 		name, top, line string
-		sig            syscall.Signal
+		sig             syscall.Signal
 	}{
 		{"SIGTERM", "", "stopped by a signal", syscall.SIGTERM},
 		{"SIGINT", "", "stopped by a signal", syscall.SIGINT},
