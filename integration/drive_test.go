@@ -433,3 +433,20 @@ func TestDriveStops(t *testing.T) {
 		})
 	}
 }
+
+// TestDriveLimitHit: a turn that runs into its sandbox's pids limit has
+// that limit in its receipt and in the next attempt's last error.
+func TestDriveLimitHit(t *testing.T) {
+	forks := `i=0; while [ $i -lt 60 ]; do sleep 1 & i=$((i + 1)); done; wait; exit 1`
+	k := newDriveKit(t, []driveParticipant{driveOwner(),
+		{id: "bob", grant: `{preset: reviewer}`, command: yamlQuote(forks), extra: "    limits: {pids: 24}\n    retries: 0\n"},
+	}, "")
+	notes, errOut, code := k.drive()
+	assert.Equal(t, 2, code, "%s\n%s", notesText(notes), errOut)
+	rc := k.receipts()["000003-bob-1"]
+	assert.Equal(t, []string{"pids"}, rc.Limits)
+	assert.Equal(t, 6, rc.Exit, "acpfs run's status for a limit")
+	assert.Equal(t, "the command ran into its pids limit", rc.LastError)
+	assert.Contains(t, rc.Run, "--pids")
+	k.requireSound()
+}
