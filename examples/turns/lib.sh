@@ -6,7 +6,9 @@ set -eu
 now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 last_seq() { wc -l < events.jsonl | tr -d ' '; }
 has_event() { grep -q "\"event\":\"$1\"" events.jsonl; }
-phase() { sed -n 's/^phase: //p' .acpfs/status; }
+# phase: the phase the turn was woken in, from its next action (acpfs
+# next, as the driver handed it over).
+phase() { sed -n 's/^phase: //p' "$ACPFS_NEXT_ACTION_FILE"; }
 # edit FILE SED-SCRIPT: edit in place through the private /tmp (sed -i
 # would create its temporary file next to FILE).
 edit() { sed "$2" "$1" > "/tmp/edit.$$" && cat "/tmp/edit.$$" > "$1" && rm -f "/tmp/edit.$$"; }

@@ -2,7 +2,7 @@
 # The owner's turn: one step of the design's way to completed.
 . "$(dirname "$0")/lib.sh"
 doc=deliverables/design-spec.md
-echo "turn $ACPFS_TURN, phase $(phase)"
+echo "turn $ACPFS_TURN: $(sed -n 's/^next action: //p' "$ACPFS_NEXT_ACTION_FILE")"
 case $(phase) in
   drafting)
     # The owner's grant shows the oracle: it drafts from it.

@@ -1,7 +1,7 @@
 #!/bin/sh
 # A reviewer's turn: review once, then accept the decision.
 . "$(dirname "$0")/lib.sh"
-echo "turn $ACPFS_TURN, phase $(phase)"
+echo "turn $ACPFS_TURN: $(sed -n 's/^next action: //p' "$ACPFS_NEXT_ACTION_FILE")"
 case $(phase) in
   reviewing)
     echo "reads the design: $(grep -c '^## ' deliverables/design-spec.md) sections"
