@@ -852,6 +852,10 @@ func (d *driver) stopAll() {
 	}
 }
 
+// runExitLimit is acpfs run's exit status after the command ran into a
+// limit.
+const runExitLimit = 6
+
 // limitLine is how acpfs run names the limits a command ran into.
 var limitLine = regexp.MustCompile(`ran into its (.+?) limit`)
 
@@ -880,7 +884,9 @@ func (d *driver) finish(t *turn) {
 	if t.exit > 128 {
 		rc.Signal = unix.SignalName(syscall.Signal(t.exit - 128))
 	}
-	if m := limitLine.FindStringSubmatch(t.stderr.String()); m != nil {
+	// acpfs run exits 6 after a limit and names it on its stderr, which
+	// it shares with the command: the line counts only with that status.
+	if m := limitLine.FindStringSubmatch(t.stderr.String()); m != nil && t.exit == runExitLimit {
 		rc.Limits = strings.Split(m[1], " and ")
 	}
 	if timedOut {
