@@ -72,9 +72,24 @@ func (p *progress) note(n Note) {
 
 func plainLine(n Note) string {
 	if n.Type == "output" {
-		return fmt.Sprintf("  %s| %s", n.Participant, n.Text)
+		return fmt.Sprintf("  %s| %s", n.Participant, printable(n.Text))
 	}
-	return "acpfs drive: " + n.Text
+	return "acpfs drive: " + printable(n.Text)
+}
+
+// printable shows control characters as \xNN: agents choose their output
+// and much of what their refusals quote, and must not drive the
+// coordinator's terminal (move the cursor, rewrite lines, set its title).
+func printable(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		if r == '\t' || r >= 0x20 && r != 0x7f && (r < 0x80 || r > 0x9f) {
+			b.WriteRune(r)
+		} else {
+			fmt.Fprintf(&b, "\\x%02x", r)
+		}
+	}
+	return b.String()
 }
 
 func (p *progress) notef(typ, participant, turn, format string, args ...any) {
@@ -125,6 +140,7 @@ func (p *progress) drawLocked() {
 	}
 	width := termWidth(p.w)
 	for _, l := range lines {
+		l = printable(l)
 		// A line the terminal wraps would be erased only in part.
 		if r := []rune(l); len(r) > width {
 			l = string(r[:width-1]) + "…"

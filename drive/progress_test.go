@@ -48,3 +48,12 @@ func TestRefusalExplained(t *testing.T) {
 	r = Refusal{Kind: ledger.KindFrozenRefused, Op: "open", Path: "deliverables/spec.md", Detail: "frozen deliverable"}
 	assert.Contains(t, r.String(), "after deliverable_frozen nothing may change it")
 }
+
+// TestProgressPrintable: what agents print reaches the coordinator's
+// terminal without its control characters.
+func TestProgressPrintable(t *testing.T) {
+	var b bytes.Buffer
+	p := newProgress(&b, ModePlain)
+	p.note(Note{Type: "output", Participant: "bob", Text: "a\x1b[2J\x1b]0;owned\x07b\tc\u009bd\xff"})
+	assert.Equal(t, "  bob| a\\x1b[2J\\x1b]0;owned\\x07b\tc\\x9bd\uFFFD\n", b.String())
+}
