@@ -2,6 +2,7 @@ package drive
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/acpfs/acpfs/internal/atomicfile"
+	"github.com/acpfs/acpfs/internal/safeio"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
@@ -264,25 +266,32 @@ func (s *ledgerScan) fill(rc *Receipt, end string) {
 	}
 }
 
+// maxHistory bounds the events.jsonl the driver reads for a receipt.
+const maxHistory = 1 << 30
+
 // eventsFrom returns the events of participant after seq, from the
-// folder's events.jsonl.
+// folder's events.jsonl. The folder is reached as every daemon reaches
+// it (safeio: no symlink followed, a regular file only): whoever can
+// write it must not make the driver read elsewhere or block on a FIFO.
 func eventsFrom(folder, participant string, after int) ([]EventRef, error) {
-	f, err := os.Open(filepath.Join(folder, protocol.EventsFile))
+	root, err := safeio.OpenRoot(folder)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer root.Close()
+	data, _, err := root.ReadFile(protocol.EventsFile, maxHistory)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", protocol.EventsFile, err)
+	}
 	out := []EventRef{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
+	for _, line := range bytes.Split(data, []byte("\n")) {
 		var ev protocol.Event
-		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+		if json.Unmarshal(line, &ev) != nil {
 			continue
 		}
 		if ev.Seq > after && ev.From == participant {
 			out = append(out, EventRef{Seq: ev.Seq, Type: ev.Event})
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
