@@ -154,24 +154,28 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Parse(abs, data)
+	// Messages name the file as the user did.
+	return parse(abs, path, data)
 }
 
 // Parse checks data, the collaboration file at path (absolute: relative
 // paths in the file are relative to its directory). Every problem is
 // reported with its line and column; unknown fields are problems.
-func Parse(path string, data []byte) (*Config, error) {
-	p := &parser{name: path, dir: filepath.Dir(path)}
+func Parse(path string, data []byte) (*Config, error) { return parse(path, path, data) }
+
+func parse(path, name string, data []byte) (*Config, error) {
+	p := &parser{name: name, dir: filepath.Dir(path)}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		// yaml's own messages carry "line N"; keep them as they are.
-		return nil, &FileError{Problems: []string{fmt.Sprintf("%s: %v", path, err)}}
+		return nil, &FileError{Problems: []string{fmt.Sprintf("%s: %v", name, err)}}
 	}
 	if len(doc.Content) == 0 {
-		return nil, &FileError{Problems: []string{fmt.Sprintf("%s:1:1: the file is empty", path)}}
+		return nil, &FileError{Problems: []string{fmt.Sprintf("%s:1:1: the file is empty", name)}}
 	}
 	cfg := p.config(doc.Content[0])
+	cfg.Path = path
 	if len(p.problems) > 0 {
 		return nil, &FileError{Problems: p.problems}
 	}
@@ -282,7 +286,7 @@ var (
 )
 
 func (p *parser) config(n *yaml.Node) *Config {
-	c := &Config{Path: p.name, Deadline: DefaultDeadline}
+	c := &Config{Deadline: DefaultDeadline}
 	folder, runs, root := DefaultFolder, DefaultRuns, DefaultRoot
 	var partsNode *yaml.Node
 	seen := p.fields(n, "collaboration file", topFields, func(k string, v *yaml.Node) {
@@ -360,7 +364,10 @@ func (p *parser) deliverable(n *yaml.Node) Deliverable {
 	if n.Kind != yaml.MappingNode {
 		return d
 	}
-	types := append(protocol.DeliverableTypes(), "custom")
+	types := protocol.DeliverableTypes()
+	if !slices.Contains(types, "custom") {
+		types = append(types, "custom")
+	}
 	switch {
 	case typeNode == nil:
 		p.errorf(n, "deliverable: type is required (%s)", strings.Join(types, ", "))

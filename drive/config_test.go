@@ -29,7 +29,7 @@ participants:
     on_exhausted: blocked
 `
 
-func parse(t *testing.T, text string) (*Config, error) {
+func parseText(t *testing.T, text string) (*Config, error) {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "tools"), nil, 0o644))
@@ -37,7 +37,7 @@ func parse(t *testing.T, text string) (*Config, error) {
 }
 
 func TestParseValid(t *testing.T) {
-	cfg, err := parse(t, validFile)
+	cfg, err := parseText(t, validFile)
 	require.NoError(t, err)
 	dir := filepath.Dir(cfg.Path)
 	assert.Equal(t, filepath.Join(dir, DefaultFolder), cfg.Folder)
@@ -105,7 +105,7 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parse(t, tt.text)
+			_, err := parseText(t, tt.text)
 			require.Error(t, err)
 			var fe *FileError
 			require.ErrorAs(t, err, &fe)
@@ -123,7 +123,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestParseYAMLSyntax(t *testing.T) {
-	_, err := parse(t, "objective: [unclosed\n")
+	_, err := parseText(t, "objective: [unclosed\n")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "line 1")
 }
