@@ -13,7 +13,7 @@ set -euo pipefail
 
 ACPFS=${ACPFS:-$(pwd)/bin/acpfs}
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d /tmp/acpfs-demo-XXXXXX)
+work=$(mktemp -d "${TMPDIR:-/tmp}/acpfs-demo-XXXXXX")
 chmod 755 "$work"
 
 if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then b=$'\033[1m' n=$'\033[0m'; else b='' n=''; fi

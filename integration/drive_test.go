@@ -460,3 +460,34 @@ func TestDriveLimitHit(t *testing.T) {
 	assert.Contains(t, rc.Run, "--pids")
 	k.requireSound()
 }
+
+// TestDemo: make demo's script runs the collaboration through acpfs
+// drive to completed, shows and explains the three refusals and the
+// grant's contrast, and leaves no mount and no directory behind.
+func TestDemo(t *testing.T) {
+	testutil.RequireFUSE(t)
+	tmp := newDir(t, "demo")
+	cmd := exec.Command("bash", filepath.Join("..", "examples", "demo.sh"))
+	cmd.Env = append(os.Environ(), "ACPFS="+acpfsBin, "TMPDIR="+tmp, "NO_COLOR=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	out, errOut, code := runCmd(t, cmd)
+	require.Equal(t, 0, code, "%s\n%s", out, errOut)
+	for _, want := range []string{
+		"alice| reads the oracle:",                           // the owner's grant shows it
+		"bob| refused as it should be: a read of the oracle", // the reviewer's forbids it
+		"bob refused: lookup oracle",                         // explained by the driver
+		"bob| refused as it should be: an event forged as the owner",
+		"from-mismatch",
+		"alice| refused as it should be: a change to the frozen deliverable",
+		"after deliverable_frozen nothing may change it",
+		"acpfs drive: completed in",
+		"ACP validation passed",
+		"## Turns",
+	} {
+		assert.Contains(t, out, want)
+	}
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, left, "the demo leaves nothing in TMPDIR")
+	assert.Empty(t, testutil.FUSEMounts(tmp))
+}
