@@ -44,7 +44,7 @@ clean:
 
 # The main job: an end-to-end collaboration through per-agent mounts.
 demo: build
-	ACPFS=$(CURDIR)/$(BIN) bash examples/demo.sh
+	ACPFS=$(CURDIR)/$(BIN) bash examples/demo.sh   # acpfs drive examples/demo.yaml
 
 # The same collaboration across two hosts joined by NATS JetStream.
 demo-cluster: build build-nats

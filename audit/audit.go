@@ -140,6 +140,19 @@ type Report struct {
 	Lost   int64       `json:"lost,omitempty"` // records acknowledged lost, all gaps together
 	Agents []*Agent    `json:"agents"`
 	Matrix []MatrixRow `json:"matrix"`
+	// Turns are the turns acpfs drive recorded (turn records), in ledger
+	// order: who acted when, and what each turn read and wrote.
+	Turns []Turn `json:"turns,omitempty"`
+}
+
+// Turn is one turn record: the driver's summary of a participant's turn,
+// with the record's seq and grant.
+type Turn struct {
+	Seq      int64  `json:"seq"`
+	Agent    string `json:"agent"`
+	Grant    string `json:"grant"`
+	GrantSHA string `json:"grant_sha256,omitempty"`
+	ledger.Turn
 }
 
 // Gap is one gap record: records acknowledged lost.
@@ -300,6 +313,7 @@ type Auditor struct {
 	agents    map[string]*Agent
 	cells     map[string]map[string]*MatrixCell // path -> agent -> cell
 	gaps      []Gap
+	turns     []Turn
 	records   int64
 	lastSeq   int64  // seq of the last record fed
 	lastAt    string // and its time
@@ -555,6 +569,13 @@ func (a *Auditor) Add(r ledger.Record) {
 			a.applied[r.Grant] = append(h, r.SHA256)
 		}
 		return
+	case ledger.KindTurn:
+		// The driver's account of a turn, not an access: its reads and
+		// writes are judged from the views' own records.
+		if t, err := ledger.ParseTurn(r); err == nil {
+			a.turns = append(a.turns, Turn{Seq: r.Seq, Agent: r.Agent, Grant: r.Grant, GrantSHA: r.SHA256, Turn: t})
+		}
+		return
 	case ledger.KindGrantRevoked:
 		if _, seen := a.revokedAt[r.Grant]; !seen && r.Grant != "" {
 			a.revokedAt[r.Grant] = revocation{seq: r.Seq, at: r.At}
@@ -790,6 +811,7 @@ func (a *Auditor) Report() (*Report, error) {
 		Records:     a.records,
 		Verdict:     VerdictIsolated,
 		Gaps:        slices.Clone(a.gaps),
+		Turns:       slices.Clone(a.turns),
 	}
 	for _, g := range rep.Gaps {
 		rep.Lost += g.Count

@@ -133,6 +133,7 @@ func (r *Report) WriteMarkdown(out io.Writer) error {
 		p("| %s | %s | **%s** | %d | %d | %d | %d | %d |\n", md(ag.Agent), md(strings.Join(ag.Grants, ", ")),
 			md(ag.Verdict), len(ag.Reads), len(ag.Lists), len(ag.Refused), len(ag.Noise), len(ag.Violations))
 	}
+	writeTurns(p, r.Turns)
 	for _, ag := range r.Agents {
 		p("\n## Agent %s: %s\n\n%s\n", md(ag.Agent), md(ag.Verdict), md(ag.Reason))
 		if ag.NetAllowed+ag.NetRefused > 0 {
@@ -259,4 +260,30 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		return fmt.Errorf("write audit HTML: %w", err)
 	}
 	return nil
+}
+
+// writeTurns writes the timeline of the turns acpfs drive ran.
+func writeTurns(p func(string, ...any), turns []Turn) {
+	if len(turns) == 0 {
+		return
+	}
+	p("\n## Turns\n\nThe turns `acpfs drive` ran, in order: who acted when, what each turn appended, read, wrote and was refused. Receipts: RUNS/turns/.\n\n")
+	p("| Ledger seq | Start | End | Participant | Grant | Woken by seq | Outcome | Exit | Appended | Read | Wrote | Refused | Limits |\n")
+	p("|---:|---|---|---|---|---:|---|---:|---|---|---|---|---|\n")
+	for _, t := range turns {
+		exit := fmt.Sprint(t.Exit)
+		if t.Signal != "" {
+			exit += " (" + t.Signal + ")"
+		}
+		p("| %d | %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", t.Seq, md(t.Start), md(t.End), md(t.Participant),
+			md(t.Grant), t.Wake, md(t.Outcome), md(exit), md(list(t.Events)), md(list(t.Reads)), md(list(t.Writes)), md(list(t.Refusals)), md(list(t.Limits)))
+	}
+}
+
+// list joins a turn's list for a cell; "-" for none.
+func list(l []string) string {
+	if len(l) == 0 {
+		return "-"
+	}
+	return strings.Join(l, ", ")
 }

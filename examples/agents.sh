@@ -1,5 +1,5 @@
-# The two scripted agents of the demos (examples/demo.sh on one host,
-# examples/demo-cluster.sh on two): plain shell over their own views.
+# The two scripted agents of examples/demo-cluster.sh (two hosts; the
+# one-host demo runs them as per-turn scripts, examples/turns/): plain shell over their own views.
 # The including script sets ALICE_VIEW, BOB_VIEW and work, and defines say.
 
 # view AGENT DIR: enter DIR, the agent's view, or fail at once saying

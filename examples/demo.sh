@@ -1,80 +1,52 @@
 #!/usr/bin/env bash
-# The main job: two agents collaborate from `initialized` to `completed`
-# through their own acpfs mounts, using nothing but ordinary shell tools.
-# The reviewer has a forbidden oracle file in the folder; along the way
-# the run shows a refused forged event, a refused write to the frozen
-# deliverable and a refused read of the oracle, then validates the
-# folder, verifies the ledger and writes the isolation report.
+# The main job, through the driver: `acpfs drive examples/demo.yaml`
+# carries an owner and a reviewer from `initialized` to `completed`, each
+# turn a scripted shell agent (examples/turns/) in its own acpfs run
+# sandbox. The owner's grant shows an oracle file, the reviewer's forbids
+# it; along the way the reviewer's read of the oracle, its event forged
+# as the owner and the owner's write to the frozen deliverable are
+# refused, and the driver explains each refusal. Then the folder is
+# validated, the ledger verified and the audit's turn timeline printed.
+# Everything lives in a temporary directory, removed at the end
+# (ACPFS_DEMO_KEEP=1 keeps it).
 set -euo pipefail
 
 ACPFS=${ACPFS:-$(pwd)/bin/acpfs}
-work=$(mktemp -d /tmp/acpfs-demo-XXXXXX)
-folder=$work/collab
-runs=$work/agent_runs
-mnt=$work/mnt
-coord_pid=""
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/acpfs-demo-XXXXXX")
+chmod 755 "$work"
 
-# Bold headings on a terminal only, and never with NO_COLOR set.
 if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then b=$'\033[1m' n=$'\033[0m'; else b='' n=''; fi
 say() { printf '\n%s== %s%s\n' "$b" "$*" "$n"; }
 
 cleanup() {
-  if [ -n "$coord_pid" ] && kill -0 "$coord_pid" 2>/dev/null; then
-    kill -TERM "$coord_pid"
-    wait "$coord_pid" 2>/dev/null || true
-  fi
-  # Belt and braces: never leave a mount of ours behind.
-  for m in "$mnt"/*; do
+  # acpfs drive unmounts its views however it ends; never leave one.
+  for m in "$work"/mnt/*; do
     if mountpoint -q "$m" 2>/dev/null; then "$ACPFS" umount "$m" || true; fi
   done
+  if [ -z "${ACPFS_DEMO_KEEP:-}" ]; then rm -rf "$work"; else echo "kept $work"; fi
 }
 trap cleanup EXIT
 
-say "1. A collaboration folder, an oracle, and one grant per agent"
-"$ACPFS" init --folder "$folder" --participant alice --participant bob \
-  --objective "Design a rate limiter for the public API" \
-  --completion "Limits per API key are specified" \
-  --primary-deliverable-type design-spec
-mkdir -p "$folder/oracle"
-echo "Expected answer: token bucket, 100 req/s per key" > "$folder/oracle/expected-answer.md"
-"$ACPFS" grant create --runs "$runs" --folder "$folder" --agent alice --preset owner \
-  --objective "Write the rate limiter design and drive it to completion"
-"$ACPFS" grant create --runs "$runs" --folder "$folder" --agent bob --preset reviewer \
-  --objective "Review the design independently" --forbid 'oracle/**'
+# The collaboration file and the turn scripts, next to the folder they
+# name (collab/, agent_runs/ and mnt/, relative to the file).
+cp "$here/demo.yaml" "$work/"
+cp -r "$here/turns" "$work/"
+chmod -R a+rX "$work/turns"
+mkdir -p "$work/collab/oracle"
+echo "Expected answer: token bucket, 100 req/s per key" > "$work/collab/oracle/expected-answer.md"
 
-say "2. The coordinator mounts one view per agent"
-"$ACPFS" up --runs "$runs" --folder "$folder" --root "$mnt" &
-coord_pid=$!
-for _ in $(seq 100); do
-  [ -e "$mnt/alice/.acpfs/status" ] && [ -e "$mnt/bob/.acpfs/status" ] && break
-  sleep 0.05
-done
-echo "alice sees: $(cd "$mnt/alice" && ls | tr '\n' ' ')"
-echo "bob sees:   $(cd "$mnt/bob" && ls | tr '\n' ' ')"
+say "1. acpfs drive --check: the collaboration file is valid"
+"$ACPFS" drive --check "$work/demo.yaml"
 
-ALICE_VIEW=$mnt/alice BOB_VIEW=$mnt/bob
-# shellcheck source=examples/agents.sh
-. "$(dirname "$0")/agents.sh"
+say "2. acpfs drive: every turn in its own sandbox"
+"$ACPFS" drive --plain "$work/demo.yaml"
 
-say "3. Two scripted agents take turns through .acpfs/wait"
-alice & alice_pid=$!
-bob & bob_pid=$!
-wait "$alice_pid"
-wait "$bob_pid"
-
-say "4. The coordinator stops; every view is unmounted"
-kill -TERM "$coord_pid"
-wait "$coord_pid" || true
-coord_pid=""
-
-say "5. acpfs validate"
-"$ACPFS" validate --folder "$folder"
-say "6. acpfs ledger verify"
-"$ACPFS" ledger verify --ledger "$runs/communication_ledger.jsonl"
-say "7. Isolation report"
-# The summary and the agent x file matrix; the full report has every read.
-"$ACPFS" audit --runs "$runs" --format md | awk '/^## Agent [^×]/{skip=1} /^## Agent ×/{skip=0} !skip'
-"$ACPFS" audit --runs "$runs" --format html --out "$work/isolation-report.html"
+say "3. acpfs validate"
+"$ACPFS" validate --folder "$work/collab"
+say "4. acpfs ledger verify"
+"$ACPFS" ledger verify --ledger "$work/agent_runs/communication_ledger.jsonl"
+say "5. The audit: verdicts and the turn timeline"
+awk '/^## Summary/,0' "$work/agent_runs/audit.md" | awk '/^## Agent [^×]/{skip=1} /^## (Turns|Agent ×)/{skip=0} !skip'
 echo
-echo "HTML report: $work/isolation-report.html"
-echo "Folder, run directory and ledger kept in $work"
+echo "Receipts of every turn: agent_runs/turns/*.json (in $work)"

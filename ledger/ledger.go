@@ -84,6 +84,7 @@ const (
 	KindSegmentEnd      = "segment_end"      // the last record of a sealed segment
 	KindSegmentStart    = "segment_start"    // the first record of a new segment
 	KindLedgerRecovered = "ledger_recovered" // a writer resumed after an operator restored the ledger
+	KindTurn            = "turn"             // acpfs drive: one participant's turn ended (Detail: a Turn, as JSON)
 
 	// The coordinator (`acpfs up`): a view that went away without being
 	// stopped by it (unmounted from outside, its connection aborted, its

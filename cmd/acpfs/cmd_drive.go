@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/drive"
+	"github.com/acpfs/acpfs/mount"
+)
+
+func init() { commands = append(commands, newDriveCmd) }
+
+func newDriveCmd() *cobra.Command {
+	var check, asJSON, plain bool
+	cmd := &cobra.Command{
+		Use:   "drive [--check] [--json] FILE",
+		Short: "Run a whole collaboration from a collaboration file: each participant woken at its turn in its own acpfs run sandbox",
+		Long: `drive reads a collaboration file (YAML; docs/drive.md) and checks it,
+naming the line and column of every problem, before anything starts;
+--check stops there.
+
+Then it initializes the folder (or resumes the one there from its
+history), creates the grants (a grant the file changed is revoked and
+replaced), serves one view per grant under the mount root, as acpfs up
+does, and, for as long as the collaboration is open, starts every
+participant in waitingFor in its own acpfs run sandbox, several at once
+when several are waiting. Each turn gets its rendered grant prompt, its
+next action and, on a retry, why its last attempt was refused, as files
+(ACPFS_PROMPT_FILE, ACPFS_NEXT_ACTION_FILE, ACPFS_LAST_ERROR_FILE) and
+in the environment (ACPFS_NEXT_ACTION, ACPFS_LAST_ERROR). A turn ends
+when its command exits or its timeout passes; a turn that appended no
+accepted event is retried up to the participant's retries, then blocked
+is appended on its behalf (on_exhausted: blocked) or drive stops.
+
+Every turn leaves a receipt in RUNS/turns/ and a turn record in the
+ledger. drive stops at completed or blocked, at the deadline, or on
+SIGINT or SIGTERM (which stop the agents and unmount), then writes the
+audit (RUNS/audit.md and RUNS/audit.html). Killed at any moment (even
+SIGKILL), drive FILE again resumes: the sandboxes died with it, a turn
+that was running is closed as interrupted and never run again.
+
+Exit status: 0 completed, 2 anything else (blocked, stopped, invalid
+file), 3 the views could not be served, 4 FUSE unusable.`,
+		Example: "  acpfs drive --check examples/demo.yaml\n  acpfs drive examples/demo.yaml",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := drive.Load(args[0])
+			if err != nil {
+				return err
+			}
+			if check {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%d participants)\n", args[0], len(cfg.Participants))
+				return nil
+			}
+			if err := mount.Check().Usable(); err != nil {
+				return withCode(exitNoFUSE, err)
+			}
+			if os.Geteuid() != 0 {
+				return withCode(exitMount, errors.New("acpfs drive runs each turn in acpfs run, which needs root"))
+			}
+			mode := drive.ModePlain
+			switch {
+			case asJSON:
+				mode = drive.ModeJSON
+			case !plain && isTerminal(cmd.OutOrStdout()):
+				mode = drive.ModeTTY
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			res, err := drive.Drive(ctx, cfg, drive.Options{Out: cmd.OutOrStdout(), Mode: mode})
+			if err != nil {
+				return withCode(exitFailed, err)
+			}
+			if !res.Completed() {
+				return withCode(exitFailed, fmt.Errorf("the collaboration did not complete: %s", res.Reason))
+			}
+			if asJSON {
+				// Machines read JSON to the last line.
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
+					"type": "done", "phase": res.Phase, "turns": res.Turns, "verdict": res.Verdict, "audit": res.Audit})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "acpfs drive: completed in %d turn(s); audit %s: %s\n", res.Turns, res.Verdict, res.Audit)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&check, "check", false, "check the file and stop")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "progress as one JSON object per line")
+	cmd.Flags().BoolVar(&plain, "plain", false, "one line per event even on a terminal (no live status block)")
+	return cmd
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
