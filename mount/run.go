@@ -44,6 +44,11 @@ type RunConfig struct {
 	// that sets none (see fs.Options).
 	MaxWriteBytes int64 `json:"max_write_bytes,omitempty"`
 	MaxFiles      int64 `json:"max_files,omitempty"`
+	// UserNS, when set, is the user namespace a rootless run's daemon
+	// was started in (see StartRootless); ParentPID is acpfs run's pid,
+	// which the daemon must not outlive.
+	UserNS    *sandbox.UserNS `json:"userns,omitempty"`
+	ParentPID int             `json:"parent_pid,omitempty"`
 }
 
 // LimitHit is returned by Run when the command ended after running into
@@ -59,7 +64,8 @@ func (e *LimitHit) Error() string {
 
 // Run mounts the grant's view, starts the sandbox around it and runs its
 // command; it returns the command's exit status. The calling process
-// must be root, in a mount namespace of its own (the CLI re-executes
+// must be root (of the host, or of the user namespace cfg.UserNS names),
+// in a mount namespace of its own (the CLI re-executes
 // itself with CLONE_NEWNS): the view is mounted there, where nothing on
 // the host sees it, and the sandbox's namespaces are made from it.
 //
@@ -76,6 +82,11 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sig)
+	if cfg.UserNS != nil {
+		if err := keepParent(cfg.ParentPID); err != nil {
+			return 0, err
+		}
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return 0, fmt.Errorf("make mounts private: %w", err)
 	}

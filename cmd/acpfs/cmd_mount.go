@@ -23,6 +23,8 @@ func init() {
 
 // mountFlags are shared by mount, run and up.
 type mountFlags struct {
+	// forRun is set by acpfs run, which needs no fusermount3.
+	forRun      bool
 	folder      string
 	runs        string
 	grant       string
@@ -118,7 +120,12 @@ type viewSetup struct {
 // prepare checks the machine and the flags, and loads the active grant.
 func (mf *mountFlags) prepare() (viewSetup, error) {
 	var v viewSetup
-	if err := mount.Check().Usable(); err != nil {
+	d := mount.Check()
+	usable := d.Usable
+	if mf.forRun {
+		usable = d.UsableForRun
+	}
+	if err := usable(); err != nil {
 		return v, withCode(exitNoFUSE, err)
 	}
 	var err error

@@ -80,8 +80,12 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if err != nil {
 				return err
 			}
-			if os.Geteuid() != 0 {
-				return withCode(exitMount, errors.New("acpfs run needs root to build its sandbox"))
+			// Without root, the same sandbox is built in a user namespace.
+			rootless := os.Geteuid() != 0
+			if rootless {
+				if err := rootlessReady(); err != nil {
+					return withCode(exitMount, err)
+				}
 			}
 			if net != sandbox.NetHost && net != sandbox.NetNone {
 				return fmt.Errorf("--net %q: want host or none", net)
@@ -98,15 +102,33 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if runDir == "" {
 				runDir = filepath.Dir(v.ledgerPath)
 			}
-			u, g, lease, err := runUID(uid, allowRoot, runDir, v.grant.GrantID)
-			if err != nil {
-				return err
+			// u and g are the command's ids in the sandbox, hostU and hostG
+			// what the host knows it by.
+			var u, g uint32
+			var ns sandbox.UserNS
+			if rootless {
+				if ns, err = rootlessUID(uid, allowRoot, v.grant.GrantID); err != nil {
+					return err
+				}
+				u, g = ns.AgentUID, ns.AgentGID
+			} else {
+				var lease *sandbox.Lease
+				if u, g, lease, err = runUID(uid, allowRoot, runDir, v.grant.GrantID); err != nil {
+					return err
+				}
+				// The lease keeps the uid this run's until acpfs run ends.
+				defer lease.Release()
 			}
-			// The lease keeps the uid this run's until acpfs run ends.
-			defer lease.Release()
-			if u != 0 {
-				if pid := sandbox.HostProcessWithUID(u); pid != 0 {
-					return withCode(exitMount, fmt.Errorf("uid %d is in use on the host (pid %d): that process could read the sandbox and be taken for the agent; give --uid another uid", u, pid))
+			hostU, hostG := u, g
+			if rootless {
+				hostU, hostG = ns.HostUID, ns.HostGID
+				if ns.Scheme == sandbox.SchemeSingle {
+					hostU, hostG = ns.CallerUID, ns.CallerGID
+				}
+			}
+			if hostU != 0 && ns.Scheme != sandbox.SchemeSingle {
+				if pid := sandbox.HostProcessWithUID(hostU); pid != 0 {
+					return withCode(exitMount, fmt.Errorf("uid %d is in use on the host (pid %d): that process could read the sandbox and be taken for the agent; give --uid another uid", hostU, pid))
 				}
 			}
 			hidden := mf.hiddenDirs(v.ledgerPath, v.grantPath)
@@ -114,7 +136,7 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if err != nil {
 				return err
 			}
-			if err := sandbox.CheckReach(folder, binds, u, g); err != nil {
+			if err := sandbox.CheckReach(folder, binds, hostU, hostG); err != nil {
 				return err
 			}
 			cwd, _ := os.Getwd()
@@ -135,20 +157,30 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if lim.Pids < 0 || lim.CPU < 0 {
 				return errors.New("--pids and --cpu must not be negative")
 			}
+			if rootless {
+				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", ns.Describe())
+				if noLimits, err = rootlessLimits(cmd, noLimits, cmd.ErrOrStderr()); err != nil {
+					return err
+				}
+			}
 			cfg := mount.RunConfig{
 				Folder: folder, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
 				Limits: lim, NoLimits: noLimits, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
 				Hidden: hidden, AuditReads: mf.audit == "reads",
-				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, UID: u, GID: g, Cwd: cwd, Args: args},
+				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, UID: u, GID: g, UserNS: ns.Scheme, Cwd: cwd, Args: args},
 			}
 			if !noLimits && lim.Memory > 0 && limits.V1() {
 				// v1 leaves socket buffers out of --memory: say what holds them.
 				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", limits.V1SocketNote(lim, limits.ReadSysctl("net/core/wmem_max")))
 			}
+			if rootless {
+				return startRootlessDaemon(cfg, ns)
+			}
 			return startRunDaemon(cfg)
 		},
 	}
 	mf.register(cmd, true)
+	mf.forRun = true
 	// The view of a run always serves its agent alone, and every read
 	// reaches the daemon: these two mount flags do not apply.
 	_ = cmd.Flags().MarkHidden("allow-other")

@@ -90,7 +90,9 @@ func start(spec Spec) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("no_new_privs: %w", err)
 	}
-	if spec.UID != 0 {
+	// Uid 0 of a user namespace is no root of the host's: it keeps no
+	// capability either (SchemeSingle runs the command as that uid).
+	if spec.UID != 0 || spec.UserNS != "" {
 		if err := dropBoundingSet(); err != nil {
 			return 0, err
 		}
@@ -119,7 +121,7 @@ func start(spec Spec) (int, error) {
 			// into the caller's, and no signals from its keyboard.
 			Setsid:     true,
 			Pdeathsig:  syscall.SIGKILL,
-			Credential: &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: []uint32{}},
+			Credential: agentCredential(spec),
 		},
 	}
 	pid, err := syscall.ForkExec(path, spec.Args, attr)
@@ -127,6 +129,17 @@ func start(spec Spec) (int, error) {
 		return 0, fmt.Errorf("start %s: %w", spec.Args[0], err)
 	}
 	return pid, nil
+}
+
+// agentCredential is who the command runs as: spec's uid and gid, no
+// supplementary groups. A single-mapping user namespace denies setgroups
+// (the kernel's price for an unprivileged map): there the caller's own
+// groups, which the namespace shows as nogroup, stay.
+func agentCredential(spec Spec) *syscall.Credential {
+	if spec.UserNS == SchemeSingle {
+		return &syscall.Credential{Uid: spec.UID, Gid: spec.GID, NoSetGroups: true}
+	}
+	return &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: []uint32{}}
 }
 
 // dropBoundingSet empties this thread's capability bounding set, which
