@@ -304,7 +304,7 @@ func checkMountpoint(p, folder string, hidden []string) error {
 func newDoctorCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "doctor",
-		Short: "Tell whether this machine can mount acpfs views, and why not",
+		Short: "Tell whether this machine can mount acpfs views and start acpfs run sandboxes, and why not",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d := mount.Check()
@@ -321,6 +321,7 @@ func newDoctorCmd() *cobra.Command {
 				fmt.Fprintln(out, "fusermount3: not found (only needed when not root)")
 			}
 			fmt.Fprintf(out, "passthrough for read-only files: %v\n", d.Passthrough)
+			doctorRun(out, d)
 			if err := d.Usable(); err != nil {
 				fmt.Fprintf(out, "verdict: cannot mount: %v\n", err)
 				return silentExit(exitNoFUSE)

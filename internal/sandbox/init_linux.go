@@ -224,7 +224,7 @@ func buildRoot(spec Spec) error {
 	// kernel or other file systems goes: other FUSE mounts above all
 	// (other agents' views), before the sandbox's own /dev and /proc
 	// are made.
-	if err := detachForeign(spec.Root); err != nil {
+	if err := detachForeign(spec.Root, root, spec.UserNS != ""); err != nil {
 		return err
 	}
 	if err := makeDev(root); err != nil {
@@ -545,14 +545,22 @@ func foreign(fstype string) bool {
 // detachForeign detaches, under root, every mount of a foreign type.
 // checkMounts verifies afterwards, from the sandbox's own /proc, that
 // none is left.
-func detachForeign(root string) error {
+//
+// In a user namespace, mounts a bind brought along from the host's mount
+// namespace are locked to their parents: they cannot be detached alone
+// (EINVAL), and are covered instead (see coverLocked).
+func detachForeign(root string, rootfd int, userNS bool) error {
 	mis, err := readMounts("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
 	for _, mi := range mis {
 		if within(mi.point, root) && foreign(mi.fstype) {
-			if err := unix.Unmount(mi.point, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			err := unix.Unmount(mi.point, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+			if errors.Is(err, unix.EINVAL) && userNS {
+				err = coverLocked(rootfd, strings.TrimPrefix(mi.point, root))
+			}
+			if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 				return fmt.Errorf("hide %s (%s): %w", mi.point, mi.fstype, err)
 			}
 		}
@@ -642,6 +650,8 @@ func checkMounts(spec Spec, guarded []guardedPath) error {
 			views++
 			continue
 		case own[mi.point]:
+			continue
+		case foreign(mi.fstype) && spec.UserNS != "" && coveredAt(mis, mi.point):
 			continue
 		case foreign(mi.fstype):
 			return fmt.Errorf("the sandbox would show %s (%s); refusing to start", mi.point, mi.fstype)
