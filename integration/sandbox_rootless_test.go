@@ -178,7 +178,7 @@ func TestSandboxRootlessIsolation(t *testing.T) {
 			u.collab()
 			for _, flags := range []string{"", "--net none"} {
 				out, stderr, code := u.sh(`
-acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits `+flags+` -- /usr/bin/bash -c '
+acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits ` + flags + ` -- /usr/bin/bash -c '
 F=$1 R=$2
 cat "$F/oracle/answer.md" 2>/dev/null && echo ORACLE
 ls -A "$R" 2>/dev/null && echo RUNS
