@@ -193,6 +193,7 @@ umount "$F" 2>/dev/null && echo UMOUNTED
 mount -t tmpfs none /tmp 2>/dev/null && echo MOUNTED
 unshare -U true 2>/dev/null && echo UNSHARED
 ls /dev/fuse 2>/dev/null && echo DEVFUSE
+ls / >/dev/null 2>&1 || echo "root listing refused"
 echo "fuse mounts: $(grep -c fuse /proc/self/mountinfo)"
 grep -E "^(NoNewPrivs|Seccomp|CapEff|CapBnd):" /proc/self/status | tr -s "\t " " "
 echo "interfaces: $(grep -c : /proc/net/dev)"
@@ -208,7 +209,7 @@ tail -1 collab/review.md`)
 				for _, bad := range []string{"ORACLE", "RUNS", "KEY", "PROCROOT", "FUSE-FD", "WROTE-INIT", "DAEMON", "UMOUNTED", "MOUNTED", "UNSHARED", "DEVFUSE", sbxSecret, `"kind"`} {
 					assert.NotContains(t, out, bad, "flags %q", flags)
 				}
-				for _, want := range []string{"fuse mounts: 1", "NoNewPrivs: 1", "Seccomp: 2", "CapEff: 0000000000000000", "CapBnd: 0000000000000000", "rootless review"} {
+				for _, want := range []string{"fuse mounts: 1", "NoNewPrivs: 1", "Seccomp: 2", "CapEff: 0000000000000000", "CapBnd: 0000000000000000", "root listing refused", "rootless review"} {
 					assert.Contains(t, out, want, "flags %q", flags)
 				}
 				f := regexp.MustCompile(`owner (\d+)\nuid (\d+)`).FindStringSubmatch(out)

@@ -70,6 +70,14 @@ stderr. A limit that cannot be applied
 is an error unless --no-limits. When the command fails after running into
 a limit, run says which on stderr and exits with status 6.
 
+Without root, run builds the same sandbox in a user namespace (when
+/dev/fuse is usable and user namespaces are on; acpfs doctor tells). Its
+first line on stderr names the uid scheme: subuid (a subordinate uid of
+yours, from /etc/subuid through newuidmap) or single (your own uid on the
+host, as uid 0 without capabilities in the namespace). Limits then need a
+delegated cgroup v2 subtree: without one, --memory, --pids and --cpu are
+refused (pass --no-limits) and the defaults are dropped with one line.
+
 run exits with the command's status (128+n for signal n); SIGINT,
 SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 		Example: `  acpfs run --folder collab --runs agent_runs --grant G-bob -- sh -c 'cat collab/proposal.md'

@@ -129,7 +129,7 @@ func PlanUserNS(agentUID, agentGID uint32) UserNS {
 // what keeps the agent from the caller's files.
 func (u UserNS) Describe() string {
 	if u.Scheme == SchemeSubUID {
-		return fmt.Sprintf("rootless sandbox, uid scheme subuid: the command runs as uid %d (uid %d on the host, a subordinate uid of yours), which cannot open the backing folder, the run directory or the key",
+		return fmt.Sprintf("rootless sandbox, uid scheme subuid: the command runs as uid %d (uid %d on the host, a subordinate uid of yours): your files are closed to it as to any other uid",
 			u.AgentUID, u.HostUID)
 	}
 	return fmt.Sprintf("rootless sandbox, uid scheme single: the command runs as uid 0 without capabilities in its user namespace, which is your own uid %d on the host (%s); "+
