@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -68,6 +69,13 @@ func newRootlessUser(t *testing.T, scheme string) *rootlessUser {
 		}
 	}
 	u := &rootlessUser{t: t, uid: unusedUID(t), etc: map[string]string{}}
+	// The uid is this test's alone: a process of it still running at the
+	// end (a failed test's sandbox) is the test's, and is ended.
+	t.Cleanup(func() {
+		for _, pid := range uidProcs(t, u.uid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
 	d, err := os.MkdirTemp("", "acpfs-rootless-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(d) })
@@ -126,6 +134,12 @@ func unusedUID(t *testing.T) int {
 // acpfs first on the PATH; it returns stdout, stderr and the exit status.
 func (u *rootlessUser) sh(script string, args ...string) (string, string, int) {
 	u.t.Helper()
+	return runCmd(u.t, u.command(script, args...))
+}
+
+// command is the command that runs script as the user (see sh).
+func (u *rootlessUser) command(script string, args ...string) *exec.Cmd {
+	u.t.Helper()
 	f, err := os.CreateTemp(u.dir, "script-*.sh")
 	require.NoError(u.t, err)
 	_, err = f.WriteString(script)
@@ -140,8 +154,7 @@ func (u *rootlessUser) sh(script string, args ...string) (string, string, int) {
 exec setpriv --reuid %d --regid %d --clear-groups -- env -i HOME=%q PATH=%q ACPFS_CHECKPOINT_DIR=%q LANG=C.UTF-8 \
   /usr/bin/bash -e -o pipefail %q "$@"`, u.home, u.uid, u.uid, u.home,
 		filepath.Join(u.dir, "bin")+":/usr/local/bin:/usr/bin:/bin", filepath.Join(u.home, ".checkpoints"), f.Name())
-	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-e", "-c", wrapper, "sh"}, args...)...)
-	return runCmd(u.t, cmd)
+	return exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-e", "-c", wrapper, "sh"}, args...)...)
 }
 
 // collab makes, as the user, the collaboration of newSandboxEnv in its
@@ -325,4 +338,55 @@ func TestSandboxRootlessReadme(t *testing.T) {
 	assert.Contains(t, out, "no oracle here")
 	assert.Contains(t, readFile(t, filepath.Join(u.home, "collab", "review.md")), "burst handling needs a number")
 	assert.Contains(t, readFile(t, filepath.Join(u.home, "collab", "events.jsonl")), `"from":"bob","event":"review_submitted"`)
+}
+
+// TestSandboxRootlessDoctor: acpfs doctor tells an unprivileged user,
+// apart from mounting, whether it can start a sandbox, with which uid
+// scheme and which limits.
+func TestSandboxRootlessDoctor(t *testing.T) {
+	for _, scheme := range []string{schemeSubUID, schemeSingle} {
+		t.Run(scheme, func(t *testing.T) {
+			u := newRootlessUser(t, scheme)
+			out, stderr, _ := u.sh(`acpfs doctor || true`)
+			assert.Contains(t, out, "run: ready without root (in a user namespace)", stderr)
+			assert.Contains(t, out, "run uid scheme: "+scheme+" ")
+			assert.Regexp(t, `(?m)^run limits: (none: .*pass --no-limits|cgroup v2, delegated at )`, out)
+			assert.Regexp(t, `(?m)^verdict: `, out, "the mount verdict stays")
+		})
+	}
+}
+
+// TestSandboxRootlessDiesWithRun: killing a rootless acpfs run ends its
+// daemon, whose parent-death signal the exec into the user namespace
+// cleared and that is set again, and the whole sandbox with it.
+func TestSandboxRootlessDiesWithRun(t *testing.T) {
+	u := newRootlessUser(t, schemeSingle)
+	u.collab()
+	out, pidFile := filepath.Join(u.home, "run.out"), filepath.Join(u.home, "run.pid")
+	cmd := u.command(`acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits -- /usr/bin/bash -c 'sleep 1000 & sleep 1001 & echo READY; wait' >"$1" 2>&1 &
+echo $! >"$2"
+wait || true`, out, pidFile)
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	waitFor(t, func() bool { b, _ := os.ReadFile(out); return strings.Contains(string(b), "READY") }, "the sandbox never said READY")
+	b, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	pid := atoi(t, string(b))
+	require.Greater(t, len(uidProcs(t, u.uid)), 3, "acpfs run, its daemon, the sandbox and the sleeps run as the user")
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	require.NoError(t, <-done)
+	waitFor(t, func() bool { return len(uidProcs(t, u.uid)) == 0 }, "the daemon or the sandbox outlived acpfs run")
+}
+
+// waitFor polls cond until it holds, for at most a minute.
+func waitFor(t *testing.T, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
