@@ -350,7 +350,7 @@ func TestSandboxRootlessDoctor(t *testing.T) {
 			out, stderr, _ := u.sh(`acpfs doctor || true`)
 			assert.Contains(t, out, "run: ready without root (in a user namespace)", stderr)
 			assert.Contains(t, out, "run uid scheme: "+scheme+" ")
-			assert.Regexp(t, `(?m)^run limits: (none: .*pass --no-limits|cgroup v2, delegated at )`, out)
+			assert.Regexp(t, `(?m)^run limits: (none: .*pass --no-limits|cgroup v2, in the delegated group )`, out)
 			assert.Regexp(t, `(?m)^verdict: `, out, "the mount verdict stays")
 		})
 	}

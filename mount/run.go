@@ -40,6 +40,10 @@ type RunConfig struct {
 	// without a control group of its own.
 	Limits   limits.Limits `json:"limits"`
 	NoLimits bool          `json:"no_limits"`
+	// CgroupParent, when set, is the cgroup v2 group the control group is
+	// made under (a rootless run's delegated subtree) instead of the
+	// daemon's own.
+	CgroupParent string `json:"cgroup_parent,omitempty"`
 	// MaxWriteBytes and MaxFiles are the view's write quotas for a grant
 	// that sets none (see fs.Options).
 	MaxWriteBytes int64 `json:"max_write_bytes,omitempty"`
@@ -140,7 +144,13 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 	spec.Root, spec.View = root, view
 	var group *limits.Group
 	if !cfg.NoLimits {
-		if group, err = limits.New(fmt.Sprintf("acpfs-run-%d", os.Getpid()), cfg.Limits); err != nil {
+		name := fmt.Sprintf("acpfs-run-%d", os.Getpid())
+		if cfg.CgroupParent != "" {
+			group, err = limits.NewUnder(cfg.CgroupParent, name, cfg.Limits)
+		} else {
+			group, err = limits.New(name, cfg.Limits)
+		}
+		if err != nil {
 			return 0, fmt.Errorf("resource limits: %w", err)
 		}
 		defer func() {

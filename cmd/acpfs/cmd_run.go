@@ -165,15 +165,16 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if lim.Pids < 0 || lim.CPU < 0 {
 				return errors.New("--pids and --cpu must not be negative")
 			}
+			var cgroupParent string
 			if rootless {
 				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", ns.Describe())
-				if noLimits, err = rootlessLimits(cmd, noLimits, cmd.ErrOrStderr()); err != nil {
+				if noLimits, cgroupParent, err = rootlessLimits(cmd, noLimits, cmd.ErrOrStderr()); err != nil {
 					return err
 				}
 			}
 			cfg := mount.RunConfig{
 				Folder: folder, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
-				Limits: lim, NoLimits: noLimits, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
+				Limits: lim, NoLimits: noLimits, CgroupParent: cgroupParent, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
 				Hidden: hidden, AuditReads: mf.audit == "reads",
 				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, UID: u, GID: g, UserNS: ns.Scheme, Cwd: cwd, Args: args},
 			}

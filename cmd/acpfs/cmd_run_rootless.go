@@ -66,21 +66,23 @@ func rootlessUID(uid string, allowRoot bool, grantID string) (sandbox.UserNS, er
 // delegated cgroup v2 subtree, where there is one; else, limits the
 // caller asked for are an error that says what to pass, and the
 // defaults are dropped with one line saying so.
-func rootlessLimits(cmd *cobra.Command, noLimits bool, stderr io.Writer) (bool, error) {
+// It returns whether the run goes without limits, and else the group
+// to make the run's control group under.
+func rootlessLimits(cmd *cobra.Command, noLimits bool, stderr io.Writer) (bool, string, error) {
 	if noLimits {
-		return true, nil
+		return true, "", nil
 	}
-	if _, err := sandbox.DelegatedCgroup(); err == nil {
-		return false, nil
-	} else {
-		for _, f := range []string{"memory", "pids", "cpu", "socket-memory"} {
-			if cmd.Flags().Changed(f) {
-				return false, withCode(exitMount, fmt.Errorf("--%s: a run without root sets limits through a delegated cgroup v2 subtree, and there is none: %v; pass --no-limits to run without limits", f, err))
-			}
+	parent, err := sandbox.DelegatedCgroup()
+	if err == nil {
+		return false, parent, nil
+	}
+	for _, f := range []string{"memory", "pids", "cpu", "socket-memory"} {
+		if cmd.Flags().Changed(f) {
+			return false, "", withCode(exitMount, fmt.Errorf("--%s: a run without root sets limits through a delegated cgroup v2 subtree, and there is none: %v; pass --no-limits to run without limits", f, err))
 		}
-		fmt.Fprintf(stderr, "acpfs run: no limits (memory, processes, CPU): %v; pass --no-limits to say so and drop this line\n", err)
 	}
-	return true, nil
+	fmt.Fprintf(stderr, "acpfs run: no limits (memory, processes, CPU): %v; pass --no-limits to say so and drop this line\n", err)
+	return true, "", nil
 }
 
 // startRootlessDaemon runs the daemon of `acpfs run` in a new user and

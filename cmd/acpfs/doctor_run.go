@@ -36,7 +36,7 @@ func doctorRun(out io.Writer, d mount.Doctor) {
 			"give this user a range in /etc/subuid and /etc/subgid and install newuidmap for a uid of its own\n", ns.Why, os.Getuid())
 	}
 	if dir, err := sandbox.DelegatedCgroup(); err == nil {
-		fmt.Fprintf(out, "run limits: cgroup v2, delegated at %s (memory, pids, cpu)\n", dir)
+		fmt.Fprintf(out, "run limits: cgroup v2, in the delegated group %s (memory, pids, cpu)\n", dir)
 	} else {
 		fmt.Fprintf(out, "run limits: none: %v; acpfs run says so and runs without limits, or refuses --memory, --pids, --cpu (pass --no-limits)\n", err)
 	}

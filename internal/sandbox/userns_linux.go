@@ -194,10 +194,12 @@ func readInt(path string) int {
 	return n
 }
 
-// DelegatedCgroup returns the cgroup v2 directory this process may make
-// control groups under (its own group, when the unified hierarchy is
-// mounted, the directory is writable by this user and its memory and
-// pids controllers are enabled for children), or why there is none.
+// DelegatedCgroup returns the cgroup v2 group (a path as
+// /proc/self/cgroup gives it) under which this user may make the control
+// group of a run, or why there is none. It is the parent of this
+// process's own group: a group that holds processes (acpfs run's own)
+// cannot give controllers to its children, its parent can, when the
+// subtree is delegated to this user (systemd does so for user sessions).
 func DelegatedCgroup() (string, error) {
 	var sfs unix.Statfs_t
 	if err := unix.Statfs("/sys/fs/cgroup", &sfs); err != nil || sfs.Type != unix.CGROUP2_SUPER_MAGIC {
@@ -207,8 +209,14 @@ func DelegatedCgroup() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("own control group: %w", err)
 	}
+	return delegatedIn("/sys/fs/cgroup", b, func(p string) bool { return unix.Access(p, unix.W_OK) == nil })
+}
+
+// delegatedIn is DelegatedCgroup for a cgroup v2 hierarchy mounted at
+// mnt, the content of /proc/self/cgroup and a test of write access.
+func delegatedIn(mnt string, self []byte, writable func(string) bool) (string, error) {
 	own := ""
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(string(self), "\n") {
 		if p, ok := strings.CutPrefix(line, "0::"); ok {
 			own = p
 		}
@@ -216,15 +224,28 @@ func DelegatedCgroup() (string, error) {
 	if own == "" {
 		return "", errors.New("this process is in no cgroup v2 group")
 	}
-	dir := filepath.Join("/sys/fs/cgroup", own)
-	if unix.Access(dir, unix.W_OK) != nil || unix.Access(filepath.Join(dir, "cgroup.subtree_control"), unix.W_OK) != nil {
-		return "", fmt.Errorf("the control group %s is not delegated to uid %d (systemd: run from a user session, or systemd-run --user --scope -p Delegate=yes)", own, os.Getuid())
+	if own == "/" {
+		return "", errors.New("this process is in the top cgroup v2 group, which has no parent to make a group beside it in")
 	}
-	ctl, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
-	for _, c := range []string{"memory", "pids"} {
-		if !strings.Contains(" "+strings.TrimSpace(string(ctl))+" ", " "+c+" ") {
-			return "", fmt.Errorf("the control group %s has no %s controller", own, c)
+	parent := filepath.Dir(own)
+	dir := filepath.Join(mnt, parent)
+	for _, p := range []string{dir, filepath.Join(dir, "cgroup.subtree_control"), filepath.Join(dir, "cgroup.procs")} {
+		if !writable(p) {
+			return "", fmt.Errorf("the control group %s is not delegated to uid %d (systemd: start acpfs run from a user session, or under systemd-run --user --scope -p Delegate=yes)", parent, os.Getuid())
 		}
 	}
-	return dir, nil
+	words := func(name string) string {
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		return " " + strings.Join(strings.Fields(string(b)), " ") + " "
+	}
+	ctl, sub, procs := words("cgroup.controllers"), words("cgroup.subtree_control"), strings.TrimSpace(words("cgroup.procs"))
+	for _, c := range []string{"memory", "pids"} {
+		if !strings.Contains(ctl, " "+c+" ") {
+			return "", fmt.Errorf("the control group %s has no %s controller", parent, c)
+		}
+		if !strings.Contains(sub, " "+c+" ") && procs != "" {
+			return "", fmt.Errorf("the control group %s holds processes, so its children cannot have the %s controller", parent, c)
+		}
+	}
+	return parent, nil
 }

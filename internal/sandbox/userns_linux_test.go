@@ -1,9 +1,13 @@
 package sandbox
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestParseSubIDs(t *testing.T) {
@@ -51,4 +55,50 @@ func TestUserNSDescribe(t *testing.T) {
 	single := UserNS{Scheme: SchemeSingle, CallerUID: 1000, Why: "no ranges"}
 	assert.Contains(t, single.Describe(), "uid scheme single: ")
 	assert.Contains(t, single.Describe(), "your own uid 1000 on the host (no ranges)")
+}
+
+func TestDelegatedIn(t *testing.T) {
+	type group struct{ controllers, subtree, procs string }
+	tests := []struct {
+		name     string
+		self     string
+		parent   group
+		readOnly bool
+		want     string // the parent group, or a piece of the error
+		ok       bool
+	}{
+		{"controllers enabled for children", "0::/user.slice/app.slice/term.scope\n", group{"cpu memory pids", "memory pids", "1 2"}, false, "/user.slice/app.slice", true},
+		{"enabled on demand in an empty parent", "0::/user.slice/app.slice/term.scope\n", group{"memory pids", "", ""}, false, "/user.slice/app.slice", true},
+		{"a parent holding processes cannot enable them", "0::/a/b\n", group{"memory pids", "", "42"}, false, "holds processes", false},
+		{"no memory controller", "0::/a/b\n", group{"pids", "pids", ""}, false, "no memory controller", false},
+		{"not delegated", "0::/a/b\n", group{"memory pids", "memory pids", ""}, true, "not delegated to uid", false},
+		{"v1 lines only", "4:memory:/x\n", group{}, false, "in no cgroup v2 group", false},
+		{"the top group", "0::/\n", group{}, false, "the top cgroup v2 group", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mnt := t.TempDir()
+			own := ""
+			for _, line := range strings.Split(tt.self, "\n") {
+				if p, ok := strings.CutPrefix(line, "0::"); ok {
+					own = p
+				}
+			}
+			if own != "" && own != "/" {
+				dir := filepath.Join(mnt, filepath.Dir(own))
+				require.NoError(t, os.MkdirAll(dir, 0o755))
+				for name, v := range map[string]string{"cgroup.controllers": tt.parent.controllers, "cgroup.subtree_control": tt.parent.subtree, "cgroup.procs": tt.parent.procs} {
+					require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o644))
+				}
+			}
+			got, err := delegatedIn(mnt, []byte(tt.self), func(string) bool { return !tt.readOnly })
+			if tt.ok {
+				require.NoError(t, err)
+				assert.Equal(t, tt.want, got)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
 }
