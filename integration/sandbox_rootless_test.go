@@ -390,3 +390,42 @@ func waitFor(t *testing.T, cond func() bool, msg string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestSandboxRootlessTwoCollaborations: the same grant id of two
+// collaborations of one user runs at once, as two host uids (with the
+// subuid scheme), each stable from run to run.
+func TestSandboxRootlessTwoCollaborations(t *testing.T) {
+	u := newRootlessUser(t, schemeSubUID)
+	_, stderr, code := u.sh(`for c in a b; do mkdir $c; cd $c
+acpfs init --folder collab --participant alice --participant bob --objective o --completion c --primary-deliverable-type design-spec >/dev/null
+acpfs grant create --runs agent_runs --folder collab --agent bob --id G-bob --preset reviewer >/dev/null
+cd ..; done`)
+	require.Equal(t, 0, code, stderr)
+	out := filepath.Join(u.home, "a.out")
+	cmd := u.command(`cd a && exec acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits -- /usr/bin/bash -c 'echo READY; read -r _ || true' >"$1" 2>&1`, out)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { stdin.Close(); <-done })
+	waitFor(t, func() bool { b, _ := os.ReadFile(out); return strings.Contains(string(b), "READY") }, "the first sandbox never said READY")
+
+	hostUID := func(stderr string) string {
+		m := hostUIDLine.FindStringSubmatch(stderr)
+		require.NotNil(t, m, stderr)
+		return m[1]
+	}
+	_, stderrB, code := u.sh(`cd b && acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits -- /usr/bin/true`)
+	require.Equal(t, 0, code, "the same grant id of another collaboration must run beside the first: %s", stderrB)
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.NotEqual(t, hostUID(string(b)), hostUID(stderrB))
+	stdin.Close()
+	<-done
+	require.NoError(t, waitErr)
+	_, again, code := u.sh(`cd a && acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits -- /usr/bin/true`)
+	require.Equal(t, 0, code, again)
+	assert.Equal(t, hostUID(string(b)), hostUID(again), "a grant keeps its host uid")
+}

@@ -115,7 +115,7 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			var u, g uint32
 			var ns sandbox.UserNS
 			if rootless {
-				if ns, err = rootlessUID(uid, allowRoot, v.grant.GrantID); err != nil {
+				if ns, err = rootlessUID(uid, allowRoot, runDir, v.grant.GrantID); err != nil {
 					return err
 				}
 				u, g = ns.AgentUID, ns.AgentGID

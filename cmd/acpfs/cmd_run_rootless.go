@@ -40,11 +40,16 @@ func rootlessReady() error {
 
 // rootlessUID chooses, for a run without root, the uid scheme and the
 // command's uid and gid in the user namespace.
-func rootlessUID(uid string, allowRoot bool, grantID string) (sandbox.UserNS, error) {
+func rootlessUID(uid string, allowRoot bool, runDir, grantID string) (sandbox.UserNS, error) {
 	if allowRoot {
 		return sandbox.UserNS{}, errors.New("--allow-root: a sandbox built without root has no root to give (its uid 0 has no capability)")
 	}
 	inU, inG := sandbox.UIDSlot(grantID), sandbox.UIDSlot(grantID)
+	// The grant's own host uid comes from its key; a --uid's from the uid.
+	key, err := sandbox.GrantKey(runDir, grantID)
+	if err != nil && uid == "" {
+		return sandbox.UserNS{}, err
+	}
 	if uid != "" {
 		u, g, err := parseUID(uid)
 		if err != nil {
@@ -53,9 +58,9 @@ func rootlessUID(uid string, allowRoot bool, grantID string) (sandbox.UserNS, er
 		if u == 0 {
 			return sandbox.UserNS{}, errors.New("--uid 0: a sandbox built without root runs no command as root")
 		}
-		inU, inG = u, g
+		inU, inG, key = u, g, ""
 	}
-	ns := sandbox.PlanUserNS(inU, inG)
+	ns := sandbox.PlanUserNS(inU, inG, key)
 	if ns.Scheme == sandbox.SchemeSingle && uid != "" {
 		return ns, fmt.Errorf("--uid %s: without subordinate uids the command can only run as your own uid (%s)", uid, ns.Why)
 	}

@@ -28,7 +28,7 @@ func doctorRun(out io.Writer, d mount.Doctor) {
 	} else {
 		fmt.Fprintln(out, "run: ready without root (in a user namespace)")
 	}
-	ns := sandbox.PlanUserNS(sandbox.UIDMin, sandbox.UIDMin)
+	ns := sandbox.PlanUserNS(sandbox.UIDMin, sandbox.UIDMin, "")
 	if ns.Scheme == sandbox.SchemeSubUID {
 		fmt.Fprintf(out, "run uid scheme: subuid (each grant gets a subordinate uid of uid %d, through newuidmap: it cannot open your files)\n", os.Getuid())
 	} else {

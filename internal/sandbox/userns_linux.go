@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"os/exec"
 	"os/user"
@@ -81,9 +82,18 @@ func parseSubIDs(b []byte, name string, id uint32) (SubIDRange, bool) {
 	return SubIDRange{}, false
 }
 
-// pick is the subordinate id agent uid inside maps to: its offset in the
-// range grant uids are taken from, so that two grants of one caller get
-// two host uids as they get two uids inside.
+// pickKey is the subordinate id of a grant: its key (the run directory's
+// identity and the grant id) hashed into the range, so that the same
+// grant of two collaborations, which has one uid inside, gets two host
+// uids, and every run of one grant the same.
+func (r SubIDRange) pickKey(key string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return r.Start + h.Sum32()%r.Count
+}
+
+// pick is the subordinate id a chosen uid inside (--uid) maps to: its
+// offset in the range grant uids are taken from.
 func (r SubIDRange) pick(inside uint32) uint32 {
 	off := inside
 	if inside >= UIDMin && inside <= UIDMax {
@@ -96,8 +106,9 @@ func (r SubIDRange) pick(inside uint32) uint32 {
 // user: a subordinate uid when /etc/subuid and /etc/subgid give the
 // caller a range and newuidmap and newgidmap are installed, the single
 // mapping otherwise. agentUID is the agent's uid in the namespace (the
-// grant's slot, or --uid).
-func PlanUserNS(agentUID, agentGID uint32) UserNS {
+// grant's slot, or --uid); key, when set, chooses the host uid instead of
+// agentUID (see GrantKey).
+func PlanUserNS(agentUID, agentGID uint32, key string) UserNS {
 	u := UserNS{CallerUID: uint32(os.Getuid()), CallerGID: uint32(os.Getgid())}
 	name := ""
 	if me, err := user.LookupId(strconv.Itoa(os.Getuid())); err == nil {
@@ -122,7 +133,21 @@ func PlanUserNS(agentUID, agentGID uint32) UserNS {
 	u.Scheme = SchemeSubUID
 	u.AgentUID, u.AgentGID = agentUID, agentGID
 	u.HostUID, u.HostGID = su.pick(agentUID), sg.pick(agentGID)
+	if key != "" {
+		u.HostUID, u.HostGID = su.pickKey(key), sg.pickKey(key)
+	}
 	return u
+}
+
+// GrantKey names a grant of a run directory by what the directory is on
+// disk (device, inode, birth), as the host registry does, whatever path
+// reaches it.
+func GrantKey(runDir, grantID string) (string, error) {
+	h, err := HolderOf(runDir, grantID)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d:%d:%s", h.Dev, h.Ino, h.Birth, h.Grant), nil
 }
 
 // Describe is the first line a rootless run prints: which scheme, and

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,11 +42,15 @@ func TestSubIDPick(t *testing.T) {
 	assert.Equal(t, uint32(100000+UIDMax-UIDMin), r.pick(UIDMax))
 	assert.NotEqual(t, r.pick(UIDSlot("G-alice")), r.pick(UIDSlot("G-bob")), "two grants, two host uids")
 	assert.Equal(t, uint32(100000+4242), r.pick(4242), "a --uid outside the grant range")
+	a, b := r.pickKey("1:2:3:G-bob"), r.pickKey("1:9:3:G-bob")
+	assert.NotEqual(t, a, b, "one grant id in two run directories, two host uids")
+	assert.Equal(t, a, r.pickKey("1:2:3:G-bob"), "stable")
 	small := SubIDRange{Start: 500, Count: 10}
 	for _, in := range []uint32{UIDMin, UIDMax, 4242, 1 << 31} {
-		got := small.pick(in)
-		assert.GreaterOrEqual(t, got, uint32(500))
-		assert.Less(t, got, uint32(510), "stays in the range")
+		for _, got := range []uint32{small.pick(in), small.pickKey(fmt.Sprint(in))} {
+			assert.GreaterOrEqual(t, got, uint32(500))
+			assert.Less(t, got, uint32(510), "stays in the range")
+		}
 	}
 }
 
