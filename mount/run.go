@@ -43,10 +43,19 @@ type RunConfig struct {
 	// without a control group of its own.
 	Limits   limits.Limits `json:"limits"`
 	NoLimits bool          `json:"no_limits"`
+	// CgroupParent, when set, is the cgroup v2 group the control group is
+	// made under (a rootless run's delegated subtree) instead of the
+	// daemon's own.
+	CgroupParent string `json:"cgroup_parent,omitempty"`
 	// MaxWriteBytes and MaxFiles are the view's write quotas for a grant
 	// that sets none (see fs.Options).
 	MaxWriteBytes int64 `json:"max_write_bytes,omitempty"`
 	MaxFiles      int64 `json:"max_files,omitempty"`
+	// UserNS, when set, is the user namespace a rootless run's daemon
+	// was started in (see StartRootless); ParentPID is acpfs run's pid,
+	// which the daemon must not outlive.
+	UserNS    *sandbox.UserNS `json:"userns,omitempty"`
+	ParentPID int             `json:"parent_pid,omitempty"`
 }
 
 // LimitHit is returned by Run when the command ended after running into
@@ -62,7 +71,8 @@ func (e *LimitHit) Error() string {
 
 // Run mounts the grant's view, starts the sandbox around it and runs its
 // command; it returns the command's exit status. The calling process
-// must be root, in a mount namespace of its own (the CLI re-executes
+// must be root (of the host, or of the user namespace cfg.UserNS names),
+// in a mount namespace of its own (the CLI re-executes
 // itself with CLONE_NEWNS): the view is mounted there, where nothing on
 // the host sees it, and the sandbox's namespaces are made from it.
 //
@@ -79,6 +89,11 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sig)
+	if cfg.UserNS != nil {
+		if err := keepParent(cfg.ParentPID); err != nil {
+			return 0, err
+		}
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return 0, fmt.Errorf("make mounts private: %w", err)
 	}
@@ -140,7 +155,13 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 	}
 	var group *limits.Group
 	if !cfg.NoLimits {
-		if group, err = limits.New(fmt.Sprintf("acpfs-run-%d", os.Getpid()), cfg.Limits); err != nil {
+		name := fmt.Sprintf("acpfs-run-%d", os.Getpid())
+		if cfg.CgroupParent != "" {
+			group, err = limits.NewUnder(cfg.CgroupParent, name, cfg.Limits)
+		} else {
+			group, err = limits.New(name, cfg.Limits)
+		}
+		if err != nil {
 			return 0, fmt.Errorf("resource limits: %w", err)
 		}
 		defer func() {

@@ -59,6 +59,16 @@ func (d Doctor) Usable() error {
 	return nil
 }
 
+// UsableForRun is Usable for `acpfs run`, which never needs fusermount3:
+// as root it mounts directly, and without root it mounts inside the user
+// namespace it builds the sandbox in.
+func (d Doctor) UsableForRun() error {
+	if d.DevFUSE != nil {
+		return fmt.Errorf("/dev/fuse is not usable: %w (%s)", d.DevFUSE, fuseFix(d.DevFUSE, d.Root))
+	}
+	return nil
+}
+
 // fuseFix is the fix that matches why /dev/fuse could not be opened.
 func fuseFix(err error, root bool) string {
 	switch {

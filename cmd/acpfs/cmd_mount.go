@@ -23,6 +23,8 @@ func init() {
 
 // mountFlags are shared by mount, run and up.
 type mountFlags struct {
+	// forRun is set by acpfs run, which needs no fusermount3.
+	forRun      bool
 	folder      string
 	runs        string
 	grant       string
@@ -131,7 +133,12 @@ type viewSetup struct {
 // prepare checks the machine and the flags, and loads the active grant.
 func (mf *mountFlags) prepare() (viewSetup, error) {
 	var v viewSetup
-	if err := mount.Check().Usable(); err != nil {
+	d := mount.Check()
+	usable := d.Usable
+	if mf.forRun {
+		usable = d.UsableForRun
+	}
+	if err := usable(); err != nil {
 		return v, withCode(exitNoFUSE, err)
 	}
 	var err error
@@ -315,7 +322,7 @@ func checkMountpoint(p, folder string, hidden []string) error {
 func newDoctorCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "doctor",
-		Short: "Tell whether this machine can mount acpfs views, and why not",
+		Short: "Tell whether this machine can mount acpfs views and start acpfs run sandboxes, and why not",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d := mount.Check()
@@ -332,6 +339,7 @@ func newDoctorCmd() *cobra.Command {
 				fmt.Fprintln(out, "fusermount3: not found (only needed when not root)")
 			}
 			fmt.Fprintf(out, "passthrough for read-only files: %v\n", d.Passthrough)
+			doctorRun(out, d)
 			if err := d.Usable(); err != nil {
 				fmt.Fprintf(out, "verdict: cannot mount: %v\n", err)
 				return silentExit(exitNoFUSE)

@@ -86,6 +86,14 @@ stderr. A limit that cannot be applied
 is an error unless --no-limits. When the command fails after running into
 a limit, run says which on stderr and exits with status 6.
 
+Without root, run builds the same sandbox in a user namespace (when
+/dev/fuse is usable and user namespaces are on; acpfs doctor tells). Its
+first line on stderr names the uid scheme: subuid (a subordinate uid of
+yours, from /etc/subuid through newuidmap) or single (your own uid on the
+host, as uid 0 without capabilities in the namespace). Limits then need a
+delegated cgroup v2 subtree: without one, --memory, --pids and --cpu are
+refused (pass --no-limits) and the defaults are dropped with one line.
+
 run exits with the command's status (128+n for signal n); SIGINT,
 SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 		Example: `  acpfs run --folder collab --runs agent_runs --grant G-bob -- sh -c 'cat collab/proposal.md'
@@ -97,8 +105,12 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if err != nil {
 				return err
 			}
-			if os.Geteuid() != 0 {
-				return withCode(exitMount, errors.New("acpfs run needs root to build its sandbox"))
+			// Without root, the same sandbox is built in a user namespace.
+			rootless := os.Geteuid() != 0
+			if rootless {
+				if err := rootlessReady(); err != nil {
+					return withCode(exitMount, err)
+				}
 			}
 			net, egressPolicy, env, err := en.build(v.grant.AgentID)
 			if err != nil {
@@ -127,15 +139,33 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 					runDir = filepath.Dir(d)
 				}
 			}
-			u, g, lease, err := runUID(uid, allowRoot, runDir, v.grant.GrantID)
-			if err != nil {
-				return err
+			// u and g are the command's ids in the sandbox, hostU and hostG
+			// what the host knows it by.
+			var u, g uint32
+			var ns sandbox.UserNS
+			if rootless {
+				if ns, err = rootlessUID(uid, allowRoot, runDir, v.grant.GrantID); err != nil {
+					return err
+				}
+				u, g = ns.AgentUID, ns.AgentGID
+			} else {
+				var lease *sandbox.Lease
+				if u, g, lease, err = runUID(uid, allowRoot, runDir, v.grant.GrantID); err != nil {
+					return err
+				}
+				// The lease keeps the uid this run's until acpfs run ends.
+				defer lease.Release()
 			}
-			// The lease keeps the uid this run's until acpfs run ends.
-			defer lease.Release()
-			if u != 0 {
-				if pid := sandbox.HostProcessWithUID(u); pid != 0 {
-					return withCode(exitMount, fmt.Errorf("uid %d is in use on the host (pid %d): that process could read the sandbox and be taken for the agent; give --uid another uid", u, pid))
+			hostU, hostG := u, g
+			if rootless {
+				hostU, hostG = ns.HostUID, ns.HostGID
+				if ns.Scheme == sandbox.SchemeSingle {
+					hostU, hostG = ns.CallerUID, ns.CallerGID
+				}
+			}
+			if hostU != 0 && ns.Scheme != sandbox.SchemeSingle {
+				if pid := sandbox.HostProcessWithUID(hostU); pid != 0 {
+					return withCode(exitMount, fmt.Errorf("uid %d is in use on the host (pid %d): that process could read the sandbox and be taken for the agent; give --uid another uid", hostU, pid))
 				}
 			}
 			hidden := mf.hiddenDirs(v.ledgerPath, v.grantPath)
@@ -143,7 +173,7 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if err != nil {
 				return err
 			}
-			if err := sandbox.CheckReach(folder, binds, u, g); err != nil {
+			if err := sandbox.CheckReach(folder, binds, hostU, hostG); err != nil {
 				return err
 			}
 			cwd, _ := os.Getwd()
@@ -164,21 +194,32 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if lim.Pids < 0 || lim.CPU < 0 {
 				return errors.New("--pids and --cpu must not be negative")
 			}
+			var cgroupParent string
+			if rootless {
+				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", ns.Describe())
+				if noLimits, cgroupParent, err = rootlessLimits(cmd, noLimits, cmd.ErrOrStderr()); err != nil {
+					return err
+				}
+			}
 			cfg := mount.RunConfig{
 				Folder: folder, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
-				Limits: lim, NoLimits: noLimits, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
+				Limits: lim, NoLimits: noLimits, CgroupParent: cgroupParent, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
 				Hidden: hidden, AuditReads: mf.audit == "reads",
 				Egress:  egressPolicy,
-				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, Env: env, UID: u, GID: g, Cwd: cwd, Args: args},
+				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, Env: env, UID: u, GID: g, UserNS: ns.Scheme, Cwd: cwd, Args: args},
 			}
 			if !noLimits && lim.Memory > 0 && limits.V1() {
 				// v1 leaves socket buffers out of --memory: say what holds them.
 				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", limits.V1SocketNote(lim, limits.ReadSysctl("net/core/wmem_max")))
 			}
+			if rootless {
+				return startRootlessDaemon(cfg, ns)
+			}
 			return startRunDaemon(cfg)
 		},
 	}
 	mf.register(cmd, true)
+	mf.forRun = true
 	// The view of a run always serves its agent alone, and every read
 	// reaches the daemon: these two mount flags do not apply.
 	_ = cmd.Flags().MarkHidden("allow-other")

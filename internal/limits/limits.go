@@ -90,7 +90,9 @@ type Group struct {
 	name string
 	v1   cgroup1.Cgroup
 	v2   *cgroup2.Manager
-	dirs map[string]string // v1 subsystem -> directory, for the events files
+	// v2path is the v2 group's path below /sys/fs/cgroup.
+	v2path string
+	dirs   map[string]string // v1 subsystem -> directory, for the events files
 }
 
 // New makes the group name (a single path element) under this process's
@@ -106,13 +108,25 @@ func New(name string, l Limits) (*Group, error) {
 }
 
 func newV2(name string, l Limits) (*Group, error) {
-	if l.SocketMemory > 0 {
-		return nil, fmt.Errorf("cgroup v2 charges socket buffers to the memory limit: a separate socket memory limit (%d bytes) applies to cgroup v1 only", l.SocketMemory)
-	}
 	own, err := cgroup2.NestedGroupPath("")
 	if err != nil {
 		return nil, fmt.Errorf("cgroup v2: find this process's group: %w", err)
 	}
+	return NewUnder(own, name, l)
+}
+
+// NewUnder makes the cgroup v2 group name under parent (a group path,
+// as /proc/self/cgroup gives it), with l applied: a rootless run makes
+// its group beside its own, in the subtree delegated to it, since a
+// group holding processes cannot give its children controllers.
+func NewUnder(parent, name string, l Limits) (*Group, error) {
+	if name == "" || strings.ContainsRune(name, '/') {
+		return nil, fmt.Errorf("cgroup name %q: want one path element", name)
+	}
+	if l.SocketMemory > 0 {
+		return nil, fmt.Errorf("cgroup v2 charges socket buffers to the memory limit: a separate socket memory limit (%d bytes) applies to cgroup v1 only", l.SocketMemory)
+	}
+	own := parent
 	res := &cgroup2.Resources{}
 	if l.Memory > 0 {
 		res.Memory = &cgroup2.Memory{Max: &l.Memory}
@@ -129,7 +143,7 @@ func newV2(name string, l Limits) (*Group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup v2 %s: %w (is the cgroup tree delegated to this user? --no-limits runs without limits)", name, err)
 	}
-	return &Group{name: name, v2: m}, nil
+	return &Group{name: name, v2: m, v2path: filepath.Join(own, name)}, nil
 }
 
 func newV1(name string, l Limits) (*Group, error) {
@@ -233,10 +247,7 @@ func (g *Group) Hit() []string {
 	return hit
 }
 
-func (g *Group) v2Path() string {
-	own, _ := cgroup2.NestedGroupPath("")
-	return filepath.Join(own, g.name)
-}
+func (g *Group) v2Path() string { return g.v2path }
 
 // Delete kills what is left in the group and removes it, waiting (at
 // most about two seconds) for the killed processes to leave it.

@@ -100,7 +100,9 @@ func start(spec Spec) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("no_new_privs: %w", err)
 	}
-	if spec.UID != 0 {
+	// Uid 0 of a user namespace is no root of the host's: it keeps no
+	// capability either (SchemeSingle runs the command as that uid).
+	if spec.UID != 0 || spec.UserNS != "" {
 		if err := dropBoundingSet(); err != nil {
 			return 0, err
 		}
@@ -129,7 +131,7 @@ func start(spec Spec) (int, error) {
 			// into the caller's, and no signals from its keyboard.
 			Setsid:     true,
 			Pdeathsig:  syscall.SIGKILL,
-			Credential: &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: []uint32{}},
+			Credential: agentCredential(spec),
 		},
 	}
 	pid, err := syscall.ForkExec(path, spec.Args, attr)
@@ -137,6 +139,17 @@ func start(spec Spec) (int, error) {
 		return 0, fmt.Errorf("start %s: %w", spec.Args[0], err)
 	}
 	return pid, nil
+}
+
+// agentCredential is who the command runs as: spec's uid and gid, no
+// supplementary groups. A single-mapping user namespace denies setgroups
+// (the kernel's price for an unprivileged map): there the caller's own
+// groups, which the namespace shows as nogroup, stay.
+func agentCredential(spec Spec) *syscall.Credential {
+	if spec.UserNS == SchemeSingle {
+		return &syscall.Credential{Uid: spec.UID, Gid: spec.GID, NoSetGroups: true}
+	}
+	return &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: []uint32{}}
 }
 
 // dropBoundingSet empties this thread's capability bounding set, which
@@ -221,7 +234,7 @@ func buildRoot(spec Spec) error {
 	// kernel or other file systems goes: other FUSE mounts above all
 	// (other agents' views), before the sandbox's own /dev and /proc
 	// are made.
-	if err := detachForeign(spec.Root); err != nil {
+	if err := detachForeign(spec.Root, root, spec.UserNS != ""); err != nil {
 		return err
 	}
 	if err := makeDev(root); err != nil {
@@ -542,14 +555,22 @@ func foreign(fstype string) bool {
 // detachForeign detaches, under root, every mount of a foreign type.
 // checkMounts verifies afterwards, from the sandbox's own /proc, that
 // none is left.
-func detachForeign(root string) error {
+//
+// In a user namespace, mounts a bind brought along from the host's mount
+// namespace are locked to their parents: they cannot be detached alone
+// (EINVAL), and are covered instead (see coverLocked).
+func detachForeign(root string, rootfd int, userNS bool) error {
 	mis, err := readMounts("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
 	for _, mi := range mis {
 		if within(mi.point, root) && foreign(mi.fstype) {
-			if err := unix.Unmount(mi.point, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			err := unix.Unmount(mi.point, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+			if errors.Is(err, unix.EINVAL) && userNS {
+				err = coverLocked(rootfd, strings.TrimPrefix(mi.point, root))
+			}
+			if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 				return fmt.Errorf("hide %s (%s): %w", mi.point, mi.fstype, err)
 			}
 		}
@@ -639,6 +660,8 @@ func checkMounts(spec Spec, guarded []guardedPath) error {
 			views++
 			continue
 		case own[mi.point]:
+			continue
+		case foreign(mi.fstype) && spec.UserNS != "" && coveredAt(mis, mi.point):
 			continue
 		case foreign(mi.fstype):
 			return fmt.Errorf("the sandbox would show %s (%s); refusing to start", mi.point, mi.fstype)

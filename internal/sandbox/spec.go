@@ -50,6 +50,9 @@ type Spec struct {
 	// UID and GID are the command's credentials.
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
+	// UserNS is the uid scheme (SchemeSubUID, SchemeSingle) of a rootless
+	// sandbox, built in a user namespace; empty when root builds it.
+	UserNS string `json:"userns,omitempty"`
 	// Cwd is the caller's working directory; the command starts there
 	// when the sandbox shows it to UID, in Folder otherwise.
 	Cwd  string   `json:"cwd"`
