@@ -810,23 +810,13 @@ func (d *driver) runTurn(t *turn, argv, env []string) {
 	}()
 	werr := c.Wait()
 	<-copied
-	t.exit, t.err = exitStatus(werr)
+	t.exit, t.err = mount.ExitStatus(werr)
+	if t.err != nil {
+		t.exit = -1
+	}
 	d.done <- t
 }
 
-func exitStatus(err error) (int, error) {
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, nil
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal()), nil
-		}
-		return ee.ExitCode(), nil
-	}
-	return -1, err
-}
 
 // stopTurn asks a turn's sandbox to stop (SIGTERM, passed on to the
 // command by acpfs run), then kills it after the grace period.

@@ -258,7 +258,7 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, gr
 		}
 		return 0, fmt.Errorf("sandbox: %s", st)
 	}
-	return exitStatus(err)
+	return ExitStatus(err)
 }
 
 // waitForwarding waits for the started cmd and passes on to it every
@@ -276,8 +276,9 @@ func waitForwarding(cmd *exec.Cmd, sig <-chan os.Signal) error {
 	}
 }
 
-// exitStatus turns a Wait error into an exit status (128+n for signal n).
-func exitStatus(err error) (int, error) {
+// ExitStatus turns an exec Wait error into an exit status (128+n for
+// signal n); an error that is not a process's exit is returned as is.
+func ExitStatus(err error) (int, error) {
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -302,5 +303,5 @@ func RunForwardingSignals(cmd *exec.Cmd) (int, error) {
 	if err := cmd.Start(); err != nil {
 		return 0, err
 	}
-	return exitStatus(waitForwarding(cmd, sig))
+	return ExitStatus(waitForwarding(cmd, sig))
 }

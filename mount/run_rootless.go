@@ -27,7 +27,7 @@ func StartForwardingSignals(cmd *exec.Cmd, afterStart func(pid int) error) (int,
 		_ = cmd.Wait()
 		return 0, err
 	}
-	return exitStatus(waitForwarding(cmd, sig))
+	return ExitStatus(waitForwarding(cmd, sig))
 }
 
 // keepParent makes this process die with acpfs run again. The exec that
