@@ -817,7 +817,6 @@ func (d *driver) runTurn(t *turn, argv, env []string) {
 	d.done <- t
 }
 
-
 // stopTurn asks a turn's sandbox to stop (SIGTERM, passed on to the
 // command by acpfs run), then kills it after the grace period.
 func (d *driver) stopTurn(t *turn, timeout bool) {
