@@ -178,6 +178,19 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, gr
 	cmd := exec.Command("/proc/self/exe", initArgs...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{specR, statusW}
+	// The user namespaces of idmapped binds follow, from descriptor 5.
+	userns, err := sandbox.OpenUserns(&spec, 3+len(cmd.ExtraFiles))
+	if err != nil {
+		specW.Close()
+		statusW.Close()
+		return 0, err
+	}
+	defer func() {
+		for _, f := range userns {
+			f.Close()
+		}
+	}()
+	cmd.ExtraFiles = append(cmd.ExtraFiles, userns...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
 	// Pdeathsig follows the thread that forks: keep it alive as long as

@@ -32,13 +32,13 @@ const allowRootHelp = "run the command as root (uid 0) inside the sandbox. Root 
 
 func newRunCmd() *cobra.Command {
 	var mf mountFlags
-	var uid, net string
+	var uid, net, home string
 	var allowRoot, noLimits bool
 	var ro, rw []string
 	var memory, socketMemory string
 	lim := limits.Defaults
 	cmd := &cobra.Command{
-		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--ro PATH]... [--rw PATH]... [--net host|none] [--uid U[:G] | --allow-root] -- CMD [ARGS...]",
+		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--ro PATH]... [--rw PATH]... [--home DIR|none] [--net host|none] [--uid U[:G] | --allow-root] -- CMD [ARGS...]",
 		Short: "Run a command in a sandbox that shows the folder only through its grant's view",
 		Long: `run starts CMD in an allow-list sandbox: new mount, PID, IPC and UTS
 namespaces (and network with --net none), a root that holds only the
@@ -59,6 +59,12 @@ private temporary directories and --rw paths; with --net host no TCP
 port may be bound) and a seccomp filter (no mount, namespaces, ptrace,
 keyrings, BPF, modules, io_uring or TIOCSTI), and it dies with acpfs run.
 A working directory the sandbox does not show becomes the folder.
+
+HOME is the agent's own home (--home), shown at the caller's HOME path
+and kept between runs in RUNS/homes/<grant id>, which no other agent can
+reach. A --rw directory of the caller's that the agent's uid does not own
+is shown owned by the agent (an idmapped mount): what the agent creates
+there is the caller's on the host.
 
 The command runs in a control group of its own (cgroup v2 where it is
 delegated, else the v1 pids, memory and cpu hierarchies): --memory
@@ -114,6 +120,10 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if err != nil {
 				return err
 			}
+			binds, homeAt, err := planRunHome(home, runDir, v.grant.GrantID, folder, masks, binds, u, g)
+			if err != nil {
+				return err
+			}
 			if err := sandbox.CheckReach(folder, binds, u, g); err != nil {
 				return err
 			}
@@ -139,7 +149,7 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 				Folder: folder, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
 				Limits: lim, NoLimits: noLimits, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
 				Hidden: hidden, AuditReads: mf.audit == "reads",
-				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, UID: u, GID: g, Cwd: cwd, Args: args},
+				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, UID: u, GID: g, Cwd: cwd, Args: args, Home: homeAt},
 			}
 			if !noLimits && lim.Memory > 0 && limits.V1() {
 				// v1 leaves socket buffers out of --memory: say what holds them.
@@ -156,7 +166,8 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 	cmd.Flags().StringVar(&uid, "uid", "", "run the command as this uid (and gid: U:G) instead of its grant's own")
 	cmd.Flags().BoolVar(&allowRoot, "allow-root", false, allowRootHelp)
 	cmd.Flags().StringArrayVar(&ro, "ro", nil, "also show this host path, read-only (repeatable)")
-	cmd.Flags().StringArrayVar(&rw, "rw", nil, "also show this host path, writable (repeatable)")
+	cmd.Flags().StringArrayVar(&rw, "rw", nil, "also show this host path, writable (repeatable); one of yours that the agent's uid does not own is shown owned by it (idmapped mount), or refused before the command starts where the file system cannot")
+	cmd.Flags().StringVar(&home, "home", "", homeHelp)
 	cmd.Flags().StringVar(&net, "net", sandbox.NetHost, "network: host (the host's, for model APIs) or none (a loopback of its own)")
 	cmd.Flags().StringVar(&memory, "memory", "4G", "memory the command may use (K, M, G suffixes)")
 	cmd.Flags().StringVar(&socketMemory, "socket-memory", "", "cgroup v1 only: TCP and UDP socket buffers the command may pin, which v1 does not charge to --memory (default: as --memory)")

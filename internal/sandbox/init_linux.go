@@ -247,11 +247,20 @@ func bind(root int, b Bind) error {
 	if b.Write {
 		attr = attrRW
 	}
-	fi, err := os.Lstat(b.Path)
+	src := b.Path
+	if b.Source != "" {
+		src = b.Source
+	}
+	fi, err := os.Lstat(src)
 	if err != nil {
 		return fmt.Errorf("%s: %w", b.Path, err)
 	}
-	if err := cloneBeneath(root, b.Path, b.Path, true, attr, fi.IsDir()); err != nil {
+	if b.IDMap != nil {
+		err = cloneIDMapped(root, src, b.Path, attr, fi.IsDir(), b.IDMap)
+	} else {
+		err = cloneBeneath(root, src, b.Path, true, attr, fi.IsDir())
+	}
+	if err != nil {
 		return fmt.Errorf("show %s: %w", b.Path, err)
 	}
 	return nil
@@ -622,6 +631,10 @@ func checkMounts(spec Spec, guarded []guardedPath) error {
 	for _, m := range append(spec.Masks, procMasks...) {
 		own[m] = true
 	}
+	// The agent's home lies in the run directory by design.
+	if spec.Home != "" {
+		own[spec.Home] = true
+	}
 	views := 0
 	for _, mi := range mis {
 		switch {
@@ -752,12 +765,13 @@ func workdir(spec Spec) (string, string) {
 }
 
 // commandEnv is the caller's environment, with PWD the directory the
-// command starts in, and HOME the private /tmp when the sandbox does not
-// show the caller's (so that programs keeping state there still run).
+// command starts in, and HOME the agent's own home (spec.Home), else the
+// private /tmp when the sandbox does not show the caller's (so that
+// programs keeping state there still run).
 func commandEnv(spec Spec, dir string) []string {
 	home := os.Getenv("HOME")
 	shown := false
-	if home != "" {
+	if spec.Home == "" && home != "" {
 		asAgent(spec, func() {
 			var st unix.Stat_t
 			shown = unix.Stat(home, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
@@ -771,7 +785,9 @@ func commandEnv(spec Spec, dir string) []string {
 		env = append(env, kv)
 	}
 	env = append(env, "PWD="+dir)
-	if !shown {
+	if spec.Home != "" {
+		env = append(env, "HOME="+spec.Home)
+	} else if !shown {
 		env = append(env, "HOME=/tmp")
 	}
 	return env
