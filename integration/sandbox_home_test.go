@@ -138,3 +138,23 @@ func TestSandboxHomeAtHOME(t *testing.T) {
 	assert.Equal(t, 2, code, stderr)
 	assert.Contains(t, stderr, "the agent's home is shown there")
 }
+
+// TestSandboxRWIdmapRefusedClearly: a --rw directory on a file system
+// that cannot idmap (a FUSE view here) stops the run before the command
+// starts, with a line that says why and what to do; it is never shown
+// read-only in silence.
+func TestSandboxRWIdmapRefusedClearly(t *testing.T) {
+	e := newSandboxEnv(t)
+	mnt := filepath.Join(e.root, "alice")
+	require.NoError(t, os.MkdirAll(mnt, 0o755))
+	p := pmStart(t, []string{mnt}, []string{filepath.Join(mnt, ".acpfs", "status")},
+		"mount", "--folder", e.folder, "--runs", e.runs, "--grant", "G-alice", mnt)
+	eventually(t, func() bool { return strings.Contains(p.Output(), "mounted") }, "not started: "+p.Output())
+
+	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--rw", mnt}, script: `echo COMMAND-RAN`})
+	assert.Equal(t, 3, code, stderr)
+	assert.NotContains(t, out, "COMMAND-RAN", "the command must not start")
+	assert.Contains(t, stderr, "does not support idmapped mounts")
+	assert.Contains(t, stderr, "--rw "+mnt)
+	assert.Contains(t, stderr, "--allow-root")
+}

@@ -173,7 +173,7 @@ func EnsureHome(dir string, uid, gid uint32) error {
 }
 
 // MapWritable gives an idmapping to each writable bind (--rw, --home)
-// that the agent's uid does not own, so that the agent may write there
+// that the agent's uid does not own and may not write, so that the agent may write there
 // as its owner: files owned by the bind's owner appear as the agent's,
 // and what the agent creates is owned on the host by that owner. The
 // caller may map only what it owns, unless it is root. A bind it may not
@@ -195,7 +195,9 @@ func MapWritable(binds []Bind, caller, uid, gid uint32) error {
 		if err := syscall.Stat(src, &st); err != nil {
 			return fmt.Errorf("%s: %w", describeBind(*b), err)
 		}
-		if st.Uid == uid {
+		// The agent writes there as itself already: its own directory, or
+		// one open to its group or to everyone (a shared 1777 spool).
+		if st.Uid == uid || st.Gid == gid && st.Mode&0o020 != 0 || st.Mode&0o002 != 0 {
 			continue
 		}
 		if caller != 0 && st.Uid != caller {

@@ -85,18 +85,20 @@ func TestMapWritable(t *testing.T) {
 		t.Skip("needs directories of several owners")
 	}
 	root := t.TempDir()
-	mine, agents, others := filepath.Join(root, "mine"), filepath.Join(root, "agents"), filepath.Join(root, "others")
-	for _, d := range []string{mine, agents, others} {
+	mine, agents, others, shared := filepath.Join(root, "mine"), filepath.Join(root, "agents"), filepath.Join(root, "others"), filepath.Join(root, "shared")
+	for _, d := range []string{mine, agents, others, shared} {
 		require.NoError(t, os.Mkdir(d, 0o755))
 	}
+	require.NoError(t, os.Chmod(shared, 0o1777))
 	require.NoError(t, os.Chown(agents, 62001, 62001))
 	require.NoError(t, os.Chown(others, 1234, 1234))
-	binds := []Bind{{Path: "/usr"}, {Path: mine, Write: true}, {Path: agents, Write: true}, {Path: "/root", Source: mine, Write: true}}
+	binds := []Bind{{Path: "/usr"}, {Path: mine, Write: true}, {Path: agents, Write: true}, {Path: "/root", Source: mine, Write: true}, {Path: shared, Write: true}}
 	require.NoError(t, MapWritable(binds, 0, 62001, 62001))
 	assert.Nil(t, binds[0].IDMap, "read-only binds keep their owners")
 	assert.Equal(t, &IDMap{UID: 0, GID: 0, ToUID: 62001, ToGID: 62001}, binds[1].IDMap)
 	assert.Nil(t, binds[2].IDMap, "the agent's own directory needs no mapping")
 	assert.NotNil(t, binds[3].IDMap, "a --home of the caller's is mapped too")
+	assert.Nil(t, binds[4].IDMap, "a directory open to everyone needs no mapping")
 
 	// A caller other than root maps only what it owns.
 	err := MapWritable([]Bind{{Path: others, Write: true}}, 1000, 62001, 62001)

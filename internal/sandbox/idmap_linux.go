@@ -106,8 +106,12 @@ func cloneIDMapped(root int, src, dst string, attr uint64, dir bool, m *IDMap) e
 	set := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(m.FD)}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, set); err != nil {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EOPNOTSUPP) {
-			return fmt.Errorf("its file system does not support idmapped mounts (%v), so the agent (uid %d) could not write there as uid %d does: "+
-				"give the agent the directory (chown -R %d), or run it with --uid %d", err, m.ToUID, m.UID, m.ToUID, m.UID)
+			as := fmt.Sprintf("--uid %d", m.UID)
+			if m.UID == 0 {
+				as = "--allow-root"
+			}
+			return fmt.Errorf("its file system does not support idmapped mounts (%v), so the agent (uid %d) could not write there as its owner, uid %d, does: "+
+				"give the agent the directory (chown -R %d:%d), show it with --ro, or run the command as its owner (%s)", err, m.ToUID, m.UID, m.ToUID, m.ToGID, as)
 		}
 		return fmt.Errorf("mount_setattr: %w", err)
 	}

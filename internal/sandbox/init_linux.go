@@ -261,7 +261,7 @@ func bind(root int, b Bind) error {
 		err = cloneBeneath(root, src, b.Path, true, attr, fi.IsDir())
 	}
 	if err != nil {
-		return fmt.Errorf("show %s: %w", b.Path, err)
+		return fmt.Errorf("show %s: %w", describeBind(b), err)
 	}
 	return nil
 }
