@@ -112,6 +112,22 @@ func TestSandboxRWIdmapped(t *testing.T) {
 		assert.Equal(t, uint32(0), st.Gid, p)
 	}
 	assert.Equal(t, "{\"a\":1}\n", readFile(t, filepath.Join(dir, "settings.json")))
+
+	// A file made set-ID would be the caller's on the host (and keep its
+	// bits when the caller writes it later): refused.
+	out, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--rw", dir}, script: `
+		for m in 0o4755 0o2755; do
+			python3 -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, int(sys.argv[2], 8)))' "$1/s$m" "$m" 2>/dev/null && echo MADE-$m
+		done
+		mknod -m 4755 "$1/p" p 2>/dev/null && echo MADE-fifo
+		true`, args: []string{dir}})
+	require.Equal(t, 0, code, stderr)
+	assert.NotContains(t, out, "MADE")
+	for _, p := range []string{"s0o4755", "s0o2755", "p"} {
+		if fi, err := os.Lstat(filepath.Join(dir, p)); err == nil {
+			assert.Zero(t, fi.Mode()&(os.ModeSetuid|os.ModeSetgid), "%s: %v", p, fi.Mode())
+		}
+	}
 }
 
 // TestSandboxHomeAtHOME: --ro and --rw paths below the caller's HOME are
