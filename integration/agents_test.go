@@ -163,3 +163,45 @@ func TestAgentCodex(t *testing.T) {
 	assert.NotContains(t, out, "ORACLE-READ")
 	assert.NotContains(t, out, sbxSecret)
 }
+
+// TestAgentClaudeCodeREADME: the README's form, `--ro ~/.local --rw
+// ~/.claude -- claude -p ...`, with the caller's ~/.claude (root's here):
+// Claude Code writes its state there, shown owned by the agent, and on
+// the host it stays the caller's. Before idmapped --rw, every write there
+// was refused (Permission denied) and Claude kept nothing.
+func TestAgentClaudeCodeREADME(t *testing.T) {
+	e := newSandboxEnv(t)
+	prefix, claude := installCLI(t, claudeCode)
+	home := newDir(t, "caller-home")
+	require.NoError(t, os.Chmod(home, 0o755))
+	local := filepath.Join(home, ".local")
+	require.NoError(t, os.MkdirAll(filepath.Join(local, "bin"), 0o755))
+	require.NoError(t, os.Symlink(claude, filepath.Join(local, "bin", "claude")))
+	state := filepath.Join(home, ".claude")
+	require.NoError(t, os.Mkdir(state, 0o755))
+
+	args := e.runArgs(sbxRun{grant: "G-bob", flags: []string{"--ro", local, "--rw", state, "--ro", prefix, "--net", "none"}, script: `
+		export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1
+		claude -p "review the design" </dev/null 2>&1 || echo "stopped at start-up"
+		touch ~/.claude/x && echo touched
+		cat "$0/oracle/answer.md" 2>/dev/null && echo ORACLE-READ
+		true`})
+	cmd := exec.Command(acpfsBin, args...)
+	cmd.Env = append(os.Environ(), "HOME="+home, "PATH="+filepath.Join(local, "bin")+":"+os.Getenv("PATH"))
+	out, stderr, code := runCmd(t, cmd)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "stopped at start-up")
+	assert.Contains(t, out, "touched", "~/.claude must be writable by the agent: %s", out)
+	assert.NotContains(t, out, "ORACLE-READ")
+	ents, err := os.ReadDir(state)
+	require.NoError(t, err)
+	var names []string
+	for _, ent := range ents {
+		names = append(names, ent.Name())
+		var st syscall.Stat_t
+		require.NoError(t, syscall.Lstat(filepath.Join(state, ent.Name()), &st))
+		assert.Equal(t, uint32(0), st.Uid, "%s is the caller's on the host", ent.Name())
+	}
+	assert.Contains(t, names, "x")
+	assert.Greater(t, len(names), 1, "Claude Code wrote its state into ~/.claude: %v", names)
+}
