@@ -174,3 +174,25 @@ func TestSandboxRWIdmapRefusedClearly(t *testing.T) {
 	assert.Contains(t, stderr, "--rw "+mnt)
 	assert.Contains(t, stderr, "--allow-root")
 }
+
+// TestSandboxHomeDir: --home DIR of the caller's is the agent's home,
+// shown owned by the agent (idmapped), its files the caller's on the
+// host; a --home in the run directory is refused.
+func TestSandboxHomeDir(t *testing.T) {
+	e := newSandboxEnv(t)
+	dir := newDir(t, "agent-home")
+	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--home", dir}, script: `set -e
+		id -u; stat -c %u "$HOME"; echo kept > "$HOME/state"`})
+	require.Equal(t, 0, code, stderr)
+	f := strings.Fields(out)
+	require.Len(t, f, 2, out)
+	assert.Equal(t, f[0], f[1], "the home is shown owned by the agent")
+	var st syscall.Stat_t
+	require.NoError(t, syscall.Lstat(filepath.Join(dir, "state"), &st))
+	assert.Equal(t, uint32(0), st.Uid, "and its files are the caller's on the host")
+	assert.NoDirExists(t, filepath.Join(e.runs, sandbox.HomesDir, "G-bob"), "the default home is not made")
+
+	_, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--home", e.runs}, script: `true`})
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "no agent may reach")
+}
