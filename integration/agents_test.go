@@ -24,6 +24,8 @@ type agentCLI struct{ pkg, version, bin string }
 var (
 	claudeCode = agentCLI{"@anthropic-ai/claude-code", "2.1.197", "claude"}
 	codexCLI   = agentCLI{"@openai/codex", "0.171.0", "codex"}
+	geminiCLI  = agentCLI{"@google/gemini-cli", "0.61.0", "gemini"}
+	opencode   = agentCLI{"opencode-ai", "1.18.33", "opencode"}
 )
 
 // npmInstallTimeout bounds one npm install: the registry may be slow or
@@ -204,4 +206,39 @@ func TestAgentClaudeCodeREADME(t *testing.T) {
 	}
 	assert.Contains(t, names, "x")
 	assert.Greater(t, len(names), 1, "Claude Code wrote its state into ~/.claude: %v", names)
+}
+
+// TestAgentGeminiAndOpencode: Gemini CLI and opencode, as docs/agents.md
+// starts them, run in the sandbox, write their state into the agent's
+// home, find it at the next run, and cannot read the oracle.
+func TestAgentGeminiAndOpencode(t *testing.T) {
+	for _, tc := range []struct {
+		cli     agentCLI
+		version string // what --version prints
+		state   string // below $HOME
+	}{
+		{geminiCLI, geminiCLI.version, ".gemini"},
+		{opencode, opencode.version, ".local/share/opencode"},
+	} {
+		t.Run(tc.cli.bin, func(t *testing.T) {
+			e := newSandboxEnv(t)
+			prefix, bin := installCLI(t, tc.cli)
+			flags := []string{"--ro", prefix, "--net", "none"}
+			out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: flags, script: `
+				"$1" --version </dev/null || echo VERSION-FAILED
+				test -d "$HOME/$2" && echo state-written
+				cat "$0/oracle/answer.md" 2>/dev/null && echo ORACLE-READ
+				true`, args: []string{bin, tc.state}})
+			require.Equal(t, 0, code, stderr)
+			assert.Contains(t, out, tc.version)
+			assert.NotContains(t, out, "VERSION-FAILED")
+			assert.Contains(t, out, "state-written", out)
+			assert.NotContains(t, out, "ORACLE-READ")
+			assert.DirExists(t, filepath.Join(e.runs, sandbox.HomesDir, "G-bob", tc.state))
+
+			out, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: flags, script: `test -d "$HOME/$1" && echo kept`, args: []string{tc.state}})
+			require.Equal(t, 0, code, stderr)
+			assert.Equal(t, "kept\n", out)
+		})
+	}
 }
