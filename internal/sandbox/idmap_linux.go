@@ -110,8 +110,12 @@ func cloneIDMapped(root int, src, dst string, attr uint64, dir bool, m *IDMap) e
 			if m.UID == 0 {
 				as = "--allow-root"
 			}
-			return fmt.Errorf("its file system does not support idmapped mounts (%v), so the agent (uid %d) could not write there as its owner, uid %d, does: "+
-				"give the agent the directory (chown -R %d:%d), show it with --ro, or run the command as its owner (%s)", err, m.ToUID, m.UID, m.ToUID, m.ToGID, as)
+			why := "its file system does not support idmapped mounts"
+			if errors.Is(err, unix.EPERM) {
+				why = "the kernel refuses this run an idmapped mount of it (idmapping a host directory needs root on the host)"
+			}
+			return fmt.Errorf("%s (%v), so the agent (uid %d) could not write there as its owner, uid %d, does: "+
+				"give the agent the directory (chown -R %d:%d), show it with --ro, or run the command as its owner (%s)", why, err, m.ToUID, m.UID, m.ToUID, m.ToGID, as)
 		}
 		return fmt.Errorf("mount_setattr: %w", err)
 	}
