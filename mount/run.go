@@ -210,6 +210,19 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, gr
 	cmd := exec.Command("/proc/self/exe", initArgs...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{specR, statusW}
+	// The user namespaces of idmapped binds follow, from descriptor 5.
+	userns, err := sandbox.OpenUserns(&spec, 3+len(cmd.ExtraFiles))
+	if err != nil {
+		specW.Close()
+		statusW.Close()
+		return 0, err
+	}
+	defer func() {
+		for _, f := range userns {
+			f.Close()
+		}
+	}()
+	cmd.ExtraFiles = append(cmd.ExtraFiles, userns...)
 	cmd.Dir = "/"
 	// The first process gets no environment: the command's is in the
 	// spec, and nothing of the caller's is left in /proc/1/environ.

@@ -33,14 +33,14 @@ const allowRootHelp = "run the command as root (uid 0) inside the sandbox. Root 
 
 func newRunCmd() *cobra.Command {
 	var mf mountFlags
-	var uid string
+	var uid, home string
 	var en runEnvNet
 	var allowRoot, noLimits bool
 	var ro, rw []string
 	var memory, socketMemory string
 	lim := limits.Defaults
 	cmd := &cobra.Command{
-		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--ro PATH]... [--rw PATH]... [--net host|none|allow=HOST[:PORT],...] [--env NAME[=VALUE]]... [--uid U[:G] | --allow-root] -- CMD [ARGS...]",
+		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--ro PATH]... [--rw PATH]... [--home DIR|none] [--net host|none|allow=HOST[:PORT],...] [--env NAME[=VALUE]]... [--uid U[:G] | --allow-root] -- CMD [ARGS...]",
 		Short: "Run a command in a sandbox that shows the folder only through its grant's view",
 		Long: `run starts CMD in an allow-list sandbox: new mount, PID, IPC and UTS
 namespaces (and network with --net none or allow=), a root that holds only the
@@ -75,6 +75,12 @@ reaches the named hosts only (port 443 unless given), resolved on the
 host side; a name that leads to a loopback or private address is
 refused unless a rule names it exactly. Each connection, allowed or
 refused, is a ledger record (net_allowed, net_refused).
+
+HOME is the agent's own home (--home), shown at the caller's HOME path
+and kept between runs in RUNS/homes/<grant id>, which no other agent can
+reach. A --rw directory of the caller's that the agent's uid does not own
+is shown owned by the agent (an idmapped mount): what the agent creates
+there is the caller's on the host.
 
 The command runs in a control group of its own (cgroup v2 where it is
 delegated, else the v1 pids, memory and cpu hierarchies): --memory
@@ -173,6 +179,16 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if err != nil {
 				return err
 			}
+			if rootless && ns.Scheme != sandbox.SchemeSingle && home == "" {
+				// A home owned by a subordinate uid needs root to make;
+				// say so and run without one.
+				fmt.Fprintln(cmd.ErrOrStderr(), "acpfs run: no persistent home without root in the subuid scheme (HOME is the private /tmp); pass --home DIR of a directory the agent's uid owns")
+				home = sandbox.HomeNone
+			}
+			binds, homeAt, err := planRunHome(home, runDir, v.grant.GrantID, folder, masks, binds, hostU, hostG)
+			if err != nil {
+				return err
+			}
 			if err := sandbox.CheckReach(folder, binds, hostU, hostG); err != nil {
 				return err
 			}
@@ -206,7 +222,7 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 				Limits: lim, NoLimits: noLimits, CgroupParent: cgroupParent, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
 				Hidden: hidden, AuditReads: mf.audit == "reads",
 				Egress:  egressPolicy,
-				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, Env: env, UID: u, GID: g, UserNS: ns.Scheme, Cwd: cwd, Args: args},
+				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, Env: env, UID: u, GID: g, UserNS: ns.Scheme, Cwd: cwd, Args: args, Home: homeAt},
 			}
 			if !noLimits && lim.Memory > 0 && limits.V1() {
 				// v1 leaves socket buffers out of --memory: say what holds them.
@@ -227,7 +243,8 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 	cmd.Flags().StringVar(&uid, "uid", "", "run the command as this uid (and gid: U:G) instead of its grant's own")
 	cmd.Flags().BoolVar(&allowRoot, "allow-root", false, allowRootHelp)
 	cmd.Flags().StringArrayVar(&ro, "ro", nil, "also show this host path, read-only (repeatable)")
-	cmd.Flags().StringArrayVar(&rw, "rw", nil, "also show this host path, writable (repeatable)")
+	cmd.Flags().StringArrayVar(&rw, "rw", nil, "also show this host path, writable (repeatable); one of yours that the agent's uid does not own is shown owned by it (idmapped mount), or refused before the command starts where the file system cannot")
+	cmd.Flags().StringVar(&home, "home", "", homeHelp)
 	en.register(cmd)
 	cmd.Flags().StringVar(&memory, "memory", "4G", "memory the command may use (K, M, G suffixes)")
 	cmd.Flags().StringVar(&socketMemory, "socket-memory", "", "cgroup v1 only: TCP and UDP socket buffers the command may pin, which v1 does not charge to --memory (default: as --memory)")

@@ -270,12 +270,21 @@ func bind(root int, b Bind) error {
 	if b.Write {
 		attr = attrRW
 	}
-	fi, err := os.Lstat(b.Path)
+	src := b.Path
+	if b.Source != "" {
+		src = b.Source
+	}
+	fi, err := os.Lstat(src)
 	if err != nil {
 		return fmt.Errorf("%s: %w", b.Path, err)
 	}
-	if err := cloneBeneath(root, b.Path, b.Path, true, attr, fi.IsDir()); err != nil {
-		return fmt.Errorf("show %s: %w", b.Path, err)
+	if b.IDMap != nil {
+		err = cloneIDMapped(root, src, b.Path, attr, fi.IsDir(), b.IDMap)
+	} else {
+		err = cloneBeneath(root, src, b.Path, true, attr, fi.IsDir())
+	}
+	if err != nil {
+		return fmt.Errorf("show %s: %w", describeBind(b), err)
 	}
 	return nil
 }
@@ -653,6 +662,10 @@ func checkMounts(spec Spec, guarded []guardedPath) error {
 	for _, m := range append(spec.Masks, procMasks...) {
 		own[m] = true
 	}
+	// The agent's home lies in the run directory by design.
+	if spec.Home != "" {
+		own[spec.Home] = true
+	}
 	views := 0
 	for _, mi := range mis {
 		switch {
@@ -784,13 +797,14 @@ func workdir(spec Spec) (string, string) {
 	return spec.Folder, fmt.Sprintf("acpfs run: the working directory %s is not in the sandbox; the command starts in the folder, %s", spec.Cwd, spec.Folder)
 }
 
-// commandEnv is the chosen environment (Spec.Env), with PWD the directory the
-// command starts in, and HOME the private /tmp when the sandbox does not
-// show the caller's (so that programs keeping state there still run).
+// commandEnv is the chosen environment (Spec.Env), with PWD the directory
+// the command starts in, and HOME the agent's own home (spec.Home), else
+// the private /tmp when the sandbox does not show the caller's (so that
+// programs keeping state there still run).
 func commandEnv(spec Spec, dir string) []string {
 	home := os.Getenv("HOME")
 	shown := false
-	if home != "" {
+	if spec.Home == "" && home != "" {
 		asAgent(spec, func() {
 			var st unix.Stat_t
 			shown = unix.Stat(home, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
@@ -804,7 +818,9 @@ func commandEnv(spec Spec, dir string) []string {
 		env = append(env, kv)
 	}
 	env = append(env, "PWD="+dir)
-	if !shown {
+	if spec.Home != "" {
+		env = append(env, "HOME="+spec.Home)
+	} else if !shown {
 		env = append(env, "HOME=/tmp")
 	}
 	return env

@@ -64,6 +64,7 @@ const (
 	offArg0 = 16 // low 32 bits on little-endian machines
 	offArg1 = 24
 	offArg2 = 32
+	offArg3 = 40
 )
 
 func stmt(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
@@ -118,8 +119,14 @@ func filter(netHost bool) []unix.SockFilter {
 		p = append(p, jump(jeq, unix.SYS_LISTEN, 0, 1), stmt(ret, eacces))
 	}
 	// Set-ID bits: a program the agent marks set-uid in a --rw directory
-	// would run as the agent's uid for any host user.
-	for _, c := range append([]modeCall{{unix.SYS_FCHMOD, offArg1}, {unix.SYS_FCHMODAT, offArg2}, {unix.SYS_FCHMODAT2, offArg2}}, archModeCalls...) {
+	// would run as the agent's uid for any host user. Files made with
+	// such a mode too: in an idmapped --rw directory they are the
+	// caller's on the host, and a later write by root keeps the bits.
+	// openat2 passes its mode in memory the filter cannot read: ENOSYS
+	// makes programs fall back to openat.
+	p = append(p, jump(jeq, unix.SYS_OPENAT2, 0, 1), stmt(ret, enosys))
+	for _, c := range append([]modeCall{{unix.SYS_FCHMOD, offArg1}, {unix.SYS_FCHMODAT, offArg2}, {unix.SYS_FCHMODAT2, offArg2},
+		{unix.SYS_OPENAT, offArg3}, {unix.SYS_MKNODAT, offArg2}}, archModeCalls...) {
 		p = append(p,
 			jump(jeq, uint32(c.nr), 0, 4),
 			stmt(ldAbs, c.arg),

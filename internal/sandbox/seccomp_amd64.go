@@ -17,4 +17,4 @@ var archPrologue = []unix.SockFilter{
 }
 
 // archModeCalls are the x86-64 mode-setting calls arm64 does not have.
-var archModeCalls = []modeCall{{unix.SYS_CHMOD, offArg1}}
+var archModeCalls = []modeCall{{unix.SYS_CHMOD, offArg1}, {unix.SYS_OPEN, offArg2}, {unix.SYS_CREAT, offArg1}, {unix.SYS_MKNOD, offArg1}}

@@ -101,6 +101,12 @@ func TestFilterDecisions(t *testing.T) {
 		{name: "fchmod set-uid", nr: unix.SYS_FCHMOD, args: []uint64{3, 0o4755}, want: eperm},
 		{name: "fchmodat set-gid", nr: unix.SYS_FCHMODAT, args: []uint64{0, 0, 0o2755}, want: eperm},
 		{name: "fchmodat2 0644", nr: unix.SYS_FCHMODAT2, args: []uint64{0, 0, 0o644, 0}, want: allow},
+		{name: "openat creating 0755", nr: unix.SYS_OPENAT, args: []uint64{0, 0, unix.O_CREAT | unix.O_WRONLY, 0o755}, want: allow},
+		{name: "openat creating set-uid", nr: unix.SYS_OPENAT, args: []uint64{0, 0, unix.O_CREAT | unix.O_WRONLY, 0o4755}, want: eperm},
+		{name: "openat creating set-gid", nr: unix.SYS_OPENAT, args: []uint64{0, 0, unix.O_CREAT | unix.O_WRONLY, 0o2755}, want: eperm},
+		{name: "mknodat set-uid", nr: unix.SYS_MKNODAT, args: []uint64{0, 0, unix.S_IFREG | 0o4755, 0}, want: eperm},
+		{name: "mknodat a fifo", nr: unix.SYS_MKNODAT, args: []uint64{0, 0, unix.S_IFIFO | 0o644, 0}, want: allow},
+		{name: "openat2 falls back to openat", nr: unix.SYS_OPENAT2, want: enosys},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -57,6 +57,9 @@ type Spec struct {
 	// when the sandbox shows it to UID, in Folder otherwise.
 	Cwd  string   `json:"cwd"`
 	Args []string `json:"args"`
+	// Home, when set, is where the agent's own home is shown (one of
+	// Binds) and what HOME says; see PlanHome.
+	Home string `json:"home,omitempty"`
 }
 
 // Bind is one host path the sandbox shows.
@@ -68,6 +71,12 @@ type Bind struct {
 	// Write lets the command write there (--rw); binds are read-only
 	// otherwise.
 	Write bool `json:"write,omitempty"`
+	// Source, when set, is the host path shown at Path (the agent's
+	// home); Path itself is shown otherwise.
+	Source string `json:"source,omitempty"`
+	// IDMap, when set, shows the bind through an idmapped mount: files
+	// of one owner appear as the agent's (see MapWritable).
+	IDMap *IDMap `json:"idmap,omitempty"`
 }
 
 // Network modes.
@@ -218,11 +227,11 @@ func CheckReach(folder string, binds []Bind, uid, gid uint32) error {
 	}
 	for d := filepath.Dir(folder); ; d = filepath.Dir(d) {
 		if b, ok := holder(d, binds); ok {
-			var st syscall.Stat_t
-			if err := syscall.Stat(d, &st); err != nil {
+			st, err := statShown(b, d)
+			if err != nil {
 				return fmt.Errorf("%s: %w", d, err)
 			}
-			if !mayEnter(&st, uid, gid) {
+			if !mayEnter(st, uid, gid) {
 				return fmt.Errorf("uid %d cannot enter %s (mode %04o, owner %d:%d), which holds the folder %s and which %s shows as it is; "+
 					"bind a directory below it, or let that uid in", uid, d, st.Mode&0o7777, st.Uid, st.Gid, folder, describeBind(b))
 			}
@@ -234,6 +243,9 @@ func CheckReach(folder string, binds []Bind, uid, gid uint32) error {
 }
 
 func describeBind(b Bind) string {
+	if b.Source != "" {
+		return "the agent's home " + b.Source
+	}
 	if b.Write {
 		return "--rw " + b.Path
 	}
