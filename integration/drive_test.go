@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -320,18 +319,6 @@ func TestDriveTurnTimeout(t *testing.T) {
 	k.requireSound()
 }
 
-// waitFor polls cond for up to a minute: a driver initializes, creates
-// grants and mounts before the first turn starts.
-func waitFor(t *testing.T, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // processWithArgs reports whether a process runs whose command line is
 // args.

@@ -355,4 +355,18 @@ func eventually(t testing.TB, cond func() bool, msg string) {
 	t.Fatal(msg)
 }
 
+// waitFor polls cond until it holds, for at most a minute (a driver
+// initializes, creates grants and mounts before a first turn; a killed
+// run's processes take a moment to go).
+func waitFor(t *testing.T, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func timeAfter(sec int) <-chan time.Time { return time.After(time.Duration(sec) * time.Second) }

@@ -379,17 +379,6 @@ wait || true`, out, pidFile)
 	waitFor(t, func() bool { return len(uidProcs(t, u.uid)) == 0 }, "the daemon or the sandbox outlived acpfs run")
 }
 
-// waitFor polls cond until it holds, for at most a minute.
-func waitFor(t *testing.T, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // TestSandboxRootlessTwoCollaborations: the same grant id of two
 // collaborations of one user runs at once, as two host uids (with the
