@@ -319,7 +319,6 @@ func TestDriveTurnTimeout(t *testing.T) {
 	k.requireSound()
 }
 
-
 // processWithArgs reports whether a process runs whose command line is
 // args.
 func processWithArgs(args string) bool {

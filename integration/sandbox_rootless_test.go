@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -378,7 +377,6 @@ wait || true`, out, pidFile)
 	require.NoError(t, <-done)
 	waitFor(t, func() bool { return len(uidProcs(t, u.uid)) == 0 }, "the daemon or the sandbox outlived acpfs run")
 }
-
 
 // TestSandboxRootlessTwoCollaborations: the same grant id of two
 // collaborations of one user runs at once, as two host uids (with the
