@@ -158,3 +158,62 @@ func (c *concealed) close() {
 	}
 	c.held = nil
 }
+
+// maxRenameScan bounds how many entries holdsConcealed looks at: past
+// it, a directory counts as holding something the view does not show.
+const maxRenameScan = 4096
+
+// holdsConcealed reports why the directory t judged holds, at any depth,
+// an entry the view does not show ("" for none). The policy refuses to
+// rename a directory the grant does not show whole; this is for one it
+// does, where a concealed entry may still lie (a run directory, a file
+// with several names, a symlink leading out).
+func (f *FS) holdsConcealed(t *target) string {
+	fd, err := unix.Openat(t.d.fd, t.d.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "it cannot be read"
+	}
+	defer unix.Close(fd)
+	budget := maxRenameScan
+	return f.scanConcealed(fd, t.rel, &budget, 0)
+}
+
+func (f *FS) scanConcealed(fd int, rel string, budget *int, depth int) string {
+	if depth > 64 {
+		return "it is too deep to check"
+	}
+	names, err := readNames(fd)
+	if err != nil {
+		return "it cannot be read"
+	}
+	m := f.matcher()
+	for _, name := range names {
+		if *budget--; *budget < 0 {
+			return fmt.Sprintf("it holds more than %d entries to check", maxRenameScan)
+		}
+		crel := join(rel, name)
+		var st unix.Stat_t
+		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue
+		}
+		e := classify(m, f.conceal, fd, name, crel, &st)
+		if e.kind == kindConcealed {
+			return e.why
+		}
+		if !e.shownBy(m, crel) {
+			return "hidden by grant"
+		}
+		if e.kind == kindDir {
+			sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return "it cannot be read"
+			}
+			why := f.scanConcealed(sub, crel, budget, depth+1)
+			unix.Close(sub)
+			if why != "" {
+				return why
+			}
+		}
+	}
+	return ""
+}

@@ -552,6 +552,21 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		return errno
 	}
 	defer dst.close()
+	// What moves: the source, and with an exchange the target too.
+	moved := []*target{src}
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		moved = append(moved, dst)
+	}
+	for _, t := range moved {
+		if t.e.kind == kindDir {
+			if why := f.holdsConcealed(t); why != "" {
+				// The grant shows everything below it, yet something
+				// there is no view's to move (another coordinator's run
+				// directory, a file with several names, a bad symlink).
+				return f.deny(ctx, ledger.KindDenied, "rename", t.rel, syscall.EACCES, "a directory holding entries the view does not show cannot be renamed ("+why+")")
+			}
+		}
+	}
 	if fromStaged && !toStaged {
 		// The commit of a temporary file: a write of the target.
 		errno = f.recordChange(ctx, "rename", to, "committed from a private temporary file ("+from+")")

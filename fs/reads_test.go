@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,4 +124,43 @@ func TestCoordinatorDirectoriesConcealed(t *testing.T) {
 		_, errno := f.at(ctx, opCreate, rel)
 		assert.Equal(t, syscall.EACCES, errno, rel)
 	}
+}
+
+// TestRenameOfADirectoryHoldingConcealedEntries (outside attack, round
+// 2): a directory the grant shows whole cannot be renamed while it holds
+// something no view shows (another coordinator's run directory, a file
+// with several names, a symlink leading out of the folder).
+func TestRenameOfADirectoryHoldingConcealedEntries(t *testing.T) {
+	f, folder, _ := checkpointFS(t)
+	ctx := context.Background()
+	in := func(rel string) string { return filepath.Join(folder, rel) }
+	tests := []struct {
+		name  string
+		plant func(dir string)
+	}{
+		{"a run directory below", func(dir string) { require.NoError(t, os.MkdirAll(filepath.Join(dir, "r9", "context_grants"), 0o755)) }},
+		{"a file with two names", func(dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "a"), nil, 0o644))
+			require.NoError(t, os.Link(filepath.Join(dir, "a"), filepath.Join(dir, "b")))
+		}},
+		{"a symlink out of the folder", func(dir string) { require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(dir, "l"))) }},
+		{"a fifo", func(dir string) { require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "p"), 0o644)) }},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rel := fmt.Sprintf("scratch/p%d", i)
+			require.NoError(t, os.MkdirAll(in(rel+"/sub"), 0o755))
+			tt.plant(in(rel + "/sub"))
+			tg, errno := f.at(ctx, opRenameFrom, rel)
+			require.Zero(t, errno)
+			defer tg.close()
+			assert.NotEmpty(t, f.holdsConcealed(tg))
+		})
+	}
+	require.NoError(t, os.MkdirAll(in("scratch/clean/sub"), 0o755))
+	require.NoError(t, os.WriteFile(in("scratch/clean/sub/f.md"), []byte("x"), 0o644))
+	tg, errno := f.at(ctx, opRenameFrom, "scratch/clean")
+	require.Zero(t, errno)
+	defer tg.close()
+	assert.Empty(t, f.holdsConcealed(tg))
 }

@@ -122,9 +122,33 @@ func (r RunDir) Init() error {
 	if err := r.MakeRoot(); err != nil {
 		return fmt.Errorf("init run directory: %w", err)
 	}
+	if err := r.checkParts(); err != nil {
+		return fmt.Errorf("init run directory: %w", err)
+	}
 	for _, d := range []string{r.GrantsDir(), r.HandoffsDir(), r.ArtifactsDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("init run directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkParts refuses a run directory whose grants, handoffs or artifacts
+// directory is a symlink: what acpfs writes there (grants, prompts, the
+// copies handed over, the oracle's among them) would land wherever it
+// leads, the collaboration folder included, under names no view
+// conceals.
+func (r RunDir) checkParts() error {
+	for _, d := range []string{r.GrantsDir(), r.HandoffsDir(), r.ArtifactsDir()} {
+		fi, err := os.Lstat(d)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory of the run directory's own (a symlink leads elsewhere, the collaboration folder perhaps): make it a plain directory", d)
 		}
 	}
 	return nil
@@ -427,6 +451,9 @@ func ActiveGrantFor(gs []GrantFile, agentID string) (GrantFile, bool) {
 func (r RunDir) SaveGrant(g *Grant) error {
 	if err := Validate(g); err != nil {
 		return err
+	}
+	if err := r.checkParts(); err != nil {
+		return fmt.Errorf("save grant %s: %w", g.GrantID, err)
 	}
 	if err := r.MakeRoot(); err != nil {
 		return fmt.Errorf("save grant %s: %w", g.GrantID, err)

@@ -243,10 +243,10 @@ func TestIdentityGrantOutsideRunsFlag(t *testing.T) {
 	assert.NotContains(t, stdout, "artifacts\n")
 }
 
-// TestIdentitySymlinkedRunDirParts (outside attack, F3): a grant file in
-// the run directory that is a symlink (to a file an agent could write) is
-// refused by acpfs up, and a run directory part that is a symlink into
-// the folder is concealed there.
+// TestIdentitySymlinkedRunDirParts (outside attack, F3 and round 2): a
+// grant file in the run directory that is a symlink (to a file an agent
+// could write) is refused by acpfs up, and so is a run directory whose
+// artifacts (or grants, or handoffs) directory is a symlink.
 func TestIdentitySymlinkedRunDirParts(t *testing.T) {
 	e := newIDEnv(t)
 	runs := filepath.Join(e.dir, "runs5")
@@ -263,26 +263,29 @@ func TestIdentitySymlinkedRunDirParts(t *testing.T) {
 	art := filepath.Join(e.folder, "art")
 	require.NoError(t, os.MkdirAll(art, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(art, "copy"), []byte("handed over\n"), 0o444))
-	require.NoError(t, os.Symlink(art, filepath.Join(runs, "artifacts")))
 
 	root := filepath.Join(e.dir, "mnt5")
+	p := pmUp(t, runs, e.folder, root, []string{"bob"})
+	assert.Contains(t, p.Output(), "not a regular file")
+	assert.Empty(t, sfFSTypesAt(filepath.Join(root, "alice")), "the symlinked grant is not served")
+	require.NoError(t, p.Stop(), p.Output())
+	require.NoError(t, os.RemoveAll(filepath.Join(runs, "artifacts")))
+	require.NoError(t, os.Symlink(art, filepath.Join(runs, "artifacts")))
+
+	// Without the symlinked grant, the symlinked artifacts directory
+	// still keeps up from starting, and handoffs and grants are not
+	// written through it (they would land in the folder under names no
+	// view conceals).
+	require.NoError(t, os.Remove(filepath.Join(runs, "context_grants", "G-alice.json")))
 	_, stderr, code := sfRun(t, "up", "--runs", runs, "--folder", e.folder, "--root", root)
 	assert.NotEqual(t, 0, code)
-	assert.Contains(t, stderr, "not a regular file")
-	assert.Empty(t, sfFSTypesAt(filepath.Join(root, "alice")))
-
-	// Without the symlinked grant, bob's view starts; the directory the
-	// run directory's artifacts lead to, moved where bob reads
-	// everything, is not shown.
-	require.NoError(t, os.Remove(filepath.Join(runs, "context_grants", "G-alice.json")))
-	pmUp(t, runs, e.folder, root, []string{"bob"})
-	require.NoError(t, os.Rename(art, filepath.Join(e.folder, "docs", "art")))
-	t.Cleanup(func() { _ = os.Rename(filepath.Join(e.folder, "docs", "art"), art) })
-	_, err := os.Lstat(filepath.Join(root, "bob", "docs", "art"))
+	assert.Contains(t, stderr, "not a directory of the run directory's own")
+	assert.Empty(t, sfFSTypesAt(filepath.Join(root, "bob")))
+	_, stderr, code = acpfs(t, "grant", "create", "--runs", runs, "--folder", e.folder, "--agent", "alice", "--preset", "owner")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "not a directory of the run directory's own")
+	_, err := os.Stat(filepath.Join(art, "G-alice.json"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
-	_, err = os.ReadFile(filepath.Join(root, "bob", "docs", "art", "copy"))
-	assert.Error(t, err)
-	assert.Contains(t, readFile(t, filepath.Join(root, "bob", ".acpfs", "status")), "agent: bob")
 }
 
 // TestIdentityStoreNeverSyncsARunDirectory (outside attack, F2): a run
