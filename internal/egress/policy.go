@@ -13,6 +13,7 @@ package egress
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -254,6 +255,17 @@ func normalHost(h string) string {
 // DNS answer points inside does not open the host or its network.
 func Internal(a netip.Addr) bool {
 	a = a.Unmap()
+	if a.Is6() {
+		// An IPv4 address written as IPv6 (compatible ::a.b.c.d, or
+		// NAT64 64:ff9b::a.b.c.d) is judged as the IPv4 address it
+		// leads to.
+		b := a.As16()
+		if v4, ok := embeddedV4(b); ok {
+			if Internal(v4) {
+				return true
+			}
+		}
+	}
 	switch {
 	case a.IsLoopback(), a.IsPrivate(), a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast(),
 		a.IsInterfaceLocalMulticast(), a.IsMulticast(), a.IsUnspecified():
@@ -262,6 +274,45 @@ func Internal(a netip.Addr) bool {
 	for _, p := range internalPrefixes {
 		if p.Contains(a) {
 			return true
+		}
+	}
+	return localAddr(a)
+}
+
+// embeddedV4 is the IPv4 address an IPv4-compatible (::a.b.c.d) or
+// well-known NAT64 (64:ff9b::a.b.c.d) IPv6 address carries.
+func embeddedV4(b [16]byte) (netip.Addr, bool) {
+	zero := func(bs []byte) bool {
+		for _, x := range bs {
+			if x != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	v4 := netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+	switch {
+	case zero(b[:12]) && !zero(b[12:]):
+		return v4, true
+	case b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && zero(b[4:12]):
+		return v4, true
+	}
+	return netip.Addr{}, false
+}
+
+// localAddr reports whether a is an address of one of this machine's
+// interfaces (its public address too: a service bound to every address
+// answers there as on loopback).
+func localAddr(a netip.Addr) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true // cannot tell: treat it as the host's
+	}
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
+				return true
+			}
 		}
 	}
 	return false

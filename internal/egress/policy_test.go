@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"net"
 	"net/netip"
 	"testing"
 
@@ -88,8 +89,21 @@ func TestInternal(t *testing.T) {
 		"127.0.0.1": true, "10.1.2.3": true, "172.16.0.1": true, "192.168.1.1": true, "169.254.169.254": true,
 		"100.64.0.1": true, "0.0.0.0": true, "::1": true, "fe80::1": true, "fd00::1": true, "::ffff:127.0.0.1": true,
 		"224.0.0.1": true, "1.1.1.1": false, "160.79.104.10": false, "2606:4700::1111": false,
+		"::127.0.0.1": true, "64:ff9b::7f00:1": true, "64:ff9b::a00:1": true, "64:ff9b::101:101": false,
 	} {
 		assert.Equal(t, want, Internal(netip.MustParseAddr(a)), a)
+	}
+	// Every address of this machine's interfaces, its public one too.
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			a, _ := netip.AddrFromSlice(n.IP)
+			assert.True(t, Internal(a.Unmap()), "%s is this machine's", a)
+			if a.Unmap().Is4() {
+				assert.True(t, Internal(netip.MustParseAddr("::ffff:"+a.Unmap().String())), "%s mapped", a)
+			}
+		}
 	}
 }
 
