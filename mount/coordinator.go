@@ -712,20 +712,31 @@ func prepareMountpoint(mp string) error {
 	if err := os.Mkdir(mp, 0o500); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	var st unix.Stat_t
-	if err := unix.Lstat(mp, &st); err != nil {
-		return err
+	// Acted on through one descriptor, and only while no other mount
+	// covers it: a directory bind-mounted there (the folder itself, say)
+	// must not be made the coordinator's.
+	fd, err := unix.Open(mp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			return fmt.Errorf("mountpoint %s is not a directory", mp)
+		}
+		return fmt.Errorf("mountpoint %s: %w", mp, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("mountpoint %s is not a directory", mp)
+	defer unix.Close(fd)
+	var sx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_BASIC_STATS, &sx); err != nil {
+		return fmt.Errorf("mountpoint %s: %w", mp, err)
 	}
-	if int(st.Uid) != os.Geteuid() || int(st.Gid) != os.Getegid() {
-		if err := unix.Lchown(mp, os.Geteuid(), os.Getegid()); err != nil {
+	if sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		return fmt.Errorf("mountpoint %s is covered by another mount; unmount it first", mp)
+	}
+	if int(sx.Uid) != os.Geteuid() || int(sx.Gid) != os.Getegid() {
+		if err := unix.Fchown(fd, os.Geteuid(), os.Getegid()); err != nil {
 			return fmt.Errorf("mountpoint %s: %w", mp, err)
 		}
 	}
-	if st.Mode&0o7777 != 0o500 {
-		if err := unix.Fchmodat(unix.AT_FDCWD, mp, 0o500, 0); err != nil {
+	if uint32(sx.Mode)&0o7777 != 0o500 {
+		if err := unix.Fchmod(fd, 0o500); err != nil {
 			return fmt.Errorf("mountpoint %s: %w", mp, err)
 		}
 	}

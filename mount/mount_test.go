@@ -417,3 +417,25 @@ func TestFuseFixMatchesTheError(t *testing.T) {
 		assert.Contains(t, fuseFix(&os.PathError{Op: "open", Path: "/dev/fuse", Err: tc.err}, tc.root), tc.want)
 	}
 }
+
+// TestPrepareMountpointCoveredByAMount: a directory bind-mounted over a
+// view's mountpoint (the folder, say) is never made the coordinator's.
+func TestPrepareMountpointCoveredByAMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to bind-mount")
+	}
+	d := t.TempDir()
+	mp, victim := filepath.Join(d, "mp"), filepath.Join(d, "victim")
+	require.NoError(t, os.Mkdir(mp, 0o500))
+	require.NoError(t, os.Mkdir(victim, 0o777))
+	require.NoError(t, os.Chmod(victim, 0o777))
+	require.NoError(t, os.Chown(victim, 1234, 1234))
+	require.NoError(t, unix.Mount(victim, mp, "", unix.MS_BIND, ""))
+	t.Cleanup(func() { _ = unix.Unmount(mp, unix.MNT_DETACH) })
+	err := prepareMountpoint(mp)
+	require.ErrorContains(t, err, "covered by another mount")
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(victim, &st))
+	assert.Equal(t, uint32(1234), st.Uid)
+	assert.Equal(t, uint32(0o777), st.Mode&0o7777)
+}
