@@ -295,8 +295,14 @@ func checkName(o op, rel string, p policy) verdict {
 // targetVisible reports whether a symlink target (folder-relative, as
 // cleanSymlinkTarget gives it) leads to something the view shows.
 func targetVisible(m *grants.Matcher, t string) bool {
-	if t == StagingDir || strings.HasPrefix(t, StagingDir+"/") {
+	if t == StagingDir || strings.HasPrefix(t, StagingDir+"/") || t == protocol.LockFile {
 		return false
+	}
+	for _, c := range strings.Split(t, "/") {
+		if grants.IsReservedName(c) {
+			// Into a run or ledger directory, wherever it is.
+			return false
+		}
 	}
 	return t == "" || m.Visible(t)
 }
