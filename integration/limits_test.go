@@ -92,6 +92,7 @@ except OSError as err:
 	host := exec.Command("setpriv", "--reuid", "4321", "--regid", "4321", "--clear-groups", "sleep", "60")
 	require.NoError(t, host.Start())
 	t.Cleanup(func() { _ = host.Process.Kill(); _ = host.Wait() })
+	waitFor(t, func() bool { return len(uidProcs(t, 4321)) > 0 }, "the host process runs as uid 4321")
 	_, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", "4321"}, script: "true"})
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, stderr, "in use on the host")

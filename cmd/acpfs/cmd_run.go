@@ -179,10 +179,10 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if err != nil {
 				return err
 			}
-			if rootless && ns.Scheme != sandbox.SchemeSingle && home == "" {
-				// A home owned by a subordinate uid needs root to make;
-				// say so and run without one.
-				fmt.Fprintln(cmd.ErrOrStderr(), "acpfs run: no persistent home without root in the subuid scheme (HOME is the private /tmp); pass --home DIR of a directory the agent's uid owns")
+			if rootless && home == "" {
+				// The home in the run directory is made for the agent's
+				// uid, which takes root; without root, a home is only one
+				// given with --home (docs/sandbox.md, "Without root").
 				home = sandbox.HomeNone
 			}
 			binds, homeAt, err := planRunHome(home, runDir, v.grant.GrantID, folder, masks, binds, hostU, hostG)
