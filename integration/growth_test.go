@@ -190,7 +190,7 @@ func TestRewrittenFileMemoryBounded(t *testing.T) {
 const upMemAppends = 1500
 
 // TestUpMemoryUnderAppendLoad (issue 25, finding 4): `acpfs up` serving
-// eight views while eight writers race to append through the owner's
+// eight views while four writers race to append through the owner's
 // view and readers of every view read events.jsonl, protocol.json and
 // .acpfs/status, until 1,500 appends are in. The daemon's peak resident
 // size stays within a generous bound of what it was idle. (Before, every
