@@ -13,7 +13,7 @@ import (
 // heapProfileEnv names a file that SIGUSR2 makes a serving daemon (acpfs
 // up or mount) write a heap profile to. Hidden and off by default: it is
 // for finding what a daemon keeps under load (see CONTRIBUTING.md), and
-// without it SIGUSR2 keeps its default action.
+// without it the daemon installs no handler for SIGUSR2.
 const heapProfileEnv = "ACPFS_HEAP_PROFILE"
 
 // startHeapProfiler installs the SIGUSR2 handler when heapProfileEnv is
