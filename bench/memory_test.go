@@ -18,10 +18,18 @@ import (
 	"github.com/acpfs/acpfs/grants"
 )
 
-const (
-	memAgents  = 16
-	memHistory = 100_000
-)
+const memAgents = 16
+
+// memHistory is the history TestDaemonMemory starts from: 100,000
+// events, or ACPFS_SOAK_EVENTS.
+func memHistory(tb testing.TB) int {
+	if s := os.Getenv("ACPFS_SOAK_EVENTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(tb, err, "ACPFS_SOAK_EVENTS")
+		return n
+	}
+	return 100_000
+}
 
 // soakDuration is how long TestDaemonMemory keeps the load on
 // (ACPFS_SOAK_SECONDS overrides the default minute; the 30-minute soak
@@ -104,7 +112,8 @@ func TestDaemonMemory(t *testing.T) {
 	for i := 3; i <= memAgents; i++ {
 		parts = append(parts, fmt.Sprintf("a%02d", i))
 	}
-	h := newHistory(t, root, memHistory, parts...)
+	events := memHistory(t)
+	h := newHistory(t, root, events, parts...)
 	rd := grants.NewRunDir(filepath.Join(root, "agent_runs"))
 	require.NoError(t, rd.Init())
 	for _, p := range parts {
@@ -224,9 +233,9 @@ func TestDaemonMemory(t *testing.T) {
 		}
 	}
 	note := fmt.Sprintf("%d events at start, %d at the end (%d appends accepted, %d refused), %d reads; idle before the load VmRSS %.1f MiB",
-		memHistory, last, accepted.Load(), refused.Load(), reads.Load(), float64(idle["VmRSS"])/1024)
+		events, last, accepted.Load(), refused.Load(), reads.Load(), float64(idle["VmRSS"])/1024)
 	t.Log(note)
-	variant := fmt.Sprintf("16 agents, %s of load", dur)
+	variant := fmt.Sprintf("16 agents, %d events, %s of load", events, dur)
 	record("memory", variant+": peak", fmt.Sprintf("VmHWM %.1f MiB", peak), "", fmt.Sprintf("%s; %s", verdict(peak <= 100), note))
 	record("memory", variant+": first third vs last third", fmt.Sprintf("VmRSS %.1f → %.1f MiB (%+.1f%%)", first, final, growth), "",
 		fmt.Sprintf("%s; mean of each third after the first %s", verdict(growth < 10), warm))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -41,21 +42,29 @@ func startHeapProfiler() func() {
 	return func() { signal.Stop(sig); close(done) }
 }
 
-// writeHeapProfile writes the heap as of a fresh collection, through a
-// temporary file so that a reader never sees half a profile.
+// writeHeapProfile writes the goroutines (to path.goroutines, as text)
+// and then the heap as of a fresh collection, each through a temporary
+// file so that a reader never sees half a profile.
 func writeHeapProfile(path string) error {
+	if err := writeProfile(path+".goroutines", func(w io.Writer) error { return pprof.Lookup("goroutine").WriteTo(w, 1) }); err != nil {
+		return err
+	}
 	runtime.GC()
+	return writeProfile(path, pprof.WriteHeapProfile)
+}
+
+func writeProfile(path string, write func(io.Writer) error) error {
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
-		return fmt.Errorf("heap profile: %w", err)
+		return fmt.Errorf("profile: %w", err)
 	}
-	if err := pprof.WriteHeapProfile(f); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
-		return fmt.Errorf("heap profile %s: %w", tmp, err)
+		return fmt.Errorf("profile %s: %w", tmp, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("heap profile %s: %w", tmp, err)
+		return fmt.Errorf("profile %s: %w", tmp, err)
 	}
 	return os.Rename(tmp, path)
 }
