@@ -42,11 +42,12 @@ func startHeapProfiler() func() {
 	return func() { signal.Stop(sig); close(done) }
 }
 
-// writeHeapProfile writes the goroutines (to path.goroutines, as text)
-// and then the heap as of a fresh collection, each through a temporary
-// file so that a reader never sees half a profile.
+// writeHeapProfile writes the goroutines (to path.goroutines, as text,
+// each with its creator) and then the heap as of a fresh collection,
+// each through a temporary file so that a reader never sees half a
+// profile.
 func writeHeapProfile(path string) error {
-	if err := writeProfile(path+".goroutines", func(w io.Writer) error { return pprof.Lookup("goroutine").WriteTo(w, 1) }); err != nil {
+	if err := writeProfile(path+".goroutines", func(w io.Writer) error { return pprof.Lookup("goroutine").WriteTo(w, 2) }); err != nil {
 		return err
 	}
 	runtime.GC()
