@@ -236,10 +236,11 @@ func TestUpMemoryUnderAppendLoad(t *testing.T) {
 	require.Empty(t, r.found())
 	hwm := growthMemKB(t, up.PID(), "VmHWM")
 	t.Logf("acpfs up: VmRSS %d kB idle, VmHWM %d kB after %d appends", idle, hwm, accepted.Load())
-	// The daemon needs about 30 MB more than idle under this load; the
-	// bound leaves room for a collection that comes late on a busy
-	// machine, not for a buffer per request.
-	const bound = 48 << 10 // kB
+	// The daemon needs about 30-35 MB more than idle under this load; the
+	// bound leaves room for a collection that comes late and for a burst
+	// of go-fuse readers on a busy machine (docs/benchmarks.md, "Daemon
+	// memory"), not for a 1 MiB buffer per request.
+	const bound = 64 << 10 // kB
 	assert.Less(t, hwm-idle, int64(bound), "the daemon's peak grew by %d kB over its idle size", hwm-idle)
 	require.NoError(t, up.Stop(), up.Output())
 }
