@@ -73,21 +73,28 @@ func newHistory(tb testing.TB, parent string, n int, participants ...string) *hi
 	at := func(seq int) string {
 		return start.Add(time.Duration(seq) * time.Second).Format("2006-01-02T15:04:05Z")
 	}
+	// Every participant but the owner reviews the proposal: the phase
+	// moves on once all of them have.
 	opening := []map[string]any{
-		{"seq": 2, "from": histOwner, "event": "deliverable_drafted", "doc": histPrimary, "role": "primary"},
-		{"seq": 3, "from": histOwner, "event": "proposal_submitted", "doc": "proposal.md"},
-		{"seq": 4, "from": histReviewer, "event": "review_submitted", "doc": "review.md"},
-		{"seq": 5, "from": histOwner, "event": "proposal_revised", "doc": "proposal.md"},
+		{"from": histOwner, "event": "deliverable_drafted", "doc": histPrimary, "role": "primary"},
+		{"from": histOwner, "event": "proposal_submitted", "doc": "proposal.md"},
 	}
-	for _, ev := range opening {
-		seq := ev["seq"].(int)
-		ev["at"], ev["summary"], ev["reply_to"] = at(seq), "benchmark setup", seq-1
+	for _, p := range participants {
+		if p != histOwner {
+			opening = append(opening, map[string]any{"from": p, "event": "review_submitted", "doc": "review.md"})
+		}
+	}
+	opening = append(opening, map[string]any{"from": histOwner, "event": "proposal_revised", "doc": "proposal.md"})
+	require.Greater(tb, n, len(opening)+1)
+	for i, ev := range opening {
+		seq := i + 2
+		ev["seq"], ev["at"], ev["summary"], ev["reply_to"] = seq, at(seq), "benchmark setup", seq-1
 		b, err := json.Marshal(ev)
 		require.NoError(tb, err)
 		w.Write(b)
 		w.WriteByte('\n')
 	}
-	for seq := 6; seq < n; seq++ {
+	for seq := len(opening) + 2; seq < n; seq++ {
 		w.Write(eventLine(seq, start.Add(time.Duration(seq)*time.Second)))
 		w.WriteByte('\n')
 	}

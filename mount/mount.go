@@ -27,6 +27,9 @@ import (
 	"github.com/acpfs/acpfs/protocol"
 )
 
+// maxWrite is the largest FUSE request a view takes (see Start).
+const maxWrite = 128 << 10
+
 // Config describes one view.
 type Config struct {
 	Folder     string // backing collaboration folder
@@ -160,8 +163,14 @@ func Start(cfg Config) (*Mount, error) {
 			// as a whole and events.jsonl can refuse O_TRUNC at open.
 			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
 			DirectMount:       os.Geteuid() == 0,
-			MaxWrite:          1 << 20,
-			Debug:             cfg.Debug,
+			// go-fuse keeps one buffer of MaxWrite for every request
+			// being read or served, a write's for as long as it waits
+			// (an append queues for the log's lock): at 1 MiB, 16
+			// views with writers queued held 70 MB and more. 128 KiB
+			// (the kernel's default) bounds that to a tenth; a larger
+			// write only takes more requests.
+			MaxWrite: maxWrite,
+			Debug:    cfg.Debug,
 		},
 	}
 	if cfg.AllowOther || cfg.Owner != nil {

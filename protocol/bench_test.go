@@ -29,7 +29,7 @@ func benchLine(seq int, at time.Time) []byte {
 // benchFolder builds a valid folder holding n events: the happy path up
 // to question_classified (6 events), then benchCycle, written directly.
 // protocol.json and review.md are brought in line so that it validates.
-func benchFolder(b *testing.B, n int) string {
+func benchFolder(b testing.TB, n int) string {
 	b.Helper()
 	k := newKit(b, kitOptions(filepath.Join(b.TempDir(), "c"), "design-spec"))
 	for _, s := range k.happySteps()[:5] {

@@ -225,6 +225,7 @@ func newMountCmd() *cobra.Command {
 				return err
 			}
 			defer lw.Close()
+			defer startHeapProfiler()()
 			// Catch signals before mounting: one that arrives while the
 			// kernel is still talking to a half-started daemon would kill
 			// it and leave a dead (or hung) mount behind.

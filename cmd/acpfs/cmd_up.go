@@ -146,6 +146,7 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 		}
 		hs.log.Store(log)
 	}
+	defer startHeapProfiler()()
 	// Catch signals before mounting (see acpfs mount).
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
