@@ -239,14 +239,25 @@ func (a *connAborter) close() {
 // openAbortFile opens fusectl's abort file of connection minor. As root,
 // fusectl is mounted for the moment on a directory of our own and
 // detached at once: the open file keeps what it needs. Otherwise only
-// the system's fusectl mount can serve, if there is one.
+// the system's fusectl mount can serve, if there is one; so too for the
+// root of a user namespace (a rootless acpfs run's daemon), which may
+// not mount fusectl but owns the abort files of the views it mounted.
 func openAbortFile(minor string) (*os.File, error) {
 	if _, err := strconv.Atoi(minor); err != nil {
 		return nil, fmt.Errorf("connection %q: not a number", minor)
 	}
-	if os.Geteuid() != 0 {
-		return os.OpenFile(filepath.Join(fusectl, minor, "abort"), os.O_WRONLY, 0)
+	if os.Geteuid() == 0 {
+		f, err := openAbortFileMounted(minor)
+		if !errors.Is(err, unix.EPERM) {
+			return f, err
+		}
 	}
+	return os.OpenFile(filepath.Join(fusectl, minor, "abort"), os.O_WRONLY, 0)
+}
+
+// openAbortFileMounted is openAbortFile through a fusectl mount of our
+// own.
+func openAbortFileMounted(minor string) (*os.File, error) {
 	dir, err := os.MkdirTemp("", "acpfs-fusectl-")
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/acpfs/acpfs/grants"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -375,7 +376,12 @@ func newRunDaemonCmd() *cobra.Command {
 		if err := readConfig(&cfg); err != nil {
 			return err
 		}
-		if err := startSupervisor(); err != nil {
+		if cfg.UserNS != nil && !fusectlMounted() {
+			// The root of a user namespace may not mount fusectl: without
+			// the system's mount the supervisor could abort nothing, and
+			// would only warn at every view (docs/sandbox.md, "Without root").
+			slog.Debug("no supervisor: a rootless run aborts FUSE connections through the system's fusectl, which is not mounted", "fusectl", fusectlDir)
+		} else if err := startSupervisor(); err != nil {
 			return err
 		}
 		code, err := mount.Run(cfg, []string{runInitName})

@@ -23,8 +23,22 @@ func init() {
 // runUserNSName is the first stage of a rootless run's daemon: started in
 // a new user and mount namespace, it waits until acpfs run has mapped its
 // uids, then executes the daemon, which gets its capabilities in the
-// namespace from that exec (an exec before the map gets none).
-const runUserNSName = "run-userns"
+// namespace from that exec (an exec before the map gets none). Its name
+// is not sandbox.UsernsHelper's: cobra would run one of the two for both.
+const runUserNSName = "run-rootless"
+
+// fusectlDir is where systems mount fusectl, whose abort files the
+// supervisor of a rootless run's daemon can only reach there.
+const fusectlDir = "/sys/fs/fuse/connections"
+
+// fusectlMagic is fusectl's file system type (FUSE_CTL_SUPER_MAGIC).
+const fusectlMagic = 0x65735543
+
+// fusectlMounted tells whether the system has mounted fusectl.
+func fusectlMounted() bool {
+	var st unix.Statfs_t
+	return unix.Statfs(fusectlDir, &st) == nil && st.Type == fusectlMagic
+}
 
 // rootlessReady tells, in one line, why this user cannot build a
 // rootless sandbox: no usable /dev/fuse, or no user namespaces.
@@ -143,7 +157,7 @@ func newRunUserNSCmd() *cobra.Command {
 	return hiddenCmd(runUserNSName, "internal: the user namespace of a rootless acpfs run (configuration on descriptor 3, go on 4)", func(*cobra.Command) error {
 		gate := os.NewFile(4, "go")
 		if gate == nil {
-			return errors.New("run-userns: no descriptor 4")
+			return errors.New(runUserNSName + ": no descriptor 4")
 		}
 		b := make([]byte, 1)
 		if n, _ := gate.Read(b); n != 1 {
@@ -152,7 +166,7 @@ func newRunUserNSCmd() *cobra.Command {
 		gate.Close()
 		// Descriptor 3 (the configuration) is left for the daemon.
 		if err := syscall.Exec("/proc/self/exe", []string{os.Args[0], runDaemonName}, os.Environ()); err != nil {
-			return fmt.Errorf("run-userns: exec the daemon: %w", err)
+			return fmt.Errorf("%s: exec the daemon: %w", runUserNSName, err)
 		}
 		return nil
 	})

@@ -26,3 +26,18 @@ func TestRootlessUIDRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestCommandNamesUnique: cobra runs the first of two commands of one
+// name, silently. The first stage of a rootless run and the helper that
+// holds an idmapped mount's user namespace were both "run-userns", so a
+// rootless run executed the helper (which waits for its stdin to close
+// and exits 0) instead of its daemon.
+func TestCommandNamesUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range newRootCmd().Commands() {
+		for _, name := range append([]string{c.Name()}, c.Aliases...) {
+			assert.False(t, seen[name], "two commands are named %q", name)
+			seen[name] = true
+		}
+	}
+}
