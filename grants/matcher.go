@@ -8,8 +8,11 @@ import (
 
 // Rule texts used in Decision.Rule besides the grant's own entries.
 const (
-	RuleRoot      = "folder root"
-	RuleRunDir    = "run directory"
+	RuleRoot   = "folder root"
+	RuleRunDir = "run directory"
+	// RuleGit hides a repository's .git from a grant that does not name
+	// it: it holds every committed file, past and present.
+	RuleGit       = ".git is shown only to a grant that names it"
 	RuleRevoked   = "grant revoked"
 	RuleNoMatch   = "no rule matches"
 	ruleAncestorF = "%s (ancestor of a match)"
@@ -19,11 +22,15 @@ const (
 // after compile, which is what makes a Matcher safe for concurrent use.
 type matcherState struct {
 	revoked bool
-	hidden  []string
-	forbid  []compiled
-	write   []compiled
-	read    []compiled
-	rules   []string // rule texts, indexed by compiled.rule
+	// namesGit is set when a may_read or may_write pattern names a
+	// ".git" component: only then is a repository's .git shown (it holds
+	// every committed file, past and present, whatever else is hidden).
+	namesGit bool
+	hidden   []string
+	forbid   []compiled
+	write    []compiled
+	read     []compiled
+	rules    []string // rule texts, indexed by compiled.rule
 }
 
 func compileMatcher(g *Grant, opts MatcherOptions) (*Matcher, error) {
@@ -78,6 +85,11 @@ func buildState(g *Grant) (*matcherState, []Problem) {
 			*l.dst = append(*l.dst, cs...)
 		}
 	}
+	for _, p := range append(append([]string(nil), g.MayRead...), g.MayWrite...) {
+		if hasGitComponent(strings.TrimPrefix(p, "/")) {
+			st.namesGit = true
+		}
+	}
 	return st, problems
 }
 
@@ -130,7 +142,23 @@ func (st *matcherState) isHidden(rel string) bool {
 // blocked covers what every question answers "no" to first: revocation,
 // the run directory and forbidden_read.
 func (st *matcherState) blocked(rel string) bool {
-	return st.revoked || st.isHidden(rel) || first(st.forbid, rel) >= 0
+	return st.revoked || st.isHidden(rel) || first(st.forbid, rel) >= 0 || (!st.namesGit && hasGitComponent(rel))
+}
+
+// GitDir is the name of a git repository's directory, shown only to a
+// grant that names it (see matcherState.namesGit).
+const GitDir = ".git"
+
+// hasGitComponent reports whether a component of rel is ".git".
+func hasGitComponent(rel string) bool {
+	for rest := rel; rest != ""; {
+		c, after, _ := strings.Cut(rest, "/")
+		if c == GitDir {
+			return true
+		}
+		rest = after
+	}
+	return false
 }
 
 // ConflictMark is what the document sync of several hosts puts between a
@@ -223,6 +251,8 @@ func (m *Matcher) explain(rel string) Decision {
 		d.Rule = RuleRoot
 	case st.isHidden(rel):
 		d.Rule = RuleRunDir
+	case !st.namesGit && hasGitComponent(rel) && first(st.forbid, rel) < 0:
+		d.Rule = RuleGit
 	case m.copyHidden(rel):
 		orig, _ := conflictOriginal(rel)
 		d.Rule = fmt.Sprintf("conflict copy of %s, which the grant does not let read", orig)

@@ -536,3 +536,38 @@ func join(dir, name string) string {
 	}
 	return dir + "/" + name
 }
+
+// TestGitShownOnlyWhenNamed (issue 24): a repository's .git holds every
+// committed file, past and present (the oracle's too): a grant shows it
+// only when one of its patterns names it.
+func TestGitShownOnlyWhenNamed(t *testing.T) {
+	all := &Grant{GrantID: "G-a", AgentID: "a", MayRead: []string{"**"}, MayWrite: []string{"src/**"}}
+	named := &Grant{GrantID: "G-g", AgentID: "g", MayRead: []string{"**", ".git/**"}, MayWrite: []string{"src/**", ".git/**"}}
+	tests := []struct {
+		g       *Grant
+		rel     string
+		visible bool
+	}{
+		{all, ".git", false},
+		{all, ".git/HEAD", false},
+		{all, "sub/.git/config", false},
+		{all, "src/.git", false},
+		{all, "src/x.go", true},
+		{all, ".gitignore", true},
+		{all, "notes.git", true},
+		{named, ".git", true},
+		{named, ".git/objects/ab/cd", true},
+	}
+	for _, tt := range tests {
+		m, err := Compile(tt.g, MatcherOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, tt.visible, m.Visible(tt.rel), "%s: %s", tt.g.GrantID, tt.rel)
+		if !tt.visible {
+			assert.False(t, m.Readable(tt.rel), "%s: %s", tt.g.GrantID, tt.rel)
+		}
+	}
+	m, err := Compile(all, MatcherOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, RuleGit, m.Explain(".git/HEAD").Rule)
+	assert.False(t, m.Writable("src/.git/config"))
+}
