@@ -216,7 +216,7 @@ func TestCrashKillUpUnderLoad(t *testing.T) {
 				round, supervisorAnswer, strings.Join(stuck, "; "), diag)
 		}
 		for _, a := range r.agents {
-			err, ok := answers(time.Until(killed.Add(supervisorAnswer)), func() error { _, err := os.Stat(r.view[a]); return err })
+			err, ok := answers(time.Until(killed.Add(supervisorAnswer)), func() error { return sfReaches(r.view[a]) })
 			require.True(t, ok, "round %d: the view of %s hangs after `acpfs up` was killed\n%s", round, a, describeProcess(up.PID()))
 			require.True(t, errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED), "round %d: view of %s: %v", round, a, err)
 		}

@@ -141,6 +141,14 @@ func sfStat(p string) error {
 	return err
 }
 
+// sfReaches opens the view at mp and reads its status: unlike a stat of
+// its root, which the kernel may answer from attributes it still keeps,
+// an open always reaches the daemon (ENOTCONN when it is dead).
+func sfReaches(mp string) error {
+	_, err := os.ReadFile(filepath.Join(mp, ".acpfs", "status"))
+	return err
+}
+
 // sfKill kills a daemon with SIGKILL, as a crash would, once it has
 // finished starting (its "mounted"/"view(s)" line is out). A daemon
 // killed earlier may still be closing the probe file that go-fuse opens

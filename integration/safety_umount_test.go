@@ -141,7 +141,7 @@ func TestSafetyUmountStaleView(t *testing.T) {
 			require.NoError(t, err)
 		}
 		sfKill(t, p)
-		require.ErrorIs(t, sfStat(mnt), syscall.ENOTCONN)
+		require.ErrorIs(t, sfReaches(mnt), syscall.ENOTCONN)
 		_, stderr, code := sfRun(t, "umount", mnt)
 		require.Equal(t, 0, code, "hold=%v: %s", hold, stderr)
 		assert.False(t, testutil.Mounted(mnt), "hold=%v", hold)

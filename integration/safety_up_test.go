@@ -75,7 +75,7 @@ func TestSafetyUpRestartsAfterSIGKILL(t *testing.T) {
 	killed := pmUp(t, e.runs, e.folder, e.root, agents)
 	sfKill(t, killed)
 	for _, a := range agents {
-		require.ErrorIs(t, sfStat(filepath.Join(e.root, a)), syscall.ENOTCONN, "a dead view answers ENOTCONN")
+		require.ErrorIs(t, sfReaches(filepath.Join(e.root, a)), syscall.ENOTCONN, "a dead view answers ENOTCONN")
 	}
 
 	st, stderr, code := sfStatus(t, e.runs)
