@@ -123,7 +123,7 @@ func (f *FS) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
 		// view nothing is there.
 		return nil, errnoOf(err)
 	}
-	if i := strings.LastIndexByte(rel, '/'); i >= 0 && (grants.IsReservedName(path.Base(rel[:i])) || f.conceal.hidesDir(d.fd)) {
+	if i := strings.LastIndexByte(rel, '/'); i >= 0 && (grants.IsReservedName(path.Base(rel[:i])) || f.conceal.hidesDir(d.fd, !m.NamesGit())) {
 		// rel lies in a directory no view shows (reached through an
 		// entry the kernel kept from before it was one).
 		d.close()

@@ -29,6 +29,36 @@ type concealed struct {
 	// changes its ctime, which makes it looked at again.
 	mu     sync.Mutex
 	marked map[markKey]bool
+	// gits remembers, the same way, which directories are a git
+	// repository's directory (grants.IsGitDirAt).
+	gits map[markKey]bool
+}
+
+// whyGit is the ledger's reason for a git directory the grant does not
+// name.
+const whyGit = "a git repository's directory (every committed file, past and present), which the grant does not name"
+
+// gitDir reports whether the directory name in dirfd, of stat st, is a
+// git repository's directory under another name than .git.
+func (c *concealed) gitDir(dirfd int, name string, st *unix.Stat_t) bool {
+	if c == nil {
+		return grants.IsGitDirAt(dirfd, name)
+	}
+	k := markKey{id: fsid.OfStat(st), ctime: st.Ctim}
+	c.mu.Lock()
+	v, ok := c.gits[k]
+	c.mu.Unlock()
+	if ok {
+		return v
+	}
+	v = grants.IsGitDirAt(dirfd, name)
+	c.mu.Lock()
+	if c.gits == nil || len(c.gits) >= maxMarked {
+		c.gits = make(map[markKey]bool)
+	}
+	c.gits[k] = v
+	c.mu.Unlock()
+	return v
 }
 
 type markKey struct {
@@ -44,7 +74,7 @@ const maxMarked = 1 << 14
 // parent of every name it resolves below the root: the kernel may have
 // kept a directory's entry from before it was marked, and must not reach
 // its entries through it.
-func (c *concealed) hidesDir(fd int) bool {
+func (c *concealed) hidesDir(fd int, git bool) bool {
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil {
 		return true
@@ -53,17 +83,35 @@ func (c *concealed) hidesDir(fd int) bool {
 		return true
 	}
 	k := markKey{id: fsid.OfStat(&st), ctime: st.Ctim}
+	var coord, isGit, known, gitKnown bool
 	if c != nil {
 		c.mu.Lock()
-		v, ok := c.marked[k]
+		coord, known = c.marked[k]
+		isGit, gitKnown = c.gits[k]
 		c.mu.Unlock()
-		if ok {
-			return v
+	}
+	if !known {
+		coord = grants.IsCoordinatorDir(fd)
+		c.remember(k, coord)
+	}
+	if coord {
+		return true
+	}
+	if !git {
+		return false
+	}
+	if !gitKnown {
+		isGit = grants.IsGitDir(fd)
+		if c != nil {
+			c.mu.Lock()
+			if c.gits == nil || len(c.gits) >= maxMarked {
+				c.gits = make(map[markKey]bool)
+			}
+			c.gits[k] = isGit
+			c.mu.Unlock()
 		}
 	}
-	v := grants.IsCoordinatorDir(fd)
-	c.remember(k, v)
-	return v
+	return isGit
 }
 
 // remember keeps what a directory was found to be.

@@ -333,6 +333,8 @@ func classify(m *grants.Matcher, c *concealed, dirfd int, name, rel string, st *
 		e.kind = kindDir
 		if grants.IsReservedName(name) || c.coordinatorDir(dirfd, name, st) {
 			e.kind, e.why = kindConcealed, whyConcealed
+		} else if !m.NamesGit() && c.gitDir(dirfd, name, st) {
+			e.kind, e.why = kindConcealed, whyGit
 		}
 	case unix.S_IFREG:
 		e.kind = kindFile

@@ -113,6 +113,11 @@ func Compile(g *Grant, opts MatcherOptions) (*Matcher, error) { return compileMa
 // the type is known.
 func (m *Matcher) Visible(rel string) bool { return m.visible(rel) }
 
+// NamesGit reports whether a may_read or may_write pattern names a
+// ".git" component: only then does a view show a git repository's
+// directory, whatever it is called.
+func (m *Matcher) NamesGit() bool { return m.st != nil && m.st.namesGit }
+
 // ShowsAll reports whether the grant shows everything at or below the
 // directory rel, so that nothing hidden can lie there. It errs towards
 // false.

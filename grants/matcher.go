@@ -153,7 +153,8 @@ const GitDir = ".git"
 func hasGitComponent(rel string) bool {
 	for rest := rel; rest != ""; {
 		c, after, _ := strings.Cut(rest, "/")
-		if c == GitDir {
+		if strings.EqualFold(c, GitDir) {
+			// .GIT too: a case-insensitive file system leads it to .git.
 			return true
 		}
 		rest = after

@@ -73,6 +73,33 @@ func IsCoordinatorDir(fd int) bool {
 	return false
 }
 
+// IsGitDirAt reports whether the directory name in dirfd is a git
+// repository's directory, whatever it is called (a bare repository, a
+// separate git directory, a copy): it holds a HEAD file and objects/ and
+// refs/ directories. No symlink is followed.
+func IsGitDirAt(dirfd int, name string) bool {
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return IsGitDir(fd)
+}
+
+// IsGitDir is IsGitDirAt for a directory held by fd.
+func IsGitDir(fd int) bool {
+	var st unix.Stat_t
+	if unix.Fstatat(fd, "HEAD", &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return false
+	}
+	for _, d := range []string{"objects", "refs"} {
+		if unix.Fstatat(fd, d, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return false
+		}
+	}
+	return true
+}
+
 // RunDir is the coordinator's run directory:
 //
 //	<root>/context_grants/G-<id>.json and G-<id>.prompt.md
@@ -509,4 +536,88 @@ func (r RunDir) MakeRoot() error {
 		return err
 	}
 	return nil
+}
+
+// CoordinatorDirAt returns the run or ledger directory that p is, or lies
+// in (walking up through ".." from what p leads to), or "" for none: a
+// collaboration folder, or a directory shown to a sandbox, inside one
+// would show its key, its grants and its agents' homes.
+func CoordinatorDirAt(p string) (string, error) {
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	where := p
+	for depth := 0; depth < 4096; depth++ {
+		if IsCoordinatorDir(fd) {
+			unix.Close(fd)
+			return where, nil
+		}
+		parent, err := unix.Openat(fd, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		var a, b unix.Stat_t
+		same := err == nil && unix.Fstat(fd, &a) == nil && unix.Fstat(parent, &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino
+		unix.Close(fd)
+		if err != nil {
+			return "", err
+		}
+		if same {
+			unix.Close(parent)
+			return "", nil
+		}
+		fd, where = parent, filepath.Join(where, "..")
+	}
+	unix.Close(fd)
+	return "", nil
+}
+
+// CoordinatorDirBelow returns a run or ledger directory found at or
+// below the directory p (directories only are walked, at most maxDirs of
+// them, symlinks not followed), or "" for none; the directories except
+// names are not looked into (the caller masks them). complete is false
+// when the walk stopped at maxDirs.
+func CoordinatorDirBelow(p string, maxDirs int, except ...string) (found string, complete bool, err error) {
+	skip := map[[2]uint64]bool{}
+	for _, e := range except {
+		var st unix.Stat_t
+		if unix.Stat(e, &st) == nil {
+			skip[[2]uint64{st.Dev, st.Ino}] = true
+		}
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", false, err
+	}
+	if !fi.IsDir() {
+		return "", true, nil
+	}
+	queue := []string{p}
+	for n := 0; len(queue) > 0; n++ {
+		if n >= maxDirs {
+			return "", false, nil
+		}
+		d := queue[0]
+		queue = queue[1:]
+		fd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // unreadable or gone: what the agent cannot read either
+		}
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil && skip[[2]uint64{st.Dev, st.Ino}] {
+			unix.Close(fd) // masked by the caller
+			continue
+		}
+		if IsCoordinatorDir(fd) {
+			unix.Close(fd)
+			return d, true, nil
+		}
+		f := os.NewFile(uintptr(fd), d)
+		ents, _ := f.ReadDir(-1)
+		f.Close()
+		for _, e := range ents {
+			if e.IsDir() {
+				queue = append(queue, filepath.Join(d, e.Name()))
+			}
+		}
+	}
+	return "", true, nil
 }

@@ -30,6 +30,11 @@ func TestGitHiddenUnlessNamed(t *testing.T) {
 	require.NoError(t, err, out)
 	out, err = git("commit", "-qm", "with the oracle")
 	require.NoError(t, err, out)
+	// A git directory under other names: a bare clone, a case variant.
+	out, err = git("clone", "-q", "--bare", "--no-local", ".", "mirror.git")
+	require.NoError(t, err, out)
+	out, err = git("clone", "-q", "--bare", "--no-local", ".", "sub/.GIT")
+	require.NoError(t, err, out)
 
 	g := &grants.Grant{GrantID: "G-all", AgentID: reviewer, Role: "reviewer", Objective: "o",
 		MayRead: []string{"**"}, ForbiddenRead: []string{"oracle/**"}, MayWrite: []string{"events.jsonl", "review.md"}}
@@ -39,8 +44,16 @@ func TestGitHiddenUnlessNamed(t *testing.T) {
 	ents, err := os.ReadDir(v.dir)
 	require.NoError(t, err)
 	for _, e := range ents {
-		assert.NotEqual(t, ".git", e.Name())
+		assert.NotContains(t, []string{".git", "mirror.git"}, e.Name())
 	}
+	for _, rel := range []string{"mirror.git", "mirror.git/HEAD", "sub/.GIT", "sub/.GIT/HEAD"} {
+		_, err := os.Lstat(v.path(rel))
+		assert.ErrorIs(t, err, os.ErrNotExist, rel)
+	}
+	bare := exec.Command("git", "-c", "safe.directory=*", "--git-dir", v.path("mirror.git"), "show", "HEAD:oracle/answer.md")
+	b0, err := bare.CombinedOutput()
+	assert.Error(t, err)
+	assert.NotContains(t, string(b0), "the secret answer")
 	cmd := exec.Command("git", "-c", "safe.directory=*", "show", "HEAD:oracle/answer.md")
 	cmd.Dir = v.dir
 	cmd.Env = append(os.Environ(), "GIT_CEILING_DIRECTORIES="+filepath.Dir(v.dir))

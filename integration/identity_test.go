@@ -308,3 +308,41 @@ func TestIdentityStoreNeverSyncsARunDirectory(t *testing.T) {
 	_, err = os.Stat(filepath.Join(b.view("bob"), "runs-moved", "ledger.key"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
+
+// TestIdentityFoldersAndBindsOutsideRunDirectories (outside attack,
+// round 3): a collaboration folder that is or lies in a run directory
+// (any coordinator's: its key, grants and homes would be the view's top
+// level) is refused by init, mount, run and up; a --ro, --rw or --home
+// that is, lies in or holds another coordinator's run directory is
+// refused by run before anything starts.
+func TestIdentityFoldersAndBindsOutsideRunDirectories(t *testing.T) {
+	e := newCoordEnv(t)
+	e.standardGrants()
+	other := filepath.Join(newDir(t, "other"), "runs")
+	_, stderr, code := acpfs(t, "grant", "create", "--runs", other, "--folder", e.folder, "--agent", owner, "--preset", "owner")
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, os.MkdirAll(filepath.Join(other, "homes", "G-alice"), 0o700))
+	holder := filepath.Dir(other)
+
+	_, stderr, code = acpfs(t, "init", "--folder", filepath.Join(other, "homes", "collab"), "--participant", owner,
+		"--objective", "o", "--completion", "c", "--primary-deliverable-type", "design-spec")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "run or ledger directory")
+	mp := mustMkdir(t, filepath.Join(newDir(t, "mp"), "v"))
+	_, stderr, code = sfRun(t, "mount", "--folder", other, "--runs", e.runs, "--grant", "G-bob", mp)
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "run or ledger directory")
+	assert.Empty(t, sfFSTypesAt(mp))
+
+	for _, flags := range [][]string{
+		{"--ro", holder},
+		{"--rw", holder},
+		{"--ro", filepath.Join(other, "homes")},
+		{"--home", filepath.Join(other, "homes", "G-alice")},
+	} {
+		out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: flags, script: "echo STARTED"})
+		assert.NotEqual(t, 0, code, "%v: %s", flags, stderr)
+		assert.NotContains(t, out, "STARTED", "%v", flags)
+		assert.Contains(t, stderr, "run or ledger directory", "%v", flags)
+	}
+}

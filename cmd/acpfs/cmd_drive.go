@@ -62,6 +62,10 @@ file), 3 the views could not be served, 4 FUSE unusable.`,
 			if err := mount.Check().Usable(); err != nil {
 				return withCode(exitNoFUSE, err)
 			}
+			// A reader of the progress that goes away (`| head`) must not
+			// kill the driver before it stops its agents and unmounts:
+			// its writes fail (EPIPE) instead.
+			signal.Ignore(syscall.SIGPIPE)
 			if os.Geteuid() != 0 {
 				return withCode(exitMount, errors.New("acpfs drive runs each turn in acpfs run, which needs root"))
 			}

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/acpfs/acpfs/protocol"
 	"github.com/spf13/cobra"
@@ -25,6 +27,16 @@ initialized event. The first --participant owns the proposal.`,
 			}
 			if err := protoChoice("deliverables-mode", o.Mode, []string{"internal", "external"}); err != nil {
 				return err
+			}
+			// The folder (or, when it is to be made, its directory).
+			at := o.Folder
+			if _, err := os.Stat(at); err != nil {
+				at = filepath.Dir(at)
+			}
+			if _, err := os.Stat(at); err == nil {
+				if err := refuseFolderInRunDir(at); err != nil {
+					return withCode(exitFailed, err)
+				}
 			}
 			res, err := protocol.Init(o)
 			if err != nil {

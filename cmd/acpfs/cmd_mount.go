@@ -124,6 +124,20 @@ func (mf *mountFlags) hiddenDirs(ledgerPath, grantPath string) []string {
 	return h
 }
 
+// refuseFolderInRunDir refuses a collaboration folder that is, or lies
+// in, a run or ledger directory (any coordinator's): its views would show
+// that directory's key, grants and agents' homes.
+func refuseFolderInRunDir(folder string) error {
+	d, err := grants.CoordinatorDirAt(folder)
+	if err != nil {
+		return err
+	}
+	if d != "" {
+		return fmt.Errorf("folder %s is, or lies in, a run or ledger directory (%s): its views would show that directory's key and grants; use a folder outside it", folder, d)
+	}
+	return nil
+}
+
 // viewSetup is what mount and run need before mounting anything.
 type viewSetup struct {
 	folder, ledgerPath, grantPath string
@@ -143,6 +157,9 @@ func (mf *mountFlags) prepare() (viewSetup, error) {
 	}
 	var err error
 	if v.folder, v.ledgerPath, err = mf.resolve(); err != nil {
+		return v, err
+	}
+	if err := refuseFolderInRunDir(v.folder); err != nil {
 		return v, err
 	}
 	if v.grantPath, err = mf.grantPath(); err != nil {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"github.com/acpfs/acpfs/grants"
 	"os"
 	"sort"
 
@@ -53,4 +55,46 @@ func newRunUsernsCmd() *cobra.Command {
 		sandbox.HoldUserns()
 		return nil
 	})
+}
+
+// maxShownDirs bounds the walk refuseRunDirsShown makes of each directory
+// a sandbox is shown.
+const maxShownDirs = 200000
+
+// refuseRunDirsShown refuses a --ro, --rw or --home directory that is,
+// lies in or holds a run or ledger directory (another coordinator's; own
+// names this run's, which the sandbox masks): the
+// sandbox would show its grants, its handed-over copies (the oracle's
+// among them), its agents' homes and, idmapped, its key.
+func refuseRunDirsShown(ro, rw []string, home string, own ...string) error {
+	type shown struct{ flag, path string }
+	var all []shown
+	for _, p := range ro {
+		all = append(all, shown{"--ro", p})
+	}
+	for _, p := range rw {
+		all = append(all, shown{"--rw", p})
+	}
+	if home != "" && home != sandbox.HomeNone {
+		all = append(all, shown{"--home", home})
+	}
+	for _, s := range all {
+		if fi, err := os.Stat(s.path); err != nil || !fi.IsDir() {
+			continue // Plan judges it
+		}
+		if d, err := grants.CoordinatorDirAt(s.path); err == nil && d != "" {
+			return fmt.Errorf("%s %s is, or lies in, a run or ledger directory (%s), which no sandbox may show", s.flag, s.path, d)
+		}
+		// This run's own run and ledger directories are masked (Plan).
+		d, complete, err := grants.CoordinatorDirBelow(s.path, maxShownDirs, own...)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s %s: %w", s.flag, s.path, err)
+		case d != "":
+			return fmt.Errorf("%s %s holds a run or ledger directory (%s), which no sandbox may show; show a directory that does not hold it", s.flag, s.path, d)
+		case !complete:
+			return fmt.Errorf("%s %s holds more than %d directories to check for run directories; show a smaller one", s.flag, s.path, maxShownDirs)
+		}
+	}
+	return nil
 }

@@ -91,6 +91,9 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 	if err != nil {
 		return err
 	}
+	if err := refuseFolderInRunDir(folderAbs); err != nil {
+		return err
+	}
 	rootAbs, err := filepath.Abs(f.root)
 	if err != nil {
 		return err
