@@ -180,9 +180,6 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if err != nil {
 				return err
 			}
-			if err := refuseRunDirsShown(ro, rw, home, runDir, filepath.Dir(v.ledgerPath)); err != nil {
-				return err
-			}
 			if rootless && home == "" {
 				// The home in the run directory is made for the agent's
 				// uid, which takes root; without root, a home is only one
@@ -191,6 +188,9 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			}
 			binds, homeAt, err := planRunHome(home, runDir, v.grant.GrantID, folder, masks, binds, hostU, hostG)
 			if err != nil {
+				return err
+			}
+			if err := refuseRunDirsShown(ro, rw, home, runDir, filepath.Dir(v.ledgerPath)); err != nil {
 				return err
 			}
 			if err := sandbox.CheckReach(folder, binds, hostU, hostG); err != nil {
