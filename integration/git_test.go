@@ -68,3 +68,37 @@ func TestGitHiddenUnlessNamed(t *testing.T) {
 	_, err = os.Stat(w.path(".git/HEAD"))
 	assert.NoError(t, err, "a grant that names .git shows it")
 }
+
+// TestGitInsideRunWhenNamed (issue 24): where a grant names .git, git
+// status, diff, add and commit of the agent's own files work inside
+// acpfs run as anywhere else: no GIT_DISCOVERY_ACROSS_FILESYSTEM, no
+// safe.directory, no --rw of .git (the view shows the repository owned
+// by the agent, on one file system). And such a grant gives away what
+// docs/sandbox.md says: every committed file (the oracle's too), and the
+// files the view hides look deleted to git.
+func TestGitInsideRunWhenNamed(t *testing.T) {
+	e := newCoordEnv(t)
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.email=c@example.test", "-c", "user.name=c", "commit", "-qm", "start"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = e.folder
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%v: %s", args, out)
+	}
+	e.grant("--agent", owner, "--id", "G-alice", "--preset", "owner", "--may-read", "**", "--may-read", ".git/**",
+		"--may-write", ".git/**", "--may-write", "src/**", "--forbid", "oracle/**")
+	out, stderr, code := e.sandbox(sbxRun{grant: "G-alice", script: `set -e
+cd "$0"
+mkdir -p src && echo hello > src/a.txt
+git status --short
+git add src/a.txt
+git diff --cached --stat
+git -c user.email=a@example.test -c user.name=alice commit -qm "add a"
+git log --format=%s -1
+git show HEAD:oracle/answer.md 2>/dev/null && echo ORACLE || true`})
+	require.Equal(t, 0, code, "%s%s", out, stderr)
+	assert.Contains(t, out, "?? src/")
+	assert.Contains(t, out, "src/a.txt")
+	assert.Contains(t, out, "add a")
+	assert.Contains(t, out, " D oracle/answer.md", "a hidden file looks deleted to git")
+	assert.Contains(t, out, "ORACLE", "a grant naming .git reads every committed file")
+}
