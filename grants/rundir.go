@@ -86,18 +86,61 @@ func IsGitDirAt(dirfd int, name string) bool {
 	return IsGitDir(fd)
 }
 
-// IsGitDir is IsGitDirAt for a directory held by fd.
+// IsGitDir is IsGitDirAt for a directory held by fd. Its parts may be of
+// any type (a symlinked objects/ or HEAD leads git as well), and a
+// worktree's git directory (HEAD and commondir) counts too.
 func IsGitDir(fd int) bool {
 	var st unix.Stat_t
-	if unix.Fstatat(fd, "HEAD", &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if unix.Fstatat(fd, "HEAD", &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		return false
 	}
-	for _, d := range []string{"objects", "refs"} {
-		if unix.Fstatat(fd, d, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return false
+	for _, d := range []string{"objects", "refs", "commondir", "packed-refs"} {
+		if unix.Fstatat(fd, d, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			return true
 		}
 	}
-	return true
+	return false
+}
+
+// IsRunDirPart reports whether the directory held by fd looks like a
+// part of a run directory reached under another name (a bind mount of
+// another coordinator's context_grants, handoffs or artifacts): it holds
+// a grant file with its prompt, a handoff record, or a content-addressed
+// artifact copy. It reads the directory, so it is for checks made once
+// (a folder or a sandbox's directories at start), not for every lookup.
+func IsRunDirPart(fd int) bool {
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		return false
+	}
+	// An O_PATH descriptor cannot be listed: open the directory itself.
+	dfd, err := unix.Openat(dup, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	unix.Close(dup)
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(dfd), "part")
+	defer f.Close()
+	names, _ := f.Readdirnames(-1)
+	have := map[string]bool{}
+	for _, n := range names {
+		have[n] = true
+	}
+	for _, n := range names {
+		switch {
+		case strings.HasPrefix(n, "G-") && strings.HasSuffix(n, ".json") && have[strings.TrimSuffix(n, ".json")+".prompt.md"]:
+			return true
+		case strings.HasPrefix(n, "H-") && strings.HasSuffix(n, ".json"):
+			return true
+		case len(n) == 64 && strings.Trim(n, "0123456789abcdef") == "":
+			// A handed-over copy is read-only for everyone (0444).
+			var st unix.Stat_t
+			if unix.Fstatat(dfd, n, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o777 == 0o444 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // RunDir is the coordinator's run directory:
@@ -549,7 +592,9 @@ func CoordinatorDirAt(p string) (string, error) {
 	}
 	where := p
 	for depth := 0; depth < 4096; depth++ {
-		if IsCoordinatorDir(fd) {
+		// A part of a run directory is recognised where p itself leads
+		// (a bind mount of one hides the run directory above it).
+		if IsCoordinatorDir(fd) || depth == 0 && IsRunDirPart(fd) {
 			unix.Close(fd)
 			return where, nil
 		}
@@ -606,7 +651,7 @@ func CoordinatorDirBelow(p string, maxDirs int, except ...string) (found string,
 			unix.Close(fd) // masked by the caller
 			continue
 		}
-		if IsCoordinatorDir(fd) {
+		if IsCoordinatorDir(fd) || IsRunDirPart(fd) {
 			unix.Close(fd)
 			return d, true, nil
 		}

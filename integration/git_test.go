@@ -35,6 +35,16 @@ func TestGitHiddenUnlessNamed(t *testing.T) {
 	require.NoError(t, err, out)
 	out, err = git("clone", "-q", "--bare", "--no-local", ".", "sub/.GIT")
 	require.NoError(t, err, out)
+	// Shaped otherwise: objects/ a symlink, a worktree's git directory
+	// (HEAD and commondir only).
+	out, err = git("clone", "-q", "--bare", "--no-local", ".", "h/r2")
+	require.NoError(t, err, out)
+	require.NoError(t, os.MkdirAll(filepath.Join(c.folder, "h", "store"), 0o755))
+	require.NoError(t, os.Rename(filepath.Join(c.folder, "h", "r2", "objects"), filepath.Join(c.folder, "h", "store", "objects")))
+	require.NoError(t, os.Symlink("../store/objects", filepath.Join(c.folder, "h", "r2", "objects")))
+	require.NoError(t, os.MkdirAll(filepath.Join(c.folder, "h", "r4"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(c.folder, "h", "r4", "HEAD"), []byte("ref: refs/heads/master\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(c.folder, "h", "r4", "commondir"), []byte("../r2\n"), 0o644))
 
 	g := &grants.Grant{GrantID: "G-all", AgentID: reviewer, Role: "reviewer", Objective: "o",
 		MayRead: []string{"**"}, ForbiddenRead: []string{"oracle/**"}, MayWrite: []string{"events.jsonl", "review.md"}}
@@ -46,7 +56,7 @@ func TestGitHiddenUnlessNamed(t *testing.T) {
 	for _, e := range ents {
 		assert.NotContains(t, []string{".git", "mirror.git"}, e.Name())
 	}
-	for _, rel := range []string{"mirror.git", "mirror.git/HEAD", "sub/.GIT", "sub/.GIT/HEAD"} {
+	for _, rel := range []string{"mirror.git", "mirror.git/HEAD", "sub/.GIT", "sub/.GIT/HEAD", "h/r2", "h/r2/HEAD", "h/r4", "h/r4/commondir"} {
 		_, err := os.Lstat(v.path(rel))
 		assert.ErrorIs(t, err, os.ErrNotExist, rel)
 	}

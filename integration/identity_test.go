@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/testutil"
@@ -334,7 +335,18 @@ func TestIdentityFoldersAndBindsOutsideRunDirectories(t *testing.T) {
 	assert.Contains(t, stderr, "run or ledger directory")
 	assert.Empty(t, sfFSTypesAt(mp))
 
+	// Another coordinator's grants reached through a bind mount (whose
+	// ".." is not the run directory): known by what they hold.
+	alias := mustMkdir(t, filepath.Join(newDir(t, "alias"), "a"))
+	require.NoError(t, unix.Mount(filepath.Join(other, "context_grants"), alias, "", unix.MS_BIND, ""))
+	t.Cleanup(func() { _ = unix.Unmount(alias, unix.MNT_DETACH) })
+	_, stderr, code = sfRun(t, "mount", "--folder", alias, "--runs", e.runs, "--grant", "G-bob", mp)
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "run or ledger directory")
+	assert.Empty(t, sfFSTypesAt(mp))
+
 	for _, flags := range [][]string{
+		{"--ro", alias},
 		{"--ro", holder},
 		{"--rw", holder},
 		{"--ro", filepath.Join(other, "homes")},
