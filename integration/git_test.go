@@ -64,8 +64,11 @@ func TestGitHiddenUnlessNamed(t *testing.T) {
 	b0, err := bare.CombinedOutput()
 	assert.Error(t, err)
 	assert.NotContains(t, string(b0), "the secret answer")
-	cmd := exec.Command("git", "-c", "safe.directory=*", "show", "HEAD:oracle/answer.md")
-	cmd.Dir = v.dir
+	// -C, not cmd.Dir: a child that changed into a view this process
+	// serves between vfork and exec would wait for an answer while a
+	// garbage collection here waits for the suspended thread (see
+	// view.sh).
+	cmd := exec.Command("git", "-C", v.dir, "-c", "safe.directory=*", "show", "HEAD:oracle/answer.md")
 	cmd.Env = append(os.Environ(), "GIT_CEILING_DIRECTORIES="+filepath.Dir(v.dir))
 	b, err := cmd.CombinedOutput()
 	assert.Error(t, err)
