@@ -23,16 +23,20 @@ const whyConcealed = "the coordinator's own (run directory, ledger, grants or a 
 type concealed struct {
 	held []*fsid.Held
 
-	// marked remembers which directories were found to be a run
-	// directory or a ledger's directory (grants.IsCoordinatorDirAt), by
-	// identity and change time: a mark made or removed in a directory
-	// changes its ctime, which makes it looked at again.
-	mu     sync.Mutex
-	marked map[markKey]bool
-	// gits remembers, the same way, which directories are a git
-	// repository's directory (grants.IsGitDirAt).
-	gits map[markKey]bool
+	// marks remember what directories were found to be (a run or ledger
+	// directory, a git directory), by identity and change time: a mark
+	// made or removed in a directory changes its ctime, which makes it
+	// looked at again.
+	mu    sync.Mutex
+	marks [markKinds]map[markKey]bool
 }
+
+// The kinds of mark a directory is cached for.
+const (
+	markRunDir = iota // grants.IsCoordinatorDir
+	markGit           // grants.IsGitDir
+	markKinds
+)
 
 // whyGit is the ledger's reason for a git directory the grant does not
 // name.
@@ -41,90 +45,7 @@ const whyGit = "a git repository's directory (every committed file, past and pre
 // gitDir reports whether the directory name in dirfd, of stat st, is a
 // git repository's directory under another name than .git.
 func (c *concealed) gitDir(dirfd int, name string, st *unix.Stat_t) bool {
-	if c == nil {
-		return grants.IsGitDirAt(dirfd, name)
-	}
-	k := markKey{id: fsid.OfStat(st), ctime: st.Ctim}
-	c.mu.Lock()
-	v, ok := c.gits[k]
-	c.mu.Unlock()
-	if ok {
-		return v
-	}
-	v = grants.IsGitDirAt(dirfd, name)
-	c.mu.Lock()
-	if c.gits == nil || len(c.gits) >= maxMarked {
-		c.gits = make(map[markKey]bool)
-	}
-	c.gits[k] = v
-	c.mu.Unlock()
-	return v
-}
-
-type markKey struct {
-	id    fsid.ID
-	ctime unix.Timespec
-}
-
-// maxMarked bounds the memory of marked; past it, it starts afresh.
-const maxMarked = 1 << 14
-
-// hidesDir reports whether the directory held by fd is concealed (held,
-// or marked as a run or ledger directory). The checkpoint asks it of the
-// parent of every name it resolves below the root: the kernel may have
-// kept a directory's entry from before it was marked, and must not reach
-// its entries through it.
-func (c *concealed) hidesDir(fd int, git bool) bool {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil {
-		return true
-	}
-	if c.has(&st) {
-		return true
-	}
-	k := markKey{id: fsid.OfStat(&st), ctime: st.Ctim}
-	var coord, isGit, known, gitKnown bool
-	if c != nil {
-		c.mu.Lock()
-		coord, known = c.marked[k]
-		isGit, gitKnown = c.gits[k]
-		c.mu.Unlock()
-	}
-	if !known {
-		coord = grants.IsCoordinatorDir(fd)
-		c.remember(k, coord)
-	}
-	if coord {
-		return true
-	}
-	if !git {
-		return false
-	}
-	if !gitKnown {
-		isGit = grants.IsGitDir(fd)
-		if c != nil {
-			c.mu.Lock()
-			if c.gits == nil || len(c.gits) >= maxMarked {
-				c.gits = make(map[markKey]bool)
-			}
-			c.gits[k] = isGit
-			c.mu.Unlock()
-		}
-	}
-	return isGit
-}
-
-// remember keeps what a directory was found to be.
-func (c *concealed) remember(k markKey, v bool) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	if c.marked == nil || len(c.marked) >= maxMarked {
-		c.marked = make(map[markKey]bool)
-	}
-	c.marked[k] = v
-	c.mu.Unlock()
+	return c.cached(markGit, st, func() bool { return grants.IsGitDirAt(dirfd, name) })
 }
 
 // coordinatorDir reports whether the directory name in dirfd, of stat
@@ -132,19 +53,55 @@ func (c *concealed) remember(k markKey, v bool) {
 // one, whoever's it is (another coordinator's run directory in the
 // folder holds its ledger key and its grants).
 func (c *concealed) coordinatorDir(dirfd int, name string, st *unix.Stat_t) bool {
+	return c.cached(markRunDir, st, func() bool { return grants.IsCoordinatorDirAt(dirfd, name) })
+}
+
+type markKey struct {
+	id    fsid.ID
+	ctime unix.Timespec
+}
+
+// maxMarked bounds the memory of each cache; past it, it starts afresh.
+const maxMarked = 1 << 14
+
+// cached answers whether a directory of stat st is of the kind of mark
+// from the cache, asking compute when it is not known. A nil
+// concealed (a policy test) always asks.
+func (c *concealed) cached(kind int, st *unix.Stat_t, compute func() bool) bool {
 	if c == nil {
-		return grants.IsCoordinatorDirAt(dirfd, name)
+		return compute()
 	}
 	k := markKey{id: fsid.OfStat(st), ctime: st.Ctim}
 	c.mu.Lock()
-	v, ok := c.marked[k]
+	v, ok := c.marks[kind][k]
 	c.mu.Unlock()
 	if ok {
 		return v
 	}
-	v = grants.IsCoordinatorDirAt(dirfd, name)
-	c.remember(k, v)
+	v = compute()
+	c.mu.Lock()
+	if c.marks[kind] == nil || len(c.marks[kind]) >= maxMarked {
+		c.marks[kind] = make(map[markKey]bool)
+	}
+	c.marks[kind][k] = v
+	c.mu.Unlock()
 	return v
+}
+
+// hidesDir reports whether the directory held by fd is concealed (held,
+// marked as a run or ledger directory, or with git a git directory). The
+// checkpoint asks it of the parent of every name it resolves below the
+// root: the kernel may have kept a directory's entry from before it was
+// marked, and must not reach its entries through it.
+func (c *concealed) hidesDir(fd int, git bool) bool {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
+		return true
+	}
+	if c.has(&st) || c.cached(markRunDir, &st, func() bool { return grants.IsCoordinatorDir(fd) }) {
+		return true
+	}
+	return git && c.cached(markGit, &st, func() bool { return grants.IsGitDir(fd) })
 }
 
 // holdConcealed holds every path that exists. A path that does not (a
