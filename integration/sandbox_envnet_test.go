@@ -44,7 +44,7 @@ func TestRunEnvironmentIsChosen(t *testing.T) {
 	assert.NotContains(t, out, "sk-not-for-agents")
 	assert.NotContains(t, out, "ACPFS_TEST_NAMED")
 	for _, want := range []string{"PATH=", "LC_TIME=C.UTF-8", "USER=" + reviewer, "LOGNAME=" + reviewer, "TMPDIR=/tmp", "PWD="} {
-		assert.Contains(t, out, "\n"+want, "the minimal environment has %s", want)
+		assert.Contains(t, "\n"+out, "\n"+want, "the minimal environment has %s", want)
 	}
 	// A root command may read the first process's environment: it holds
 	// none of the caller's either.
@@ -59,7 +59,7 @@ func TestRunEnvironmentIsChosen(t *testing.T) {
 		callerEnv...)
 	require.Equal(t, 0, code, stderr)
 	for _, want := range []string{"ACPFS_TEST_NAMED=named-value", "LITERAL=given=here", "FROM_FILE=file-value", "QUOTED=two words"} {
-		assert.Contains(t, out, "\n"+want)
+		assert.Contains(t, "\n"+out, "\n"+want)
 	}
 	assert.NotContains(t, out, "ACPFS_TEST_UNSET")
 	assert.NotContains(t, out, "sk-not-for-agents")
