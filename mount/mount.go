@@ -234,11 +234,15 @@ func (m *Mount) serve(opts *gofs.Options) (*fuse.Server, error) {
 		}
 		raw = guard
 	}
-	server, err := fuse.NewServer(raw, m.cfg.Mountpoint, &opts.MountOptions)
+	server, err := fuse.NewServer(paceFS{raw}, m.cfg.Mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, err
 	}
-	go server.Serve()
+	liveViews.Add(1)
+	go func() {
+		server.Serve()
+		liveViews.Add(-1)
+	}()
 	if err := server.WaitMount(); err != nil {
 		return nil, err
 	}
