@@ -37,7 +37,11 @@ func compileMatcher(g *Grant, opts MatcherOptions) (*Matcher, error) {
 	if g == nil {
 		return nil, fmt.Errorf("compile: nil grant")
 	}
-	st, problems := buildState(g)
+	within, err := cleanRel(opts.Within)
+	if err != nil {
+		return nil, fmt.Errorf("compile %s: folder's place %q: %w", g.GrantID, opts.Within, err)
+	}
+	st, problems := buildState(g, within)
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("compile: %w", &ValidationError{GrantID: g.GrantID, Problems: problems})
 	}
@@ -50,15 +54,18 @@ func compileMatcher(g *Grant, opts MatcherOptions) (*Matcher, error) {
 		if clean == "" {
 			return nil, fmt.Errorf("compile %s: hidden directory %q is the folder root", g.GrantID, h)
 		}
+		if within != "" {
+			clean = within + "/" + clean
+		}
 		st.hidden = append(st.hidden, clean)
 	}
 	return &Matcher{st: st}, nil
 }
 
-// buildState compiles the three glob lists of g, reporting every pattern
-// that does not compile. Revocation and hidden directories are left to
-// the caller.
-func buildState(g *Grant) (*matcherState, []Problem) {
+// buildState compiles the three glob lists of g, placed at within (see
+// MatcherOptions.Within), reporting every pattern that does not compile.
+// Revocation and hidden directories are left to the caller.
+func buildState(g *Grant, within string) (*matcherState, []Problem) {
 	st := &matcherState{}
 	var problems []Problem
 	lists := []struct {
@@ -74,7 +81,7 @@ func buildState(g *Grant) (*matcherState, []Problem) {
 	for _, l := range lists {
 		for i, p := range l.pats {
 			st.rules = append(st.rules, fmt.Sprintf("%s %q", l.field, p))
-			cs, err := compilePattern(p, l.closeBelow, len(st.rules)-1)
+			cs, err := compilePattern(p, l.closeBelow, len(st.rules)-1, within)
 			if err != nil {
 				problems = append(problems, Problem{Field: fmt.Sprintf("%s[%d]", l.field, i), Message: fmt.Sprintf("%q: %v", p, err)})
 				continue
@@ -109,6 +116,21 @@ func cleanRel(p string) (string, error) {
 		return "", nil
 	}
 	return c, nil
+}
+
+// cleanUpRel is cleanRel for a path that may start with ".." segments
+// (a directory beside the folder); a ".." after a name is still refused.
+func cleanUpRel(p string) (string, error) {
+	up := ""
+	for p == ".." || strings.HasPrefix(p, "../") {
+		up += "../"
+		p = strings.TrimPrefix(strings.TrimPrefix(p, ".."), "/")
+	}
+	rel, err := cleanRel(p)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(up+rel, "/"), nil
 }
 
 // first returns the index of the first pattern in ps matching rel, or -1.

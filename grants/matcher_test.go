@@ -401,8 +401,61 @@ func TestCompileRejectsBadHidden(t *testing.T) {
 		_, err := Compile(g, MatcherOptions{Hidden: []string{h}})
 		assert.Error(t, err, "hidden %q", h)
 	}
-	_, err := Compile(testGrant([]string{"../x"}, nil, nil), MatcherOptions{})
+	_, err := Compile(testGrant([]string{"a/../../x"}, nil, nil), MatcherOptions{})
 	assert.ErrorContains(t, err, "may_read[0]")
+	_, err = Compile(g, MatcherOptions{Within: "../repo"})
+	assert.ErrorContains(t, err, "folder's place")
+}
+
+// TestMatcherWithin: in a view rooted at the repository that holds the
+// folder, paths are judged from that root; the grant's patterns keep
+// meaning what they mean in the folder, and leading ".." segments reach
+// beside it, never above the view's root.
+func TestMatcherWithin(t *testing.T) {
+	g := testGrant(
+		[]string{"protocol.json", "**/*.md", "../docs/**", "../../outside.md", "../*.go"},
+		[]string{"oracle/**", "../docs/secret.md"},
+		[]string{"review.md", "../docs/report.md"})
+	m, err := Compile(g, MatcherOptions{Within: "collab", Hidden: []string{"agent_runs"}})
+	require.NoError(t, err)
+	tests := []struct {
+		rel           string
+		visible, r, w bool
+		why           string
+	}{
+		{"collab/protocol.json", true, true, false, "a folder pattern is placed at the folder"},
+		{"protocol.json", false, false, false, "the repository's own protocol.json is not the folder's"},
+		{"collab/notes/a.md", true, true, false, "**/*.md stays inside the folder"},
+		{"docs/a.md", true, true, false, "../docs/** reaches beside the folder"},
+		{"a.md", false, false, false, "**/*.md does not reach the repository's root"},
+		{"main.go", true, true, false, "../*.go names the repository's root"},
+		{"collab/main.go", false, false, false, "../*.go is not inside the folder"},
+		{"docs/report.md", true, true, true, "may_write ../docs/report.md"},
+		{"collab/review.md", true, true, true, "may_write review.md"},
+		{"docs/secret.md", false, false, false, "forbidden beside the folder"},
+		{"collab/oracle/x.md", false, false, false, "forbidden inside the folder"},
+		{"collab/agent_runs/x.md", false, false, false, "hidden directory inside the folder"},
+		{"outside.md", false, false, false, "../../outside.md climbs above the view's root"},
+		{"collab", true, false, false, "the folder is on the way"},
+		{"docs", true, true, false, "../docs/** matches docs itself"},
+	}
+	for _, tt := range tests {
+		isDir := tt.rel == "collab" || tt.rel == "docs"
+		assert.Equal(t, tt.visible, m.VisibleEntry(tt.rel, isDir), "visible %s: %s", tt.rel, tt.why)
+		assert.Equal(t, tt.r, m.Readable(tt.rel), "readable %s: %s", tt.rel, tt.why)
+		assert.Equal(t, tt.w, m.Writable(tt.rel), "writable %s: %s", tt.rel, tt.why)
+	}
+	// In a view rooted at the folder, patterns beside it match nothing.
+	flat, err := Compile(g, MatcherOptions{})
+	require.NoError(t, err)
+	assert.False(t, flat.Readable("docs/x.txt"), "../docs/** matches nothing in a view rooted at the folder")
+	assert.False(t, flat.Readable("main.go"))
+	assert.True(t, flat.Readable("protocol.json"))
+	// A folder whose name holds glob syntax is placed literally.
+	odd, err := Compile(testGrant([]string{"*.md"}, nil, nil), MatcherOptions{Within: "c[1]/f*"})
+	require.NoError(t, err)
+	assert.True(t, odd.Readable("c[1]/f*/a.md"))
+	assert.False(t, odd.Readable("c1/fx/a.md"))
 }
 
 func TestMatcherZeroAlloc(t *testing.T) {

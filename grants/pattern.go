@@ -13,8 +13,12 @@ import (
 // written by people):
 //
 //   - Patterns are relative to the collaboration folder, slash-separated.
-//     A leading "/" or a ".." segment is an error; "." and empty segments
-//     ("./a", "a//b") are dropped.
+//     A leading "/" is an error, and so is a ".." segment anywhere but at
+//     the start; "." and empty segments ("./a", "a//b") are dropped.
+//   - Leading ".." segments name what lies beside the folder, in a view
+//     rooted at the repository that holds it (external deliverables):
+//     "../docs/report.md". Such a pattern matches nothing in a view
+//     rooted at the folder, and nothing above the view's root.
 //   - "*" matches any run of characters inside one name, "?" one character,
 //     "[...]" a class, "{a,b}" alternatives, and a whole "**" segment any
 //     number of directories (zero included: "a/**" matches "a" itself).
@@ -189,7 +193,7 @@ func isSelfOrBelow(rel, dir string) bool {
 var (
 	errPatternEmpty = errors.New("empty pattern")
 	errAbsolute     = errors.New("absolute path: patterns are relative to the collaboration folder")
-	errEscapes      = errors.New(`escapes the collaboration folder (".." segment)`)
+	errEscapes      = errors.New(`escapes the collaboration folder (".." segment after a name)`)
 	errRootOnly     = errors.New(`names the folder root itself; use "**" for everything`)
 )
 
@@ -199,8 +203,11 @@ const maxAlternatives = 1024
 
 // compilePattern validates a grant pattern and returns its brace-free,
 // normalized alternatives. closeBelow extends each alternative to the
-// paths below what it matches (used for forbidden_read).
-func compilePattern(pat string, closeBelow bool, rule int) ([]compiled, error) {
+// paths below what it matches (used for forbidden_read). within is the
+// folder's path in the view ("" when the view is rooted at the folder):
+// every alternative is placed there, and one that climbs above the
+// view's root is left out (it matches nothing).
+func compilePattern(pat string, closeBelow bool, rule int, within string) ([]compiled, error) {
 	if pat == "" {
 		return nil, errPatternEmpty
 	}
@@ -223,7 +230,11 @@ func compilePattern(pat string, closeBelow bool, rule int) ([]compiled, error) {
 		if closeBelow && norm != "**" && !strings.HasSuffix(norm, "/**") {
 			norm += "/**"
 		}
-		out = append(out, classify(norm, rule))
+		placed, ok := placePattern(norm, within)
+		if !ok {
+			continue
+		}
+		out = append(out, classify(placed, rule))
 	}
 	return out, nil
 }
@@ -244,8 +255,9 @@ func normalizePattern(p string) (string, error) {
 		switch {
 		case s == "" || s == ".":
 			continue
-		case s == "..":
+		case s == ".." && len(kept) > 0 && kept[len(kept)-1] != "..":
 			return "", errEscapes
+		case s == "..":
 		case s == "**" && len(kept) > 0 && kept[len(kept)-1] == "**":
 			continue // "**/**" is "**"
 		case s != "**":
@@ -253,13 +265,61 @@ func normalizePattern(p string) (string, error) {
 		}
 		kept = append(kept, s)
 	}
-	if len(kept) == 0 {
+	if len(kept) == 0 || kept[len(kept)-1] == ".." {
 		return "", errRootOnly
 	}
 	if dirAll && kept[len(kept)-1] != "**" {
 		kept = append(kept, "**")
 	}
 	return strings.Join(kept, "/"), nil
+}
+
+// placePattern puts a normalized pattern at the folder's place in the
+// view: within (a clean path relative to the view's root) is prepended,
+// literally, after the pattern's leading ".." segments have each taken
+// one name off it. It reports false for a pattern that climbs above the
+// view's root.
+func placePattern(norm, within string) (string, bool) {
+	up := 0
+	for strings.HasPrefix(norm, "../") {
+		norm, up = norm[3:], up+1
+	}
+	if up == 0 && within == "" {
+		return norm, true
+	}
+	base := ""
+	if within != "" {
+		base = within
+	}
+	for ; up > 0; up-- {
+		if base == "" {
+			return "", false
+		}
+		if i := strings.LastIndexByte(base, '/'); i >= 0 {
+			base = base[:i]
+		} else {
+			base = ""
+		}
+	}
+	if base == "" {
+		return norm, true
+	}
+	return escapeGlob(base) + "/" + norm, true
+}
+
+// escapeGlob quotes glob syntax in a literal path.
+func escapeGlob(p string) string {
+	if isLiteral(p) {
+		return p
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		if strings.IndexByte(`*?[]{}\`, p[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
 }
 
 // collapseStars turns runs of "*" inside a name into one "*": they mean

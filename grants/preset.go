@@ -3,6 +3,7 @@ package grants
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/acpfs/acpfs/protocol"
 )
@@ -33,8 +34,9 @@ func Presets() []string {
 
 // Preset returns the globs of an ACP role, so that a coordinator writes
 // one line per agent. deliverablesDir is the folder-relative deliverables
-// directory ("" for "deliverables"); pass "-" when the deliverables live
-// outside the folder (external mode) and only the protocol files apply.
+// directory ("" for "deliverables"), or in external mode the directory
+// beside the folder ("../docs", see MatcherOptions.Within); pass "-" when
+// only the protocol files apply.
 //
 // Both roles read protocol.json, events.jsonl, the five protocol documents
 // and the deliverables. The owner (proposal owner) writes events.jsonl,
@@ -51,12 +53,12 @@ func Preset(name, deliverablesDir string) (RolePreset, error) {
 	case "":
 		deliv = DefaultDeliverablesDir + "/"
 	default:
-		rel, err := cleanRel(deliverablesDir)
+		rel, err := cleanUpRel(deliverablesDir)
 		if err != nil {
 			return RolePreset{}, fmt.Errorf("preset %s: deliverables directory %q: %w", name, deliverablesDir, err)
 		}
-		if rel == "" {
-			return RolePreset{}, fmt.Errorf("preset %s: deliverables directory %q is the folder root", name, deliverablesDir)
+		if rel == "" || strings.TrimLeft(rel, "./") == "" {
+			return RolePreset{}, fmt.Errorf("preset %s: deliverables directory %q is the folder root or above it", name, deliverablesDir)
 		}
 		deliv = rel + "/"
 	}

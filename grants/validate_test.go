@@ -102,8 +102,8 @@ func TestParseRejects(t *testing.T) {
 		}, "may_write[0]", "forbidden"},
 		{"may_read escapes", func(m map[string]any) { m["may_read"] = []any{"a/../../b"} }, "may_read[0]", "escapes"},
 		{"may_read absolute", func(m map[string]any) { m["may_read"] = []any{"/srv/data/**"} }, "may_read[0]", "absolute"},
-		{"may_write escapes by brace", func(m map[string]any) { m["may_write"] = []any{"{review.md,../x}"} }, "may_write[0]", "escapes"},
-		{"forbidden escapes", func(m map[string]any) { m["forbidden_read"] = []any{"../oracle"} }, "forbidden_read[0]", "escapes"},
+		{"may_write escapes by brace", func(m map[string]any) { m["may_write"] = []any{"{review.md,x/../y}"} }, "may_write[0]", "escapes"},
+		{"forbidden escapes", func(m map[string]any) { m["forbidden_read"] = []any{"notes/../../oracle"} }, "forbidden_read[0]", "escapes"},
 		{"invalid glob", func(m map[string]any) { m["may_read"] = []any{"deliverables/[a"} }, "may_read[0]", "invalid glob"},
 		{"invalid forbidden glob", func(m map[string]any) { m["forbidden_read"] = []any{"{a,b"} }, "forbidden_read[0]", "invalid glob"},
 		{"empty pattern", func(m map[string]any) { m["may_write"] = []any{""} }, "may_write[0]", "empty"},
@@ -126,7 +126,7 @@ func TestParseRejects(t *testing.T) {
 func TestParseReportsEveryProblem(t *testing.T) {
 	m := validGrantMap()
 	delete(m, "role")
-	m["may_read"] = []any{"../x", "[bad"}
+	m["may_read"] = []any{"a/../x", "[bad"}
 	_, err := Parse(encode(t, m))
 	var ve *ValidationError
 	require.True(t, errors.As(err, &ve), "%v", err)
