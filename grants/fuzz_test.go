@@ -15,7 +15,7 @@ func FuzzCompilePattern(f *testing.F) {
 		f.Add(s, "a/b.md", false)
 	}
 	f.Fuzz(func(t *testing.T, pat, rel string, closeBelow bool) {
-		cs, err := compilePattern(pat, closeBelow, 0, "")
+		cs, err := compilePattern(pat, closeBelow, 0)
 		if err != nil {
 			return
 		}

@@ -98,13 +98,6 @@ type MatcherOptions struct {
 	// whatever the globs say (the run directory when it lies inside the
 	// folder).
 	Hidden []string
-	// Within is the folder's path relative to the view's root, for a view
-	// rooted at the repository that holds the folder (external
-	// deliverables): the matcher then judges paths relative to that root,
-	// every pattern is placed at the folder ("**" is "Within/**"), and
-	// leading ".." segments reach beside it ("../docs/**"). Empty: the
-	// view is rooted at the folder.
-	Within string
 }
 
 // Compile builds the matcher for g. A revoked grant compiles to a matcher

@@ -31,21 +31,59 @@ type matcherState struct {
 	write    []compiled
 	read     []compiled
 	rules    []string // rule texts, indexed by compiled.rule
+	// beside holds, at index k-1, the patterns with k leading ".."
+	// segments, compiled from the rest: a name with k leading ".."
+	// segments is judged by that state alone (see at).
+	beside []*matcherState
 }
+
+// level returns the state of the patterns with up leading ".."
+// segments, making it (and those between) as needed.
+func (st *matcherState) level(up int) *matcherState {
+	for len(st.beside) < up {
+		st.beside = append(st.beside, &matcherState{})
+	}
+	return st.beside[up-1]
+}
+
+// at returns the state that judges rel and the name it judges: rel
+// itself in the folder, and beside it (leading ".." segments) the state
+// of its level with those segments taken off. A name made only of ".."
+// segments, an ancestor of the folder, is then "": always visible, on
+// the way to the folder.
+func (m *Matcher) at(rel string) (*matcherState, string) {
+	st := m.st
+	if st == nil || len(rel) < 2 || rel[0] != '.' || rel[1] != '.' || (len(rel) > 2 && rel[2] != '/') {
+		return st, rel
+	}
+	if st.revoked {
+		return st, rel
+	}
+	up, rest := SplitUp(rel)
+	if up > len(st.beside) {
+		// No pattern reaches this far beside the folder: only the
+		// way to the folder is visible.
+		if rest == "" {
+			return &nothingBeside, ""
+		}
+		return &nothingBeside, rel
+	}
+	return st.beside[up-1], rest
+}
+
+// nothingBeside judges names beside the folder that no pattern reaches.
+var nothingBeside = matcherState{}
 
 func compileMatcher(g *Grant, opts MatcherOptions) (*Matcher, error) {
 	if g == nil {
 		return nil, fmt.Errorf("compile: nil grant")
 	}
-	within, err := cleanRel(opts.Within)
-	if err != nil {
-		return nil, fmt.Errorf("compile %s: folder's place %q: %w", g.GrantID, opts.Within, err)
-	}
-	st, problems := buildState(g, within)
+	st, problems := buildState(g)
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("compile: %w", &ValidationError{GrantID: g.GrantID, Problems: problems})
 	}
 	st.revoked = g.Revoked
+	st.shareLevels()
 	for _, h := range opts.Hidden {
 		clean, err := cleanRel(h)
 		if err != nil {
@@ -54,42 +92,45 @@ func compileMatcher(g *Grant, opts MatcherOptions) (*Matcher, error) {
 		if clean == "" {
 			return nil, fmt.Errorf("compile %s: hidden directory %q is the folder root", g.GrantID, h)
 		}
-		if within != "" {
-			clean = within + "/" + clean
-		}
 		st.hidden = append(st.hidden, clean)
 	}
 	return &Matcher{st: st}, nil
 }
 
-// buildState compiles the three glob lists of g, placed at within (see
-// MatcherOptions.Within), reporting every pattern that does not compile.
-// Revocation and hidden directories are left to the caller.
-func buildState(g *Grant, within string) (*matcherState, []Problem) {
+// buildState compiles the three glob lists of g, reporting every pattern
+// that does not compile. Patterns with leading ".." segments go to the
+// state of their level (matcherState.beside). Revocation and hidden
+// directories are left to the caller.
+func buildState(g *Grant) (*matcherState, []Problem) {
 	st := &matcherState{}
 	var problems []Problem
 	lists := []struct {
 		field      string
 		pats       []string
 		closeBelow bool
-		dst        *[]compiled
+		dst        func(*matcherState) *[]compiled
 	}{
-		{"forbidden_read", g.ForbiddenRead, true, &st.forbid},
-		{"may_write", g.MayWrite, false, &st.write},
-		{"may_read", g.MayRead, false, &st.read},
+		{"forbidden_read", g.ForbiddenRead, true, func(s *matcherState) *[]compiled { return &s.forbid }},
+		{"may_write", g.MayWrite, false, func(s *matcherState) *[]compiled { return &s.write }},
+		{"may_read", g.MayRead, false, func(s *matcherState) *[]compiled { return &s.read }},
 	}
 	for _, l := range lists {
 		for i, p := range l.pats {
 			st.rules = append(st.rules, fmt.Sprintf("%s %q", l.field, p))
-			cs, err := compilePattern(p, l.closeBelow, len(st.rules)-1, within)
+			cs, err := compilePattern(p, l.closeBelow, len(st.rules)-1)
 			if err != nil {
 				problems = append(problems, Problem{Field: fmt.Sprintf("%s[%d]", l.field, i), Message: fmt.Sprintf("%q: %v", p, err)})
 				continue
 			}
-			for j := range cs {
-				cs[j].src = i
+			for _, c := range cs {
+				c.src = i
+				lv := st
+				if c.up > 0 {
+					lv = st.level(c.up)
+				}
+				dst := l.dst(lv)
+				*dst = append(*dst, c)
 			}
-			*l.dst = append(*l.dst, cs...)
 		}
 	}
 	for _, p := range append(append([]string(nil), g.MayRead...), g.MayWrite...) {
@@ -97,7 +138,16 @@ func buildState(g *Grant, within string) (*matcherState, []Problem) {
 			st.namesGit = true
 		}
 	}
+	st.shareLevels()
 	return st, problems
+}
+
+// shareLevels gives the states beside the folder what the grant as a
+// whole decides: revocation, .git and the rule texts.
+func (st *matcherState) shareLevels() {
+	for _, lv := range st.beside {
+		lv.revoked, lv.namesGit, lv.rules = st.revoked, st.namesGit, st.rules
+	}
 }
 
 // cleanRel checks a folder-relative path (not a pattern) and returns it in
@@ -219,12 +269,12 @@ func (m *Matcher) copyHidden(rel string) bool {
 	return ok && (orig == "" || !m.readable(orig))
 }
 
-func (m *Matcher) visible(rel string) bool {
+func (m *Matcher) visible(name string) bool {
+	st, rel := m.at(name)
 	if rel == "" {
 		return true
 	}
-	st := m.st
-	if st == nil || st.blocked(rel) || m.copyHidden(rel) {
+	if st == nil || st.blocked(rel) || m.copyHidden(name) {
 		return false
 	}
 	return first(st.write, rel) >= 0 || first(st.read, rel) >= 0 ||
@@ -242,29 +292,29 @@ func (m *Matcher) VisibleEntry(rel string, isDir bool) bool {
 	return rel == "" || m.readable(rel)
 }
 
-func (m *Matcher) readable(rel string) bool {
-	st := m.st
-	if st == nil || st.blocked(rel) || m.copyHidden(rel) {
+func (m *Matcher) readable(name string) bool {
+	st, rel := m.at(name)
+	if st == nil || st.blocked(rel) || m.copyHidden(name) {
 		return false
 	}
 	return first(st.write, rel) >= 0 || first(st.read, rel) >= 0
 }
 
-func (m *Matcher) writable(rel string) bool {
-	st := m.st
-	if st == nil || st.blocked(rel) || m.copyHidden(rel) {
+func (m *Matcher) writable(name string) bool {
+	st, rel := m.at(name)
+	if st == nil || st.blocked(rel) || m.copyHidden(name) {
 		return false
 	}
 	return first(st.write, rel) >= 0
 }
 
-func (m *Matcher) explain(rel string) Decision {
+func (m *Matcher) explain(name string) Decision {
 	d := Decision{
-		Visible:  m.visible(rel),
-		Readable: m.readable(rel),
-		Writable: m.writable(rel),
+		Visible:  m.visible(name),
+		Readable: m.readable(name),
+		Writable: m.writable(name),
 	}
-	st := m.st
+	st, rel := m.at(name)
 	switch {
 	case st == nil:
 		d.Rule = RuleNoMatch
@@ -276,8 +326,8 @@ func (m *Matcher) explain(rel string) Decision {
 		d.Rule = RuleRunDir
 	case !st.namesGit && hasGitComponent(rel) && first(st.forbid, rel) < 0:
 		d.Rule = RuleGit
-	case m.copyHidden(rel):
-		orig, _ := conflictOriginal(rel)
+	case m.copyHidden(name):
+		orig, _ := conflictOriginal(name)
 		d.Rule = fmt.Sprintf("conflict copy of %s, which the grant does not let read", orig)
 	default:
 		d.Rule = st.decidingRule(rel)
@@ -332,9 +382,11 @@ func (p *compiled) mayMatchAtOrBelow(dir string) bool {
 // forbidden or hidden can lie there. A view then has nothing to hide in
 // the directory's own attributes. The answer is conservative: false
 // means "may hide something".
-func (m *Matcher) showsAll(dir string) bool {
-	st := m.st
-	if st == nil || st.revoked {
+func (m *Matcher) showsAll(name string) bool {
+	st, dir := m.at(name)
+	if st == nil || st.revoked || (dir == "" && name != "") {
+		// An ancestor of the folder holds the folder, with its own
+		// rules.
 		return false
 	}
 	covered := false

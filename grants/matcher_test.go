@@ -403,59 +403,64 @@ func TestCompileRejectsBadHidden(t *testing.T) {
 	}
 	_, err := Compile(testGrant([]string{"a/../../x"}, nil, nil), MatcherOptions{})
 	assert.ErrorContains(t, err, "may_read[0]")
-	_, err = Compile(g, MatcherOptions{Within: "../repo"})
-	assert.ErrorContains(t, err, "folder's place")
 }
 
-// TestMatcherWithin: in a view rooted at the repository that holds the
-// folder, paths are judged from that root; the grant's patterns keep
-// meaning what they mean in the folder, and leading ".." segments reach
-// beside it, never above the view's root.
-func TestMatcherWithin(t *testing.T) {
+// TestMatcherBeside: names with leading ".." segments (what a view
+// rooted at the repository shows beside the folder) are judged only by
+// patterns with as many; the folder's patterns never reach beside it, and
+// the folder's ancestors are always on the way.
+func TestMatcherBeside(t *testing.T) {
 	g := testGrant(
-		[]string{"protocol.json", "**/*.md", "../docs/**", "../../outside.md", "../*.go"},
-		[]string{"oracle/**", "../docs/secret.md"},
+		[]string{"protocol.json", "**/*.md", "../docs/**", "../*.go", "../../top.txt"},
+		[]string{"oracle/**", "../docs/secret.md", "../**/*.key"},
 		[]string{"review.md", "../docs/report.md"})
-	m, err := Compile(g, MatcherOptions{Within: "collab", Hidden: []string{"agent_runs"}})
+	m, err := Compile(g, MatcherOptions{Hidden: []string{"agent_runs"}})
 	require.NoError(t, err)
 	tests := []struct {
-		rel           string
+		name          string
+		isDir         bool
 		visible, r, w bool
 		why           string
 	}{
-		{"collab/protocol.json", true, true, false, "a folder pattern is placed at the folder"},
-		{"protocol.json", false, false, false, "the repository's own protocol.json is not the folder's"},
-		{"collab/notes/a.md", true, true, false, "**/*.md stays inside the folder"},
-		{"docs/a.md", true, true, false, "../docs/** reaches beside the folder"},
-		{"a.md", false, false, false, "**/*.md does not reach the repository's root"},
-		{"main.go", true, true, false, "../*.go names the repository's root"},
-		{"collab/main.go", false, false, false, "../*.go is not inside the folder"},
-		{"docs/report.md", true, true, true, "may_write ../docs/report.md"},
-		{"collab/review.md", true, true, true, "may_write review.md"},
-		{"docs/secret.md", false, false, false, "forbidden beside the folder"},
-		{"collab/oracle/x.md", false, false, false, "forbidden inside the folder"},
-		{"collab/agent_runs/x.md", false, false, false, "hidden directory inside the folder"},
-		{"outside.md", false, false, false, "../../outside.md climbs above the view's root"},
-		{"collab", true, false, false, "the folder is on the way"},
-		{"docs", true, true, false, "../docs/** matches docs itself"},
+		{"protocol.json", false, true, true, false, "in the folder, as always"},
+		{"../protocol.json", false, false, false, false, "the folder's pattern does not reach beside it"},
+		{"notes/a.md", false, true, true, false, "**/*.md inside the folder"},
+		{"../a.md", false, false, false, false, "**/*.md does not reach beside the folder"},
+		{"../docs/a.md", false, true, true, false, "../docs/**"},
+		{"../docs/report.md", false, true, true, true, "may_write ../docs/report.md"},
+		{"../docs/secret.md", false, false, false, false, "forbidden beside the folder"},
+		{"../docs/x.key", false, false, false, false, "../**/*.key"},
+		{"../main.go", false, true, true, false, "../*.go"},
+		{"../../top.txt", false, true, true, false, "two levels up"},
+		{"../../main.go", false, false, false, false, "../*.go is one level up only"},
+		{"../../../x", false, false, false, false, "no pattern reaches that far"},
+		{"oracle/a.md", false, false, false, false, "forbidden in the folder"},
+		{"agent_runs/a.md", false, false, false, false, "hidden directory"},
+		{"..", true, true, false, false, "the folder's parent is on the way"},
+		{"../..", true, true, false, false, "so is every ancestor"},
+		{"../../..", true, true, false, false, "even past every pattern"},
+		{"../docs", true, true, true, false, "../docs/** matches docs itself"},
+		{"../src", true, false, false, false, "nothing leads there"},
+		{"../.git", true, false, false, false, ".git beside the folder is hidden too"},
+		{"..foo", false, false, false, false, "a name starting with two dots is a name"},
 	}
 	for _, tt := range tests {
-		isDir := tt.rel == "collab" || tt.rel == "docs"
-		assert.Equal(t, tt.visible, m.VisibleEntry(tt.rel, isDir), "visible %s: %s", tt.rel, tt.why)
-		assert.Equal(t, tt.r, m.Readable(tt.rel), "readable %s: %s", tt.rel, tt.why)
-		assert.Equal(t, tt.w, m.Writable(tt.rel), "writable %s: %s", tt.rel, tt.why)
+		assert.Equal(t, tt.visible, m.VisibleEntry(tt.name, tt.isDir), "visible %s: %s", tt.name, tt.why)
+		assert.Equal(t, tt.r, m.Readable(tt.name), "readable %s: %s", tt.name, tt.why)
+		assert.Equal(t, tt.w, m.Writable(tt.name), "writable %s: %s", tt.name, tt.why)
 	}
-	// In a view rooted at the folder, patterns beside it match nothing.
-	flat, err := Compile(g, MatcherOptions{})
+	assert.Equal(t, `forbidden_read "../docs/secret.md"`, m.Explain("../docs/secret.md").Rule)
+	assert.Equal(t, RuleRoot, m.Explain("..").Rule)
+	assert.False(t, m.ShowsAll(".."), "an ancestor holds the folder and its rules")
+	assert.True(t, m.MayWriteIn("../docs"))
+	assert.False(t, m.MayWriteIn("../src"))
+
+	revoked := *g
+	revoked.Revoked = true
+	rm, err := Compile(&revoked, MatcherOptions{})
 	require.NoError(t, err)
-	assert.False(t, flat.Readable("docs/x.txt"), "../docs/** matches nothing in a view rooted at the folder")
-	assert.False(t, flat.Readable("main.go"))
-	assert.True(t, flat.Readable("protocol.json"))
-	// A folder whose name holds glob syntax is placed literally.
-	odd, err := Compile(testGrant([]string{"*.md"}, nil, nil), MatcherOptions{Within: "c[1]/f*"})
-	require.NoError(t, err)
-	assert.True(t, odd.Readable("c[1]/f*/a.md"))
-	assert.False(t, odd.Readable("c1/fx/a.md"))
+	assert.False(t, rm.VisibleEntry("..", true))
+	assert.False(t, rm.Readable("../docs/a.md"))
 }
 
 func TestMatcherZeroAlloc(t *testing.T) {

@@ -15,10 +15,11 @@ import (
 //   - Patterns are relative to the collaboration folder, slash-separated.
 //     A leading "/" is an error, and so is a ".." segment anywhere but at
 //     the start; "." and empty segments ("./a", "a//b") are dropped.
-//   - Leading ".." segments name what lies beside the folder, in a view
-//     rooted at the repository that holds it (external deliverables):
-//     "../docs/report.md". Such a pattern matches nothing in a view
-//     rooted at the folder, and nothing above the view's root.
+//   - Leading ".." segments name what lies beside the folder, which only
+//     a view rooted at the repository that holds it shows (external
+//     deliverables): "../docs/report.md". Such a pattern matches only
+//     names with as many leading ".." segments: "**" never reaches
+//     beside the folder, and "../**" never inside it.
 //   - "*" matches any run of characters inside one name, "?" one character,
 //     "[...]" a class, "{a,b}" alternatives, and a whole "**" segment any
 //     number of directories (zero included: "a/**" matches "a" itself).
@@ -70,6 +71,7 @@ type compiled struct {
 	segs   []segment
 	rule   int // index of the rule text in matcherState.rules
 	src    int // index of the entry in its grant list
+	up     int // leading ".." segments, taken off the rest (see SplitUp)
 }
 
 // matches reports whether rel matches the pattern.
@@ -203,11 +205,10 @@ const maxAlternatives = 1024
 
 // compilePattern validates a grant pattern and returns its brace-free,
 // normalized alternatives. closeBelow extends each alternative to the
-// paths below what it matches (used for forbidden_read). within is the
-// folder's path in the view ("" when the view is rooted at the folder):
-// every alternative is placed there, and one that climbs above the
-// view's root is left out (it matches nothing).
-func compilePattern(pat string, closeBelow bool, rule int, within string) ([]compiled, error) {
+// paths below what it matches (used for forbidden_read). An
+// alternative's leading ".." segments are counted in its up and taken
+// off what it matches.
+func compilePattern(pat string, closeBelow bool, rule int) ([]compiled, error) {
 	if pat == "" {
 		return nil, errPatternEmpty
 	}
@@ -227,14 +228,13 @@ func compilePattern(pat string, closeBelow bool, rule int, within string) ([]com
 		if err != nil {
 			return nil, err
 		}
-		if closeBelow && norm != "**" && !strings.HasSuffix(norm, "/**") {
-			norm += "/**"
+		up, rest := SplitUp(norm)
+		if closeBelow && rest != "**" && !strings.HasSuffix(rest, "/**") {
+			rest += "/**"
 		}
-		placed, ok := placePattern(norm, within)
-		if !ok {
-			continue
-		}
-		out = append(out, classify(placed, rule))
+		c := classify(rest, rule)
+		c.up = up
+		out = append(out, c)
 	}
 	return out, nil
 }
@@ -274,52 +274,18 @@ func normalizePattern(p string) (string, error) {
 	return strings.Join(kept, "/"), nil
 }
 
-// placePattern puts a normalized pattern at the folder's place in the
-// view: within (a clean path relative to the view's root) is prepended,
-// literally, after the pattern's leading ".." segments have each taken
-// one name off it. It reports false for a pattern that climbs above the
-// view's root.
-func placePattern(norm, within string) (string, bool) {
+// SplitUp takes the leading ".." segments off a clean name or pattern
+// and counts them: "../../docs/a" is 2 and "docs/a", ".." is 1 and "".
+func SplitUp(rel string) (int, string) {
 	up := 0
-	for strings.HasPrefix(norm, "../") {
-		norm, up = norm[3:], up+1
-	}
-	if up == 0 && within == "" {
-		return norm, true
-	}
-	base := ""
-	if within != "" {
-		base = within
-	}
-	for ; up > 0; up-- {
-		if base == "" {
-			return "", false
+	for len(rel) >= 2 && rel[0] == '.' && rel[1] == '.' && (len(rel) == 2 || rel[2] == '/') {
+		up++
+		if len(rel) == 2 {
+			return up, ""
 		}
-		if i := strings.LastIndexByte(base, '/'); i >= 0 {
-			base = base[:i]
-		} else {
-			base = ""
-		}
+		rel = rel[3:]
 	}
-	if base == "" {
-		return norm, true
-	}
-	return escapeGlob(base) + "/" + norm, true
-}
-
-// escapeGlob quotes glob syntax in a literal path.
-func escapeGlob(p string) string {
-	if isLiteral(p) {
-		return p
-	}
-	var b strings.Builder
-	for i := 0; i < len(p); i++ {
-		if strings.IndexByte(`*?[]{}\`, p[i]) >= 0 {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(p[i])
-	}
-	return b.String()
+	return up, rel
 }
 
 // collapseStars turns runs of "*" inside a name into one "*": they mean

@@ -95,7 +95,7 @@ func TestCompiledAgreesWithDoublestar(t *testing.T) {
 	paths := allPaths(3)
 	for n := 0; n < 400; n++ {
 		pat := randomPattern(r, 4)
-		cs, err := compilePattern(pat, false, 0, "")
+		cs, err := compilePattern(pat, false, 0)
 		require.NoError(t, err, pat)
 		for _, p := range paths {
 			want := refMatch(pat, p)
@@ -111,7 +111,7 @@ func TestForbiddenCoversDescendants(t *testing.T) {
 	paths := allPaths(3)
 	for n := 0; n < 300; n++ {
 		pat := randomPattern(r, 3)
-		cs, err := compilePattern(pat, true, 0, "")
+		cs, err := compilePattern(pat, true, 0)
 		require.NoError(t, err, pat)
 		for _, p := range paths {
 			want := false
@@ -146,7 +146,7 @@ func TestLeadsBelowIsExact(t *testing.T) {
 		if strings.Contains(pat, "{a,b/c}") {
 			continue // adds a name: the witness could need four
 		}
-		cs, err := compilePattern(pat, false, 0, "")
+		cs, err := compilePattern(pat, false, 0)
 		require.NoError(t, err, pat)
 		for _, rel := range rels {
 			want := false
@@ -184,7 +184,7 @@ func TestCompilePatternErrors(t *testing.T) {
 		{`a\/b`, "escaped"},
 	}
 	for _, tt := range tests {
-		_, err := compilePattern(tt.pat, false, 0, "")
+		_, err := compilePattern(tt.pat, false, 0)
 		if assert.Error(t, err, tt.pat) {
 			assert.Contains(t, err.Error(), tt.msg, tt.pat)
 		}

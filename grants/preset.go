@@ -35,7 +35,7 @@ func Presets() []string {
 // Preset returns the globs of an ACP role, so that a coordinator writes
 // one line per agent. deliverablesDir is the folder-relative deliverables
 // directory ("" for "deliverables"), or in external mode the directory
-// beside the folder ("../docs", see MatcherOptions.Within); pass "-" when
+// beside the folder ("../docs": see the glob semantics); pass "-" when
 // only the protocol files apply.
 //
 // Both roles read protocol.json, events.jsonl, the five protocol documents

@@ -41,7 +41,7 @@ func newRedactor(g *Grant) *redactor {
 		toks = append(toks, t)
 	}
 	var m *Matcher
-	if st, problems := buildState(g, ""); len(problems) == 0 {
+	if st, problems := buildState(g); len(problems) == 0 {
 		m = &Matcher{st: st}
 	}
 	for _, p := range g.ForbiddenRead {

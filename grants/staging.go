@@ -4,8 +4,8 @@ package grants
 // below the directory dir (at any depth). Views allow private temporary
 // files in such directories, so that tools which save by writing a
 // temporary file and renaming it over the target work.
-func (m *Matcher) MayWriteIn(dir string) bool {
-	st := m.st
+func (m *Matcher) MayWriteIn(name string) bool {
+	st, dir := m.at(name)
 	if st == nil || st.revoked || (dir != "" && st.blocked(dir)) {
 		return false
 	}

@@ -408,7 +408,7 @@ func (v *validator) patterns() *matcherState {
 	if len(v.g.MayRead) == 0 {
 		v.add("may_read", "must list at least one pattern")
 	}
-	st, problems := buildState(v.g, "")
+	st, problems := buildState(v.g)
 	v.problems = append(v.problems, problems...)
 	if len(problems) > 0 {
 		return nil
