@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -234,24 +233,6 @@ func (p *Protocol) PrimaryRef() string { return p.Ref(p.Primary.File) }
 
 // GateTexts returns the completion gate texts.
 func (p *Protocol) GateTexts() []string { return p.gateTexts }
-
-// ExternalDir returns the external deliverables' directory relative to
-// the folder, slash-separated and clean ("../docs" for repoRoot ".." and
-// dir "docs"), and false when the deliverables are internal or the
-// directory cannot be named that way (an absolute or missing repoRoot).
-func (p *Protocol) ExternalDir() (string, bool) {
-	if !p.external || !p.repoRootOK || p.repoRoot == "" || strings.HasPrefix(p.repoRoot, "/") {
-		return "", false
-	}
-	dir := ""
-	if p.hasDir {
-		dir = pyStr(p.dirRaw)
-	}
-	if strings.HasPrefix(dir, "/") {
-		return "", false
-	}
-	return path.Clean(p.repoRoot + "/" + dir), true
-}
 
 // DeliverablesBase returns the directory that holds the deliverables.
 func (p *Protocol) DeliverablesBase(folder string) (string, error) {

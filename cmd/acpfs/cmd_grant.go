@@ -168,14 +168,8 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 	if f.preset != "" {
 		deliv := info.Dir()
 		if info.External() {
-			dir, ok := info.ExternalDir()
-			if ok && strings.TrimLeft(dir, "./") != "" {
-				deliv = dir
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are beside the folder (%s/): only a view rooted at the repository shows them (--view-root repo)\n", dir)
-			} else {
-				deliv = "-"
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are external to the folder; the preset covers only the protocol files\n")
-			}
+			deliv = "-"
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are external to the folder; the preset covers only the protocol files\n")
 		}
 		p, err := grants.Preset(f.preset, deliv)
 		if err != nil {
