@@ -110,7 +110,7 @@ func (f *FS) shows(rel string) bool {
 // and classifies what is there under m.
 func (f *FS) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
 	t := &target{rel: rel, d: dir{fd: -1}}
-	if rel == "" {
+	if rel == f.loc.up {
 		if err := unix.Fstat(f.b.rootFd(), &t.e.st); err != nil {
 			return nil, errnoOf(err)
 		}

@@ -157,7 +157,10 @@ func decide(o op, rel string, e entry, p policy) verdict {
 		}
 		return refuse(syscall.EACCES, ledger.KindDenied, ".acpfs is reserved")
 	}
-	if rel == "" {
+	if aboveFolder(rel) {
+		// The folder, and in a view rooted at the repository holding
+		// it the directories above it: every protocol name is reached
+		// through them.
 		if o.class() == classRead {
 			return allow
 		}

@@ -234,6 +234,16 @@ func (p *Protocol) PrimaryRef() string { return p.Ref(p.Primary.File) }
 // GateTexts returns the completion gate texts.
 func (p *Protocol) GateTexts() []string { return p.gateTexts }
 
+// RepoRoot returns the repository root of external deliverables, as
+// protocol.json gives it (relative to the folder), and false when there
+// is none.
+func (p *Protocol) RepoRoot() (string, bool) {
+	if !p.external || !p.repoRootOK || p.repoRoot == "" {
+		return "", false
+	}
+	return p.repoRoot, true
+}
+
 // DeliverablesBase returns the directory that holds the deliverables.
 func (p *Protocol) DeliverablesBase(folder string) (string, error) {
 	if p.external {
