@@ -2,6 +2,7 @@ package integration
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -172,4 +173,74 @@ func findRecord(recs []ledger.Record, kind, agent, path string) *ledger.Record {
 		}
 	}
 	return nil
+}
+
+// TestRunRootedAtRepository: `acpfs run --view-root repo` shows the
+// repository at its own path through the view: the preset of an
+// external-mode folder reads the deliverables beside it, the reviewer
+// cannot write them, nothing ungranted is there, and an owner whose grant
+// names .git runs git on the repository with no extra setting.
+func TestRunRootedAtRepository(t *testing.T) {
+	testutil.RequireFUSE(t)
+	d := newDir(t, "extrun")
+	repo, runs := filepath.Join(d, "repo"), filepath.Join(d, "agent_runs")
+	folder := filepath.Join(repo, "collab")
+	_, stderr, code := acpfs(t, "init", "--folder", folder, "--participant", owner, "--participant", reviewer,
+		"--objective", "Design the cache layer", "--completion", "Cache design reviewed",
+		"--primary-deliverable-type", "design-spec", "--deliverables-mode", "external", "--repo-root", "..")
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, os.MkdirAll(filepath.Join(repo, "secret"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(repo, "secret/oracle.md"), []byte(sbxSecret+"\n"), 0o644))
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.email=c@example.test", "-c", "user.name=c", "commit", "-qm", "start"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%v: %s", args, out)
+	}
+	grant := func(args ...string) string {
+		_, stderr, code := acpfs(t, append([]string{"grant", "create", "--runs", runs, "--folder", folder}, args...)...)
+		require.Equal(t, 0, code, stderr)
+		return stderr
+	}
+	note := grant("--agent", reviewer, "--id", "G-bob", "--preset", "reviewer")
+	assert.Contains(t, note, "../deliverables/", "the preset names the deliverables beside the folder")
+	grant("--agent", owner, "--id", "G-alice", "--preset", "owner", "--may-read", "../.git/**", "--may-write", "../.git/**")
+	run := func(g, script string) (string, string, int) {
+		cmd := exec.Command(acpfsBin, "run", "--folder", folder, "--runs", runs, "--grant", g, "--view-root", "repo",
+			"--", "/usr/bin/bash", "-c", script, repo)
+		return runCmd(t, cmd)
+	}
+
+	out, stderr, code := run("G-bob", `cd "$0"
+ls -A; echo ---
+grep -c 'Design Spec' deliverables/design-spec.md
+cat secret/oracle.md 2>&1 || echo NO-SECRET
+echo changed >> deliverables/design-spec.md 2>&1 || echo NO-WRITE
+cat collab/.acpfs/last-error
+git status 2>&1 | head -1`)
+	require.Equal(t, 0, code, "%s%s", out, stderr)
+	listing, rest, _ := strings.Cut(out, "---\n")
+	assert.Equal(t, "collab\ndeliverables\n", listing, "no .git, no secret")
+	assert.Contains(t, rest, "NO-SECRET")
+	assert.NotContains(t, rest, sbxSecret)
+	assert.Contains(t, rest, "NO-WRITE")
+	assert.Contains(t, rest, extPrimary+": not writable under the grant")
+	assert.Contains(t, rest, "not a git repository")
+
+	out, stderr, code = run("G-alice", `set -e
+cd "$0"
+echo "more" >> deliverables/design-spec.md
+git status --short
+git add deliverables/design-spec.md
+git -c user.email=a@example.test -c user.name=alice commit -qm "revise the spec"
+git log --format=%s -1`)
+	require.Equal(t, 0, code, "%s%s", out, stderr)
+	assert.Contains(t, out, " M deliverables/design-spec.md")
+	assert.Contains(t, out, " D secret/oracle.md", "a hidden file looks deleted to git")
+	assert.Contains(t, out, "revise the spec")
+	var recs []ledger.Record
+	require.NoError(t, ledger.Scan(filepath.Join(runs, "communication_ledger.jsonl"), ledger.Filter{},
+		func(r ledger.Record) error { recs = append(recs, r); return nil }))
+	assert.NotNil(t, findRecord(recs, ledger.KindWrite, owner, extPrimary))
+	assert.Empty(t, leftoverMounts())
 }
