@@ -133,7 +133,7 @@ func (f *FS) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
 	var st unix.Stat_t
 	switch err := unix.Fstatat(d.fd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW); err {
 	case nil:
-		t.e = classify(m, f.conceal, d.fd, d.name, rel, &st)
+		t.e = classify(m, f.conceal, f.loc, d.fd, d.name, rel, &st)
 		f.noteConcealed(rel, t.e)
 	case unix.ENOENT:
 		t.e.kind = kindAbsent

@@ -201,7 +201,7 @@ func (f *FS) scanConcealed(fd int, rel string, budget *int, depth int) string {
 		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 			continue
 		}
-		e := classify(m, f.conceal, fd, name, crel, &st)
+		e := classify(m, f.conceal, f.loc, fd, name, crel, &st)
 		if e.kind == kindConcealed {
 			return e.why
 		}

@@ -48,7 +48,7 @@ func (f *FS) visibleEntries(rel string) ([]dirEntry, error) {
 			out = append(out, dirEntry{name: name, st: st, handoff: true})
 			continue
 		}
-		e := classify(v.matcher, f.conceal, fd, name, crel, &st)
+		e := classify(v.matcher, f.conceal, f.loc, fd, name, crel, &st)
 		if e.shownBy(v.matcher, crel) {
 			out = append(out, dirEntry{name: name, st: st})
 		}

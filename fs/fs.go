@@ -562,16 +562,24 @@ func errnoName(e syscall.Errno) string {
 	return e.Error()
 }
 
-// cleanSymlinkTarget resolves a symlink target found at rel against the
-// folder root. It returns the folder-relative target and false when the
-// target is absolute or climbs out of the folder: the kernel follows
-// symlinks itself, so either would lead out of the view.
-func cleanSymlinkTarget(rel, target string) (string, bool) {
+// symlinkTarget resolves a symlink target found at the folder-relative
+// name rel. It returns the target's folder-relative name, in the one
+// spelling the grant judges (a link beside the folder that leads into it
+// names "oracle.md", not "../collab/oracle.md"), and false when the target
+// is absolute or climbs above the view's root: the kernel follows symlinks
+// itself, so either would lead out of the view.
+func (p place) symlinkTarget(rel, target string) (string, bool) {
 	if strings.HasPrefix(target, "/") {
 		return "", false
 	}
+	vp, ok := p.viewPath(rel)
+	if !ok {
+		return "", false
+	}
+	// Resolved in view paths, which have no ".." segments: popping past
+	// the view's root is then a plain empty stack.
 	var out []string
-	if d := path.Dir(rel); d != "." {
+	if d := path.Dir(vp); d != "." && d != "" {
 		out = strings.Split(d, "/")
 	}
 	named := false // a name of the target itself came before
@@ -591,7 +599,7 @@ func cleanSymlinkTarget(rel, target string) (string, bool) {
 			named = true
 		}
 	}
-	return strings.Join(out, "/"), true
+	return p.nameOf(strings.Join(out, "/")), true
 }
 
 // handleSet is the set of open file handles of a view, so that a grant

@@ -603,7 +603,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	return n.makeAt(ctx, n.fsys.loc.join(n.rel(), name), newEntry{
 		name: "symlink", op: opSymlink, detail: "to " + target,
 		refuse: func(rel string) syscall.Errno {
-			if tr, ok := cleanSymlinkTarget(rel, target); !ok || !targetVisible(f.matcher(), tr) {
+			if tr, ok := f.loc.symlinkTarget(rel, target); !ok || !targetVisible(f.matcher(), tr) {
 				return f.deny(ctx, ledger.KindDenied, "symlink", rel, syscall.EACCES, "symlink target is outside the visible folder")
 			}
 			return 0

@@ -165,6 +165,44 @@ func TestViewRootedAtRepository(t *testing.T) {
 	assert.Contains(t, readFile(t, filepath.Join(repo, "deliverables/design-spec.md")), "Status: Frozen", "unchanged on disk")
 }
 
+// TestViewRootedAtRepositorySymlinks: a link beside the folder is judged
+// by the name its target has in the grant, so a link that leads back
+// into the folder cannot show what the folder's own rules hide, and a
+// link above the view's root is never shown or made.
+func TestViewRootedAtRepositorySymlinks(t *testing.T) {
+	c, repo := newExternalCollab(t)
+	require.NoError(t, os.WriteFile(filepath.Join(c.folder, "oracle.md"), []byte("the folder's oracle\n"), 0o644))
+	for link, target := range map[string]string{
+		"deliverables/peek":  "../collab/oracle.md",
+		"deliverables/back":  "../collab/README.md",
+		"deliverables/above": "../../outside",
+		"src/up":             "../..",
+	} {
+		require.NoError(t, os.Symlink(target, filepath.Join(repo, link)))
+	}
+	carol := c.mountAtRepo(&grants.Grant{GrantID: "G-owner", AgentID: owner, Role: "proposal owner", Objective: "Read around",
+		MayRead: []string{"**", "../**"}, ForbiddenRead: []string{"oracle.md", "../secret/**"}, MayWrite: []string{"../deliverables/**"},
+	}, repo)
+
+	names := listNames(t, carol.path("deliverables"))
+	assert.Contains(t, names, "back", "a link to a shown file in the folder")
+	assert.NotContains(t, names, "peek", "a link to the folder's forbidden oracle")
+	assert.NotContains(t, names, "above", "a link above the view's root")
+	assert.NotContains(t, listNames(t, carol.path("src")), "up")
+	_, err := os.ReadFile(carol.path("deliverables/peek"))
+	assert.ErrorIs(t, err, syscall.ENOENT)
+	assert.Contains(t, readFile(t, carol.path("deliverables/back")), "#", "README.md through the link")
+	_, err = os.ReadFile(carol.path("collab/oracle.md"))
+	assert.ErrorIs(t, err, syscall.ENOENT)
+
+	for _, target := range []string{"../collab/oracle.md", "../secret/oracle.md", "../../outside", "/etc/passwd"} {
+		err := os.Symlink(target, carol.path("deliverables/mine"))
+		assert.ErrorIs(t, err, syscall.EACCES, target)
+	}
+	require.NoError(t, os.Symlink("../collab/README.md", carol.path("deliverables/mine")))
+	assert.Contains(t, readFile(t, carol.path("deliverables/mine")), "#")
+}
+
 // findRecord returns the first record of kind by agent at path, or nil.
 func findRecord(recs []ledger.Record, kind, agent, path string) *ledger.Record {
 	for i := range recs {
