@@ -24,13 +24,16 @@ import (
 // AT_SYMLINK_NOFOLLOW or O_NOFOLLOW. A component swapped for a symlink
 // between two calls makes the second fail (ELOOP), never leads elsewhere.
 type backing struct {
-	root *os.File // O_PATH descriptor of the folder root
+	root *os.File // O_PATH descriptor of the view's root
+	// at turns the folder-relative names the view speaks of into paths
+	// below root (see place).
+	at place
 }
 
 const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS |
 	unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
-func openBacking(folder string) (*backing, error) {
+func openBacking(folder string, at place) (*backing, error) {
 	// The folder path itself is the coordinator's choice and may be
 	// reached through a symlink (acpfs run serves it from /proc/self/fd):
 	// only names below it are resolved strictly.
@@ -38,15 +41,25 @@ func openBacking(folder string) (*backing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open folder %s: %w", folder, err)
 	}
-	return &backing{root: os.NewFile(uintptr(fd), folder)}, nil
+	return &backing{root: os.NewFile(uintptr(fd), folder), at: at}, nil
 }
 
 func (b *backing) rootFd() int { return int(b.root.Fd()) }
 
-// open resolves rel (folder-relative, "" for the root) strictly beneath
-// the root and opens it with flags. O_NOFOLLOW is always added: a final
-// symlink is opened as itself with O_PATH, refused (ELOOP) otherwise.
+// open resolves rel (folder-relative, "" for the folder) strictly
+// beneath the root and opens it with flags. O_NOFOLLOW is always added: a
+// final symlink is opened as itself with O_PATH, refused (ELOOP)
+// otherwise.
 func (b *backing) open(rel string, flags int, mode uint32) (int, error) {
+	vp, ok := b.at.viewPath(rel)
+	if !ok {
+		return -1, unix.ENOENT
+	}
+	return b.openView(vp, flags, mode)
+}
+
+// openView is open for a path relative to the view's root.
+func (b *backing) openView(rel string, flags int, mode uint32) (int, error) {
 	if rel == "" {
 		rel = "."
 	}
@@ -83,13 +96,18 @@ type dir struct {
 
 func (d dir) close() { unix.Close(d.fd) }
 
-// parent opens the directory holding rel. rel must not be the root.
+// parent opens the directory holding rel. rel must not be the view's
+// root.
 func (b *backing) parent(rel string) (dir, error) {
-	p, name := path.Split(rel)
+	vp, ok := b.at.viewPath(rel)
+	if !ok {
+		return dir{}, unix.ENOENT
+	}
+	p, name := path.Split(vp)
 	if name == "" || name == "." || name == ".." {
 		return dir{}, unix.EINVAL
 	}
-	fd, err := b.open(trimSlash(p), unix.O_PATH|unix.O_DIRECTORY, 0)
+	fd, err := b.openView(trimSlash(p), unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err == unix.ENOTDIR {
 		// Something other than a directory (a symlink above all) is in
 		// the way: the view has nothing there.

@@ -110,7 +110,7 @@ func (f *FS) shows(rel string) bool {
 // and classifies what is there under m.
 func (f *FS) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
 	t := &target{rel: rel, d: dir{fd: -1}}
-	if rel == "" {
+	if rel == f.loc.up {
 		if err := unix.Fstat(f.b.rootFd(), &t.e.st); err != nil {
 			return nil, errnoOf(err)
 		}
@@ -133,7 +133,7 @@ func (f *FS) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
 	var st unix.Stat_t
 	switch err := unix.Fstatat(d.fd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW); err {
 	case nil:
-		t.e = classify(m, f.conceal, d.fd, d.name, rel, &st)
+		t.e = classify(m, f.conceal, f.loc, d.fd, d.name, rel, &st)
 		f.noteConcealed(rel, t.e)
 	case unix.ENOENT:
 		t.e.kind = kindAbsent

@@ -196,12 +196,12 @@ func (f *FS) scanConcealed(fd int, rel string, budget *int, depth int) string {
 		if *budget--; *budget < 0 {
 			return fmt.Sprintf("it holds more than %d entries to check", maxRenameScan)
 		}
-		crel := join(rel, name)
+		crel := f.loc.join(rel, name)
 		var st unix.Stat_t
 		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 			continue
 		}
-		e := classify(m, f.conceal, fd, name, crel, &st)
+		e := classify(m, f.conceal, f.loc, fd, name, crel, &st)
 		if e.kind == kindConcealed {
 			return e.why
 		}

@@ -16,18 +16,19 @@ func (f *FS) deliverable(rel string) bool {
 	if err := f.log.Refresh(); err != nil {
 		slog.Warn("protocol refresh failed", "err", err)
 	}
-	return underAny(rel, f.log.Deliverables())
+	return underAny(rel, f.log.Deliverables(), f.loc)
 }
 
-// underAny reports whether rel is one of paths or a directory holding
-// one of them.
-func underAny(rel string, paths []string) bool {
+// underAny reports whether rel is one of paths (keys of
+// protocol.Snapshot.Frozen) or a directory holding one of them.
+func underAny(rel string, paths []string, at place) bool {
 	for _, p := range paths {
+		p = at.keyName(p)
 		if strings.HasPrefix(p, "/") {
-			continue // an external deliverable outside the folder
+			continue // an external deliverable this view does not show
 		}
 		p = path.Clean(p)
-		if p == rel || rel == "" || strings.HasPrefix(p, rel+"/") {
+		if p == rel || aboveFolder(rel) || strings.HasPrefix(p, rel+"/") {
 			return true
 		}
 	}

@@ -39,7 +39,7 @@ func (f *FS) visibleEntries(rel string) ([]dirEntry, error) {
 			// staging directory is never shown.
 			continue
 		}
-		crel := join(rel, name)
+		crel := f.loc.join(rel, name)
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue // gone since getdents
@@ -48,7 +48,7 @@ func (f *FS) visibleEntries(rel string) ([]dirEntry, error) {
 			out = append(out, dirEntry{name: name, st: st, handoff: true})
 			continue
 		}
-		e := classify(v.matcher, f.conceal, fd, name, crel, &st)
+		e := classify(v.matcher, f.conceal, f.loc, fd, name, crel, &st)
 		if e.shownBy(v.matcher, crel) {
 			out = append(out, dirEntry{name: name, st: st})
 		}
@@ -153,7 +153,7 @@ func (f *FS) dirSummary(rel string) dirSummary {
 		m := f.matcher()
 		var newest unix.Timespec
 		for _, e := range entries {
-			if e.st.Mode&unix.S_IFMT == unix.S_IFDIR && !m.ShowsAll(join(rel, e.name)) {
+			if e.st.Mode&unix.S_IFMT == unix.S_IFDIR && !m.ShowsAll(f.loc.join(rel, e.name)) {
 				// Its own times move with what it hides.
 				continue
 			}
@@ -249,7 +249,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		e = &d.entries[d.pos-3]
 	}
 	d.mu.Unlock()
-	rel := join(d.rel, name)
+	rel := d.fsys.loc.join(d.rel, name)
 	if e == nil || e.handoff || !d.fsys.matcher().VisibleEntry(rel, e.st.Mode&unix.S_IFMT == unix.S_IFDIR) {
 		return d.node.Lookup(ctx, name, out)
 	}

@@ -266,7 +266,7 @@ func (h *handle) fd() int { return int(h.file.Fd()) }
 func (h *handle) path() string {
 	if h.node != nil {
 		if p := h.node.Path(nil); p != "" {
-			return p
+			return h.fsys.loc.nameOf(p)
 		}
 	}
 	return h.rel

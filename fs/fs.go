@@ -45,8 +45,17 @@ const maxLine = 1 << 20
 
 // Options configures one filesystem instance (one grant, one folder).
 type Options struct {
-	// Folder is the backing collaboration folder (absolute path).
+	// Folder is the backing collaboration folder (absolute path), or
+	// with Within the directory the view is rooted at, which holds it.
 	Folder string
+	// Within, when set, is the collaboration folder's path below Folder
+	// (slash-separated, no "..": "collab"), for a view rooted at the
+	// repository that holds the folder, so that deliverables outside it
+	// are judged, recorded and frozen as the folder's own are. Names
+	// beside the folder are then "../docs/report.md", in grants, the
+	// ledger and .acpfs alike; the folder and the directories above it
+	// cannot be moved or removed through the view.
+	Within string
 	// Grant is the grant in force; SetGrant replaces it on a live mount.
 	Grant *grants.Grant
 	// Hidden lists folder-relative directories that are never visible
@@ -102,6 +111,7 @@ type Options struct {
 // FS is one per-grant view. Its methods are safe for concurrent use.
 type FS struct {
 	folder     string
+	loc        place // where the collaboration folder lies in the view
 	b          *backing
 	started    time.Time
 	log        *protocol.Log
@@ -170,7 +180,11 @@ func New(opts Options) (*FS, error) {
 	if opts.Log == nil || opts.Ledger == nil || opts.Grant == nil {
 		return nil, errors.New("fs: Log, Ledger and Grant are required")
 	}
-	b, err := openBacking(opts.Folder)
+	at, err := placeOf(opts.Within)
+	if err != nil {
+		return nil, err
+	}
+	b, err := openBacking(opts.Folder, at)
 	if err != nil {
 		return nil, err
 	}
@@ -186,10 +200,20 @@ func New(opts Options) (*FS, error) {
 		return nil, fmt.Errorf("stat folder: %w", err)
 	}
 	// The folder itself cannot be hidden (a ledger lying directly in it
-	// has the folder as its directory): its entries are, by name.
+	// has the folder as its directory): its entries are, by name. Nor can
+	// the directories on the way to it.
 	conceal.drop(&rootSt)
+	if at.within != "" {
+		if at.folder, err = dropAbove(b, conceal); err != nil {
+			conceal.close()
+			b.root.Close()
+			return nil, err
+		}
+		b.at = at
+	}
 	f := &FS{
 		folder:      opts.Folder,
+		loc:         at,
 		b:           b,
 		started:     time.Now(),
 		passthrough: opts.Passthrough,
@@ -271,15 +295,15 @@ func (f *FS) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 	}
 	f.reachOpenFiles(g, m)
 	if f.attached.Load() {
-		f.rejudgeKernel(f.root.EmbeddedInode(), "")
+		f.rejudgeKernel(f.root.EmbeddedInode(), f.loc.up)
 		// A path handed over (or no longer) changes from the live file to
 		// the snapshot (or back): drop the cached entry either way.
 		for rel := range handoffs {
-			f.invalidateNow(rel, true)
+			f.invalidateNameNow(rel)
 		}
 		if old != nil {
 			for rel := range old.handoffs {
-				f.invalidateNow(rel, true)
+				f.invalidateNameNow(rel)
 			}
 		}
 	}
@@ -297,7 +321,7 @@ func (f *FS) rejudgeKernel(dir *gofs.Inode, rel string) {
 	dir.NotifyContent(0, 0)
 	handoffs := f.view.Load().handoffs
 	for name, ch := range dir.Children() {
-		crel := join(rel, name)
+		crel := f.loc.join(rel, name)
 		if rel == "" && name == ControlDir {
 			continue
 		}
@@ -489,7 +513,8 @@ func (f *FS) frozen(rel string) bool {
 		return true
 	}
 	for p := range frozen {
-		if rel == "" || strings.HasPrefix(p, rel+"/") {
+		p = f.loc.keyName(p)
+		if p == rel || aboveFolder(rel) || strings.HasPrefix(p, rel+"/") {
 			return true
 		}
 	}
@@ -537,16 +562,24 @@ func errnoName(e syscall.Errno) string {
 	return e.Error()
 }
 
-// cleanSymlinkTarget resolves a symlink target found at rel against the
-// folder root. It returns the folder-relative target and false when the
-// target is absolute or climbs out of the folder: the kernel follows
-// symlinks itself, so either would lead out of the view.
-func cleanSymlinkTarget(rel, target string) (string, bool) {
+// symlinkTarget resolves a symlink target found at the folder-relative
+// name rel. It returns the target's folder-relative name, in the one
+// spelling the grant judges (a link beside the folder that leads into it
+// names "oracle.md", not "../collab/oracle.md"), and false when the target
+// is absolute or climbs above the view's root: the kernel follows symlinks
+// itself, so either would lead out of the view.
+func (p place) symlinkTarget(rel, target string) (string, bool) {
 	if strings.HasPrefix(target, "/") {
 		return "", false
 	}
+	vp, ok := p.viewPath(rel)
+	if !ok {
+		return "", false
+	}
+	// Resolved in view paths, which have no ".." segments: popping past
+	// the view's root is then a plain empty stack.
 	var out []string
-	if d := path.Dir(rel); d != "." {
+	if d := path.Dir(vp); d != "." && d != "" {
 		out = strings.Split(d, "/")
 	}
 	named := false // a name of the target itself came before
@@ -566,7 +599,7 @@ func cleanSymlinkTarget(rel, target string) (string, bool) {
 			named = true
 		}
 	}
-	return strings.Join(out, "/"), true
+	return p.nameOf(strings.Join(out, "/")), true
 }
 
 // handleSet is the set of open file handles of a view, so that a grant

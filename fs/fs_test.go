@@ -14,26 +14,45 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestCleanSymlinkTarget(t *testing.T) {
+// TestSymlinkTarget: a link's target is judged under the one name the
+// grant gives it, whether the view is rooted at the folder or at the
+// repository that holds it, and a target above the view's root is
+// refused.
+func TestSymlinkTarget(t *testing.T) {
+	repo := newPlace("collab")
 	tests := []struct {
+		at                place
 		rel, target, want string
 		ok                bool
 	}{
-		{"a.md", "b.md", "b.md", true},
-		{"dir/a.md", "b.md", "dir/b.md", true},
-		{"dir/a.md", "../b.md", "b.md", true},
-		{"dir/a.md", "..", "", true},
-		{"dir/sub/a.md", "../../x/y", "x/y", true},
-		{"a.md", "../outside", "", false},
-		{"dir/a.md", "../../folder/oracle", "", false},
-		{"a.md", "/etc/passwd", "", false},
-		{"dir/a.md", "./././c", "dir/c", true},
-		{"dir/a.md", "me/../../oracle", "", false},
-		{"dir/a.md", "sub/../x", "", false},
+		{place{}, "a.md", "b.md", "b.md", true},
+		{place{}, "dir/a.md", "b.md", "dir/b.md", true},
+		{place{}, "dir/a.md", "../b.md", "b.md", true},
+		{place{}, "dir/a.md", "..", "", true},
+		{place{}, "dir/sub/a.md", "../../x/y", "x/y", true},
+		{place{}, "a.md", "../outside", "", false},
+		{place{}, "dir/a.md", "../../folder/oracle", "", false},
+		{place{}, "a.md", "/etc/passwd", "", false},
+		{place{}, "dir/a.md", "./././c", "dir/c", true},
+		{place{}, "dir/a.md", "me/../../oracle", "", false},
+		{place{}, "dir/a.md", "sub/../x", "", false},
+		// Rooted at the repository: names beside the folder start with "..".
+		{repo, "a.md", "../outside", "../outside", true},
+		{repo, "../deliverables/l", "../collab/oracle.md", "oracle.md", true},
+		{repo, "../deliverables/l", "../../collab/oracle.md", "", false},
+		{repo, "../l", "collab/oracle.md", "oracle.md", true},
+		{repo, "../l", "../x", "", false},
+		{repo, "../l", "..", "", false},
+		{repo, "../deliverables/l", "..", "..", true},
+		{repo, "../deliverables/l", "../collab", "", true},
+		{repo, "notes/l", "../../docs/x", "../docs/x", true},
+		{repo, "notes/l", "../../../etc/passwd", "", false},
+		{newPlace("a/collab"), "../../b/l", "../a/collab/x", "x", true},
+		{newPlace("a/collab"), "../../b/l", "../a/y", "../y", true},
 	}
 	for _, tc := range tests {
-		t.Run(tc.rel+"->"+tc.target, func(t *testing.T) {
-			got, ok := cleanSymlinkTarget(tc.rel, tc.target)
+		t.Run(tc.at.within+":"+tc.rel+"->"+tc.target, func(t *testing.T) {
+			got, ok := tc.at.symlinkTarget(tc.rel, tc.target)
 			assert.Equal(t, tc.ok, ok)
 			assert.Equal(t, tc.want, got)
 		})

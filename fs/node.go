@@ -75,8 +75,8 @@ func (n *node) OnAdd(ctx context.Context) {
 	}
 }
 
-// rel is the node's path relative to the folder root ("" for the root).
-func (n *node) rel() string { return n.Path(nil) }
+// rel is the node's folder-relative name ("" for the folder; see place).
+func (n *node) rel() string { return n.fsys.loc.nameOf(n.Path(nil)) }
 
 // child makes (or finds) the inode for a backing entry. Inodes are keyed
 // by the backing inode number, so a rename through the view keeps the
@@ -93,7 +93,7 @@ func (n *node) child(ctx context.Context, st *unix.Stat_t) *gofs.Inode {
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
 	dir := n.rel()
-	rel := join(dir, name)
+	rel := n.fsys.loc.join(dir, name)
 	defer n.fsys.guard(ctx, "lookup", rel, &errno)
 	n.fsys.enter("lookup", rel)
 	f := n.fsys
@@ -318,7 +318,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHan
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (ch *gofs.Inode, fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
-	rel := join(n.rel(), name)
+	rel := n.fsys.loc.join(n.rel(), name)
 	defer n.fsys.guard(ctx, "create", rel, &errno)
 	n.fsys.enter("create", rel)
 	f := n.fsys
@@ -442,14 +442,14 @@ func (n *node) makeAt(ctx context.Context, rel string, e newEntry, out *fuse.Ent
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.makeAt(ctx, join(n.rel(), name), newEntry{
+	return n.makeAt(ctx, n.fsys.loc.join(n.rel(), name), newEntry{
 		name: "mkdir", op: opMkdir, mode: mode,
 		make: func(d dir) error { return unix.Mkdirat(d.fd, d.name, mode&0o7777) },
 	}, out)
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.makeAt(ctx, join(n.rel(), name), newEntry{
+	return n.makeAt(ctx, n.fsys.loc.join(n.rel(), name), newEntry{
 		name: "mknod", op: opMknod, mode: mode,
 		refuse: func(rel string) syscall.Errno {
 			if mode&syscall.S_IFMT != syscall.S_IFREG {
@@ -479,13 +479,13 @@ func (n *node) changeAt(ctx context.Context, name string, o op, rel, detail stri
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return n.changeAt(ctx, "rmdir", opRmdir, join(n.rel(), name), "", func(d dir) error {
+	return n.changeAt(ctx, "rmdir", opRmdir, n.fsys.loc.join(n.rel(), name), "", func(d dir) error {
 		return unix.Unlinkat(d.fd, d.name, unix.AT_REMOVEDIR)
 	})
 }
 
 func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
-	rel := join(n.rel(), name)
+	rel := n.fsys.loc.join(n.rel(), name)
 	defer n.fsys.guard(ctx, "unlink", rel, &errno)
 	n.fsys.enter("unlink", rel)
 	t, errno := n.fsys.at(ctx, opUnlink, rel)
@@ -507,8 +507,8 @@ func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) (errno syscall.Errno) {
-	from := join(n.rel(), name)
-	to := join(newParent.EmbeddedInode().Path(nil), newName)
+	from := n.fsys.loc.join(n.rel(), name)
+	to := n.fsys.loc.join(n.fsys.loc.nameOf(newParent.EmbeddedInode().Path(nil)), newName)
 	defer n.fsys.guard(ctx, "rename", from, &errno)
 	n.fsys.enter("rename", from)
 	f := n.fsys
@@ -587,7 +587,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 // and attributes, and the other names may be ones the grant hides. Such
 // files are not shown in a view either.
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
-	rel := join(n.rel(), name)
+	rel := n.fsys.loc.join(n.rel(), name)
 	defer n.fsys.guard(ctx, "link", rel, &errno)
 	n.fsys.enter("link", rel)
 	t, errno := n.fsys.at(ctx, opLink, rel)
@@ -600,10 +600,10 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	f := n.fsys
-	return n.makeAt(ctx, join(n.rel(), name), newEntry{
+	return n.makeAt(ctx, n.fsys.loc.join(n.rel(), name), newEntry{
 		name: "symlink", op: opSymlink, detail: "to " + target,
 		refuse: func(rel string) syscall.Errno {
-			if tr, ok := cleanSymlinkTarget(rel, target); !ok || !targetVisible(f.matcher(), tr) {
+			if tr, ok := f.loc.symlinkTarget(rel, target); !ok || !targetVisible(f.matcher(), tr) {
 				return f.deny(ctx, ledger.KindDenied, "symlink", rel, syscall.EACCES, "symlink target is outside the visible folder")
 			}
 			return 0

@@ -157,7 +157,10 @@ func decide(o op, rel string, e entry, p policy) verdict {
 		}
 		return refuse(syscall.EACCES, ledger.KindDenied, ".acpfs is reserved")
 	}
-	if rel == "" {
+	if aboveFolder(rel) {
+		// The folder, and in a view rooted at the repository holding
+		// it the directories above it: every protocol name is reached
+		// through them.
 		if o.class() == classRead {
 			return allow
 		}
@@ -293,7 +296,7 @@ func checkName(o op, rel string, p policy) verdict {
 }
 
 // targetVisible reports whether a symlink target (folder-relative, as
-// cleanSymlinkTarget gives it) leads to something the view shows.
+// place.symlinkTarget gives it) leads to something the view shows.
 func targetVisible(m *grants.Matcher, t string) bool {
 	if t == StagingDir || strings.HasPrefix(t, StagingDir+"/") || t == protocol.LockFile {
 		return false
@@ -311,7 +314,7 @@ func targetVisible(m *grants.Matcher, t string) bool {
 // at the folder-relative path rel. Symlinks are judged here, at every
 // lookup, from where they are now: a rename cannot turn a harmless link
 // into a door.
-func classify(m *grants.Matcher, c *concealed, dirfd int, name, rel string, st *unix.Stat_t) entry {
+func classify(m *grants.Matcher, c *concealed, loc place, dirfd int, name, rel string, st *unix.Stat_t) entry {
 	e := entry{st: *st}
 	if c.has(st) {
 		// Whatever name leads here: the coordinator's run directory,
@@ -348,7 +351,7 @@ func classify(m *grants.Matcher, c *concealed, dirfd int, name, rel string, st *
 			e.kind, e.why = kindConcealed, "unreadable symlink"
 			break
 		}
-		if t, ok := cleanSymlinkTarget(rel, target); !ok || !targetVisible(m, t) {
+		if t, ok := loc.symlinkTarget(rel, target); !ok || !targetVisible(m, t) {
 			e.kind, e.why = kindConcealed, "symlink target hidden or outside the folder"
 		}
 	default:

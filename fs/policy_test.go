@@ -293,7 +293,7 @@ func TestDecideDeliverables(t *testing.T) {
 	m, err := grants.Compile(policyGrant(), grants.MatcherOptions{})
 	require.NoError(t, err)
 	named := []string{"deliverables/design-spec.md", "deliverables/sub/notes.md"}
-	p := policy{m: m, deliverable: func(rel string) bool { return underAny(rel, named) }}
+	p := policy{m: m, deliverable: func(rel string) bool { return underAny(rel, named, place{}) }}
 	file, dir := entry{kind: kindFile}, entry{kind: kindDir}
 	cases := []struct {
 		name string

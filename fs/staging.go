@@ -86,8 +86,13 @@ func (f *FS) stagingDir() (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fd < 0 {
-		root := f.b.rootFd()
-		if err := unix.Mkdirat(root, StagingDir, 0o700); err != nil && err != unix.EEXIST {
+		folder, err := f.b.open("", unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return -1, fmt.Errorf("open the folder: %w", err)
+		}
+		err = unix.Mkdirat(folder, StagingDir, 0o700)
+		unix.Close(folder)
+		if err != nil && err != unix.EEXIST {
 			return -1, fmt.Errorf("make %s: %w", StagingDir, err)
 		}
 		top, err := f.b.open(StagingDir, unix.O_PATH|unix.O_DIRECTORY, 0)
@@ -206,7 +211,10 @@ func (f *FS) removeStaging() {
 	s.fd = -1
 	if top, err := f.b.open(StagingDir, unix.O_PATH|unix.O_DIRECTORY, 0); err == nil {
 		removeTree(top, s.id, 4)
-		unix.Unlinkat(f.b.rootFd(), StagingDir, unix.AT_REMOVEDIR) // fails while other views use it
+		if folder, err := f.b.open("", unix.O_PATH|unix.O_DIRECTORY, 0); err == nil {
+			unix.Unlinkat(folder, StagingDir, unix.AT_REMOVEDIR) // fails while other views use it
+			unix.Close(folder)
+		}
 		unix.Close(top)
 	}
 }

@@ -88,7 +88,7 @@ func (f *FS) dropKernelCachesNow() {
 	walk = func(dir *gofs.Inode) {
 		dir.NotifyContent(0, 0)
 		for name, ch := range dir.Children() {
-			if dir.IsRoot() && name == ControlDir {
+			if name == ControlDir && f.loc.nameOf(dir.Path(nil)) == "" {
 				continue // virtual, never cached
 			}
 			if ch.IsDir() {
@@ -156,7 +156,7 @@ func (f *FS) recheckConcealed() {
 	}
 	f.links.mu.Unlock()
 	for _, rel := range changed {
-		f.invalidate(rel, true)
+		f.invalidateName(rel)
 	}
 }
 

@@ -235,13 +235,29 @@ func (f *FS) invalidateNow(rel string, entry bool) {
 		func(dir *gofs.Inode, name string) { dir.NotifyEntry(name) })
 }
 
+// invalidateName is invalidate for a folder-relative name (see place)
+// rather than the watcher's path below the view's root.
+func (f *FS) invalidateName(name string) {
+	if vp, ok := f.loc.viewPath(name); ok {
+		f.invalidate(vp, true)
+	}
+}
+
+// invalidateNameNow is invalidateNow for a folder-relative name.
+func (f *FS) invalidateNameNow(name string) {
+	if vp, ok := f.loc.viewPath(name); ok {
+		f.invalidateNow(vp, true)
+	}
+}
+
 // invalidateBy is invalidate, sending each notify through content and
-// entry.
+// entry. rel is the path below the view's root, as the kernel's inode
+// tree and the watcher have it.
 func (f *FS) invalidateBy(rel string, entry bool, content func(*gofs.Inode), entryOf func(*gofs.Inode, string)) {
 	if entry {
 		f.entryGen.Add(1)
 	}
-	if managed(rel) {
+	if managed(f.loc.nameOf(rel)) {
 		defer f.wake()
 		if !entry {
 			// Served with direct I/O and attributes the kernel never

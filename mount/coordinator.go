@@ -1,6 +1,7 @@
 package mount
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,8 +29,11 @@ import (
 // mounted under one root, sharing one protocol log, one ledger writer and
 // one folder watcher.
 type CoordinatorConfig struct {
-	Runs       grants.RunDir
-	Folder     string
+	Runs   grants.RunDir
+	Folder string
+	// ViewRoot, when set, is the directory holding Folder that every view
+	// is rooted at (see Config.ViewRoot).
+	ViewRoot   string
 	Root       string // views are mounted at Root/<agent_id>
 	Log        *protocol.Log
 	Ledger     *ledger.Writer
@@ -206,14 +210,15 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 			}
 		}
 	}
-	if err := prepareRoot(cfg.Root, cfg.Folder, reusable, deadViews, notify); err != nil {
+	if err := prepareRoot(cfg.Root, cmp.Or(cfg.ViewRoot, cfg.Folder), reusable, deadViews, notify); err != nil {
 		return nil, err
 	}
 	if _, err := cfg.Runs.HiddenIn(cfg.Folder); err != nil {
 		return nil, err
 	}
-	hidden := relHidden(cfg.Folder, []string{cfg.Runs.Root, cfg.Root})
-	w, err := acpfs.NewWatcher(cfg.Folder, hidden)
+	watched := cmp.Or(cfg.ViewRoot, cfg.Folder)
+	hidden := relHidden(watched, []string{cfg.Runs.Root, cfg.Root})
+	w, err := acpfs.NewWatcher(watched, hidden)
 	if err != nil {
 		return nil, err
 	}
@@ -697,7 +702,7 @@ func (c *Coordinator) startView(mp string, g *grants.Grant, handoffs map[string]
 		return nil, err
 	}
 	return Start(Config{
-		Folder: c.cfg.Folder, Mountpoint: mp, Grant: g, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
+		Folder: c.cfg.Folder, ViewRoot: c.cfg.ViewRoot, Mountpoint: mp, Grant: g, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
 		Hidden: c.concealed(), Conceal: []string{c.cfg.Root}, AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, MaxWriteBytes: c.cfg.MaxWriteBytes, MaxFiles: c.cfg.MaxFiles, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
 	})
 }

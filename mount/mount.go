@@ -32,7 +32,11 @@ const maxWrite = 128 << 10
 
 // Config describes one view.
 type Config struct {
-	Folder     string // backing collaboration folder
+	Folder string // backing collaboration folder
+	// ViewRoot, when set, is a directory holding Folder (the repository
+	// of an external-deliverables folder) that the view is rooted at
+	// instead of Folder (see fs.Options.Within).
+	ViewRoot   string
 	Mountpoint string
 	Grant      *grants.Grant
 	// Gate makes the view read-only while it returns an error (see
@@ -102,7 +106,11 @@ func Start(cfg Config) (*Mount, error) {
 		return nil, err
 	}
 	cfg.Folder = folder
-	if err := CheckMountpointPlace(cfg.Mountpoint, folder, cfg.Hidden); err != nil {
+	root, within, err := viewRoot(folder, cfg.ViewRoot)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckMountpointPlace(cfg.Mountpoint, root, cfg.Hidden); err != nil {
 		return nil, err
 	}
 	if err := CheckMountpoint(cfg.Mountpoint); err != nil {
@@ -126,7 +134,7 @@ func Start(cfg Config) (*Mount, error) {
 	cfg.Log.DeferProtocolWrites()
 	hidden := relHidden(folder, cfg.Hidden)
 	f, err := acpfs.New(acpfs.Options{
-		Folder: folder, Grant: cfg.Grant, Hidden: hidden, Conceal: concealList(cfg), Log: cfg.Log, Ledger: cfg.Ledger,
+		Folder: root, Within: within, Grant: cfg.Grant, Hidden: hidden, Conceal: concealList(cfg), Log: cfg.Log, Ledger: cfg.Ledger,
 		AuditReads: cfg.AuditReads, Audit: cfg.Audit, MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles, Passthrough: cfg.Passthrough, Handoffs: cfg.Handoffs, Fault: cfg.Fault,
 		Gate: cfg.Gate,
 	})
@@ -135,7 +143,7 @@ func Start(cfg Config) (*Mount, error) {
 	}
 	m := &Mount{cfg: cfg, FS: f, watcher: cfg.Watcher}
 	if m.watcher == nil {
-		if m.watcher, err = acpfs.NewWatcher(folder, hidden); err != nil {
+		if m.watcher, err = acpfs.NewWatcher(root, relHidden(root, cfg.Hidden)); err != nil {
 			return nil, err
 		}
 		m.ownWatch = true
@@ -535,6 +543,24 @@ func CheckMountpointPlace(p, folder string, hidden []string) error {
 // concealList is everything the view conceals by identity: what it
 // hides, what the caller adds and its own mountpoint (the directory
 // under the mount, shown to nobody when uncovered).
+// viewRoot is the directory a view is rooted at and the folder's path
+// below it ("" when that is the folder). A root that does not hold the
+// folder is refused.
+func viewRoot(folder, root string) (string, string, error) {
+	if root == "" {
+		return folder, "", nil
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return "", "", err
+	}
+	rel, err := filepath.Rel(realPath(abs), realPath(folder))
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
+		return "", "", fmt.Errorf("the view's root %s does not hold the collaboration folder %s", root, folder)
+	}
+	return abs, filepath.ToSlash(rel), nil
+}
+
 func concealList(cfg Config) []string {
 	out := append(append([]string(nil), cfg.Hidden...), cfg.Conceal...)
 	return append(out, cfg.Mountpoint)

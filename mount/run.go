@@ -27,7 +27,10 @@ import (
 // RunConfig describes `acpfs run`: one command in a sandbox that shows
 // the collaboration folder only through a grant's view.
 type RunConfig struct {
-	Folder     string          `json:"folder"` // absolute, symlinks resolved
+	Folder string `json:"folder"` // absolute, symlinks resolved
+	// ViewRoot, when set, is the directory holding Folder that the view
+	// is rooted at (see Config.ViewRoot); absolute, symlinks resolved.
+	ViewRoot   string          `json:"view_root,omitempty"`
 	GrantPath  string          `json:"grant_path"`
 	LedgerPath string          `json:"ledger_path"`
 	LedgerSync ledger.SyncMode `json:"ledger_sync"`
@@ -107,6 +110,15 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 	}
 	defer unix.Close(dirfd)
 	backing := fmt.Sprintf("/proc/self/fd/%d", dirfd)
+	var viewRoot string
+	if cfg.ViewRoot != "" {
+		rootfd, err := unix.Open(cfg.ViewRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return 0, fmt.Errorf("open the view's root: %w", err)
+		}
+		defer unix.Close(rootfd)
+		viewRoot = fmt.Sprintf("/proc/self/fd/%d", rootfd)
+	}
 
 	log, err := protocol.OpenLog(backing)
 	if err != nil {
@@ -134,7 +146,7 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 	// resolves them relative to its root, whatever path reaches it.
 	owner := Owner{UID: cfg.Sandbox.UID, GID: cfg.Sandbox.GID, Sandbox: &SandboxNS{}}
 	m, err := Start(Config{
-		Folder: backing, Mountpoint: view, Grant: g, GrantPath: cfg.GrantPath, Log: log, Ledger: lw,
+		Folder: backing, ViewRoot: viewRoot, Mountpoint: view, Grant: g, GrantPath: cfg.GrantPath, Log: log, Ledger: lw,
 		Hidden: cfg.Hidden, AuditReads: cfg.AuditReads, Owner: &owner,
 		MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles,
 	})

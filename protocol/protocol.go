@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -233,6 +234,36 @@ func (p *Protocol) PrimaryRef() string { return p.Ref(p.Primary.File) }
 
 // GateTexts returns the completion gate texts.
 func (p *Protocol) GateTexts() []string { return p.gateTexts }
+
+// RepoRoot returns the repository root of external deliverables, as
+// protocol.json gives it (relative to the folder), and false when there
+// is none.
+func (p *Protocol) RepoRoot() (string, bool) {
+	if !p.external || !p.repoRootOK || p.repoRoot == "" {
+		return "", false
+	}
+	return p.repoRoot, true
+}
+
+// ExternalDir returns the external deliverables' directory relative to
+// the folder, slash-separated and clean ("../deliverables" for repoRoot
+// ".." and dir "deliverables"), as DeliverablesBase finds it, and false
+// when it cannot be named so (internal deliverables, an absolute
+// repoRoot or dir).
+func (p *Protocol) ExternalDir() (string, bool) {
+	rr, ok := p.RepoRoot()
+	if !ok || strings.HasPrefix(rr, "/") {
+		return "", false
+	}
+	dir := ""
+	if p.hasDir {
+		dir = pyStr(p.dirRaw)
+	}
+	if strings.HasPrefix(dir, "/") {
+		return "", false
+	}
+	return path.Clean(rr + "/" + dir), true
+}
 
 // DeliverablesBase returns the directory that holds the deliverables.
 func (p *Protocol) DeliverablesBase(folder string) (string, error) {

@@ -168,8 +168,12 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 	if f.preset != "" {
 		deliv := info.Dir()
 		if info.External() {
-			deliv = "-"
-			fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are external to the folder; the preset covers only the protocol files\n")
+			deliv = externalPresetDir(info)
+			if deliv == "-" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are external to the folder; the preset covers only the protocol files\n")
+			} else {
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are beside the folder (%s/): a view shows them when it is rooted at the repository (--view-root repo)\n", deliv)
+			}
 		}
 		p, err := grants.Preset(f.preset, deliv)
 		if err != nil {
@@ -508,4 +512,19 @@ func newGrantRevokeCmd() *cobra.Command {
 	sf.register(cmd)
 	cmd.Flags().Lookup("host").Hidden = true
 	return cmd
+}
+
+// externalPresetDir names external deliverables' directory as a grant
+// does, beside the folder ("../deliverables"), or is "-" when it cannot
+// (an absolute repository root, or deliverables in the repository's root
+// itself, which a preset would not give away whole).
+func externalPresetDir(p *protocol.Protocol) string {
+	dir, ok := p.ExternalDir()
+	if !ok {
+		return "-"
+	}
+	if up, rest := grants.SplitUp(dir); up == 0 || rest == "" || strings.Contains(rest, "..") {
+		return "-"
+	}
+	return dir
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -35,6 +37,51 @@ type mountFlags struct {
 	allowOther  bool
 	debug       bool
 	quota       quotaFlags
+	viewRoot    string
+}
+
+// View roots (--view-root).
+const (
+	viewRootFolder = "folder"
+	viewRootRepo   = "repo"
+)
+
+// registerViewRoot adds --view-root.
+func registerViewRoot(cmd *cobra.Command, v *string) {
+	cmd.Flags().StringVar(v, "view-root", viewRootFolder, `what a view is rooted at: "folder", or "repo", the repository root of a folder whose deliverables are external (--deliverables-mode external): they are then judged by the grant, recorded and frozen as the folder's own, named beside it ("../docs/report.md")`)
+}
+
+// viewRootDir is the directory views are rooted at for --view-root: ""
+// for the folder itself, or the repository root protocol.json names for
+// external deliverables.
+func viewRootDir(mode, folder string) (string, error) {
+	switch mode {
+	case "", viewRootFolder:
+		return "", nil
+	case viewRootRepo:
+	default:
+		return "", fmt.Errorf("--view-root %q: want %s or %s", mode, viewRootFolder, viewRootRepo)
+	}
+	p, err := protocol.LoadProtocol(folder)
+	if err != nil {
+		return "", fmt.Errorf("--view-root repo: %w", err)
+	}
+	rr, ok := p.RepoRoot()
+	if !ok || filepath.IsAbs(rr) {
+		return "", errors.New("--view-root repo needs a folder initialized with --deliverables-mode external and a relative --repo-root")
+	}
+	root, err := filepath.EvalSymlinks(filepath.Join(folder, rr))
+	if err != nil {
+		return "", fmt.Errorf("--view-root repo: the repository root %s: %w", rr, err)
+	}
+	real, err := filepath.EvalSymlinks(folder)
+	if err != nil {
+		return "", err
+	}
+	if rel, err := filepath.Rel(root, real); err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("--view-root repo: the repository root %s does not hold the folder", root)
+	}
+	return root, nil
 }
 
 // quotaFlags are the write quotas of grants that set none.
@@ -65,6 +112,7 @@ func (mf *mountFlags) register(cmd *cobra.Command, withGrant bool) {
 	cmd.Flags().BoolVar(&mf.allowOther, "allow-other", false, "let other uids use the mount (with default_permissions)")
 	cmd.Flags().BoolVar(&mf.debug, "debug", false, "log every FUSE request")
 	mf.quota.register(cmd)
+	registerViewRoot(cmd, &mf.viewRoot)
 	_ = cmd.MarkFlagRequired("folder")
 }
 
@@ -141,7 +189,10 @@ func refuseFolderInRunDir(folder string) error {
 // viewSetup is what mount and run need before mounting anything.
 type viewSetup struct {
 	folder, ledgerPath, grantPath string
-	grant                         *grants.Grant
+	// root is the directory the view is rooted at when it is not the
+	// folder (--view-root repo).
+	root  string
+	grant *grants.Grant
 }
 
 // prepare checks the machine and the flags, and loads the active grant.
@@ -161,6 +212,14 @@ func (mf *mountFlags) prepare() (viewSetup, error) {
 	}
 	if err := refuseFolderInRunDir(v.folder); err != nil {
 		return v, err
+	}
+	if v.root, err = viewRootDir(mf.viewRoot, v.folder); err != nil {
+		return v, err
+	}
+	if v.root != "" {
+		if err := refuseFolderInRunDir(v.root); err != nil {
+			return v, err
+		}
 	}
 	if v.grantPath, err = mf.grantPath(); err != nil {
 		return v, err
@@ -229,7 +288,7 @@ func newMountCmd() *cobra.Command {
 			// Refuse a bad mountpoint before opening anything: not an
 			// empty directory, already a mount (another view included),
 			// the folder or inside it, inside the run or ledger directory.
-			if err := checkMountpoint(args[0], folder, mf.hiddenDirs(ledgerPath, gp)); err != nil {
+			if err := checkMountpoint(args[0], cmp.Or(v.root, folder), mf.hiddenDirs(ledgerPath, gp)); err != nil {
 				return err
 			}
 			log, err := protocol.OpenLog(folder)
@@ -253,7 +312,7 @@ func newMountCmd() *cobra.Command {
 				return err
 			}
 			m, err := mount.Start(mount.Config{
-				Folder: folder, Mountpoint: args[0], Grant: g, GrantPath: gp, Log: log, Ledger: lw,
+				Folder: folder, ViewRoot: v.root, Mountpoint: args[0], Grant: g, GrantPath: gp, Log: log, Ledger: lw,
 				Hidden: mf.hiddenDirs(ledgerPath, gp), AuditReads: mf.audit == "reads", Audit: mf.audit, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles, Passthrough: mf.passthrough, AllowOther: mf.allowOther, Debug: mf.debug,
 			})
 			if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,6 +132,9 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 			if err != nil {
 				return err
 			}
+			// shown is where the view appears in the sandbox: the
+			// folder, or the repository root holding it.
+			shown := cmp.Or(v.root, folder)
 			// The ledger's directory is made now: the sandbox's daemon
 			// opens the ledger in it, and the uid registry knows a run
 			// directory by what it is on disk.
@@ -176,7 +180,7 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 				}
 			}
 			hidden := mf.hiddenDirs(v.ledgerPath, v.grantPath)
-			binds, masks, err := sandbox.Plan(sandbox.PlanOptions{Folder: folder, RO: ro, RW: rw, Masks: hidden})
+			binds, masks, err := sandbox.Plan(sandbox.PlanOptions{Folder: shown, RO: ro, RW: rw, Masks: hidden})
 			if err != nil {
 				return err
 			}
@@ -186,14 +190,14 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 				// given with --home (docs/sandbox.md, "Without root").
 				home = sandbox.HomeNone
 			}
-			binds, homeAt, err := planRunHome(home, runDir, v.grant.GrantID, folder, masks, binds, hostU, hostG)
+			binds, homeAt, err := planRunHome(home, runDir, v.grant.GrantID, shown, masks, binds, hostU, hostG)
 			if err != nil {
 				return err
 			}
 			if err := refuseRunDirsShown(ro, rw, home, runDir, filepath.Dir(v.ledgerPath)); err != nil {
 				return err
 			}
-			if err := sandbox.CheckReach(folder, binds, hostU, hostG); err != nil {
+			if err := sandbox.CheckReach(shown, binds, hostU, hostG); err != nil {
 				return err
 			}
 			cwd, _ := os.Getwd()
@@ -222,11 +226,11 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 				}
 			}
 			cfg := mount.RunConfig{
-				Folder: folder, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
+				Folder: folder, ViewRoot: v.root, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
 				Limits: lim, NoLimits: noLimits, CgroupParent: cgroupParent, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
 				Hidden: hidden, AuditReads: mf.audit == "reads",
 				Egress:  egressPolicy,
-				Sandbox: sandbox.Spec{Folder: folder, Binds: binds, Masks: masks, Net: net, Env: env, UID: u, GID: g, UserNS: ns.Scheme, Cwd: cwd, Args: args, Home: homeAt},
+				Sandbox: sandbox.Spec{Folder: shown, Binds: binds, Masks: masks, Net: net, Env: env, UID: u, GID: g, UserNS: ns.Scheme, Cwd: cwd, Args: args, Home: homeAt},
 			}
 			if !noLimits && lim.Memory > 0 && limits.V1() {
 				// v1 leaves socket buffers out of --memory: say what holds them.

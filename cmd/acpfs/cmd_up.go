@@ -26,6 +26,7 @@ func init() {
 // upFlags are the flags of acpfs up.
 type upFlags struct {
 	runs, folder, root, sync, audit string
+	viewRoot                        string
 	quota                           quotaFlags
 	allowOther, passthrough         bool
 	store                           storeFlags
@@ -69,6 +70,7 @@ be started in any order.`,
 	cmd.Flags().BoolVar(&f.allowOther, "allow-other", false, "let other uids use the mounts (with default_permissions)")
 	cmd.Flags().BoolVar(&f.passthrough, "passthrough", false, passthroughHelp)
 	f.quota.register(cmd)
+	registerViewRoot(cmd, &f.viewRoot)
 	f.store.register(cmd)
 	cmd.Flags().DurationVar(&f.storeWait, "store-wait", 60*time.Second, "with --store, on a host whose folder lacks protocol.json or events.jsonl: how long to wait for another host to publish them (0: fail at once)")
 	_ = cmd.MarkFlagRequired("folder")
@@ -93,6 +95,18 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 	}
 	if err := refuseFolderInRunDir(folderAbs); err != nil {
 		return err
+	}
+	viewRoot, err := viewRootDir(f.viewRoot, folderAbs)
+	if err != nil {
+		return err
+	}
+	if viewRoot != "" {
+		if err := refuseFolderInRunDir(viewRoot); err != nil {
+			return err
+		}
+		if f.store.url != "" {
+			return errors.New("--view-root repo is for one host: the store carries the folder's documents, not the repository's")
+		}
 	}
 	rootAbs, err := filepath.Abs(f.root)
 	if err != nil {
@@ -158,7 +172,7 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 		return err
 	}
 	c, err := mount.StartCoordinator(mount.CoordinatorConfig{
-		Runs: rd, Folder: folderAbs, Root: rootAbs, Log: log, Ledger: lw,
+		Runs: rd, Folder: folderAbs, ViewRoot: viewRoot, Root: rootAbs, Log: log, Ledger: lw,
 		AuditReads: f.audit == "reads", Audit: f.audit, MaxWriteBytes: f.quota.maxBytes, MaxFiles: f.quota.maxFiles,
 		Passthrough: f.passthrough, AllowOther: f.allowOther, Participants: proto.ParticipantIDs(),
 		Notify: cmd.ErrOrStderr(), Gate: gate,
