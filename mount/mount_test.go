@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -278,6 +279,15 @@ func TestRunDirBusyNamesOnlyCoordinators(t *testing.T) {
 	cmd := exec.Command("sleep", "60")
 	require.NoError(t, cmd.Start())
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	// Start returns once the child's exec has begun; its command line is
+	// there once the kernel has set the new program's arguments up.
+	execed := func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid))
+		return err == nil && len(b) > 0
+	}
+	for i := 0; i < 1_000_000 && !execed(); i++ {
+		runtime.Gosched()
+	}
 	err := runDirBusy("/r", "/r/"+LockFile, cmd.Process.Pid)
 	require.ErrorIs(t, err, ErrRunDirBusy)
 	assert.Contains(t, err.Error(), "which is not an acpfs up")
