@@ -2,19 +2,14 @@ package fs
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
 
-	"github.com/acpfs/acpfs/grants"
-	"github.com/acpfs/acpfs/ledger"
-	"github.com/acpfs/acpfs/protocol"
+	"github.com/acpfs/acpfs/view"
 )
 
 // Inode numbers of the virtual control files. They sit far above any
@@ -71,23 +66,23 @@ var (
 )
 
 func (d *ctlDir) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return d.fsys.deny(ctx, ledger.KindDenied, "setxattr", ControlDir, syscall.EACCES, ".acpfs is read-only")
+	return d.fsys.RefuseControl(ctx, "setxattr", view.ControlDir)
 }
 
 func (d *ctlDir) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return d.fsys.deny(ctx, ledger.KindDenied, "removexattr", ControlDir, syscall.EACCES, ".acpfs is read-only")
+	return d.fsys.RefuseControl(ctx, "removexattr", view.ControlDir)
 }
 
 func (c *ctlFile) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return c.fsys.deny(ctx, ledger.KindDenied, "setxattr", c.rel(), syscall.EACCES, ".acpfs is read-only")
+	return c.fsys.RefuseControl(ctx, "setxattr", c.rel())
 }
 
 func (c *ctlFile) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return c.fsys.deny(ctx, ledger.KindDenied, "removexattr", c.rel(), syscall.EACCES, ".acpfs is read-only")
+	return c.fsys.RefuseControl(ctx, "removexattr", c.rel())
 }
 
 func (d *ctlDir) refuse(ctx context.Context, op, name string) syscall.Errno {
-	return d.fsys.deny(ctx, ledger.KindDenied, op, ControlDir+"/"+name, syscall.EACCES, ".acpfs is read-only")
+	return d.fsys.RefuseControl(ctx, op, view.ControlDir+"/"+name)
 }
 
 func (d *ctlDir) Unlink(ctx context.Context, name string) syscall.Errno {
@@ -134,33 +129,19 @@ func (d *ctlDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Attr
 }
 
 // controlDir returns the .acpfs directory, building it on first use.
-func (f *FS) controlDir(ctx context.Context, root *gofs.Inode, out *fuse.EntryOut) *gofs.Inode {
+func (f *FS) controlDir(ctx context.Context, root *gofs.Inode) *gofs.Inode {
 	f.ctl.once.Do(func() {
 		dir := root.NewPersistentInode(ctx, &ctlDir{fsys: f}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlIno})
-		files := []struct {
-			name string
-			gen  func(ctx context.Context) ([]byte, syscall.Errno)
-		}{
-			{"status", f.statusText},
-			{"grant.md", func(context.Context) ([]byte, syscall.Errno) {
-				return []byte(grants.Render(f.Grant())), 0
-			}},
-			{"last-error", func(context.Context) ([]byte, syscall.Errno) { return []byte(f.LastError()), 0 }},
-			{"wait", f.waitTurn},
-		}
-		for i, c := range files {
-			ch := dir.NewPersistentInode(ctx, &ctlFile{fsys: f, gen: c.gen}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlIno + 1 + uint64(i)})
-			dir.AddChild(c.name, ch, true)
-		}
-		f.ctl.listed = []fuse.DirEntry{
-			{Name: "status", Mode: syscall.S_IFREG, Ino: ctlIno + 1},
-			{Name: "grant.md", Mode: syscall.S_IFREG, Ino: ctlIno + 2},
-			{Name: "last-error", Mode: syscall.S_IFREG, Ino: ctlIno + 3},
+		for i, c := range f.ControlFiles() {
+			ino := ctlIno + 1 + uint64(i)
+			ch := dir.NewPersistentInode(ctx, &ctlFile{fsys: f, gen: c.Gen}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
+			dir.AddChild(c.Name, ch, true)
+			if c.Listed {
+				f.ctl.listed = append(f.ctl.listed, fuse.DirEntry{Name: c.Name, Mode: syscall.S_IFREG, Ino: ino})
+			}
 		}
 		f.ctl.dir = dir
 	})
-	out.Mode = syscall.S_IFDIR | 0o555
-	out.Nlink = 1
 	return f.ctl.dir
 }
 
@@ -173,17 +154,17 @@ func (c *ctlFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 }
 
 func (c *ctlFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return c.fsys.deny(ctx, ledger.KindDenied, "setattr", c.rel(), syscall.EACCES, ".acpfs is read-only")
+	return c.fsys.RefuseControl(ctx, "setattr", c.rel())
 }
 
 func (c *ctlFile) rel() string {
 	name, _ := c.Parent()
-	return ControlDir + "/" + name
+	return view.ControlDir + "/" + name
 }
 
 func (c *ctlFile) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
-	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
-		return nil, 0, c.fsys.deny(ctx, ledger.KindDenied, "open", c.rel(), syscall.EACCES, ".acpfs is read-only")
+	if errno := c.fsys.OpenControl(ctx, c.rel(), flags); errno != 0 {
+		return nil, 0, errno
 	}
 	return &ctlHandle{gen: c.gen, fsys: c.fsys}, fuse.FOPEN_DIRECT_IO, 0
 }
@@ -202,7 +183,7 @@ type ctlHandle struct {
 var _ gofs.FileReader = (*ctlHandle)(nil)
 
 func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
-	defer h.fsys.guard(ctx, "read", ControlDir, &errno)
+	defer h.fsys.Guard(ctx, "read", view.ControlDir, &errno)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.done {
@@ -217,87 +198,6 @@ func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (res fuse.
 	}
 	end := min(int(off)+len(dest), len(h.content))
 	return fuse.ReadResultData(h.content[off:end]), 0
-}
-
-// statusText is .acpfs/status: who this agent is and where the
-// collaboration stands.
-func (f *FS) statusText(ctx context.Context) ([]byte, syscall.Errno) {
-	if err := f.log.Refresh(); err != nil {
-		return []byte(fmt.Sprintf("error: %v\n", err)), 0
-	}
-	s := f.log.Snapshot()
-	g := f.Grant()
-	me := g.ParticipantID()
-	ready, reason := protocol.Ready(s, me)
-	var b strings.Builder
-	fmt.Fprintf(&b, "agent: %s\ngrant: %s\nparticipant: %s\n", g.AgentID, g.GrantID, me)
-	fmt.Fprintf(&b, "phase: %s\nproposal owner: %s\nwaiting for: %s\n", orNone(s.Phase), orNone(s.Owner), orNone(strings.Join(s.WaitingFor, ", ")))
-	fmt.Fprintf(&b, "last seq: %d\n", s.LastSeq)
-	if p := f.log.HistoryProblem(); p != "" {
-		fmt.Fprintf(&b, "history: broken, every append fails with EIO until it is repaired (%s)\n", p)
-	}
-	b.WriteString(f.quotaText())
-	if f.ledger.Failing() {
-		b.WriteString("ledger: cannot be written (disk full or immutable), every operation fails with EIO until it can\n")
-	} else if br := f.ledger.Broken(); br != nil {
-		fmt.Fprintf(&b, "ledger: stopped, every recorded operation fails with EIO until an operator repairs it (%s)\n", br.Reason)
-	} else {
-		b.WriteString("ledger: recording\n")
-	}
-	if f.gate != nil {
-		if err := f.gate(); err != nil {
-			fmt.Fprintf(&b, "writes: refused with EROFS, reads go on (%v)\n", err)
-		} else {
-			b.WriteString("writes: open\n")
-		}
-	}
-	turn := "no"
-	if ready {
-		turn = "yes"
-	}
-	fmt.Fprintf(&b, "your turn: %s (%s)\n", turn, reason)
-	if st, err := f.log.Status(me); err == nil {
-		fmt.Fprintf(&b, "next action: %s\n", strings.TrimRight(st.Action, "\n"))
-	}
-	return []byte(b.String()), 0
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
-}
-
-// waitTurn blocks until this agent is waited for or the collaboration has
-// ended, then returns the next action. Appends through any mount of this
-// daemon wake it at once; the periodic re-check covers appends made by
-// other processes between two notifications.
-func (f *FS) waitTurn(ctx context.Context) ([]byte, syscall.Errno) {
-	me := f.participant()
-	for {
-		ch := f.turnChan()
-		if err := f.log.Refresh(); err != nil {
-			return nil, syscall.EIO
-		}
-		if ready, reason := protocol.Ready(f.log.Snapshot(), me); ready {
-			// The live log, not a fresh replay: its cost must not grow
-			// with the history.
-			next := ""
-			if st, err := f.log.Status(me); err == nil {
-				next = st.String()
-			} else {
-				next = fmt.Sprintf("error: %v\n", err)
-			}
-			return []byte("ready: " + reason + "\n" + next), 0
-		}
-		select {
-		case <-ctx.Done():
-			return nil, syscall.EINTR
-		case <-ch:
-		case <-time.After(time.Second):
-		}
-	}
 }
 
 // snapshotFile shows a handed-over artifact exactly as it was handed
@@ -319,59 +219,31 @@ var (
 )
 
 func (s *snapshotFile) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return s.fsys.deny(ctx, ledger.KindDenied, "setxattr", s.rel, syscall.EACCES, "a handed-over artifact is read-only")
+	return s.fsys.RefuseSnapshot(ctx, "setxattr", s.rel)
 }
 
 func (s *snapshotFile) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return s.fsys.deny(ctx, ledger.KindDenied, "removexattr", s.rel, syscall.EACCES, "a handed-over artifact is read-only")
-}
-
-func (f *FS) snapshotNode(ctx context.Context, parent *gofs.Inode, rel, src string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	var st unix.Stat_t
-	if err := unix.Lstat(src, &st); err != nil {
-		return nil, errnoOf(err)
-	}
-	attrFromStat(&out.Attr, &st)
-	out.Attr.Mode = syscall.S_IFREG | 0o444
-	n := &snapshotFile{fsys: f, rel: rel, src: src}
-	return parent.NewInode(ctx, n, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: st.Ino}), 0
+	return s.fsys.RefuseSnapshot(ctx, "removexattr", s.rel)
 }
 
 func (s *snapshotFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	var st unix.Stat_t
-	if err := unix.Lstat(s.src, &st); err != nil {
-		return errnoOf(err)
+	st, errno := view.SnapshotAttr(s.src)
+	if errno != 0 {
+		return errno
 	}
-	attrFromStat(&out.Attr, &st)
-	out.Mode = syscall.S_IFREG | 0o444
+	attrOf(&out.Attr, &st)
 	return 0
 }
 
 func (s *snapshotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return s.fsys.deny(ctx, ledger.KindDenied, "setattr", s.rel, syscall.EACCES, "a handed-over artifact is read-only")
+	return s.fsys.RefuseSnapshot(ctx, "setattr", s.rel)
 }
 
 func (s *snapshotFile) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
-	defer s.fsys.guard(ctx, "open", s.rel, &errno)
-	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
-		return nil, 0, s.fsys.deny(ctx, ledger.KindDenied, "open", s.rel, syscall.EACCES, "a handed-over artifact is read-only")
-	}
-	// The artifact lives in the coordinator's run directory; a symlink
-	// in its place is never followed.
-	fd, err := unix.Open(s.src, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, 0, errnoOf(err)
-	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, 0, errnoOf(err)
-	}
-	if _, errno := s.fsys.recordReadOf(ctx, s.rel, fd, versionOf(&st), "handoff snapshot"); errno != 0 {
-		unix.Close(fd)
+	defer s.fsys.Guard(ctx, "open", s.rel, &errno)
+	file, errno := s.fsys.OpenSnapshot(ctx, s.rel, s.src, flags)
+	if errno != 0 {
 		return nil, 0, errno
 	}
-	h := s.fsys.newHandle(fd, s.rel, nil)
-	h.passthrough = !s.fsys.auditReads && s.fsys.passthrough
-	return s.fsys.track(h), 0, 0
+	return newFileHandle(s.fsys, s.rel, file), 0, 0
 }

@@ -99,7 +99,7 @@ func (q *notifyQueue) drain(f *FS) {
 		}
 		q.mu.Unlock()
 		if all {
-			f.dropKernelCachesNow()
+			f.dropAllNow()
 			continue
 		}
 		for _, k := range batch {

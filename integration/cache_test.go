@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	acpfsfs "github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
+	acpfsfs "github.com/acpfs/acpfs/view"
 )
 
 // The kernel keeps what a view showed (entries, attributes, listings,

@@ -21,11 +21,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	acpfsfs "github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
 	"github.com/acpfs/acpfs/protocol"
+	acpfsfs "github.com/acpfs/acpfs/view"
 )
 
 // The escape suite plays an agent that tries every trick it can think of

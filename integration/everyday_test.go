@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/ledger"
+	fs "github.com/acpfs/acpfs/view"
 )
 
 // stagedFiles lists the files under the folder's staging directory.

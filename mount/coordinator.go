@@ -18,11 +18,11 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
-	acpfs "github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
+	"github.com/acpfs/acpfs/view"
 )
 
 // CoordinatorConfig describes `acpfs up`: every grant of a run directory
@@ -111,7 +111,7 @@ type CoordinatorStatus struct {
 // Coordinator keeps the mounted views in line with the grant files.
 type Coordinator struct {
 	cfg      CoordinatorConfig
-	watcher  *acpfs.Watcher
+	watcher  *view.Watcher
 	fsw      *fsnotify.Watcher
 	started  time.Time
 	pidStart uint64
@@ -218,7 +218,7 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 	}
 	watched := cmp.Or(cfg.ViewRoot, cfg.Folder)
 	hidden := relHidden(watched, []string{cfg.Runs.Root, cfg.Root})
-	w, err := acpfs.NewWatcher(watched, hidden)
+	w, err := view.NewWatcher(watched, hidden)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
 // Package mount starts and stops acpfs views: one grant on one
 // mountpoint, the coordinator that mounts every grant of a run directory,
 // and private mount namespaces for sandboxed commands. It owns the
-// lifecycle; fs/ owns the behaviour of a mounted view.
+// lifecycle; view/ owns the behaviour of a view and fs/ adapts it to FUSE.
 package mount
 
 import (
@@ -25,6 +25,7 @@ import (
 	"github.com/acpfs/acpfs/internal/fsid"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
+	"github.com/acpfs/acpfs/view"
 )
 
 // maxWrite is the largest FUSE request a view takes (see Start).
@@ -55,7 +56,7 @@ type Config struct {
 	Hidden     []string
 	Conceal    []string
 	AuditReads bool
-	// Audit is how much reading is recorded: fs.AuditCompact (default),
+	// Audit is how much reading is recorded: view.AuditCompact (default),
 	// fs.AuditOpens or fs.AuditReads.
 	Audit string
 	// MaxWriteBytes and MaxFiles are the write quotas of a grant that
@@ -74,7 +75,7 @@ type Config struct {
 	Owner    *Owner
 	Handoffs map[string]string
 	// Watcher, when set, is shared with other views of the same folder.
-	Watcher *acpfs.Watcher
+	Watcher *view.Watcher
 	Debug   bool
 	// Fault is passed to fs.Options.Fault (tests only).
 	Fault func(op, rel string)
@@ -85,7 +86,7 @@ type Mount struct {
 	cfg      Config
 	FS       *acpfs.FS
 	server   *fuse.Server
-	watcher  *acpfs.Watcher
+	watcher  *view.Watcher
 	ownWatch bool
 	grantW   *fsnotify.Watcher
 	stopOnce sync.Once
@@ -133,7 +134,7 @@ func Start(cfg Config) (*Mount, error) {
 	// leaves the appends' critical path (docs/benchmarks.md).
 	cfg.Log.DeferProtocolWrites()
 	hidden := relHidden(folder, cfg.Hidden)
-	f, err := acpfs.New(acpfs.Options{
+	f, err := acpfs.New(view.Options{
 		Folder: root, Within: within, Grant: cfg.Grant, Hidden: hidden, Conceal: concealList(cfg), Log: cfg.Log, Ledger: cfg.Ledger,
 		AuditReads: cfg.AuditReads, Audit: cfg.Audit, MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles, Passthrough: cfg.Passthrough, Handoffs: cfg.Handoffs, Fault: cfg.Fault,
 		Gate: cfg.Gate,
@@ -143,12 +144,12 @@ func Start(cfg Config) (*Mount, error) {
 	}
 	m := &Mount{cfg: cfg, FS: f, watcher: cfg.Watcher}
 	if m.watcher == nil {
-		if m.watcher, err = acpfs.NewWatcher(root, relHidden(root, cfg.Hidden)); err != nil {
+		if m.watcher, err = view.NewWatcher(root, relHidden(root, cfg.Hidden)); err != nil {
 			return nil, err
 		}
 		m.ownWatch = true
 	}
-	m.watcher.Add(f)
+	m.watcher.Add(f.View)
 
 	// The view gives each entry and attribute its own timeout (long
 	// while the watcher sees the whole folder, see fs.CacheTimeout);
@@ -187,7 +188,7 @@ func Start(cfg Config) (*Mount, error) {
 	}
 	server, err := m.serve(opts)
 	if err != nil {
-		m.watcher.Remove(f)
+		m.watcher.Remove(f.View)
 		f.Close()
 		if m.ownWatch {
 			m.watcher.Close()
@@ -321,7 +322,7 @@ func (m *Mount) Stop() error {
 		if m.dev != "" {
 			superviseConn(m.dev, false)
 		}
-		m.watcher.Remove(m.FS)
+		m.watcher.Remove(m.FS.View)
 		if m.ownWatch {
 			m.watcher.Close()
 		}

@@ -12,11 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	acpfs "github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
 	"github.com/acpfs/acpfs/protocol"
+	"github.com/acpfs/acpfs/view"
 )
 
 func init() {
@@ -91,8 +91,8 @@ type quotaFlags struct{ maxBytes, maxFiles int64 }
 const quotaHelp = " for a grant that sets none (max_write_bytes, max_files): past it, writes and creates fail with EDQUOT; -1 for no cap"
 
 func (q *quotaFlags) register(cmd *cobra.Command) {
-	cmd.Flags().Int64Var(&q.maxBytes, "max-write-bytes", 0, fmt.Sprintf("bytes an agent may add to files through its view (default %d)", acpfs.DefaultMaxWriteBytes)+quotaHelp)
-	cmd.Flags().Int64Var(&q.maxFiles, "max-files", 0, fmt.Sprintf("files and directories an agent may create through its view (default %d)", acpfs.DefaultMaxFiles)+quotaHelp)
+	cmd.Flags().Int64Var(&q.maxBytes, "max-write-bytes", 0, fmt.Sprintf("bytes an agent may add to files through its view (default %d)", view.DefaultMaxWriteBytes)+quotaHelp)
+	cmd.Flags().Int64Var(&q.maxFiles, "max-files", 0, fmt.Sprintf("files and directories an agent may create through its view (default %d)", view.DefaultMaxFiles)+quotaHelp)
 }
 
 // passthroughHelp warns about the one trade-off of --passthrough.

@@ -1,12 +1,10 @@
-package fs
+package view
 
 import (
 	"context"
 	"sync"
 	"syscall"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,7 +19,7 @@ type dirEntry struct {
 // entry is stat'ed relative to the directory descriptor (never followed)
 // and judged like a lookup, so a listing shows exactly the names a
 // lookup would find.
-func (f *FS) visibleEntries(rel string) ([]dirEntry, error) {
+func (f *View) visibleEntries(rel string) ([]dirEntry, error) {
 	fd, err := f.b.open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
@@ -31,7 +29,7 @@ func (f *FS) visibleEntries(rel string) ([]dirEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := f.view.Load()
+	v := f.gv.Load()
 	var out []dirEntry
 	for _, name := range names {
 		if rel == "" && (name == ControlDir || name == StagingDir) {
@@ -59,7 +57,7 @@ func (f *FS) visibleEntries(rel string) ([]dirEntry, error) {
 
 // withStaged shows the view's private files of dir in its listing, in
 // place of any backing entry of the same name.
-func (f *FS) withStaged(dir string, entries []dirEntry) []dirEntry {
+func (f *View) withStaged(dir string, entries []dirEntry) []dirEntry {
 	staged := f.stagedIn(dir)
 	if len(staged) == 0 {
 		return entries
@@ -140,7 +138,7 @@ type cachedSummary struct {
 
 const maxSummaries = 1 << 14
 
-func (f *FS) dirSummary(rel string) dirSummary {
+func (f *View) dirSummary(rel string) dirSummary {
 	gen := f.entryGen.Load()
 	f.sums.mu.Lock()
 	c, ok := f.sums.m[rel]
@@ -176,14 +174,42 @@ func (f *FS) dirSummary(rel string) dirSummary {
 	return s
 }
 
-// dirHandle is an open directory of a view. Its listing is taken at the
-// first read (and again after a rewind) and served with the view's own
+// Opendir opens the directory at rel for a listing, recorded (once per
+// directory and session by default, see recordListing). keep says
+// whether the kernel may keep the listing between opens: while the
+// watcher sees the whole folder, it and grant changes drop it with the
+// directory's attributes, and every open still reaches the view, and
+// its record.
+func (f *View) Opendir(ctx context.Context, rel string) (d *Dir, keep bool, errno syscall.Errno) {
+	t, errno := f.at(ctx, opReaddir, rel)
+	if errno != 0 {
+		return nil, false, errno
+	}
+	t.close()
+	if t.e.kind != kindDir {
+		return nil, false, syscall.ENOTDIR
+	}
+	if err := f.recordListing(ctx, rel); err != nil {
+		return nil, false, syscall.EIO
+	}
+	return &Dir{fsys: f, rel: rel}, f.cacheTimeout() == CacheTimeout, 0
+}
+
+// DirEntry is one entry of a listing as a view hands it out.
+type DirEntry struct {
+	Name string
+	Mode uint32 // the type bits of st_mode
+	Ino  uint64
+	Off  uint64 // the offset of the next entry
+}
+
+// Dir is an open directory of a view. Its listing is taken at the first
+// read (and again after a rewind) and served with the view's own
 // offsets, 1, 2, 3..., so nothing of the backing directory's layout (on
 // ext4, d_off values are hashes that reveal where hidden names lie)
 // reaches the agent.
-type dirHandle struct {
-	fsys *FS
-	node *node
+type Dir struct {
+	fsys *View
 	rel  string
 
 	mu      sync.Mutex
@@ -192,22 +218,15 @@ type dirHandle struct {
 	pos     uint64 // index of the next entry; 0 and 1 are "." and ".."
 }
 
-var (
-	_ gofs.FileReaddirenter = (*dirHandle)(nil)
-	_ gofs.FileSeekdirer    = (*dirHandle)(nil)
-	_ gofs.FileLookuper     = (*dirHandle)(nil)
-	_ gofs.FileFsyncdirer   = (*dirHandle)(nil)
-)
-
-func (d *dirHandle) Readdirent(ctx context.Context) (de *fuse.DirEntry, errno syscall.Errno) {
-	defer d.fsys.guard(ctx, "readdir", d.rel, &errno)
+// Next is the next entry of the listing, and false at its end.
+func (d *Dir) Next(ctx context.Context) (de DirEntry, ok bool, errno syscall.Errno) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.loaded {
-		d.fsys.enter("readdir", d.rel)
+		d.fsys.Enter("readdir", d.rel)
 		entries, err := d.fsys.visibleEntries(d.rel)
 		if err != nil {
-			return nil, errnoOf(err)
+			return de, false, errnoOf(err)
 		}
 		d.entries, d.loaded = entries, true
 	}
@@ -215,34 +234,37 @@ func (d *dirHandle) Readdirent(ctx context.Context) (de *fuse.DirEntry, errno sy
 	d.pos++
 	switch {
 	case i == 0:
-		return &fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Off: 1}, 0
+		return DirEntry{Name: ".", Mode: syscall.S_IFDIR, Off: 1}, true, 0
 	case i == 1:
-		return &fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Off: 2}, 0
+		return DirEntry{Name: "..", Mode: syscall.S_IFDIR, Off: 2}, true, 0
 	case i-2 < uint64(len(d.entries)):
 		e := &d.entries[i-2]
 		mode := e.st.Mode & unix.S_IFMT
 		if e.handoff {
 			mode = syscall.S_IFREG
 		}
-		return &fuse.DirEntry{Name: e.name, Mode: mode, Ino: e.st.Ino, Off: i + 1}, 0
+		return DirEntry{Name: e.name, Mode: mode, Ino: e.st.Ino, Off: i + 1}, true, 0
 	}
 	d.pos = i
-	return nil, 0
+	return de, false, 0
 }
 
-func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+// Seek moves to the entry at off; 0 rewinds, and lists the directory
+// again.
+func (d *Dir) Seek(off uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if off == 0 {
-		d.loaded = false // a rewind lists the directory again
+		d.loaded = false
 	}
 	d.pos = off
-	return 0
 }
 
-// Lookup answers the lookups of READDIRPLUS from the listing just read,
-// which was judged entry by entry, instead of resolving each name again.
-func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+// Last answers the lookup READDIRPLUS makes of the entry just listed from
+// the listing, which was judged entry by entry, instead of resolving the
+// name again; false when the lookup must be made (the name is not the
+// one just listed, or a handed-over artifact, or no longer shown).
+func (d *Dir) Last(name string) (Entry, bool) {
 	d.mu.Lock()
 	var e *dirEntry
 	if d.pos >= 3 && d.pos-3 < uint64(len(d.entries)) && d.entries[d.pos-3].name == name {
@@ -251,14 +273,13 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	d.mu.Unlock()
 	rel := d.fsys.loc.join(d.rel, name)
 	if e == nil || e.handoff || !d.fsys.matcher().VisibleEntry(rel, e.st.Mode&unix.S_IFMT == unix.S_IFDIR) {
-		return d.node.Lookup(ctx, name, out)
+		return Entry{}, false
 	}
-	d.fsys.fillAttr(rel, &e.st, &out.Attr)
-	d.fsys.entryTimeouts(rel, out)
-	return d.node.child(ctx, &e.st), 0
+	return d.fsys.entryOf(rel, &e.st), true
 }
 
-func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+// Fsync flushes the backing directory.
+func (d *Dir) Fsync(ctx context.Context) syscall.Errno {
 	fd, err := d.fsys.b.open(d.rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return errnoOf(err)

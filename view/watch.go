@@ -1,4 +1,4 @@
-package fs
+package view
 
 import (
 	"fmt"
@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/fsnotify/fsnotify"
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/protocol"
@@ -37,7 +36,7 @@ type Watcher struct {
 	dirs map[uint64]string
 
 	mu    sync.Mutex
-	views map[*FS]struct{}
+	views map[*View]struct{}
 	done  chan struct{}
 }
 
@@ -50,7 +49,7 @@ func NewWatcher(folder string, skip []string) (*Watcher, error) {
 	}
 	// The views' private temporary files concern their own view only.
 	skip = append(append([]string(nil), skip...), StagingDir)
-	wt := &Watcher{folder: folder, skip: skip, w: w, views: map[*FS]struct{}{}, dirs: map[uint64]string{}, done: make(chan struct{})}
+	wt := &Watcher{folder: folder, skip: skip, w: w, views: map[*View]struct{}{}, dirs: map[uint64]string{}, done: make(chan struct{})}
 	if err := wt.addTree(folder); err != nil {
 		w.Close()
 		return nil, err
@@ -61,7 +60,7 @@ func NewWatcher(folder string, skip []string) (*Watcher, error) {
 
 // Add subscribes a view. From then on the view may let the kernel keep
 // what it shows for CacheTimeout: the watcher invalidates it.
-func (wt *Watcher) Add(f *FS) {
+func (wt *Watcher) Add(f *View) {
 	wt.mu.Lock()
 	wt.views[f] = struct{}{}
 	wt.mu.Unlock()
@@ -69,7 +68,7 @@ func (wt *Watcher) Add(f *FS) {
 }
 
 // Remove unsubscribes a view.
-func (wt *Watcher) Remove(f *FS) {
+func (wt *Watcher) Remove(f *View) {
 	f.watch.CompareAndSwap(wt, nil)
 	wt.mu.Lock()
 	delete(wt.views, f)
@@ -81,7 +80,7 @@ func (wt *Watcher) degrade(why string, err error) {
 	if !wt.degraded.Swap(true) {
 		slog.Warn("watcher: the folder is not fully watched; views fall back to one-second kernel caches", "folder", wt.folder, "why", why, "err", err)
 	}
-	wt.each(func(f *FS) { f.dropKernelCaches() })
+	wt.each(func(f *View) { f.dropKernelCaches() })
 }
 
 // Close stops watching.
@@ -165,14 +164,14 @@ func (wt *Watcher) loop() {
 			// An overflow means events were lost: treat everything as
 			// changed.
 			slog.Warn("watcher error", "folder", wt.folder, "err", err)
-			wt.each(func(f *FS) { f.dropKernelCaches(); f.wake() })
+			wt.each(func(f *View) { f.dropKernelCaches(); f.wake() })
 		}
 	}
 }
 
-func (wt *Watcher) each(fn func(f *FS)) {
+func (wt *Watcher) each(fn func(f *View)) {
 	wt.mu.Lock()
-	views := make([]*FS, 0, len(wt.views))
+	views := make([]*View, 0, len(wt.views))
 	for f := range wt.views {
 		views = append(views, f)
 	}
@@ -204,10 +203,10 @@ func (wt *Watcher) handle(ev fsnotify.Event) {
 		// A new name for a file that had one: every view conceals
 		// it now under all its names (see classify), but inotify
 		// reports only the new one. The others may be anywhere.
-		wt.each(func(f *FS) { f.dropKernelCaches() })
+		wt.each(func(f *View) { f.dropKernelCaches() })
 		return
 	}
-	wt.each(func(f *FS) {
+	wt.each(func(f *View) {
 		f.invalidate(rel, entry)
 		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
 			f.recheckConcealed()
@@ -216,44 +215,28 @@ func (wt *Watcher) handle(ev fsnotify.Event) {
 }
 
 // invalidate drops what the kernel caches about rel in this view: its
-// directory entry when names changed, its attributes and data otherwise.
-// A name change also changes the listing, size and times of its
-// directory, and the times of the directories above, which may summarise
-// it (fillAttr): their attributes and cached listings go too.
-//
-// The notifies are queued (notifyq.go): invalidate returns at once.
-func (f *FS) invalidate(rel string, entry bool) {
-	f.invalidateBy(rel, entry, f.queueContent, f.queueEntry)
+// directory entry when names changed, its attributes and data otherwise
+// (see Kernel.Invalidate). rel is the path below the view's root, as the
+// watcher has it. The notifies are queued: invalidate returns at once.
+func (f *View) invalidate(rel string, entry bool) { f.invalidateBy(rel, entry, false) }
+
+// invalidateNameNow is invalidate for a folder-relative name (see place)
+// with the notifies sent before it returns, for a grant change, which
+// must apply at once. Never call it from a request's goroutine.
+func (f *View) invalidateNameNow(name string) {
+	if vp, ok := f.loc.viewPath(name); ok {
+		f.invalidateBy(vp, true, true)
+	}
 }
 
-// invalidateNow is invalidate with the notifies sent before it returns,
-// for a grant change, which must apply at once. Never call it from a
-// FUSE request's goroutine.
-func (f *FS) invalidateNow(rel string, entry bool) {
-	f.invalidateBy(rel, entry,
-		func(n *gofs.Inode) { n.NotifyContent(0, 0) },
-		func(dir *gofs.Inode, name string) { dir.NotifyEntry(name) })
-}
-
-// invalidateName is invalidate for a folder-relative name (see place)
-// rather than the watcher's path below the view's root.
-func (f *FS) invalidateName(name string) {
+// invalidateName is invalidate for a folder-relative name.
+func (f *View) invalidateName(name string) {
 	if vp, ok := f.loc.viewPath(name); ok {
 		f.invalidate(vp, true)
 	}
 }
 
-// invalidateNameNow is invalidateNow for a folder-relative name.
-func (f *FS) invalidateNameNow(name string) {
-	if vp, ok := f.loc.viewPath(name); ok {
-		f.invalidateNow(vp, true)
-	}
-}
-
-// invalidateBy is invalidate, sending each notify through content and
-// entry. rel is the path below the view's root, as the kernel's inode
-// tree and the watcher have it.
-func (f *FS) invalidateBy(rel string, entry bool, content func(*gofs.Inode), entryOf func(*gofs.Inode, string)) {
+func (f *View) invalidateBy(rel string, entry, now bool) {
 	if entry {
 		f.entryGen.Add(1)
 	}
@@ -265,42 +248,8 @@ func (f *FS) invalidateBy(rel string, entry bool, content func(*gofs.Inode), ent
 			return
 		}
 	}
-	if !f.attached.Load() {
-		return // not mounted yet
-	}
-	dir := f.root.EmbeddedInode()
-	segs := strings.Split(rel, "/")
-	chain := []*gofs.Inode{dir}
-	for _, s := range segs[:len(segs)-1] {
-		if dir = dir.GetChild(s); dir == nil {
-			break // never looked up below: nothing cached there
-		}
-		chain = append(chain, dir)
-	}
-	if dir == nil {
-		if entry {
-			for _, d := range chain {
-				content(d)
-			}
-		}
-		return
-	}
-	name := segs[len(segs)-1]
-	if entry {
-		if ch := dir.GetChild(name); ch != nil {
-			// What the kernel keeps of the old entry and below it (a
-			// directory moved away, replaced, or made anew) goes too: a
-			// lookup of the name may find the same inode again.
-			dropSubtree(ch, content)
-		}
-		entryOf(dir, name)
-		for _, d := range chain {
-			content(d)
-		}
-		return
-	}
-	if ch := dir.GetChild(name); ch != nil {
-		content(ch)
+	if k := f.kernel(); k != nil {
+		k.Invalidate(rel, entry, now)
 	}
 }
 
@@ -309,15 +258,4 @@ func (f *FS) invalidateBy(rel string, entry bool, content func(*gofs.Inode), ent
 func secondName(p string) bool {
 	var st unix.Stat_t
 	return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1
-}
-
-// dropSubtree drops the attributes, pages and listings the kernel keeps of
-// n and of every inode it knows below it.
-func dropSubtree(n *gofs.Inode, content func(*gofs.Inode)) {
-	content(n)
-	if n.IsDir() {
-		for _, ch := range n.Children() {
-			dropSubtree(ch, content)
-		}
-	}
 }

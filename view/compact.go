@@ -1,4 +1,4 @@
-package fs
+package view
 
 import (
 	"container/list"
@@ -7,8 +7,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/acpfs/acpfs/ledger"
 )
@@ -188,7 +186,7 @@ func (r *repeats) take() map[repeatKey]*repeatCount {
 
 // recordOnce writes rec unless the same fact was recorded in full before
 // in this view, in which case it is counted for the next repeat record.
-func (f *FS) recordOnce(ctx context.Context, k repeatKey, rec func() error) error {
+func (f *View) recordOnce(ctx context.Context, k repeatKey, rec func() error) error {
 	if f.audit != AuditCompact {
 		return rec()
 	}
@@ -207,23 +205,15 @@ func (f *FS) recordOnce(ctx context.Context, k repeatKey, rec func() error) erro
 // only. Each is a fact of the path the audit needs once; a loop of them
 // must not grow the ledger, so repeats are counted in write_repeat
 // records, as repeated reads are.
-func (f *FS) recordNoop(ctx context.Context, op, rel, detail string) error {
+func (f *View) recordNoop(ctx context.Context, op, rel, detail string) error {
 	k := repeatKey{kind: ledger.KindWrite, op: op, path: rel, why: detail}
 	return f.recordOnce(ctx, k, func() error { return f.record(ctx, ledger.KindWrite, op, rel, "", detail) })
 }
 
-// timesOnly reports whether a setattr changes the times of a file and
-// nothing else (touch, utime, utimensat).
-func timesOnly(in *fuse.SetAttrIn) bool {
-	const times = fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW
-	const other = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FATTR_SIZE | fuse.FATTR_KILL_SUIDGID
-	return in.Valid&times != 0 && in.Valid&other == 0
-}
-
 // recordSetattr records a setattr before it is made (see recordChange);
 // one of times only is a no-op change (recordNoop).
-func (f *FS) recordSetattr(ctx context.Context, op, rel string, in *fuse.SetAttrIn) syscall.Errno {
-	if !timesOnly(in) {
+func (f *View) recordSetattr(ctx context.Context, op, rel string, in *SetAttr) syscall.Errno {
+	if !in.timesOnly() {
 		return f.recordChange(ctx, op, rel, "")
 	}
 	if err := f.recordNoop(ctx, op, rel, "times only"); err != nil {
@@ -236,7 +226,7 @@ func (f *FS) recordSetattr(ctx context.Context, op, rel string, in *fuse.SetAttr
 // recordListing records a directory listing, once per directory and view
 // session by default: which directories an agent listed is the fact the
 // audit needs, and a loop of readdir calls must not grow the ledger.
-func (f *FS) recordListing(ctx context.Context, rel string) error {
+func (f *View) recordListing(ctx context.Context, rel string) error {
 	rec := func() error { return f.record(ctx, ledger.KindList, "readdir", rel, "", "") }
 	if f.audit != AuditCompact {
 		return rec()
@@ -256,7 +246,7 @@ func (f *FS) recordListing(ctx context.Context, rel string) error {
 }
 
 // startRepeats starts the periodic flush of repeat counts.
-func (f *FS) startRepeats() {
+func (f *View) startRepeats() {
 	f.repeats.stop = make(chan struct{})
 	f.repeats.done = make(chan struct{})
 	go func() {
@@ -276,7 +266,7 @@ func (f *FS) startRepeats() {
 	}()
 }
 
-func (f *FS) stopRepeats() {
+func (f *View) stopRepeats() {
 	if f.repeats.stop != nil {
 		close(f.repeats.stop)
 		<-f.repeats.done
@@ -289,12 +279,12 @@ func (f *FS) stopRepeats() {
 // changes gathered
 // since the last flush. It runs every repeatFlush and when the view
 // stops.
-func (f *FS) FlushRepeats() {
+func (f *View) FlushRepeats() {
 	p := f.repeats.take()
 	if len(p) == 0 {
 		return
 	}
-	g := f.view.Load().grant
+	g := f.gv.Load().grant
 	for k, c := range p {
 		kind := ledger.KindDeniedRepeat
 		switch k.kind {

@@ -1,4 +1,4 @@
-package fs
+package view
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func RaiseFileLimit() {
 
 // handleRoom refuses an open with EMFILE when this view, or the process,
 // holds as many open files as it may.
-func (f *FS) handleRoom(ctx context.Context, op, rel string) syscall.Errno {
+func (f *View) handleRoom(ctx context.Context, op, rel string) syscall.Errno {
 	RaiseFileLimit()
 	if n := f.openHandles.Load(); f.maxHandles > 0 && n >= f.maxHandles {
 		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EMFILE,
@@ -65,12 +65,12 @@ func (f *FS) handleRoom(ctx context.Context, op, rel string) syscall.Errno {
 	return 0
 }
 
-func (f *FS) handleOpened() {
+func (f *View) handleOpened() {
 	f.openHandles.Add(1)
 	processHandles.Add(1)
 }
 
-func (f *FS) handleClosed() {
+func (f *View) handleClosed() {
 	f.openHandles.Add(-1)
 	processHandles.Add(-1)
 }
@@ -88,7 +88,7 @@ var processPending atomic.Int64
 
 // holdPending charges n bytes of unfinished lines, or reports that the
 // view or the process holds too many.
-func (f *FS) holdPending(n int64) bool {
+func (f *View) holdPending(n int64) bool {
 	if !charge(&f.pending, n, maxPendingView) {
 		return false
 	}
@@ -99,7 +99,7 @@ func (f *FS) holdPending(n int64) bool {
 	return true
 }
 
-func (f *FS) releasePending(n int64) {
+func (f *View) releasePending(n int64) {
 	if n > 0 {
 		f.pending.Add(-n)
 		processPending.Add(-n)

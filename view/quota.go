@@ -1,4 +1,4 @@
-package fs
+package view
 
 import (
 	"context"
@@ -27,8 +27,8 @@ type quota struct {
 
 // limits returns the caps: the grant's, else the view's defaults. Zero
 // means no cap.
-func (f *FS) limits() (maxBytes, maxFiles int64) {
-	g := f.view.Load().grant
+func (f *View) limits() (maxBytes, maxFiles int64) {
+	g := f.gv.Load().grant
 	maxBytes, maxFiles = f.maxBytes, f.maxFiles
 	if g.MaxWriteBytes > 0 {
 		maxBytes = g.MaxWriteBytes
@@ -55,7 +55,7 @@ func charge(c *atomic.Int64, n, max int64) bool {
 // chargeGrowth accounts for a write that makes rel n bytes longer, or
 // refuses it with EDQUOT. The caller gives the bytes back (refund) if the
 // write then fails or writes less.
-func (f *FS) chargeGrowth(ctx context.Context, op, rel string, n int64) syscall.Errno {
+func (f *View) chargeGrowth(ctx context.Context, op, rel string, n int64) syscall.Errno {
 	if n <= 0 {
 		return 0
 	}
@@ -67,7 +67,7 @@ func (f *FS) chargeGrowth(ctx context.Context, op, rel string, n int64) syscall.
 	return 0
 }
 
-func (f *FS) refund(n int64) {
+func (f *View) refund(n int64) {
 	if n > 0 {
 		f.quota.bytes.Add(-n)
 	}
@@ -75,7 +75,7 @@ func (f *FS) refund(n int64) {
 
 // chargeFile accounts for a new name (file, directory, symlink), or
 // refuses it with EDQUOT.
-func (f *FS) chargeFile(ctx context.Context, op, rel string) syscall.Errno {
+func (f *View) chargeFile(ctx context.Context, op, rel string) syscall.Errno {
 	_, maxFiles := f.limits()
 	if !charge(&f.quota.files, 1, maxFiles) {
 		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EDQUOT,
@@ -85,7 +85,7 @@ func (f *FS) chargeFile(ctx context.Context, op, rel string) syscall.Errno {
 }
 
 // newName charges a new name and records it before it is made.
-func (f *FS) newName(ctx context.Context, op, rel, detail string) syscall.Errno {
+func (f *View) newName(ctx context.Context, op, rel, detail string) syscall.Errno {
 	if errno := f.chargeFile(ctx, op, rel); errno != 0 {
 		return errno
 	}
@@ -110,7 +110,7 @@ func growth(fd int, off, n int64, appending bool) int64 {
 }
 
 // quotaText is the quota line of .acpfs/status.
-func (f *FS) quotaText() string {
+func (f *View) quotaText() string {
 	maxBytes, maxFiles := f.limits()
 	return fmt.Sprintf("quota: %s of %s bytes written, %d of %s new files\n",
 		fmt.Sprint(f.quota.bytes.Load()), capText(maxBytes), f.quota.files.Load(), capText(maxFiles))

@@ -1,4 +1,4 @@
-package fs
+package view
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/ledger"
@@ -66,7 +65,7 @@ type pendingRead struct {
 // It returns the version the hash is of: a small file that changed since
 // the open looked at it is hashed as it is now, which is what its reads
 // will serve.
-func (f *FS) knownHash(rel string, fd int, v fileVersion) (string, fileVersion, bool, error) {
+func (f *View) knownHash(rel string, fd int, v fileVersion) (string, fileVersion, bool, error) {
 	if rel == protocol.EventsFile {
 		// Append-only: the running hash costs the new bytes only.
 		sha, err := f.evHash.sum(fd)
@@ -100,7 +99,7 @@ func (f *FS) knownHash(rel string, fd int, v fileVersion) (string, fileVersion, 
 //
 // It is not kept when the file had writers while it was hashed (quiet
 // false): their changes need not show in its version.
-func (f *FS) keepHash(v fileVersion, sha string, start time.Time, quiet bool) {
+func (f *View) keepHash(v fileVersion, sha string, start time.Time, quiet bool) {
 	if cacheable(v, start) && quiet {
 		f.hashes.put(v, sha)
 		f.store.put(v, sha)
@@ -111,7 +110,7 @@ func (f *FS) keepHash(v fileVersion, sha string, start time.Time, quiet bool) {
 // its bytes are served: with its hash when known at once (knownHash),
 // else with its version, the hash following in a read_hash record.
 // It returns the version recorded.
-func (f *FS) recordReadOf(ctx context.Context, rel string, fd int, v fileVersion, detail string) (fileVersion, syscall.Errno) {
+func (f *View) recordReadOf(ctx context.Context, rel string, fd int, v fileVersion, detail string) (fileVersion, syscall.Errno) {
 	sha, v, ok, err := f.knownHash(rel, fd, v)
 	if err != nil {
 		return v, errnoOf(err)
@@ -150,7 +149,7 @@ func pendingDetail(v fileVersion) string {
 
 // deferHash hashes version v of the open file fd in the background and
 // then records read_hash for r (and for any read of v recorded meanwhile).
-func (f *FS) deferHash(fd int, v fileVersion, r pendingRead) {
+func (f *View) deferHash(fd int, v fileVersion, r pendingRead) {
 	d := &f.deferred
 	d.mu.Lock()
 	if j := d.jobs[v]; j != nil {
@@ -213,7 +212,7 @@ func hashVersion(fd int, v fileVersion) (string, error) {
 }
 
 // finishHash writes the read_hash records of reads.
-func (f *FS) finishHash(v fileVersion, reads []pendingRead, sha string, err error) {
+func (f *View) finishHash(v fileVersion, reads []pendingRead, sha string, err error) {
 	for _, r := range reads {
 		rec := ledger.Record{Kind: ledger.KindReadHash, Agent: r.agent, Grant: r.grant, Path: r.path, Op: "open", PID: r.pid,
 			SHA256: sha, Detail: fmt.Sprintf("read seq %d", r.seq)}
@@ -233,14 +232,14 @@ func (f *FS) finishHash(v fileVersion, reads []pendingRead, sha string, err erro
 }
 
 // waitHashes waits for the background hashes (and their records).
-func (f *FS) waitHashes() { f.deferred.wg.Wait() }
+func (f *View) waitHashes() { f.deferred.wg.Wait() }
 
 // recordFull writes one record for this view's agent and returns it.
-func (f *FS) recordFull(ctx context.Context, kind, op, rel, sha, detail string) (ledger.Record, error) {
-	g := f.view.Load().grant
+func (f *View) recordFull(ctx context.Context, kind, op, rel, sha, detail string) (ledger.Record, error) {
+	g := f.gv.Load().grant
 	r := ledger.Record{Kind: kind, Agent: g.AgentID, Grant: g.GrantID, Path: rel, Op: op, SHA256: sha, Detail: detail}
-	if c, ok := fuse.FromContext(ctx); ok {
-		r.PID = c.Pid
+	if c, ok := f.caller(ctx); ok {
+		r.PID = c.PID
 	}
 	rec, err := f.ledger.Append(r)
 	if err != nil {

@@ -1,4 +1,4 @@
-package fs
+package view
 
 import (
 	"crypto/sha256"
@@ -124,7 +124,7 @@ func TestManaged(t *testing.T) {
 }
 
 func TestCacheTimeoutFollowsTheWatcher(t *testing.T) {
-	f := &FS{}
+	f := &View{}
 	assert.Equal(t, ShortTimeout, f.cacheTimeout(), "no watcher: nobody invalidates")
 	wt, err := NewWatcher(t.TempDir(), nil)
 	require.NoError(t, err)

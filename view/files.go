@@ -1,10 +1,10 @@
-package fs
+package view
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"github.com/acpfs/acpfs/internal/digest"
 	"io"
 	"log/slog"
 	"os"
@@ -12,16 +12,53 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/internal/digest"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
 
-// open implements the open row of the contract for every kind of file.
-func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+// Caching is how the kernel may cache the pages of an open file.
+type Caching uint8
+
+const (
+	// CacheDrop: the kernel drops the pages it holds at this open.
+	CacheDrop Caching = iota
+	// CacheKeep: the pages are still the file's (FOPEN_KEEP_CACHE).
+	CacheKeep
+	// CacheDirect: every read and write reaches the view, at the offset
+	// it asks (FOPEN_DIRECT_IO).
+	CacheDirect
+)
+
+// File is an open regular file of a view: every operation on it is
+// judged here, with the grant in force at the time of the call.
+type File interface {
+	Read(ctx context.Context, dest []byte, off int64) ([]byte, syscall.Errno)
+	Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno)
+	Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno
+	Flush(ctx context.Context) syscall.Errno
+	Fsync(ctx context.Context, flags uint32) syscall.Errno
+	Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno)
+	Release(ctx context.Context) syscall.Errno
+	// Getattr is the open file's attributes, whatever its name has
+	// become; refused, like its reads, once the grant no longer lets the
+	// agent read it.
+	Getattr(ctx context.Context) (unix.Stat_t, syscall.Errno)
+	// PassthroughFd is the backing descriptor the kernel may read
+	// directly, when the view lets it.
+	PassthroughFd() (int, bool)
+	// Locked is the backing file, for POSIX and BSD locks only: they
+	// change nothing the grant judges.
+	Locked() *os.File
+	base() *handle
+}
+
+// Open opens the file at rel, which the adapter's node n names (nil for
+// none), and implements the open row of the contract for every kind of
+// file.
+func (f *View) Open(ctx context.Context, n Node, rel string, flags uint32) (File, Caching, syscall.Errno) {
 	acc := flags & syscall.O_ACCMODE
 	writing := acc != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
 	o := opOpenRead
@@ -86,7 +123,7 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 	}
 	switch {
 	case rel == protocol.EventsFile:
-		return &eventsFile{handle: f.track(h)}, fuse.FOPEN_DIRECT_IO, 0
+		return &eventsFile{handle: f.track(h)}, CacheDirect, 0
 	case rel == protocol.ProtocolFile:
 		pf := &protocolFile{handle: h, content: pjson}
 		if writing {
@@ -96,7 +133,7 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 			}
 		}
 		f.track(h)
-		return pf, fuse.FOPEN_DIRECT_IO, 0
+		return pf, CacheDirect, 0
 	case writing:
 		h.writable = true
 		h.unrecorded.Store(deferRecord)
@@ -108,18 +145,18 @@ func (f *FS) open(ctx context.Context, n *node, rel string, flags uint32) (gofs.
 			// each write at the true end of the file, and direct I/O
 			// keeps those bytes out of a page cache indexed by the stale
 			// offset.
-			return f.track(h), fuse.FOPEN_DIRECT_IO, 0
+			return f.track(h), CacheDirect, 0
 		}
-		return f.track(h), 0, 0
+		return f.track(h), CacheDrop, 0
 	case f.auditReads:
-		return f.track(h), 0, 0
+		return f.track(h), CacheDrop, 0
 	case f.passthrough && !f.matcher().Writable(rel) && !h.isStaged(rel):
 		// Read-only for this grant for the life of the inode: the kernel
 		// may read the backing file directly. Mixing passthrough and
 		// regular opens on one inode fails, so files the grant can write
 		// never take this path, even when opened for reading.
 		h.passthrough = true
-		return f.track(h), 0, 0
+		return f.track(h), CacheDrop, 0
 	}
 	keep := keepCache(n, ver, acc != syscall.O_WRONLY && !private)
 	return f.track(h), keep, 0
@@ -135,7 +172,7 @@ const openRetries = 4
 // by every append's deferred rewrite), the name is judged again and the
 // open retried, as an open of the folder itself would find the new
 // entry; the caller's record of a change stands for the retries.
-func (f *FS) openJudged(ctx context.Context, t *target, o op, oflags int) (*target, int, syscall.Errno) {
+func (f *View) openJudged(ctx context.Context, t *target, o op, oflags int) (*target, int, syscall.Errno) {
 	for attempt := 1; ; attempt++ {
 		if t.e.kind != kindFile {
 			// The kernel opens symlinks by following them and
@@ -163,7 +200,7 @@ func (f *FS) openJudged(ctx context.Context, t *target, o op, oflags int) (*targ
 // recordOpenRead records the read an open makes of rel (fd, or pjson
 // for protocol.json as the history gives it) and returns the version of
 // the file read.
-func (f *FS) recordOpenRead(ctx context.Context, rel string, fd int, pjson []byte) (fileVersion, syscall.Errno) {
+func (f *View) recordOpenRead(ctx context.Context, rel string, fd int, pjson []byte) (fileVersion, syscall.Errno) {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
 		return fileVersion{}, errnoOf(err)
@@ -181,24 +218,18 @@ func (f *FS) recordOpenRead(ctx context.Context, rel string, fd int, pjson []byt
 // file changes, and a grant change drops them too. A change inotify does
 // not report shows here: the file is not the version whose attributes
 // the kernel holds. reading is whether this open reads the folder.
-func keepCache(n *node, ver fileVersion, reading bool) uint32 {
+func keepCache(n Node, ver fileVersion, reading bool) Caching {
 	if n != nil && reading {
-		if prev := n.seen.Swap(&ver); prev != nil && *prev != ver {
+		if prev := n.Seen().v.Swap(&ver); prev != nil && *prev != ver {
 			// Without FOPEN_KEEP_CACHE the kernel drops the pages at this
 			// open; the attributes (the size above all) go too, from
 			// another goroutine: a notification sent while this request
 			// is answered could wait for it.
-			go n.NotifyContent(0, 0)
-			return 0
+			n.DropContent(false)
+			return CacheDrop
 		}
 	}
-	return fuse.FOPEN_KEEP_CACHE
-}
-
-// fileHandle is any open regular file of a view.
-type fileHandle interface {
-	gofs.FileHandle
-	base() *handle
+	return CacheKeep
 }
 
 // handle is an open regular file. It holds the descriptor the checkpoint
@@ -207,9 +238,8 @@ type fileHandle interface {
 // reach the backing file without passing a check here.
 type handle struct {
 	file        *os.File
-	lf          *gofs.LoopbackFile // locks and seeks on file, nothing else
-	fsys        *FS
-	node        *node  // nil for handed-over snapshots
+	fsys        *View
+	node        Node   // nil for handed-over snapshots
 	rel         string // path at open, for records when the node is gone
 	writable    bool
 	appending   bool // opened O_APPEND: writes go to the true end of the file
@@ -231,30 +261,22 @@ type handle struct {
 }
 
 var (
-	_ gofs.FilePassthroughFder = (*handle)(nil)
-	_ gofs.FileReader          = (*handle)(nil)
-	_ gofs.FileWriter          = (*handle)(nil)
-	_ gofs.FileFlusher         = (*handle)(nil)
-	_ gofs.FileFsyncer         = (*handle)(nil)
-	_ gofs.FileReleaser        = (*handle)(nil)
-	_ gofs.FileLseeker         = (*handle)(nil)
-	_ gofs.FileAllocater       = (*handle)(nil)
-	_ gofs.FileGetlker         = (*handle)(nil)
-	_ gofs.FileSetlker         = (*handle)(nil)
-	_ gofs.FileSetlkwer        = (*handle)(nil)
+	_ File = (*handle)(nil)
+	_ File = (*eventsFile)(nil)
+	_ File = (*protocolFile)(nil)
 )
 
 // newHandle wraps fd, which the caller hands over. The caller sets the
 // handle up, then registers it with FS.track before handing it out.
-func (f *FS) newHandle(fd int, rel string, n *node) *handle {
+func (f *View) newHandle(fd int, rel string, n Node) *handle {
 	file := os.NewFile(uintptr(fd), rel)
 	f.handleOpened()
-	return &handle{file: file, lf: gofs.NewLoopbackFileFromOS(file), fsys: f, node: n, rel: rel, audit: f.auditReads}
+	return &handle{file: file, fsys: f, node: n, rel: rel, audit: f.auditReads}
 }
 
 // track registers a handle, fully set up, so that grant changes reach
 // it, and returns it.
-func (f *FS) track(h *handle) *handle {
+func (f *View) track(h *handle) *handle {
 	f.handles.add(h)
 	return h
 }
@@ -265,23 +287,32 @@ func (h *handle) fd() int { return int(h.file.Fd()) }
 
 func (h *handle) path() string {
 	if h.node != nil {
-		if p := h.node.Path(nil); p != "" {
+		if p := h.node.ViewPath(); p != "" {
 			return h.fsys.loc.nameOf(p)
 		}
 	}
 	return h.rel
 }
 
-func (h *handle) getattr(out *fuse.AttrOut) syscall.Errno {
+// Locked: see File.
+func (h *handle) Locked() *os.File { return h.file }
+
+func (h *handle) Getattr(ctx context.Context) (unix.Stat_t, syscall.Errno) {
+	if errno := h.readable(ctx); errno != 0 {
+		return unix.Stat_t{}, errno
+	}
+	return h.stat()
+}
+
+func (h *handle) stat() (unix.Stat_t, syscall.Errno) {
 	var st unix.Stat_t
 	if err := unix.Fstat(h.fd(), &st); err != nil {
-		return errnoOf(err)
+		return st, errnoOf(err)
 	}
-	attrFromStat(&out.Attr, &st)
 	if h.node != nil && h.path() == protocol.ProtocolFile {
-		h.fsys.protocolAttr(&out.Attr)
+		h.fsys.protocolAttr(&st)
 	}
-	return 0
+	return st, 0
 }
 
 func (h *handle) PassthroughFd() (int, bool) {
@@ -329,10 +360,10 @@ func (h *handle) inPlace(ctx context.Context, op string) syscall.Errno {
 		defer t.close()
 	}
 	if errno != 0 || t.e.kind != kindFile || t.e.st.Dev != st.Dev || t.e.st.Ino != st.Ino {
-		if h.node != nil && f.attached.Load() {
+		if h.node != nil {
 			// Not from inside the request: the kernel may be waiting on
 			// this very request for the pages it would drop.
-			go h.node.NotifyContent(0, 0)
+			h.node.DropContent(false)
 		}
 		return f.deny(ctx, ledger.KindDenied, op, p, syscall.EACCES,
 			"the file is no longer the one at the name it was opened by (moved, given another name or replaced)")
@@ -352,12 +383,12 @@ func (h *handle) isSnapshotOf(p string) bool {
 	if h.node != nil {
 		return false
 	}
-	_, ok := h.fsys.view.Load().handoffs[p]
+	_, ok := h.fsys.gv.Load().handoffs[p]
 	return ok
 }
 
-func (h *handle) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
-	defer h.fsys.guard(ctx, "read", h.rel, &errno)
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (res []byte, errno syscall.Errno) {
+	defer h.fsys.Guard(ctx, "read", h.rel, &errno)
 	if errno := h.readable(ctx); errno != 0 {
 		return nil, errno
 	}
@@ -377,7 +408,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (res fuse.Rea
 	if errno := h.recordNewVersion(ctx); errno != 0 {
 		return nil, errno
 	}
-	return fuse.ReadResultData(dest[:k]), 0
+	return dest[:k], 0
 }
 
 // recordNewVersion keeps the ledger true to what a descriptor reads: when
@@ -461,8 +492,8 @@ func (h *handle) writeCheck(ctx context.Context, op string) syscall.Errno {
 		// Pages the kernel keeps for a writable mapping hold bytes whose
 		// writeback is refused: drop them, so that the view shows the
 		// file as it is.
-		if h.node != nil && h.fsys.attached.Load() {
-			go h.node.NotifyContent(0, 0) // not inside the writeback request
+		if h.node != nil {
+			h.node.DropContent(false) // not inside the writeback request
 		}
 		return h.fsys.deny(ctx, v.record, op, p, v.errno, v.why)
 	}
@@ -470,8 +501,8 @@ func (h *handle) writeCheck(ctx context.Context, op string) syscall.Errno {
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (n uint32, errno syscall.Errno) {
-	defer h.fsys.guard(ctx, "write", h.rel, &errno)
-	h.fsys.enter("write", h.rel)
+	defer h.fsys.Guard(ctx, "write", h.rel, &errno)
+	h.fsys.Enter("write", h.rel)
 	if errno := h.writeCheck(ctx, "write"); errno != 0 {
 		return 0, errno
 	}
@@ -497,7 +528,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (n uint32, e
 }
 
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (errno syscall.Errno) {
-	defer h.fsys.guard(ctx, "fallocate", h.rel, &errno)
+	defer h.fsys.Guard(ctx, "fallocate", h.rel, &errno)
 	if errno := h.writeCheck(ctx, "fallocate"); errno != 0 {
 		return errno
 	}
@@ -518,10 +549,34 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (e
 	return errnoOf(err)
 }
 
-func (h *handle) Flush(ctx context.Context) syscall.Errno { return h.lf.Flush(ctx) }
+// Flush closes a duplicate of the descriptor: what close(2) of one of
+// the caller's descriptors does to the file (its POSIX locks go), without
+// closing the view's own.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	return h.withFd(func(fd int) error {
+		d, err := unix.Dup(fd)
+		if err != nil {
+			return err
+		}
+		return unix.Close(d)
+	})
+}
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	return h.lf.Fsync(ctx, flags)
+	return h.withFd(unix.Fsync)
+}
+
+// withFd runs fn on the descriptor unless the handle was released.
+func (h *handle) withFd(fn func(fd int) error) syscall.Errno {
+	rc, err := h.file.SyscallConn()
+	if err != nil {
+		return errnoOf(err)
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return syscall.EBADF
+	}
+	return errnoOf(ferr)
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
@@ -534,23 +589,23 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	}
 	h.fsys.handles.remove(h)
 	h.fsys.handleClosed()
-	return h.lf.Release(ctx)
+	if err := h.file.Close(); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return syscall.EBADF
+		}
+		return errnoOf(err)
+	}
+	return 0
 }
 
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
-	return h.lf.Lseek(ctx, off, whence)
-}
-
-func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
-	return h.lf.Getlk(ctx, owner, lk, flags, out)
-}
-
-func (h *handle) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	return h.lf.Setlk(ctx, owner, lk, flags)
-}
-
-func (h *handle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	return h.lf.Setlkw(ctx, owner, lk, flags)
+	var n int64
+	errno := h.withFd(func(fd int) error {
+		var err error
+		n, err = unix.Seek(fd, int64(off), int(whence))
+		return err
+	})
+	return uint64(n), errno
 }
 
 // eventsFile is an open events.jsonl. Reads come from the backing file;
@@ -583,8 +638,8 @@ func (e *eventsFile) Allocate(ctx context.Context, off, size uint64, mode uint32
 // reported as a short write, so the caller retries the rest and receives
 // the error for exactly the refused line.
 func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint32, errno syscall.Errno) {
-	defer e.fsys.guard(ctx, "append", protocol.EventsFile, &errno)
-	e.fsys.enter("append", protocol.EventsFile)
+	defer e.fsys.Guard(ctx, "append", protocol.EventsFile, &errno)
+	e.fsys.Enter("append", protocol.EventsFile)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	// Only the grant can have changed since open: events.jsonl is never
@@ -651,7 +706,7 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 // were there: shells ignore errors of close(2), so refusing it would lose
 // it silently. Anything else is refused, and close(2) reports it.
 func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
-	defer e.fsys.guard(ctx, "flush", protocol.EventsFile, &errno)
+	defer e.fsys.Guard(ctx, "flush", protocol.EventsFile, &errno)
 	e.mu.Lock()
 	pending := e.pending
 	e.drop()
@@ -676,8 +731,8 @@ func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
 // is handed out only once the rest of that line, up to its newline, is
 // there. Whether the writer has finished cannot be told from the file's
 // size: it may grow between the read and a stat.
-func (e *eventsFile) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
-	defer e.fsys.guard(ctx, "read", protocol.EventsFile, &errno)
+func (e *eventsFile) Read(ctx context.Context, dest []byte, off int64) (res []byte, errno syscall.Errno) {
+	defer e.fsys.Guard(ctx, "read", protocol.EventsFile, &errno)
 	if errno := e.readable(ctx); errno != 0 {
 		return nil, errno
 	}
@@ -690,15 +745,15 @@ func (e *eventsFile) Read(ctx context.Context, dest []byte, off int64) (res fuse
 	}
 	data := dest[:k]
 	if k == 0 || data[k-1] == '\n' {
-		return fuse.ReadResultData(data), 0
+		return data, 0
 	}
 	if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
-		return fuse.ReadResultData(data[:i+1]), 0
+		return data[:i+1], 0
 	}
 	if !lineEndsAfter(e.fd(), off+int64(k)) {
-		return fuse.ReadResultData(nil), 0
+		return nil, 0
 	}
-	return fuse.ReadResultData(data), 0
+	return data, 0
 }
 
 // lineEndsAfter reports whether a newline follows off in fd within the
@@ -725,7 +780,7 @@ func lineEndsAfter(fd int, off int64) bool {
 // of an event that is not in events.jsonl (the audit shows it as
 // accepted but never written, see append_failed), never an event without
 // its record.
-func (f *FS) appendLine(ctx context.Context, line []byte) syscall.Errno {
+func (f *View) appendLine(ctx context.Context, line []byte) syscall.Errno {
 	recorded := false
 	_, err := f.log.AppendLineRecordedContext(ctx, line, f.participant(), func(ev protocol.Event) error {
 		if err := f.record(ctx, ledger.KindAppendAccepted, "append", protocol.EventsFile, "", fmt.Sprintf("seq %d %s", ev.Seq, ev.Event)); err != nil {
@@ -750,7 +805,7 @@ func (f *FS) appendLine(ctx context.Context, line []byte) syscall.Errno {
 }
 
 // refuseAppend answers a line the protocol log refused.
-func (f *FS) refuseAppend(ctx context.Context, err error) syscall.Errno {
+func (f *View) refuseAppend(ctx context.Context, err error) syscall.Errno {
 	errno := syscall.EPERM
 	switch protocol.KindOf(err) {
 	case protocol.Malformed:
@@ -778,7 +833,7 @@ func (f *FS) refuseAppend(ctx context.Context, err error) syscall.Errno {
 	return f.denyAs(ctx, ledger.KindAppendRejected, "append", protocol.EventsFile, errno, err.Error(), "rule "+protocol.RuleOf(err))
 }
 
-func (f *FS) rejectLine(ctx context.Context, errno syscall.Errno, why string) syscall.Errno {
+func (f *View) rejectLine(ctx context.Context, errno syscall.Errno, why string) syscall.Errno {
 	return f.deny(ctx, ledger.KindAppendRejected, "append", protocol.EventsFile, errno, why)
 }
 
@@ -818,11 +873,11 @@ func (p *protocolFile) load(trunc bool) syscall.Errno {
 }
 
 // Read serves the content the open recorded.
-func (p *protocolFile) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
+func (p *protocolFile) Read(ctx context.Context, dest []byte, off int64) (res []byte, errno syscall.Errno) {
 	if p.content == nil {
 		return p.handle.Read(ctx, dest, off)
 	}
-	defer p.fsys.guard(ctx, "read", protocol.ProtocolFile, &errno)
+	defer p.fsys.Guard(ctx, "read", protocol.ProtocolFile, &errno)
 	if errno := p.readable(ctx); errno != 0 {
 		return nil, errno
 	}
@@ -830,10 +885,10 @@ func (p *protocolFile) Read(ctx context.Context, dest []byte, off int64) (res fu
 		p.fsys.record(ctx, ledger.KindReadRequest, "read", protocol.ProtocolFile, "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
 	}
 	if off >= int64(len(p.content)) {
-		return fuse.ReadResultData(nil), 0
+		return nil, 0
 	}
 	end := min(off+int64(len(dest)), int64(len(p.content)))
-	return fuse.ReadResultData(p.content[off:end]), 0
+	return p.content[off:end], 0
 }
 
 func (p *protocolFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
@@ -858,9 +913,9 @@ func (p *protocolFile) Allocate(ctx context.Context, off, size uint64, mode uint
 }
 
 // truncate handles ftruncate on a handle opened for writing.
-func (p *protocolFile) truncate(ctx context.Context, size uint64, out *fuse.AttrOut) syscall.Errno {
+func (p *protocolFile) truncate(size uint64) (unix.Stat_t, syscall.Errno) {
 	if !p.writable || size > maxLine {
-		return syscall.EPERM
+		return unix.Stat_t{}, syscall.EPERM
 	}
 	p.mu.Lock()
 	if int(size) <= len(p.buf) {
@@ -870,16 +925,16 @@ func (p *protocolFile) truncate(ctx context.Context, size uint64, out *fuse.Attr
 	}
 	p.dirty = true
 	p.mu.Unlock()
-	if errno := p.getattr(out); errno != 0 {
-		return errno
+	st, errno := p.stat()
+	if errno != 0 {
+		return st, errno
 	}
-	out.Size = size
-	p.fsys.attrTimeout(protocol.ProtocolFile, out)
-	return 0
+	st.Size = int64(size)
+	return st, 0
 }
 
 func (p *protocolFile) Flush(ctx context.Context) (errno syscall.Errno) {
-	defer p.fsys.guard(ctx, "flush", protocol.ProtocolFile, &errno)
+	defer p.fsys.Guard(ctx, "flush", protocol.ProtocolFile, &errno)
 	p.mu.Lock()
 	buf, dirty := p.buf, p.dirty
 	p.dirty = false
@@ -896,7 +951,7 @@ func (p *protocolFile) Flush(ctx context.Context) (errno syscall.Errno) {
 // protocolContent is protocol.json as the derived state has it (see
 // protocol.Log.ProtocolJSON), or nil when the log cannot say, in which
 // case the file on disk is served.
-func (f *FS) protocolContent() []byte {
+func (f *View) protocolContent() []byte {
 	data, err := f.log.ProtocolJSON()
 	if err != nil {
 		slog.Warn("protocol.json: serving the file on disk", "err", err)
@@ -906,9 +961,9 @@ func (f *FS) protocolContent() []byte {
 }
 
 // protocolAttr gives protocol.json the size of the content a view serves.
-func (f *FS) protocolAttr(a *fuse.Attr) {
+func (f *View) protocolAttr(st *unix.Stat_t) {
 	if data := f.protocolContent(); data != nil {
-		a.Size = uint64(len(data))
-		a.Blocks = (a.Size + 511) / 512
+		st.Size = int64(len(data))
+		st.Blocks = (st.Size + 511) / 512
 	}
 }

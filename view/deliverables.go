@@ -1,4 +1,4 @@
-package fs
+package view
 
 import (
 	"log/slog"
@@ -12,7 +12,7 @@ import (
 // onto it), never removed or renamed away: validate fails without it,
 // and moving its directory moves it too. The set follows protocol.json,
 // read afresh at each removal or rename.
-func (f *FS) deliverable(rel string) bool {
+func (f *View) deliverable(rel string) bool {
 	if err := f.log.Refresh(); err != nil {
 		slog.Warn("protocol refresh failed", "err", err)
 	}

@@ -1,4 +1,4 @@
-package fs
+package view
 
 import (
 	"context"
@@ -41,7 +41,7 @@ type staging struct {
 }
 
 // stagedName reports whether rel is one of the view's private files.
-func (f *FS) stagedName(rel string) (string, bool) {
+func (f *View) stagedName(rel string) (string, bool) {
 	f.stage.mu.Lock()
 	defer f.stage.mu.Unlock()
 	name, ok := f.stage.names[rel]
@@ -49,7 +49,7 @@ func (f *FS) stagedName(rel string) (string, bool) {
 }
 
 // stagedIn lists the private files shown in the directory dir.
-func (f *FS) stagedIn(dir string) map[string]string {
+func (f *View) stagedIn(dir string) map[string]string {
 	f.stage.mu.Lock()
 	defer f.stage.mu.Unlock()
 	var out map[string]string
@@ -67,7 +67,7 @@ func (f *FS) stagedIn(dir string) map[string]string {
 // stageable reports whether a new file at rel is made privately: the
 // grant does not let the agent write rel, but it may write something in
 // rel's directory.
-func (f *FS) stageable(rel string) bool {
+func (f *View) stageable(rel string) bool {
 	m := f.matcher()
 	if managed(rel) || m.Writable(rel) || rel == ControlDir {
 		return false
@@ -81,7 +81,7 @@ func (f *FS) stageable(rel string) bool {
 
 // stagingDir returns a duplicate of the view's staging directory
 // descriptor, creating the directory on first use. The caller closes it.
-func (f *FS) stagingDir() (int, error) {
+func (f *View) stagingDir() (int, error) {
 	s := &f.stage
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -116,7 +116,7 @@ func (f *FS) stagingDir() (int, error) {
 }
 
 // createStaged makes the private file for rel and opens it.
-func (f *FS) createStaged(ctx context.Context, rel string, flags, mode uint32) (*target, int, syscall.Errno) {
+func (f *View) createStaged(ctx context.Context, rel string, flags, mode uint32) (*target, int, syscall.Errno) {
 	dfd, err := f.stagingDir()
 	if err != nil {
 		slog.Error("staging", "err", err)
@@ -151,7 +151,7 @@ func (f *FS) createStaged(ctx context.Context, rel string, flags, mode uint32) (
 
 // stagedTarget is the checkpoint for a private file: it is the agent's
 // own, so every op may act on it except making a second name.
-func (f *FS) stagedTarget(o op, rel, name string) (*target, syscall.Errno) {
+func (f *View) stagedTarget(o op, rel, name string) (*target, syscall.Errno) {
 	dfd, err := f.stagingDir()
 	if err != nil {
 		return nil, syscall.EIO
@@ -179,7 +179,7 @@ func (f *FS) stagedTarget(o op, rel, name string) (*target, syscall.Errno) {
 // plain rename the file of a private to is wherever to's staging name
 // is, and a private from is gone; an exchange swaps contents and keeps
 // every name where it was.
-func (f *FS) renamedStaged(from string, fromStaged, exchange bool) {
+func (f *View) renamedStaged(from string, fromStaged, exchange bool) {
 	if exchange || !fromStaged {
 		return
 	}
@@ -189,14 +189,14 @@ func (f *FS) renamedStaged(from string, fromStaged, exchange bool) {
 }
 
 // unstage forgets a private file that was removed.
-func (f *FS) unstage(rel string) {
+func (f *View) unstage(rel string) {
 	f.stage.mu.Lock()
 	delete(f.stage.names, rel)
 	f.stage.mu.Unlock()
 }
 
 // removeStaging deletes the view's private files and their directory.
-func (f *FS) removeStaging() {
+func (f *View) removeStaging() {
 	s := &f.stage
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -221,7 +221,7 @@ func (f *FS) removeStaging() {
 
 // sweepStaging removes the staging directories of daemons that are gone
 // (a crash leaves them behind).
-func (f *FS) sweepStaging() {
+func (f *View) sweepStaging() {
 	top, err := f.b.open(StagingDir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return

@@ -1,4 +1,4 @@
-package fs
+package view
 
 import (
 	"errors"
@@ -173,7 +173,7 @@ const maxRenameScan = 4096
 // rename a directory the grant does not show whole; this is for one it
 // does, where a concealed entry may still lie (a run directory, a file
 // with several names, a symlink leading out).
-func (f *FS) holdsConcealed(t *target) string {
+func (f *View) holdsConcealed(t *target) string {
 	fd, err := unix.Openat(t.d.fd, t.d.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "it cannot be read"
@@ -183,7 +183,7 @@ func (f *FS) holdsConcealed(t *target) string {
 	return f.scanConcealed(fd, t.rel, &budget, 0)
 }
 
-func (f *FS) scanConcealed(fd int, rel string, budget *int, depth int) string {
+func (f *View) scanConcealed(fd int, rel string, budget *int, depth int) string {
 	if depth > 64 {
 		return "it is too deep to check"
 	}

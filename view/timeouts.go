@@ -1,11 +1,9 @@
-package fs
+package view
 
 import (
 	"sync"
 	"time"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,30 +38,25 @@ const (
 )
 
 // cacheTimeout is the timeout of entries and attributes of this view now.
-func (f *FS) cacheTimeout() time.Duration {
+func (f *View) cacheTimeout() time.Duration {
 	if w := f.watch.Load(); w != nil && !w.degraded.Load() {
 		return CacheTimeout
 	}
 	return ShortTimeout
 }
 
-// entryTimeouts sets the timeouts of an entry the view hands the kernel.
-func (f *FS) entryTimeouts(rel string, out *fuse.EntryOut) {
-	d := f.cacheTimeout()
-	out.SetEntryTimeout(d)
+// AttrTimeout is how long the kernel may keep the attributes of rel.
+func (f *View) AttrTimeout(rel string) time.Duration {
 	if managed(rel) {
-		d = volatileTimeout
+		return volatileTimeout
 	}
-	out.SetAttrTimeout(d)
+	return f.cacheTimeout()
 }
 
-// attrTimeout sets the timeout of attributes the view hands the kernel.
-func (f *FS) attrTimeout(rel string, out *fuse.AttrOut) {
-	d := f.cacheTimeout()
-	if managed(rel) {
-		d = volatileTimeout
-	}
-	out.SetTimeout(d)
+// entryOf is the entry the view hands the kernel for the backing stat st
+// found at rel.
+func (f *View) entryOf(rel string, st *unix.Stat_t) Entry {
+	return Entry{Attr: f.attrOf(rel, st), EntryTimeout: f.cacheTimeout(), AttrTimeout: f.AttrTimeout(rel)}
 }
 
 // dropKernelCaches makes the kernel forget everything it keeps about this
@@ -73,33 +66,13 @@ func (f *FS) attrTimeout(rel string, out *fuse.AttrOut) {
 // under a shell in it); their attributes and listings are refetched, and
 // every operation resolves its path afresh anyway. Used when the watcher
 // lost events or stopped vouching for the folder.
-func (f *FS) dropKernelCaches() {
-	if !f.attached.Load() {
+func (f *View) dropKernelCaches() {
+	k := f.kernel()
+	if k == nil {
 		return
 	}
 	f.entryGen.Add(1)
-	f.queueDropAll()
-}
-
-// dropKernelCachesNow is dropKernelCaches' walk, on the notify queue's
-// goroutine (notifyq.go).
-func (f *FS) dropKernelCachesNow() {
-	var walk func(dir *gofs.Inode)
-	walk = func(dir *gofs.Inode) {
-		dir.NotifyContent(0, 0)
-		for name, ch := range dir.Children() {
-			if name == ControlDir && f.loc.nameOf(dir.Path(nil)) == "" {
-				continue // virtual, never cached
-			}
-			if ch.IsDir() {
-				walk(ch)
-				continue
-			}
-			ch.NotifyContent(0, 0)
-			dir.NotifyEntry(name)
-		}
-	}
-	walk(f.root.EmbeddedInode())
+	k.DropAll()
 }
 
 // concealedLinks remembers the names a view concealed because their file
@@ -116,7 +89,7 @@ type concealedLinks struct {
 const maxConcealedLinks = 1 << 12
 
 // noteConcealed records rel if e is a file concealed for its link count.
-func (f *FS) noteConcealed(rel string, e entry) {
+func (f *View) noteConcealed(rel string, e entry) {
 	if e.kind != kindConcealed || e.st.Mode&unix.S_IFMT != unix.S_IFREG || e.st.Nlink <= 1 {
 		return
 	}
@@ -135,7 +108,7 @@ func (f *FS) noteConcealed(rel string, e entry) {
 // recheckConcealed runs after a name was removed in the folder: a file
 // concealed for its link count that has one name left is shown again,
 // so the kernel must forget its entry (and the listing without it).
-func (f *FS) recheckConcealed() {
+func (f *View) recheckConcealed() {
 	f.links.mu.Lock()
 	if len(f.links.m) == 0 {
 		f.links.mu.Unlock()
@@ -161,7 +134,7 @@ func (f *FS) recheckConcealed() {
 }
 
 // stillLinked reports whether rel is still a file with several names.
-func (f *FS) stillLinked(rel string) bool {
+func (f *View) stillLinked(rel string) bool {
 	d, err := f.b.parent(rel)
 	if err != nil {
 		return false

@@ -1,4 +1,4 @@
-package fs
+package view
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
@@ -35,7 +34,7 @@ func (t *target) close() {
 // it. A refusal is recorded and answered here; on success the caller
 // acts on the returned parent directory with *at calls and
 // AT_SYMLINK_NOFOLLOW / O_NOFOLLOW, never on a path.
-func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) {
+func (f *View) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) {
 	if b := f.ledger.Broken(); b != nil && !f.ledger.Resume() {
 		// Fail closed, and alike for every name: answers that differed
 		// between hidden and absent names would tell what the view
@@ -50,7 +49,7 @@ func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) 
 	if name, ok := f.stagedName(rel); ok {
 		return f.stagedTarget(o, rel, name)
 	}
-	v := f.view.Load()
+	v := f.gv.Load()
 	t, errno := f.resolve(v.matcher, rel)
 	if errno != 0 {
 		return nil, errno
@@ -81,7 +80,7 @@ func (f *FS) at(ctx context.Context, o op, rel string) (*target, syscall.Errno) 
 }
 
 // gated refuses a change while the gate is closed.
-func (f *FS) gated(ctx context.Context, op, rel string) syscall.Errno {
+func (f *View) gated(ctx context.Context, op, rel string) syscall.Errno {
 	if f.gate == nil {
 		return 0
 	}
@@ -93,7 +92,7 @@ func (f *FS) gated(ctx context.Context, op, rel string) syscall.Errno {
 
 // shows reports whether the view shows an entry at rel now (a private
 // file of the view counts).
-func (f *FS) shows(rel string) bool {
+func (f *View) shows(rel string) bool {
 	if _, ok := f.stagedName(rel); ok {
 		return true
 	}
@@ -108,7 +107,7 @@ func (f *FS) shows(rel string) bool {
 
 // resolve finds rel beneath the folder root without following symlinks
 // and classifies what is there under m.
-func (f *FS) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
+func (f *View) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
 	t := &target{rel: rel, d: dir{fd: -1}}
 	if rel == f.loc.up {
 		if err := unix.Fstat(f.b.rootFd(), &t.e.st); err != nil {
@@ -201,7 +200,7 @@ func (t *target) restat(fd int) (unix.Stat_t, error) {
 // it holds (see fillAttr).
 const dirBlockSize = 4096
 
-// fillAttr turns a backing stat into the attributes the agent sees.
+// attrOf turns a backing stat into the attributes the agent sees.
 //
 // Regular files and symlinks show their own attributes. A directory's
 // link count is always 1 ("unknown" to find and friends): the real count
@@ -211,35 +210,20 @@ const dirBlockSize = 4096
 // 4096, 8 blocks, and as times the newest change among its visible
 // files, symlinks and fully shown subdirectories (the view's start when
 // it has none).
-func (f *FS) fillAttr(rel string, st *unix.Stat_t, a *fuse.Attr) {
-	attrFromStat(a, st)
+func (f *View) attrOf(rel string, st *unix.Stat_t) unix.Stat_t {
+	a := *st
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		if rel == protocol.ProtocolFile && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			f.protocolAttr(a)
+			f.protocolAttr(&a)
 		}
-		return
+		return a
 	}
 	a.Nlink = 1
 	if f.matcher().ShowsAll(rel) {
-		return
+		return a
 	}
 	s := f.dirSummary(rel)
 	a.Size, a.Blocks = dirBlockSize, dirBlockSize/512
-	a.Atime, a.Atimensec = uint64(s.time.Sec), uint32(s.time.Nsec)
-	a.Mtime, a.Mtimensec = uint64(s.time.Sec), uint32(s.time.Nsec)
-	a.Ctime, a.Ctimensec = uint64(s.time.Sec), uint32(s.time.Nsec)
-}
-
-func attrFromStat(a *fuse.Attr, st *unix.Stat_t) {
-	a.Ino = st.Ino
-	a.Size = uint64(st.Size)
-	a.Blocks = uint64(st.Blocks)
-	a.Atime, a.Atimensec = uint64(st.Atim.Sec), uint32(st.Atim.Nsec)
-	a.Mtime, a.Mtimensec = uint64(st.Mtim.Sec), uint32(st.Mtim.Nsec)
-	a.Ctime, a.Ctimensec = uint64(st.Ctim.Sec), uint32(st.Ctim.Nsec)
-	a.Mode = st.Mode
-	a.Nlink = uint32(st.Nlink)
-	a.Uid, a.Gid = st.Uid, st.Gid
-	a.Rdev = uint32(st.Rdev)
-	a.Blksize = uint32(st.Blksize)
+	a.Atim, a.Mtim, a.Ctim = s.time, s.time, s.time
+	return a
 }

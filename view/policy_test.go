@@ -1,4 +1,4 @@
-package fs
+package view
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -132,7 +131,7 @@ func TestOpNamesComplete(t *testing.T) {
 
 // checkpointFS is a view (never mounted) of a fresh collaboration
 // folder, for tests of the checkpoint against real backing entries.
-func checkpointFS(t *testing.T) (*FS, string, string) {
+func checkpointFS(t *testing.T) (*View, string, string) {
 	t.Helper()
 	root := t.TempDir()
 	folder := filepath.Join(root, "folder")
@@ -271,18 +270,17 @@ func TestShowsAllDecidesDirectoryAttributes(t *testing.T) {
 	// visible entries only: a hidden entry changes nothing.
 	tg, errno := f.at(context.Background(), opGetattr, "")
 	require.Zero(t, errno)
-	var before, after fuse.AttrOut
-	f.fillAttr("", &tg.e.st, &before.Attr)
+	before := f.attrOf("", &tg.e.st)
 	require.NoError(t, os.WriteFile(filepath.Join(folder, "oracle", "new-secret.md"), []byte("x"), 0o644))
 	require.NoError(t, os.Mkdir(filepath.Join(folder, "hidden-dir-by-no-rule"), 0o755))
 	f.entryGen.Add(1)
 	require.NoError(t, unix.Fstat(f.b.rootFd(), &tg.e.st))
-	f.fillAttr("", &tg.e.st, &after.Attr)
-	assert.Equal(t, before.Attr.Size, after.Attr.Size)
-	assert.Equal(t, before.Attr.Nlink, after.Attr.Nlink)
-	assert.Equal(t, before.Attr.Mtime, after.Attr.Mtime)
-	assert.Equal(t, before.Attr.Ctime, after.Attr.Ctime)
-	assert.Equal(t, before.Attr.Blocks, after.Attr.Blocks)
+	after := f.attrOf("", &tg.e.st)
+	assert.Equal(t, before.Size, after.Size)
+	assert.Equal(t, before.Nlink, after.Nlink)
+	assert.Equal(t, before.Mtim, after.Mtim)
+	assert.Equal(t, before.Ctim, after.Ctim)
+	assert.Equal(t, before.Blocks, after.Blocks)
 }
 
 // TestDecideDeliverables: the deliverables protocol.json names are kept
