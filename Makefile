@@ -31,11 +31,13 @@ lint:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-test-pure:
-	$(GO) test -race -count=1 $(PURE)
+# The test packages that run the CLI use this build of it
+# (ACPFS_TEST_BIN) instead of each linking their own.
+test-pure: build
+	ACPFS_TEST_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 $(PURE)
 
 test-fuse: build
-	$(GO) test -count=1 -timeout 20m $(FUSE)
+	ACPFS_TEST_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $(FUSE)
 
 # The two halves run at once: the FUSE packages spend most of their time
 # waiting on mounts and child processes, the race-detector half on the
