@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -381,10 +382,16 @@ func timeAfter(sec int) <-chan time.Time { return time.After(time.Duration(sec) 
 func captureLog(t *testing.T) *syncBuffer {
 	t.Helper()
 	buf := &syncBuffer{}
-	prev := slog.Default()
+	// slog.SetDefault also points the log package at the new handler, and
+	// setting the previous default back does not undo that: the log
+	// package's writer and flags are put back by hand, or every later
+	// test's daemon output would go on into this buffer.
+	prev, prevOut, prevFlags := slog.Default(), log.Writer(), log.Flags()
 	slog.SetDefault(slog.New(slog.NewTextHandler(buf, nil)))
 	t.Cleanup(func() {
 		slog.SetDefault(prev)
+		log.SetOutput(prevOut)
+		log.SetFlags(prevFlags)
 		if t.Failed() {
 			t.Logf("the daemon logged:\n%s", buf.String())
 		}
