@@ -851,16 +851,7 @@ var limitLine = regexp.MustCompile(`ran into its (.+?) limit`)
 // finish closes a turn: its receipt, its turn record, and what the next
 // attempt will be told.
 func (d *driver) finish(t *turn) {
-	t.mu.Lock()
-	if t.timer != nil {
-		t.timer.Stop()
-	}
-	if t.killer != nil {
-		t.killer.Stop()
-	}
-	t.killer = &time.Timer{} // no stop after the end
-	timedOut, stopped := t.timedOut, t.stopped
-	t.mu.Unlock()
+	timedOut, stopped := t.end()
 	delete(d.running, t.p.ID)
 	d.out.update(func(st *status) {
 		st.running = slices.DeleteFunc(st.running, func(s string) bool { return s == t.p.ID })
@@ -890,33 +881,14 @@ func (d *driver) finish(t *turn) {
 		slog.Warn("read the history", "err", err)
 	}
 	rc.Events = append([]EventRef{}, evs...)
-	switch {
-	case t.err != nil:
-		rc.Outcome, rc.Note = OutcomeFailed, t.err.Error()
-	case len(rc.Events) > 0:
-		rc.Outcome = OutcomeAppended
-	case timedOut:
-		rc.Outcome = OutcomeTimeout
-	case stopped:
-		rc.Outcome = OutcomeInterrupted
-	default:
-		rc.Outcome = OutcomeNothing
-	}
+	setOutcome(rc, t.err, timedOut, stopped)
 	for _, f := range rc.Refusals {
 		d.out.notef("refusal", rc.Participant, rc.ID, "%s refused: %s", rc.Participant, f)
 		s := f.String()
 		d.out.update(func(st *status) { st.lastRefusal = rc.Participant + ": " + s })
 	}
 	rc.LastError = d.lastErrorOf(rc, t)
-	if len(rc.Events) > 0 {
-		d.failures[rc.Participant] = 0
-	} else {
-		d.failures[rc.Participant]++
-		p := t.p
-		if d.failures[rc.Participant] <= p.Retries {
-			d.out.notef("retry", rc.Participant, rc.ID, "%s appended no accepted event (%s): retry %d of %d, told why", rc.Participant, rc.LastError, d.failures[rc.Participant], p.Retries)
-		}
-	}
+	d.countFailure(rc, t.p.Retries)
 	d.lastError[rc.Participant] = rc.LastError
 	if err := d.recordTurn(rc); err != nil {
 		d.out.notef("info", rc.Participant, rc.ID, "%v", err)
@@ -930,6 +902,52 @@ func (d *driver) finish(t *turn) {
 	}
 	d.out.notef("turn_ended", rc.Participant, rc.ID, "turn %s ended: %s, exit %d, appended [%s], %d read(s), %d write(s), %d refusal(s)",
 		rc.ID, rc.Outcome, rc.Exit, strings.Join(evText, ", "), len(rc.Reads), len(rc.Writes), len(rc.Refusals))
+}
+
+// end stops the turn's timers for good and says whether it timed out or
+// was stopped.
+func (t *turn) end() (timedOut, stopped bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	if t.killer != nil {
+		t.killer.Stop()
+	}
+	t.killer = &time.Timer{} // no stop after the end
+	return t.timedOut, t.stopped
+}
+
+// setOutcome says how the turn of rc ended: an accepted event counts
+// before a timeout or a stop, a failure to run before everything.
+func setOutcome(rc *Receipt, runErr error, timedOut, stopped bool) {
+	switch {
+	case runErr != nil:
+		rc.Outcome, rc.Note = OutcomeFailed, runErr.Error()
+	case len(rc.Events) > 0:
+		rc.Outcome = OutcomeAppended
+	case timedOut:
+		rc.Outcome = OutcomeTimeout
+	case stopped:
+		rc.Outcome = OutcomeInterrupted
+	default:
+		rc.Outcome = OutcomeNothing
+	}
+}
+
+// countFailure counts a turn without an accepted event against its
+// participant's retries (an accepted one starts the count again) and
+// says when another attempt follows.
+func (d *driver) countFailure(rc *Receipt, retries int) {
+	if len(rc.Events) > 0 {
+		d.failures[rc.Participant] = 0
+		return
+	}
+	d.failures[rc.Participant]++
+	if d.failures[rc.Participant] <= retries {
+		d.out.notef("retry", rc.Participant, rc.ID, "%s appended no accepted event (%s): retry %d of %d, told why", rc.Participant, rc.LastError, d.failures[rc.Participant], retries)
+	}
 }
 
 // lastErrorOf is what the next attempt is told about this one: its last

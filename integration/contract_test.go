@@ -465,6 +465,7 @@ func TestSymlinksCannotEscape(t *testing.T) {
 }
 
 func TestPanicAnswersEIOAndMountSurvives(t *testing.T) {
+	logged := captureLog(t)
 	c := newCollab(t)
 	v := c.mountView(reviewerGrant(), withFault(func(op, rel string) {
 		if op == "open" && rel == "proposal.md" {
@@ -475,6 +476,9 @@ func TestPanicAnswersEIOAndMountSurvives(t *testing.T) {
 	assert.ErrorIs(t, err, syscall.EIO)
 	r := c.requireRecord(ledger.KindPanic, "proposal.md", "open")
 	assert.Contains(t, r.Detail, "injected fault")
+	// The operator finds the stack on the daemon's stderr (slog).
+	assert.Contains(t, logged.String(), "panic in handler")
+	assert.Contains(t, logged.String(), "runtime/debug.Stack")
 	_, err = os.ReadFile(v.path("review.md"))
 	assert.NoError(t, err, "mount died after a panic")
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -161,10 +162,11 @@ func TestRunIsolatesCommand(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, readFile(t, filepath.Join(e.folder, "proposal.md")), out)
 	// As an unprivileged user too, and the command's status comes back.
-	out, stderr, code = acpfs(t, "run", "--folder", e.folder, "--runs", e.runs, "--grant", "G-bob", "--uid", "65534",
+	uid := strconv.Itoa(freeUID(t))
+	out, stderr, code = acpfs(t, "run", "--folder", e.folder, "--runs", e.runs, "--grant", "G-bob", "--uid", uid,
 		"--", "sh", "-c", "id -u; cat "+filepath.Join(e.folder, "oracle/answer.md")+" 2>/dev/null; exit 7")
 	assert.Equal(t, 7, code, stderr)
-	assert.Equal(t, "65534\n", out)
+	assert.Equal(t, uid+"\n", out)
 	// The command does not inherit the daemon's /dev/fuse descriptor,
 	// with which it could answer the kernel's requests itself.
 	out, stderr, code = run("sh", "-c", "ls -l /proc/self/fd/ | grep -c /dev/fuse; true")

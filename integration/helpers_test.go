@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -370,3 +372,48 @@ func waitFor(t *testing.T, cond func() bool, msg string) {
 }
 
 func timeAfter(sec int) <-chan time.Time { return time.After(time.Duration(sec) * time.Second) }
+
+// captureLog sends what the process logs through log/slog (the daemon
+// code of in-process mounts) to a buffer for the rest of the test, and
+// prints it in the test's log only when the test fails: a test that
+// injects a fault expects the daemon's error, stack trace and all, and a
+// passing run should not print it. The test reads the buffer to see what
+// an operator would find on the daemon's stderr.
+func captureLog(t *testing.T) *syncBuffer {
+	t.Helper()
+	buf := &syncBuffer{}
+	// slog.SetDefault also points the log package at the new handler, and
+	// setting the previous default back does not undo that: the log
+	// package's writer and flags are put back by hand, or every later
+	// test's daemon output would go on into this buffer.
+	prev, prevOut, prevFlags := slog.Default(), log.Writer(), log.Flags()
+	slog.SetDefault(slog.New(slog.NewTextHandler(buf, nil)))
+	t.Cleanup(func() {
+		slog.SetDefault(prev)
+		log.SetOutput(prevOut)
+		log.SetFlags(prevFlags)
+		if t.Failed() {
+			t.Logf("the daemon logged:\n%s", buf.String())
+		}
+	})
+	return buf
+}
+
+// syncBuffer is a bytes.Buffer that FUSE request goroutines may write
+// while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

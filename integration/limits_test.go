@@ -89,11 +89,12 @@ except OSError as err:
 	assert.NotEqual(t, 0, code, "the write quota holds under run")
 	assert.Contains(t, stderr, "quota")
 
-	host := exec.Command("setpriv", "--reuid", "4321", "--regid", "4321", "--clear-groups", "sleep", "60")
+	hostUID := strconv.Itoa(freeUID(t))
+	host := exec.Command("setpriv", "--reuid", hostUID, "--regid", hostUID, "--clear-groups", "sleep", "60")
 	require.NoError(t, host.Start())
 	t.Cleanup(func() { _ = host.Process.Kill(); _ = host.Wait() })
-	waitFor(t, func() bool { return len(uidProcs(t, 4321)) > 0 }, "the host process runs as uid 4321")
-	_, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", "4321"}, script: "true"})
+	waitFor(t, func() bool { return len(uidProcs(t, atoi(t, hostUID))) > 0 }, "the host process runs as uid "+hostUID)
+	_, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", hostUID}, script: "true"})
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, stderr, "in use on the host")
 }

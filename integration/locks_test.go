@@ -21,9 +21,6 @@ import (
 	"github.com/acpfs/acpfs/protocol"
 )
 
-// outsiderUID is a uid that is neither root nor any sandbox's.
-const outsiderUID = 65533
-
 // lkDeadline bounds every wait of these tests: an append that hangs
 // behind a lock fails the test instead of hanging it.
 const lkDeadline = 60 * time.Second
@@ -108,6 +105,7 @@ func TestLocksOutsiderCannotStallAppends(t *testing.T) {
 	v := c.mountView(ownerGrant())
 	lkReachable(t, c.folder)
 
+	outsiderUID := freeUID(t) // neither root nor any sandbox's
 	o := lkHoldAs(t, outsiderUID, filepath.Join(c.folder, protocol.EventsFile))
 	require.True(t, o.held, "the outsider should get its flock on the 0644 events.jsonl: %s", o.out)
 
@@ -244,6 +242,7 @@ func TestLocksOutsiderCannotStopUp(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 
 	lkReachable(t, e.runs)
+	outsiderUID := freeUID(t) // neither root nor any sandbox's
 	o := lkHoldAs(t, outsiderUID, lock)
 	require.False(t, o.held, "another uid must not be able to hold the run directory's lock")
 	second := e.up(owner)

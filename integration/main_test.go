@@ -36,9 +36,7 @@ func run(m *testing.M) int {
 	// user's cache directory.
 	os.Setenv("ACPFS_CHECKPOINT_DIR", filepath.Join(tmpRoot, "checkpoints"))
 	acpfsBin = filepath.Join(tmpRoot, "acpfs")
-	build := exec.Command("go", "build", "-o", acpfsBin, "../cmd/acpfs")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := testutil.InstallCLI(acpfsBin, "../cmd/acpfs"); err != nil {
 		fmt.Fprintln(os.Stderr, "build acpfs:", err)
 		return 1
 	}

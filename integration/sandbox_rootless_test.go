@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -67,7 +65,7 @@ func newRootlessUser(t *testing.T, scheme string) *rootlessUser {
 			}
 		}
 	}
-	u := &rootlessUser{t: t, uid: unusedUID(t), etc: map[string]string{}}
+	u := &rootlessUser{t: t, uid: freeUID(t), etc: map[string]string{}}
 	// The uid is this test's alone: a process of it still running at the
 	// end (a failed test's sandbox) is the test's, and is ended.
 	t.Cleanup(func() {
@@ -112,21 +110,6 @@ func newRootlessUser(t *testing.T, scheme string) *rootlessUser {
 // unixMkdev is makedev(3).
 func unixMkdev(major, minor uint32) uint64 {
 	return uint64(major)<<8 | uint64(minor&0xff) | uint64(minor&^0xff)<<12
-}
-
-// unusedUID is a uid no account names and no process runs as.
-func unusedUID(t *testing.T) int {
-	t.Helper()
-	for u := 50000 + os.Getpid()%5000; u < 60000; u++ {
-		if _, err := user.LookupId(strconv.Itoa(u)); err == nil {
-			continue
-		}
-		if len(uidProcs(t, u)) == 0 {
-			return u
-		}
-	}
-	t.Fatal("no unused uid in 50000-59999")
-	return 0
 }
 
 // sh runs script as the user, in its home, with bash -e -o pipefail and

@@ -31,18 +31,19 @@ import (
 // by any pid the host knows them by.
 func TestSandboxProcShowsOnlyItself(t *testing.T) {
 	e := newSandboxEnv(t)
-	a := e.startSandbox(sbxRun{grant: "G-alice", flags: []string{"--uid", "65534"},
+	uid := strconv.Itoa(freeUID(t))
+	a := e.startSandbox(sbxRun{grant: "G-alice", flags: []string{"--uid", uid},
 		script: `cat "$0/oracle/answer.md" >/dev/null || exit 9`})
-	hostPids := uidProcs(t, 65534)
-	require.NotEmpty(t, hostPids, "alice's command is not running as 65534")
+	hostPids := uidProcs(t, atoi(t, uid))
+	require.NotEmpty(t, hostPids, "alice's command is not running as "+uid)
 
 	var args []string
 	for _, p := range hostPids {
 		args = append(args, strconv.Itoa(p))
 	}
-	_, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", "65534"}, script: "true"})
+	_, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", uid}, script: "true"})
 	assert.Equal(t, 3, code, stderr)
-	assert.Contains(t, stderr, "uid 65534 is in use by the sandbox of grant G-alice")
+	assert.Contains(t, stderr, "uid "+uid+" is in use by the sandbox of grant G-alice")
 
 	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", args: args, script: `
 F=$0
@@ -184,8 +185,9 @@ func TestSandboxIdentity(t *testing.T) {
 	assert.Equal(t, atoi(t, strings.Fields(bob)[0]), rec.UIDs["G-bob"])
 	assert.Equal(t, atoi(t, strings.Fields(alice)[0]), rec.UIDs["G-alice"])
 
-	out, _, _ := id("G-bob", "--uid", "4242:4343")
-	assert.Equal(t, "4242\n4343\n4343\n", out)
+	uid, gid := freeUID(t), freeUID(t)
+	out, _, _ := id("G-bob", "--uid", fmt.Sprintf("%d:%d", uid, gid))
+	assert.Equal(t, fmt.Sprintf("%d\n%d\n%d\n", uid, gid, gid), out)
 	_, stderr, code = id("G-bob", "--uid", "0")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--allow-root")
@@ -446,10 +448,11 @@ func TestSandboxRefusesBadPaths(t *testing.T) {
 // command and everything it started.
 func TestSandboxDiesWithRun(t *testing.T) {
 	e := newSandboxEnv(t)
-	a := e.startSandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", "60977"}, script: `sleep 1000 & sleep 1001 &`})
-	require.NotEmpty(t, uidProcs(t, 60977))
+	uid := freeUID(t)
+	a := e.startSandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", strconv.Itoa(uid)}, script: `sleep 1000 & sleep 1001 &`})
+	require.NotEmpty(t, uidProcs(t, uid))
 	require.NoError(t, a.cmd.Process.Kill())
-	eventually(t, func() bool { return len(uidProcs(t, 60977)) == 0 }, "the sandbox's processes outlived acpfs run")
+	eventually(t, func() bool { return len(uidProcs(t, uid)) == 0 }, "the sandbox's processes outlived acpfs run")
 	eventually(t, func() bool { return len(leftoverMounts()) == 0 }, "the view outlived acpfs run")
 }
 
@@ -458,8 +461,8 @@ func TestSandboxDiesWithRun(t *testing.T) {
 // root outside every sandbox is still served.
 func TestSandboxOwnerOnly(t *testing.T) {
 	c := newCollab(t)
-	const agentUID, otherUID = 61999, 61998
-	v := c.mountView(reviewerGrant(), func(cfg *mount.Config) { cfg.Owner = &mount.Owner{UID: agentUID, GID: agentUID} })
+	agentUID, otherUID := freeUID(t), freeUID(t)
+	v := c.mountView(reviewerGrant(), func(cfg *mount.Config) { cfg.Owner = &mount.Owner{UID: uint32(agentUID), GID: uint32(agentUID)} })
 	// Let every uid reach the mountpoint (search only: tmpRoot stays
 	// unlistable), for this test.
 	require.NoError(t, os.Chmod(tmpRoot, 0o711))

@@ -33,7 +33,7 @@ func vlRecord(recs []ledger.Record, kind, agent, path string) bool {
 // view_lost and view_remounted, and the view serves again.
 func TestViewLostIsNoticedAndRemounted(t *testing.T) {
 	e := newSfEnv(t)
-	agentUID := outsiderUID
+	agentUID := freeUID(t)
 	mp := filepath.Join(e.root, reviewer)
 	require.NoError(t, os.MkdirAll(mp, 0o755))
 	require.NoError(t, os.Chown(mp, agentUID, agentUID))

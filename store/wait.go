@@ -53,69 +53,105 @@ const waitRecheck = 2 * time.Second
 // what is missing.
 func (s *Store) WaitPublished(ctx context.Context, need Missing, bound, every time.Duration, progress func(m Missing, waited time.Duration)) error {
 	start := time.Now()
-	kick := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
+	w, err := s.watchPublished(ctx, need)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	missing := need
+	s.recheckPublished(&missing)
+	if bound > 0 && missing.Any() {
+		if every <= 0 {
+			every = 5 * time.Second
+		}
+		if err := s.awaitPublished(ctx, w, &missing, start, bound, every, progress); err != nil {
+			return err
 		}
 	}
+	if missing.Any() {
+		return s.notPublished(missing, bound)
+	}
+	return nil
+}
+
+// publishWatch is what WaitPublished listens to: a kick for each line of
+// the events stream, and the updates of protocol.json's key.
+type publishWatch struct {
+	kick      chan struct{}
+	protoSeen <-chan jetstream.KeyValueEntry
+	stops     []func()
+}
+
+// close ends the subscription and the watch, the last made first.
+func (w *publishWatch) close() {
+	for i := len(w.stops) - 1; i >= 0; i-- {
+		w.stops[i]()
+	}
+}
+
+// watchPublished subscribes to the events subject when need lacks
+// history and watches protocol.json's key when need lacks it, before the
+// first look, so that nothing published falls between.
+func (s *Store) watchPublished(ctx context.Context, need Missing) (*publishWatch, error) {
+	w := &publishWatch{kick: make(chan struct{}, 1)}
 	if need.History {
-		// Subscribed before the first look, so that no line falls between.
-		sub, err := s.nc.Subscribe(s.eventsSubject(), func(*nats.Msg) { poke() })
+		sub, err := s.nc.Subscribe(s.eventsSubject(), func(*nats.Msg) {
+			select {
+			case w.kick <- struct{}{}:
+			default:
+			}
+		})
 		if err != nil {
-			return fmt.Errorf("collaboration %s: follow %s: %w", s.opts.Collab, s.eventsSubject(), offline(err))
+			return nil, fmt.Errorf("collaboration %s: follow %s: %w", s.opts.Collab, s.eventsSubject(), offline(err))
 		}
-		defer func() { _ = sub.Unsubscribe() }()
+		w.stops = append(w.stops, func() { _ = sub.Unsubscribe() })
 	}
-	var protoSeen <-chan jetstream.KeyValueEntry
 	if need.Protocol {
 		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
+		w.stops = append(w.stops, cancel)
 		kw, err := s.docs.Watch(wctx, keyOf(protocolJSON))
 		if err != nil {
-			return fmt.Errorf("collaboration %s: watch %s in the store: %w", s.opts.Collab, protocolJSON, offline(err))
+			w.close()
+			return nil, fmt.Errorf("collaboration %s: watch %s in the store: %w", s.opts.Collab, protocolJSON, offline(err))
 		}
-		defer drainWatch(kw)
-		protoSeen = kw.Updates()
+		w.stops = append(w.stops, func() { drainWatch(kw) })
+		w.protoSeen = kw.Updates()
 	}
-	missing := need
-	check := func() {
-		if missing.Protocol && s.hasProtocol() {
-			missing.Protocol = false
-		}
-		if missing.History && s.hasHistory() {
-			missing.History = false
-		}
+	return w, nil
+}
+
+// recheckPublished asks the server for what missing still lacks.
+func (s *Store) recheckPublished(missing *Missing) {
+	if missing.Protocol && s.hasProtocol() {
+		missing.Protocol = false
 	}
-	check()
-	var deadline <-chan time.Time
-	if bound > 0 {
-		t := time.NewTimer(bound - time.Since(start))
-		defer t.Stop()
-		deadline = t.C
+	if missing.History && s.hasHistory() {
+		missing.History = false
 	}
-	if every <= 0 {
-		every = 5 * time.Second
-	}
+}
+
+// awaitPublished waits, up to bound from start, until missing lacks
+// nothing, from what w tells it and a recheck every waitRecheck,
+// reporting progress every `every`.
+func (s *Store) awaitPublished(ctx context.Context, w *publishWatch, missing *Missing, start time.Time, bound, every time.Duration, progress func(m Missing, waited time.Duration)) error {
+	deadline := time.NewTimer(bound - time.Since(start))
+	defer deadline.Stop()
 	report := time.NewTicker(every)
 	defer report.Stop()
 	recheck := time.NewTicker(waitRecheck)
 	defer recheck.Stop()
-	if missing.Any() && bound > 0 && progress != nil {
-		progress(missing, 0)
+	if progress != nil {
+		progress(*missing, 0)
 	}
+	protoSeen := w.protoSeen
 	for missing.Any() {
-		if bound <= 0 {
-			break
-		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("collaboration %s: waiting for the store: %w", s.opts.Collab, ctx.Err())
-		case <-deadline:
-			check()
+		case <-deadline.C:
+			s.recheckPublished(missing)
 			if missing.Any() {
-				return s.notPublished(missing, bound)
+				return s.notPublished(*missing, bound)
 			}
 		case e, ok := <-protoSeen:
 			if !ok {
@@ -126,18 +162,15 @@ func (s *Store) WaitPublished(ctx context.Context, need Missing, bound, every ti
 			if e != nil && e.Operation() == jetstream.KeyValuePut {
 				missing.Protocol = false
 			}
-		case <-kick:
-			check()
+		case <-w.kick:
+			s.recheckPublished(missing)
 		case <-recheck.C:
-			check()
+			s.recheckPublished(missing)
 		case <-report.C:
 			if progress != nil && missing.Any() {
-				progress(missing, time.Since(start))
+				progress(*missing, time.Since(start))
 			}
 		}
-	}
-	if missing.Any() {
-		return s.notPublished(missing, bound)
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/testutil"
 )
 
 var protoInitArgs = []string{"--participant", "server", "--participant", "reader", "--objective", "Decide the storage",
@@ -37,6 +39,11 @@ var (
 func protoBuildCLI(t testing.TB) string {
 	t.Helper()
 	protoCLIOnce.Do(func() {
+		// make test built it once for every package (bin/acpfs).
+		if p := os.Getenv(testutil.CLIEnv); p != "" {
+			protoCLIPath = p
+			return
+		}
 		dir := filepath.Join(os.TempDir(), fmt.Sprintf("acpfs-cli-test-%d", os.Getuid()))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			protoCLIErr = err
