@@ -180,9 +180,9 @@ func Scan(path string, flt Filter, fn func(Record) error) error {
 
 // Filter selects records. Zero fields select everything.
 type Filter struct {
-	Agent string   // exact agent id
-	Grant string   // exact grant id
-	Kinds []string // any of these kinds
+	Agent string // exact agent id
+	Grant string // exact grant id
+	Kinds []Kind // any of these kinds
 	// Path is a doublestar glob when it contains any of *?[{, otherwise a
 	// path prefix: "docs" selects "docs" and everything under "docs/".
 	Path  string

@@ -35,7 +35,7 @@ const (
 
 // alwaysSigned reports whether records of kind must carry a signature.
 func alwaysSigned(kind []byte) bool {
-	switch string(kind) {
+	switch Kind(kind) {
 	case KindCheckpoint, KindSegmentEnd, KindSegmentStart, KindGap, KindLedgerRecovered:
 		return true
 	}
@@ -303,14 +303,14 @@ func (v *verifier) file(f ledgerFile, first bool) error {
 			return bad(ProblemPrev, fl.seq, "prev is %s but the previous record's hash is %s: a record was removed, inserted or moved", short(string(fl.str[fPrev])), short(string(v.lastHash)))
 		}
 		kind := fl.str[fKind]
-		if n == 1 && !first && string(kind) != KindSegmentStart {
+		if n == 1 && !first && Kind(kind) != KindSegmentStart {
 			return bad(ProblemSegment, fl.seq, "%s starts with a %s record, not segment_start: the file was not started by a writer", f.name, kind)
 		}
 		if v.head != nil && fl.seq == v.head.Seq && string(fl.str[fHash]) != v.head.Hash {
 			return bad(ProblemRewritten, fl.seq, "the record at seq %d (hash %s) is not the checkpoint the head records (hash %s): the ledger was rewritten from there or earlier",
 				fl.seq, short(string(fl.str[fHash])), short(v.head.Hash))
 		}
-		if full == nil && (string(kind) == KindRepair || (v.keys != nil && (len(fl.str[fSig]) > 0 || alwaysSigned(kind)))) {
+		if full == nil && (Kind(kind) == KindRepair || (v.keys != nil && (len(fl.str[fSig]) > 0 || alwaysSigned(kind)))) {
 			r := fl.record()
 			full = &r
 		}
@@ -332,7 +332,7 @@ func (v *verifier) file(f ledgerFile, first bool) error {
 		if full != nil && full.Kind == KindRepair {
 			rep.Repairs = append(rep.Repairs, *full)
 		}
-		endsSealed = string(kind) == KindSegmentEnd
+		endsSealed = Kind(kind) == KindSegmentEnd
 	}
 	rep.LastHash, rep.LastAt = string(v.lastHash), string(v.lastAt)
 	if f.sealed && !endsSealed {
