@@ -32,6 +32,7 @@ import (
 // added to Record without its entry here is found by the first test run.
 var recordFields = [...]recordField{
 	{i64: func(r *Record) *int64 { return &r.Seq }},
+	{i64: func(r *Record) *int64 { return &r.Version }},
 	{str: func(r *Record) *string { return &r.At }},
 	{str: func(r *Record) *string { return (*string)(&r.Kind) }},
 	{str: func(r *Record) *string { return &r.Agent }},
@@ -69,7 +70,7 @@ type recordField struct {
 
 // Indexes in recordFields of the fields the verifier and the follower
 // look at in every line; set by init from the json names.
-var fSeq, fAt, fKind, fSig, fPrev, fHash int
+var fSeq, fVersion, fAt, fKind, fSig, fPrev, fHash int
 
 func init() {
 	t := reflect.TypeFor[Record]()
@@ -109,7 +110,7 @@ func init() {
 	for _, x := range []struct {
 		i    *int
 		name string
-	}{{&fSeq, "seq"}, {&fAt, "at"}, {&fKind, "kind"}, {&fSig, "sig"}, {&fPrev, "prev"}, {&fHash, "hash"}} {
+	}{{&fSeq, "seq"}, {&fVersion, "version"}, {&fAt, "at"}, {&fKind, "kind"}, {&fSig, "sig"}, {&fPrev, "prev"}, {&fHash, "hash"}} {
 		*x.i = fieldIndex(x.name)
 	}
 }

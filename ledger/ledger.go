@@ -114,16 +114,21 @@ const (
 
 // Record is one ledger line. Seq, At, Prev and Hash are set by the Writer.
 type Record struct {
-	Seq    int64  `json:"seq"`
-	At     string `json:"at"` // RFC 3339 UTC with nanoseconds
-	Kind   Kind   `json:"kind"`
-	Agent  string `json:"agent,omitempty"`
-	Grant  string `json:"grant,omitempty"`
-	Path   string `json:"path,omitempty"` // folder-relative, slash-separated
-	Op     string `json:"op,omitempty"`   // lookup, open, readdir, write, rename, ...
-	PID    uint32 `json:"pid,omitempty"`
-	SHA256 string `json:"sha256,omitempty"` // content hash for reads, handoffs
-	Count  int64  `json:"count,omitempty"`  // read_repeat, denied_repeat, write_repeat (and net_allowed, net_refused when set): how many repeats; gap: records lost
+	Seq int64 `json:"seq"`
+	// Version is the ledger format of the file the record starts: set on
+	// the first record of every file (seq 1, and each segment_start) and
+	// on no other. A file whose first record carries none is version 1,
+	// the format before versions were recorded. See CurrentVersion.
+	Version int64  `json:"version,omitempty"`
+	At      string `json:"at"` // RFC 3339 UTC with nanoseconds
+	Kind    Kind   `json:"kind"`
+	Agent   string `json:"agent,omitempty"`
+	Grant   string `json:"grant,omitempty"`
+	Path    string `json:"path,omitempty"` // folder-relative, slash-separated
+	Op      string `json:"op,omitempty"`   // lookup, open, readdir, write, rename, ...
+	PID     uint32 `json:"pid,omitempty"`
+	SHA256  string `json:"sha256,omitempty"` // content hash for reads, handoffs
+	Count   int64  `json:"count,omitempty"`  // read_repeat, denied_repeat, write_repeat (and net_allowed, net_refused when set): how many repeats; gap: records lost
 	// First and Last bound the repeats a read_repeat or denied_repeat
 	// record counts (same layout as At).
 	First  string `json:"first,omitempty"`

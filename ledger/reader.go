@@ -110,7 +110,13 @@ func (r *Reader) Next() (Record, error) {
 	if !complete {
 		return Record{}, &LineError{Line: n, Offset: off, Torn: true, Err: errTorn}
 	}
-	if parseFast(line, &r.fl) {
+	parsed := parseFast(line, &r.fl)
+	if n == 1 {
+		if err := checkVersion("", line, &r.fl, parsed); err != nil {
+			return Record{}, err
+		}
+	}
+	if parsed {
 		// A canonical line decodes to exactly these values.
 		return r.fl.record(), nil
 	}
@@ -163,6 +169,9 @@ func Scan(path string, flt Filter, fn func(Record) error) error {
 			rec, err := rd.Next()
 			if errors.Is(err, io.EOF) {
 				break
+			}
+			if ve := (*VersionError)(nil); errors.As(err, &ve) {
+				return &VersionError{File: f.name, Version: ve.Version}
 			}
 			if err != nil {
 				return fmt.Errorf("read ledger %s: %w", f.name, err)

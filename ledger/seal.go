@@ -49,6 +49,11 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 			r.Count = r.Seq - 1 - signed
 		}
 		r.Key, r.MAC, r.Sig = "", "", ""
+		// Every file this writer starts states the format it is in.
+		r.Version = 0
+		if r.Seq == 1 || r.Kind == KindSegmentStart {
+			r.Version = CurrentVersion
+		}
 		if sign || mac {
 			if err := w.key.seal(w.enc, r, sign); err != nil {
 				return err
