@@ -121,7 +121,9 @@ func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.Ru
 				grants.IsReservedName(path.Base(rel)) || inCoordinatorDir(rel)
 		},
 		Frozen: h.frozen,
-		Record: func(kind ledger.Kind, rel, detail string) { record(ledger.Record{Kind: kind, Path: rel, Detail: detail}) },
+		Record: func(kind ledger.Kind, rel, detail string) {
+			record(ledger.Record{Kind: kind, Path: rel, Detail: detail})
+		},
 	})
 	if err != nil {
 		return nil, err
