@@ -248,16 +248,16 @@ type Access struct {
 // Event is a refusal or a violation quoted in the report: the first
 // record of its kind, operation, path and grant, with how many there were.
 type Event struct {
-	Seq     int64  `json:"seq"` // the first record's
-	At      string `json:"at"`
-	Kind    string `json:"kind"`
-	Grant   string `json:"grant,omitempty"`
-	Path    string `json:"path,omitempty"`
-	Op      string `json:"op,omitempty"`
-	Detail  string `json:"detail,omitempty"` // the first record's
-	Rule    string `json:"rule,omitempty"`
-	Count   int64  `json:"count"`              // records, repeats included
-	LastSeq int64  `json:"last_seq,omitempty"` // the last record's seq
+	Seq     int64       `json:"seq"` // the first record's
+	At      string      `json:"at"`
+	Kind    ledger.Kind `json:"kind"`
+	Grant   string      `json:"grant,omitempty"`
+	Path    string      `json:"path,omitempty"`
+	Op      string      `json:"op,omitempty"`
+	Detail  string      `json:"detail,omitempty"` // the first record's
+	Rule    string      `json:"rule,omitempty"`
+	Count   int64       `json:"count"`              // records, repeats included
+	LastSeq int64       `json:"last_seq,omitempty"` // the last record's seq
 }
 
 // MatrixRow is one file (or directory) of the agent × file matrix.
@@ -725,7 +725,7 @@ func (a *Auditor) addRefusal(ag *Agent, r ledger.Record) {
 		// whose refusal was not read (lost, or in a segment not given)
 		// stands for a denied record.
 		key.kind = ledger.KindDenied
-		for _, kind := range []string{ledger.KindDenied, ledger.KindFrozenRefused, ledger.KindAppendRejected} {
+		for _, kind := range []ledger.Kind{ledger.KindDenied, ledger.KindFrozenRefused, ledger.KindAppendRejected} {
 			k := key
 			k.kind = kind
 			if ag.refused.has(k) || ag.noise.has(k) {
@@ -752,7 +752,10 @@ func eventOf(r ledger.Record, grant, rule, detail string) Event {
 }
 
 // eventKey is what makes two refusals (or two violations) the same entry.
-type eventKey struct{ kind, grant, path, op, rule string }
+type eventKey struct {
+	kind                  ledger.Kind
+	grant, path, op, rule string
+}
 
 // events aggregates Events by key, in the order first seen.
 type events struct {

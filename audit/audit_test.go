@@ -48,7 +48,7 @@ func fakeGrants() []Grant {
 	}
 }
 
-func rec(seq int64, kind, agent, grant, path string) ledger.Record {
+func rec(seq int64, kind ledger.Kind, agent, grant, path string) ledger.Record {
 	return ledger.Record{Seq: seq, At: "2026-03-01T12:00:00.000000000Z", Kind: kind, Agent: agent, Grant: grant, Path: path}
 }
 
@@ -361,7 +361,7 @@ func TestIsToolNoise(t *testing.T) {
 	}
 	// Only denied records: a frozen deliverable or a rejected append is
 	// always a refusal of a real path.
-	for _, kind := range []string{ledger.KindFrozenRefused, ledger.KindAppendRejected} {
+	for _, kind := range []ledger.Kind{ledger.KindFrozenRefused, ledger.KindAppendRejected} {
 		assert.False(t, IsToolNoise(ledger.Record{Kind: kind, Path: "deliverables/x.md~", Op: "create"}), kind)
 	}
 }

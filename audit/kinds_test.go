@@ -33,7 +33,7 @@ func readRepeat(seq int64, agent, grant, path, sha string, n int64, first, last 
 	return r
 }
 
-func refusal(seq int64, kind, path, op string) ledger.Record {
+func refusal(seq int64, kind ledger.Kind, path, op string) ledger.Record {
 	r := rec(seq, kind, "alice", "G-alice", path)
 	r.Op, r.Detail = op, "refused "+path
 	return r
@@ -208,9 +208,10 @@ func TestAuditRevokedAtTimeRepeats(t *testing.T) {
 // once, with its count.
 func TestAuditRefusalRepeats(t *testing.T) {
 	type entry struct {
-		kind, path, op string
-		count          int64
-		seq            int64
+		kind     ledger.Kind
+		path, op string
+		count    int64
+		seq      int64
 	}
 	tests := []struct {
 		name           string
@@ -311,7 +312,7 @@ func (r *Report) cell(t *testing.T, path, agent string) MatrixCell {
 // they carry.
 func TestAuditKindsThatAreNotActivity(t *testing.T) {
 	tests := []struct {
-		kind       string
+		kind       ledger.Kind
 		writes     int64
 		matrixRows int
 	}{
@@ -323,7 +324,7 @@ func TestAuditKindsThatAreNotActivity(t *testing.T) {
 		{ledger.KindLedgerRecovered, 0, 0},
 	}
 	for _, tt := range tests {
-		t.Run(tt.kind, func(t *testing.T) {
+		t.Run(string(tt.kind), func(t *testing.T) {
 			// Bookkeeping naming an agent the grants do not know must not
 			// make that agent appear (unverified) in the report.
 			records := []ledger.Record{

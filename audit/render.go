@@ -142,7 +142,7 @@ func (r *Report) WriteMarkdown(out io.Writer) error {
 		if len(ag.Violations) > 0 {
 			p("\n### Violations\n\n| First seq | At | Kind | Path | Count | Grant | Rule |\n|---:|---|---|---|---:|---|---|\n")
 			for _, e := range ag.Violations {
-				p("| %d | %s | %s | %s | %d | %s | %s |\n", e.Seq, md(e.At), md(e.Kind), md(displayPath(e.Path)), e.Count, md(e.Grant), md(e.Rule))
+				p("| %d | %s | %s | %s | %d | %s | %s |\n", e.Seq, md(e.At), md(string(e.Kind)), md(displayPath(e.Path)), e.Count, md(e.Grant), md(e.Rule))
 			}
 		}
 		writeAccessTable(p, "Paths read", ag.Reads, true)
@@ -181,7 +181,7 @@ func writeEventTable(p func(string, ...any), title, intro string, events []Event
 	}
 	p("\n### %s\n\n%s| First seq | At | Kind | Op | Path | Count | Detail |\n|---:|---|---|---|---|---:|---|\n", title, intro)
 	for _, e := range events {
-		p("| %d | %s | %s | %s | %s | %d | %s |\n", e.Seq, md(e.At), md(e.Kind), md(e.Op), md(displayPath(e.Path)), e.Count, md(e.Detail))
+		p("| %d | %s | %s | %s | %s | %d | %s |\n", e.Seq, md(e.At), md(string(e.Kind)), md(e.Op), md(displayPath(e.Path)), e.Count, md(e.Detail))
 	}
 }
 

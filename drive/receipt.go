@@ -75,11 +75,11 @@ type EventRef struct {
 
 // Refusal is one refusal the ledger recorded during a turn.
 type Refusal struct {
-	Seq    int64  `json:"ledger_seq"`
-	Kind   string `json:"kind"`
-	Op     string `json:"op,omitempty"`
-	Path   string `json:"path,omitempty"`
-	Detail string `json:"detail,omitempty"`
+	Seq    int64       `json:"ledger_seq"`
+	Kind   ledger.Kind `json:"kind"`
+	Op     string      `json:"op,omitempty"`
+	Path   string      `json:"path,omitempty"`
+	Detail string      `json:"detail,omitempty"`
 }
 
 // String is the refusal as the driver prints it and hands it to the
@@ -94,7 +94,7 @@ func (r Refusal) String() string {
 
 // explainKind says what a refusal kind means, for a person reading the
 // progress lines.
-func explainKind(kind string) string {
+func explainKind(kind ledger.Kind) string {
 	switch kind {
 	case ledger.KindDenied, ledger.KindDeniedRepeat:
 		return "the grant does not show or allow this path; the agent saw it as missing or read-only"
@@ -118,7 +118,7 @@ func (r *Receipt) record(runs string) ledger.Record {
 		t.Events = append(t.Events, fmt.Sprintf("%d %s", e.Seq, e.Type))
 	}
 	for _, f := range r.Refusals {
-		t.Refusals = append(t.Refusals, strings.TrimSpace(f.Op+" "+f.Path)+": "+f.Kind)
+		t.Refusals = append(t.Refusals, strings.TrimSpace(f.Op+" "+f.Path)+": "+string(f.Kind))
 	}
 	return ledger.TurnRecord(r.Participant, r.Grant, r.GrantSHA256, t)
 }
@@ -199,7 +199,7 @@ func newLedgerScan(path string) *ledgerScan {
 }
 
 // kept are the kinds a receipt reports.
-var kept = map[string]bool{
+var kept = map[ledger.Kind]bool{
 	ledger.KindRead: true, ledger.KindReadRepeat: true, ledger.KindWrite: true, ledger.KindWriteRepeat: true,
 	ledger.KindAppendAccepted: true, ledger.KindDenied: true, ledger.KindDeniedRepeat: true,
 	ledger.KindFrozenRefused: true, ledger.KindAppendRejected: true,

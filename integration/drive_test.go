@@ -17,6 +17,7 @@ import (
 	"github.com/acpfs/acpfs/audit"
 	"github.com/acpfs/acpfs/drive"
 	"github.com/acpfs/acpfs/internal/testutil"
+	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
 
@@ -242,13 +243,13 @@ func TestDriveRefusalsOracleAndForgery(t *testing.T) {
 	require.NotEmpty(t, rcs["000003-bob-1"].Refusals)
 	assert.Equal(t, "oracle", rcs["000003-bob-1"].Refusals[0].Path)
 	require.NotEmpty(t, rcs["000003-carol-1"].Refusals)
-	assert.Equal(t, "append_rejected", rcs["000003-carol-1"].Refusals[0].Kind)
+	assert.Equal(t, ledger.KindAppendRejected, rcs["000003-carol-1"].Refusals[0].Kind)
 
 	rep := k.audit()
 	refused := map[string][]string{}
 	for _, ag := range rep.Agents {
 		for _, e := range ag.Refused {
-			refused[ag.Agent] = append(refused[ag.Agent], e.Kind+" "+e.Path)
+			refused[ag.Agent] = append(refused[ag.Agent], string(e.Kind)+" "+e.Path)
 		}
 	}
 	assert.Contains(t, refused["bob"], "denied oracle")

@@ -76,13 +76,16 @@ const escPrivateMarker = "private draft of this view\n"
 var escHiddenWords = []string{"oracle", "answer.md", "agent_runs", "communication_ledger", "réponse", "private"}
 
 // escRefusalKinds are the ledger kinds a refusal writes.
-var escRefusalKinds = map[string]bool{
+var escRefusalKinds = map[ledger.Kind]bool{
 	ledger.KindDenied: true, ledger.KindFrozenRefused: true, ledger.KindAppendRejected: true,
 }
 
 // escRecord is the ledger record an attempt must leave. An empty path or
 // op matches any.
-type escRecord struct{ kind, path, op, detail string }
+type escRecord struct {
+	kind             ledger.Kind
+	path, op, detail string
+}
 
 // escAttempt is one escape attempt.
 type escAttempt struct {
@@ -573,10 +576,12 @@ func escMount(c *collab, g *grants.Grant) escEnv {
 }
 
 // escRec is the expected ledger record of an attempt.
-func escRec(kind, path, op string) *escRecord { return &escRecord{kind: kind, path: path, op: op} }
+func escRec(kind ledger.Kind, path, op string) *escRecord {
+	return &escRecord{kind: kind, path: path, op: op}
+}
 
 // escRecD is escRec with a fragment the record's detail must hold.
-func escRecD(kind, path, op, detail string) *escRecord {
+func escRecD(kind ledger.Kind, path, op, detail string) *escRecord {
 	return &escRecord{kind: kind, path: path, op: op, detail: detail}
 }
 

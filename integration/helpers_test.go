@@ -290,7 +290,7 @@ func (c *collab) records() []ledger.Record {
 }
 
 // findRecord returns the last record matching kind, path and op ("" matches any).
-func (c *collab) findRecord(kind, path, op string) (ledger.Record, bool) {
+func (c *collab) findRecord(kind ledger.Kind, path, op string) (ledger.Record, bool) {
 	c.t.Helper()
 	recs := c.records()
 	for i := len(recs) - 1; i >= 0; i-- {
@@ -302,7 +302,7 @@ func (c *collab) findRecord(kind, path, op string) (ledger.Record, bool) {
 	return ledger.Record{}, false
 }
 
-func (c *collab) requireRecord(kind, path, op string) ledger.Record {
+func (c *collab) requireRecord(kind ledger.Kind, path, op string) ledger.Record {
 	c.t.Helper()
 	r, ok := c.findRecord(kind, path, op)
 	require.True(c.t, ok, "no ledger record kind=%s path=%s op=%s", kind, path, op)

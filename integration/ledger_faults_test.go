@@ -134,7 +134,7 @@ func TestLedgerTamperedWhileMounted(t *testing.T) {
 			_, err = os.ReadFile(r.alice.path("README.md"))
 			require.NoError(t, err, "the view serves again once the ledger is repaired")
 			assert.Contains(t, readFile(t, r.alice.path(".acpfs/status")), "ledger: recording")
-			var kinds []string
+			var kinds []ledger.Kind
 			for _, rec := range r.c.records() {
 				kinds = append(kinds, rec.Kind)
 			}

@@ -84,7 +84,7 @@ func (e *coordEnv) netRecords() []ledger.Record {
 	e.t.Helper()
 	var out []ledger.Record
 	require.NoError(e.t, ledger.Scan(filepath.Join(e.runs, "communication_ledger.jsonl"),
-		ledger.Filter{Kinds: []string{ledger.KindNetAllowed, ledger.KindNetRefused}},
+		ledger.Filter{Kinds: []ledger.Kind{ledger.KindNetAllowed, ledger.KindNetRefused}},
 		func(r ledger.Record) error { out = append(out, r); return nil }))
 	return out
 }

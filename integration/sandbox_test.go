@@ -505,7 +505,7 @@ func ledgerRecords(t *testing.T, e *coordEnv) []ledger.Record {
 	return recs
 }
 
-func hasRecord(recs []ledger.Record, kind, path, agent string) bool {
+func hasRecord(recs []ledger.Record, kind ledger.Kind, path, agent string) bool {
 	for _, r := range recs {
 		if r.Kind == kind && r.Path == path && r.Agent == agent {
 			return true

@@ -15,7 +15,7 @@ import (
 )
 
 // vlRecord tells whether recs hold a record of kind for agent at path.
-func vlRecord(recs []ledger.Record, kind, agent, path string) bool {
+func vlRecord(recs []ledger.Record, kind ledger.Kind, agent, path string) bool {
 	for _, r := range recs {
 		if r.Kind == kind && r.Agent == agent && r.Path == path {
 			return true

@@ -204,7 +204,7 @@ func TestViewRootedAtRepositorySymlinks(t *testing.T) {
 }
 
 // findRecord returns the first record of kind by agent at path, or nil.
-func findRecord(recs []ledger.Record, kind, agent, path string) *ledger.Record {
+func findRecord(recs []ledger.Record, kind ledger.Kind, agent, path string) *ledger.Record {
 	for i := range recs {
 		if recs[i].Kind == kind && recs[i].Agent == agent && recs[i].Path == path {
 			return &recs[i]

@@ -89,9 +89,11 @@ func HashRecord(r Record) (string, error) {
 // sanitize makes every string valid UTF-8 (so that what is hashed is what
 // is stored) and bounds Detail.
 func sanitize(r *Record) {
-	for _, s := range []*string{&r.At, &r.Kind, &r.Agent, &r.Grant, &r.Path, &r.Op, &r.SHA256, &r.Detail, &r.Prev} {
-		if !utf8.ValidString(*s) {
-			*s = strings.ToValidUTF8(*s, "\uFFFD")
+	for i := range recordFields {
+		if f := recordFields[i].str; f != nil {
+			if s := f(r); !utf8.ValidString(*s) {
+				*s = strings.ToValidUTF8(*s, "\uFFFD")
+			}
 		}
 	}
 	if len(r.Detail) > maxDetailBytes {

@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"hash"
 	"math"
+	"reflect"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -21,70 +24,113 @@ import (
 // problem; so the fast path only has to never accept a line the slow path
 // would refuse, and to read the same values from it.
 
-// Indexes of the string fields in fastLine.str, in declaration order.
-const (
-	fAt = iota
-	fKind
-	fAgent
-	fGrant
-	fPath
-	fOp
-	fSHA256
-	fFirst
-	fLast
-	fDetail
-	fKey
-	fMAC
-	fSig
-	fPrev
-	fHash
-	fNumStr
-)
-
-// fastLine holds the values of a canonical line; the slices point into
-// the line and are valid as long as it is.
-type fastLine struct {
-	seq   int64
-	pid   uint32
-	count int64
-	str   [fNumStr][]byte
+// recordFields is the one list of Record's fields the hand-written paths
+// (parseFast, record, fromRecord, sanitize) work from, in the order Record
+// declares them. Each entry only says where its value lives: the field's
+// name and whether it is optional come from Record's json tag (init), and
+// init refuses to start when the list and Record disagree, so that a field
+// added to Record without its entry here is found by the first test run.
+var recordFields = [...]recordField{
+	{i64: func(r *Record) *int64 { return &r.Seq }},
+	{i64: func(r *Record) *int64 { return &r.Version }},
+	{str: func(r *Record) *string { return &r.At }},
+	{str: func(r *Record) *string { return (*string)(&r.Kind) }},
+	{str: func(r *Record) *string { return &r.Agent }},
+	{str: func(r *Record) *string { return &r.Grant }},
+	{str: func(r *Record) *string { return &r.Path }},
+	{str: func(r *Record) *string { return &r.Op }},
+	{u32: func(r *Record) *uint32 { return &r.PID }},
+	{str: func(r *Record) *string { return &r.SHA256 }},
+	{i64: func(r *Record) *int64 { return &r.Count }},
+	{str: func(r *Record) *string { return &r.First }},
+	{str: func(r *Record) *string { return &r.Last }},
+	{str: func(r *Record) *string { return &r.Detail }},
+	{str: func(r *Record) *string { return &r.Key }},
+	{str: func(r *Record) *string { return &r.MAC }},
+	{str: func(r *Record) *string { return &r.Sig }},
+	{str: func(r *Record) *string { return &r.Prev }},
+	{str: func(r *Record) *string { return &r.Hash }},
 }
 
-type fastValue uint8
+// numFields is how many fields a Record has.
+const numFields = len(recordFields)
 
-const (
-	vStr fastValue = iota
-	vInt64
-	vUint32
-)
+// recordField is one of Record's fields: exactly one of str, i64 and u32
+// is set, by its type.
+type recordField struct {
+	str func(*Record) *string
+	i64 func(*Record) *int64
+	u32 func(*Record) *uint32
 
-// fastFields lists the fields in the order Record declares them, each with
-// the exact bytes that introduce it (its opening quote included for
-// strings).
-var fastFields = [...]struct {
-	intro    string
-	value    fastValue
-	required bool // written even when empty (no omitempty)
-	slot     int  // index in fastLine.str, or -1 for numbers
-}{
-	{`{"seq":`, vInt64, true, -1},
-	{`,"at":"`, vStr, true, fAt},
-	{`,"kind":"`, vStr, true, fKind},
-	{`,"agent":"`, vStr, false, fAgent},
-	{`,"grant":"`, vStr, false, fGrant},
-	{`,"path":"`, vStr, false, fPath},
-	{`,"op":"`, vStr, false, fOp},
-	{`,"pid":`, vUint32, false, -1},
-	{`,"sha256":"`, vStr, false, fSHA256},
-	{`,"count":`, vInt64, false, -1},
-	{`,"first":"`, vStr, false, fFirst},
-	{`,"last":"`, vStr, false, fLast},
-	{`,"detail":"`, vStr, false, fDetail},
-	{`,"key":"`, vStr, false, fKey},
-	{`,"mac":"`, vStr, false, fMAC},
-	{`,"sig":"`, vStr, false, fSig},
-	{`,"prev":"`, vStr, true, fPrev},
-	{`,"hash":"`, vStr, true, fHash},
+	// Derived from Record's json tag by init.
+	name     string
+	intro    string // the exact bytes that introduce it, the opening quote of a string included
+	required bool   // written even when empty (no omitempty)
+}
+
+// Indexes in recordFields of the fields the verifier and the follower
+// look at in every line; set by init from the json names.
+var fSeq, fVersion, fAt, fKind, fSig, fPrev, fHash int
+
+func init() {
+	t := reflect.TypeFor[Record]()
+	if t.NumField() != numFields {
+		panic(fmt.Sprintf("ledger: Record has %d fields, recordFields lists %d", t.NumField(), numFields))
+	}
+	for i := range recordFields {
+		f, sf := &recordFields[i], t.Field(i)
+		var r Record
+		var p any
+		switch {
+		case f.str != nil:
+			p = f.str(&r)
+		case f.i64 != nil:
+			p = f.i64(&r)
+		case f.u32 != nil:
+			p = f.u32(&r)
+		}
+		field := reflect.ValueOf(&r).Elem().Field(i)
+		if p == nil || reflect.ValueOf(p).Pointer() != field.Addr().Pointer() || reflect.ValueOf(p).Elem().Kind() != sf.Type.Kind() {
+			panic(fmt.Sprintf("ledger: recordFields[%d] is not Record.%s", i, sf.Name))
+		}
+		name, opts, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		f.name, f.required = name, opts != "omitempty"
+		f.intro = `,"` + name + `":`
+		if i == 0 {
+			f.intro = f.intro[1:]
+		}
+		if f.str != nil {
+			f.intro += `"`
+		}
+	}
+	if !recordFields[0].required || recordFields[0].i64 == nil || !recordFields[numFields-1].required || recordFields[numFields-1].str == nil {
+		panic("ledger: Record must start with a required number and end with a required string (seq ... hash)")
+	}
+	recordFields[0].intro = "{" + recordFields[0].intro
+	for _, x := range []struct {
+		i    *int
+		name string
+	}{{&fSeq, "seq"}, {&fVersion, "version"}, {&fAt, "at"}, {&fKind, "kind"}, {&fSig, "sig"}, {&fPrev, "prev"}, {&fHash, "hash"}} {
+		*x.i = fieldIndex(x.name)
+	}
+}
+
+// fieldIndex returns the index of the field with this json name.
+func fieldIndex(name string) int {
+	for i := range recordFields {
+		if recordFields[i].name == name {
+			return i
+		}
+	}
+	panic("ledger: Record has no field " + name)
+}
+
+// fastLine holds the values of a canonical line by field index; the
+// slices point into the line and are valid as long as it is.
+type fastLine struct {
+	seq int64
+	str [numFields][]byte // string fields
+	num [numFields]uint64 // number fields
 }
 
 // parseFast reads line (without its newline) into fl when it is in the
@@ -92,8 +138,8 @@ var fastFields = [...]struct {
 func parseFast(line []byte, fl *fastLine) bool {
 	*fl = fastLine{}
 	p := 0
-	for i := range fastFields {
-		f := &fastFields[i]
+	for i := range recordFields {
+		f := &recordFields[i]
 		if len(line)-p < len(f.intro) || string(line[p:p+len(f.intro)]) != f.intro {
 			if f.required {
 				return false
@@ -101,34 +147,24 @@ func parseFast(line []byte, fl *fastLine) bool {
 			continue
 		}
 		p += len(f.intro)
-		switch f.value {
-		case vStr:
+		if f.str != nil {
 			end, ok := plainString(line, p)
 			if !ok || (end == p && !f.required) {
 				// An empty optional string is left out by a writer.
 				return false
 			}
-			fl.str[f.slot] = line[p:end]
+			fl.str[i] = line[p:end]
 			p = end + 1
-		default:
-			v, n := plainUint(line[p:])
-			if n == 0 || (v == 0 && !f.required) {
-				return false
-			}
-			p += n
-			switch {
-			case i == 0:
-				fl.seq = int64(v)
-			case f.value == vUint32:
-				if v > math.MaxUint32 {
-					return false
-				}
-				fl.pid = uint32(v)
-			default:
-				fl.count = int64(v)
-			}
+			continue
 		}
+		v, n := plainUint(line[p:])
+		if n == 0 || (v == 0 && !f.required) || (f.u32 != nil && v > math.MaxUint32) {
+			return false
+		}
+		p += n
+		fl.num[i] = v
 	}
+	fl.seq = int64(fl.num[fSeq])
 	return p == len(line)-1 && line[p] == '}'
 }
 
@@ -221,20 +257,38 @@ func (fh *fastHasher) check(line []byte, fl *fastLine) bool {
 
 // record returns the Record the line encodes.
 func (fl *fastLine) record() Record {
-	s := func(i int) string { return string(fl.str[i]) }
-	return Record{
-		Seq: fl.seq, At: s(fAt), Kind: s(fKind), Agent: s(fAgent), Grant: s(fGrant), Path: s(fPath),
-		Op: s(fOp), PID: fl.pid, SHA256: s(fSHA256), Count: fl.count, First: s(fFirst), Last: s(fLast),
-		Detail: s(fDetail), Key: s(fKey), MAC: s(fMAC), Sig: s(fSig), Prev: s(fPrev), Hash: s(fHash),
+	var r Record
+	for i := range recordFields {
+		f := &recordFields[i]
+		switch {
+		case f.str != nil:
+			if v := fl.str[i]; len(v) > 0 {
+				*f.str(&r) = string(v)
+			}
+		case f.i64 != nil:
+			*f.i64(&r) = int64(fl.num[i])
+		default:
+			*f.u32(&r) = uint32(fl.num[i])
+		}
 	}
+	return r
 }
 
 // fromRecord points fl at r's values, for lines only the slow path could
 // read, so that the verifier handles both alike.
 func (fl *fastLine) fromRecord(r *Record) {
-	*fl = fastLine{seq: r.Seq, pid: r.PID, count: r.Count}
-	for i, v := range [fNumStr]string{r.At, r.Kind, r.Agent, r.Grant, r.Path, r.Op, r.SHA256, r.First, r.Last,
-		r.Detail, r.Key, r.MAC, r.Sig, r.Prev, r.Hash} {
-		fl.str[i] = []byte(v)
+	*fl = fastLine{seq: r.Seq}
+	for i := range recordFields {
+		f := &recordFields[i]
+		switch {
+		case f.str != nil:
+			if v := *f.str(r); v != "" {
+				fl.str[i] = []byte(v)
+			}
+		case f.i64 != nil:
+			fl.num[i] = uint64(*f.i64(r))
+		default:
+			fl.num[i] = uint64(*f.u32(r))
+		}
 	}
 }

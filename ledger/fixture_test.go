@@ -119,7 +119,7 @@ func (f *fixture) lines() [][]byte {
 }
 
 // last returns the last record of the kind.
-func (f *fixture) last(kind string) Record {
+func (f *fixture) last(kind Kind) Record {
 	for i := len(f.recs) - 1; i >= 0; i-- {
 		if f.recs[i].Kind == kind {
 			return f.recs[i]

@@ -56,7 +56,7 @@ type Follower struct {
 type Line struct {
 	Seq  int64
 	Hash string
-	Kind string
+	Kind Kind
 	// Data is the line as stored, newline included.
 	Data []byte
 
@@ -361,7 +361,7 @@ func (fo *Follower) take(line []byte, first bool) error {
 	if string(fl.str[fPrev]) != fo.hash {
 		return bad("%s: prev is %s, the record before has %s", ProblemPrev, short(string(fl.str[fPrev])), short(fo.hash))
 	}
-	kind := string(fl.str[fKind])
+	kind := Kind(fl.str[fKind])
 	if first && fo.seq > 0 && kind != KindSegmentStart {
 		return bad("%s: the file starts with a %s record, not segment_start", ProblemSegment, kind)
 	}
@@ -554,9 +554,9 @@ func (lr *lineReader) line() ([]byte, error) {
 
 // quickFields reads a line's seq, hash and kind, the fast way when it is
 // canonical.
-func quickFields(line []byte, fl *fastLine) (seq int64, hash, kind string, ok bool) {
+func quickFields(line []byte, fl *fastLine) (seq int64, hash string, kind Kind, ok bool) {
 	if parseFast(line, fl) {
-		return fl.seq, string(fl.str[fHash]), string(fl.str[fKind]), true
+		return fl.seq, string(fl.str[fHash]), Kind(fl.str[fKind]), true
 	}
 	r, err := decodeLine(line)
 	if err != nil {

@@ -119,9 +119,9 @@ func TestWriterKeepsADeletedLedger(t *testing.T) {
 	assert.Nil(t, w.Broken())
 	assert.NoFileExists(t, path+BrokenFile)
 	require.NoError(t, w.Close())
-	var kinds []string
+	var kinds []Kind
 	require.NoError(t, Scan(path, Filter{}, func(r Record) error { kinds = append(kinds, r.Kind); return nil }))
-	assert.Equal(t, []string{KindRead, KindRead, KindRead, KindLedgerRecovered, KindRead, KindCheckpoint}, kinds)
+	assert.Equal(t, []Kind{KindRead, KindRead, KindRead, KindLedgerRecovered, KindRead, KindCheckpoint}, kinds)
 	assertValid(t, path, 5)
 }
 
@@ -170,15 +170,15 @@ func TestRepairBringsABrokenWriterBack(t *testing.T) {
 		name   string
 		tamper func(t *testing.T, path string)
 		action string
-		kinds  []string // after the writer's three reads
+		kinds  []Kind // after the writer's three reads
 	}{
 		{"deleted", func(t *testing.T, path string) { require.NoError(t, os.Remove(path)) },
-			RepairRestored, []string{KindLedgerRecovered, KindList, KindCheckpoint}},
+			RepairRestored, []Kind{KindLedgerRecovered, KindList, KindCheckpoint}},
 		{"replaced by a symlink", func(t *testing.T, path string) {
 			require.NoError(t, os.Remove(path))
 			require.NoError(t, os.Symlink("/etc/hostname", path))
-		}, RepairRestored, []string{KindLedgerRecovered, KindList, KindCheckpoint}},
-		{"forged", forge, RepairCutForeign, []string{KindRepair, KindLedgerRecovered, KindList, KindCheckpoint}},
+		}, RepairRestored, []Kind{KindLedgerRecovered, KindList, KindCheckpoint}},
+		{"forged", forge, RepairCutForeign, []Kind{KindRepair, KindLedgerRecovered, KindList, KindCheckpoint}},
 		{"truncated", func(t *testing.T, path string) {
 			lines := strings.SplitAfter(string(fileBytes(t, path)), "\n")
 			require.NoError(t, os.WriteFile(path, []byte(lines[0]), 0o600))
@@ -199,12 +199,12 @@ func TestRepairBringsABrokenWriterBack(t *testing.T) {
 			_, err = w.Append(Record{Kind: KindList, Agent: "a"})
 			require.NoError(t, err, "the writer resumes once the ledger is repaired")
 			require.NoError(t, w.Close())
-			var kinds []string
+			var kinds []Kind
 			require.NoError(t, Scan(path, Filter{}, func(r Record) error { kinds = append(kinds, r.Kind); return nil }))
 			if tt.kinds != nil {
-				assert.Equal(t, append([]string{KindRead, KindRead, KindRead}, tt.kinds...), kinds)
+				assert.Equal(t, append([]Kind{KindRead, KindRead, KindRead}, tt.kinds...), kinds)
 			} else {
-				assert.Equal(t, []string{KindRead, KindGap, KindLedgerRecovered, KindList, KindCheckpoint}, kinds)
+				assert.Equal(t, []Kind{KindRead, KindGap, KindLedgerRecovered, KindList, KindCheckpoint}, kinds)
 			}
 			rep, err := Verify(path)
 			require.NoError(t, err)
@@ -280,9 +280,9 @@ func TestRepairRestoresALostLineEnd(t *testing.T) {
 			require.NoError(t, err)
 			require.NotNil(t, info)
 			assert.Equal(t, RepairRestoredNewline, info.Action, info.Summary())
-			var kinds []string
+			var kinds []Kind
 			require.NoError(t, Scan(path, Filter{}, func(r Record) error { kinds = append(kinds, r.Kind); return nil }))
-			assert.Equal(t, []string{KindRead, KindRead, KindRead, KindCheckpoint, KindRepair}, kinds, "no record was cut")
+			assert.Equal(t, []Kind{KindRead, KindRead, KindRead, KindCheckpoint, KindRepair}, kinds, "no record was cut")
 			rep, err := Verify(path)
 			require.NoError(t, err)
 			assert.True(t, rep.OK(), "%+v", rep.Problem)

@@ -54,72 +54,81 @@ import (
 // mount/). Signatures here are stable; bodies are filled in by the ledger
 // implementation.
 
+// Kind says what a record records. The values are the strings stored in
+// users' ledgers: a kind is never renamed, only added.
+type Kind string
+
 // Record kinds.
 const (
-	KindGrantCreated    = "grant_created"
-	KindGrantRevoked    = "grant_revoked"
-	KindHandoffRecorded = "handoff_recorded"
-	KindMountStarted    = "mount_started"
-	KindMountStopped    = "mount_stopped"
-	KindRead            = "read"
-	KindReadRequest     = "read_request" // --audit reads: one per read(2)
-	KindList            = "list"
-	KindDenied          = "denied"
-	KindWrite           = "write"
-	KindAppendAccepted  = "append_accepted"
-	KindAppendRejected  = "append_rejected"
-	KindFrozenRefused   = "frozen_refused"
-	KindPanic           = "panic"
-	KindRepair          = "repair"
+	KindGrantCreated    Kind = "grant_created"
+	KindGrantRevoked    Kind = "grant_revoked"
+	KindHandoffRecorded Kind = "handoff_recorded"
+	KindMountStarted    Kind = "mount_started"
+	KindMountStopped    Kind = "mount_stopped"
+	KindRead            Kind = "read"
+	KindReadRequest     Kind = "read_request" // --audit reads: one per read(2)
+	KindList            Kind = "list"
+	KindDenied          Kind = "denied"
+	KindWrite           Kind = "write"
+	KindAppendAccepted  Kind = "append_accepted"
+	KindAppendRejected  Kind = "append_rejected"
+	KindFrozenRefused   Kind = "frozen_refused"
+	KindPanic           Kind = "panic"
+	KindRepair          Kind = "repair"
 
-	KindReadRepeat      = "read_repeat"      // repeats of a read already recorded in full, aggregated
-	KindReadHash        = "read_hash"        // the content hash of an earlier read recorded without one (Detail: "read seq N")
-	KindDeniedRepeat    = "denied_repeat"    // repeats of a refusal already recorded in full, aggregated
-	KindWriteRepeat     = "write_repeat"     // repeats of a no-op change (open for writing, times only) already recorded in full, aggregated
-	KindAppendRecovered = "append_recovered" // an appended line found at start-up without its record
-	KindAppendFailed    = "append_failed"    // an accepted and recorded append whose write then failed
-	KindGrantApplied    = "grant_applied"    // a view applied a grant (SHA256: grants.Grant.Hash)
-	KindCheckpoint      = "checkpoint"       // a signed checkpoint over the chain
-	KindGap             = "gap"              // an operator's acknowledgement of lost records
-	KindSegmentEnd      = "segment_end"      // the last record of a sealed segment
-	KindSegmentStart    = "segment_start"    // the first record of a new segment
-	KindLedgerRecovered = "ledger_recovered" // a writer resumed after an operator restored the ledger
-	KindTurn            = "turn"             // acpfs drive: one participant's turn ended (Detail: a Turn, as JSON)
+	KindReadRepeat      Kind = "read_repeat"      // repeats of a read already recorded in full, aggregated
+	KindReadHash        Kind = "read_hash"        // the content hash of an earlier read recorded without one (Detail: "read seq N")
+	KindDeniedRepeat    Kind = "denied_repeat"    // repeats of a refusal already recorded in full, aggregated
+	KindWriteRepeat     Kind = "write_repeat"     // repeats of a no-op change (open for writing, times only) already recorded in full, aggregated
+	KindAppendRecovered Kind = "append_recovered" // an appended line found at start-up without its record
+	KindAppendFailed    Kind = "append_failed"    // an accepted and recorded append whose write then failed
+	KindGrantApplied    Kind = "grant_applied"    // a view applied a grant (SHA256: grants.Grant.Hash)
+	KindCheckpoint      Kind = "checkpoint"       // a signed checkpoint over the chain
+	KindGap             Kind = "gap"              // an operator's acknowledgement of lost records
+	KindSegmentEnd      Kind = "segment_end"      // the last record of a sealed segment
+	KindSegmentStart    Kind = "segment_start"    // the first record of a new segment
+	KindLedgerRecovered Kind = "ledger_recovered" // a writer resumed after an operator restored the ledger
+	KindTurn            Kind = "turn"             // acpfs drive: one participant's turn ended (Detail: a Turn, as JSON)
 
 	// The coordinator (`acpfs up`): a view that went away without being
 	// stopped by it (unmounted from outside, its connection aborted, its
 	// mountpoint no longer its mount), and the same view mounted again.
-	KindViewLost      = "view_lost"
-	KindViewRemounted = "view_remounted"
+	KindViewLost      Kind = "view_lost"
+	KindViewRemounted Kind = "view_remounted"
 	// KindGrantRefused is a grant acpfs up refused (Detail says why):
 	// its agent has no view; the others' are served.
-	KindGrantRefused = "grant_refused"
+	KindGrantRefused Kind = "grant_refused"
 
 	// Several hosts: what a host's document sync did (see store.DocsOptions).
-	KindDocConflict = "doc_conflict"  // two hosts wrote one file from one revision: both versions kept
-	KindDocRefused  = "doc_refused"   // a document from the store was refused (bad path, header, hash)
-	KindDocTooLarge = "doc_too_large" // a file too large for the store stays on its host
+	KindDocConflict Kind = "doc_conflict"  // two hosts wrote one file from one revision: both versions kept
+	KindDocRefused  Kind = "doc_refused"   // a document from the store was refused (bad path, header, hash)
+	KindDocTooLarge Kind = "doc_too_large" // a file too large for the store stays on its host
 
 	// acpfs run --net allow=: a connection of the command through the
 	// egress proxy (Op: connect, http or socks5; Detail: host:port and
 	// the addresses, or why it was refused), or with Count the repeats of
 	// one already recorded in full (First, Last).
-	KindNetAllowed = "net_allowed"
-	KindNetRefused = "net_refused"
+	KindNetAllowed Kind = "net_allowed"
+	KindNetRefused Kind = "net_refused"
 )
 
 // Record is one ledger line. Seq, At, Prev and Hash are set by the Writer.
 type Record struct {
-	Seq    int64  `json:"seq"`
-	At     string `json:"at"` // RFC 3339 UTC with nanoseconds
-	Kind   string `json:"kind"`
-	Agent  string `json:"agent,omitempty"`
-	Grant  string `json:"grant,omitempty"`
-	Path   string `json:"path,omitempty"` // folder-relative, slash-separated
-	Op     string `json:"op,omitempty"`   // lookup, open, readdir, write, rename, ...
-	PID    uint32 `json:"pid,omitempty"`
-	SHA256 string `json:"sha256,omitempty"` // content hash for reads, handoffs
-	Count  int64  `json:"count,omitempty"`  // read_repeat, denied_repeat, write_repeat (and net_allowed, net_refused when set): how many repeats; gap: records lost
+	Seq int64 `json:"seq"`
+	// Version is the ledger format of the file the record starts: set on
+	// the first record of every file (seq 1, and each segment_start) and
+	// on no other. A file whose first record carries none is version 1,
+	// the format before versions were recorded. See CurrentVersion.
+	Version int64  `json:"version,omitempty"`
+	At      string `json:"at"` // RFC 3339 UTC with nanoseconds
+	Kind    Kind   `json:"kind"`
+	Agent   string `json:"agent,omitempty"`
+	Grant   string `json:"grant,omitempty"`
+	Path    string `json:"path,omitempty"` // folder-relative, slash-separated
+	Op      string `json:"op,omitempty"`   // lookup, open, readdir, write, rename, ...
+	PID     uint32 `json:"pid,omitempty"`
+	SHA256  string `json:"sha256,omitempty"` // content hash for reads, handoffs
+	Count   int64  `json:"count,omitempty"`  // read_repeat, denied_repeat, write_repeat (and net_allowed, net_refused when set): how many repeats; gap: records lost
 	// First and Last bound the repeats a read_repeat or denied_repeat
 	// record counts (same layout as At).
 	First  string `json:"first,omitempty"`

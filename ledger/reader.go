@@ -110,7 +110,13 @@ func (r *Reader) Next() (Record, error) {
 	if !complete {
 		return Record{}, &LineError{Line: n, Offset: off, Torn: true, Err: errTorn}
 	}
-	if parseFast(line, &r.fl) {
+	parsed := parseFast(line, &r.fl)
+	if n == 1 {
+		if err := checkVersion("", line, &r.fl, parsed); err != nil {
+			return Record{}, err
+		}
+	}
+	if parsed {
 		// A canonical line decodes to exactly these values.
 		return r.fl.record(), nil
 	}
@@ -164,6 +170,9 @@ func Scan(path string, flt Filter, fn func(Record) error) error {
 			if errors.Is(err, io.EOF) {
 				break
 			}
+			if ve := (*VersionError)(nil); errors.As(err, &ve) {
+				return &VersionError{File: f.name, Version: ve.Version}
+			}
 			if err != nil {
 				return fmt.Errorf("read ledger %s: %w", f.name, err)
 			}
@@ -180,9 +189,9 @@ func Scan(path string, flt Filter, fn func(Record) error) error {
 
 // Filter selects records. Zero fields select everything.
 type Filter struct {
-	Agent string   // exact agent id
-	Grant string   // exact grant id
-	Kinds []string // any of these kinds
+	Agent string // exact agent id
+	Grant string // exact grant id
+	Kinds []Kind // any of these kinds
 	// Path is a doublestar glob when it contains any of *?[{, otherwise a
 	// path prefix: "docs" selects "docs" and everything under "docs/".
 	Path  string

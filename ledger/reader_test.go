@@ -44,7 +44,7 @@ func TestFilter(t *testing.T) {
 		{"all", Filter{}, []int64{1, 2, 3, 4, 5, 6, 7}}, // 7: the closing checkpoint
 		{"agent", Filter{Agent: "bob"}, []int64{3, 4, 5}},
 		{"grant", Filter{Grant: "G-bob2"}, []int64{5}},
-		{"kinds", Filter{Kinds: []string{KindDenied, KindFrozenRefused}}, []int64{3, 6}},
+		{"kinds", Filter{Kinds: []Kind{KindDenied, KindFrozenRefused}}, []int64{3, 6}},
 		{"prefix", Filter{Path: "docs"}, []int64{1, 2, 4}},
 		{"prefix slash", Filter{Path: "docs/"}, []int64{1, 2, 4}},
 		{"glob", Filter{Path: "**/*.md"}, []int64{1, 3, 4, 5, 6}},

@@ -8,7 +8,7 @@ import (
 
 // signedKind reports whether records of this kind always carry an
 // Ed25519 signature: they are what a reviewer's trust rests on.
-func signedKind(kind string) bool {
+func signedKind(kind Kind) bool {
 	switch kind {
 	case KindCheckpoint, KindSegmentEnd, KindSegmentStart, KindGap, KindLedgerRecovered:
 		return true
@@ -38,7 +38,7 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 	signed := w.signedSeq
 	w.buf = w.buf[:0]
 	lineStart := 0
-	lastKind := ""
+	var lastKind Kind
 	var headLine []byte
 	add := func(r *Record, mac bool) error {
 		r.Seq, r.Prev, r.Hash = seq+1, prev, ""
@@ -49,6 +49,11 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 			r.Count = r.Seq - 1 - signed
 		}
 		r.Key, r.MAC, r.Sig = "", "", ""
+		// Every file this writer starts states the format it is in.
+		r.Version = 0
+		if r.Seq == 1 || r.Kind == KindSegmentStart {
+			r.Version = CurrentVersion
+		}
 		if sign || mac {
 			if err := w.key.seal(w.enc, r, sign); err != nil {
 				return err

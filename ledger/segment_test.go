@@ -101,10 +101,10 @@ func TestInterruptedRotationIsFinished(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
 	all := chainAcross(t, path)
-	var kinds []string
+	var kinds []Kind
 	for _, r := range all {
 		kinds = append(kinds, r.Kind)
 	}
-	assert.Equal(t, []string{KindRead, KindSegmentEnd, KindSegmentStart, KindRead, KindCheckpoint}, kinds)
+	assert.Equal(t, []Kind{KindRead, KindSegmentEnd, KindSegmentStart, KindRead, KindCheckpoint}, kinds)
 	assert.FileExists(t, filepath.Join(filepath.Dir(path), SegmentName("ledger.jsonl", 1)))
 }

@@ -35,7 +35,7 @@ const (
 
 // alwaysSigned reports whether records of kind must carry a signature.
 func alwaysSigned(kind []byte) bool {
-	switch string(kind) {
+	switch Kind(kind) {
 	case KindCheckpoint, KindSegmentEnd, KindSegmentStart, KindGap, KindLedgerRecovered:
 		return true
 	}
@@ -167,6 +167,9 @@ func verifyWith(path string, opts VerifyOptions, slowOnly bool) (*VerifyReport, 
 	for i, f := range files {
 		v.rep.Files = append(v.rep.Files, f.name)
 		if err := v.file(f, i == 0); err != nil {
+			if ve := (*VersionError)(nil); errors.As(err, &ve) {
+				return v.rep, ve // names its file: one line says it all
+			}
 			return v.rep, fmt.Errorf("verify ledger %s: %w", path, err)
 		}
 		if v.rep.Problem != nil {
@@ -275,7 +278,13 @@ func (v *verifier) file(f ledgerFile, first bool) error {
 		}
 		fl := &v.fl
 		var full *Record
-		if v.slowOnly || !parseFast(line, fl) || !v.fh.check(line, fl) {
+		parsed := !v.slowOnly && parseFast(line, fl)
+		if n == 1 {
+			if err := checkVersion(f.name, line, fl, parsed); err != nil {
+				return err
+			}
+		}
+		if !parsed || !v.fh.check(line, fl) {
 			// Not provably canonical at a glance: the slow path decides,
 			// and names the problem.
 			r, kind, reason := v.enc.checkLine(line)
@@ -302,15 +311,18 @@ func (v *verifier) file(f ledgerFile, first bool) error {
 		if !bytes.Equal(fl.str[fPrev], v.lastHash) {
 			return bad(ProblemPrev, fl.seq, "prev is %s but the previous record's hash is %s: a record was removed, inserted or moved", short(string(fl.str[fPrev])), short(string(v.lastHash)))
 		}
+		if fl.num[fVersion] != 0 && n != 1 {
+			return bad(ProblemNonCanonical, fl.seq, "the record states a ledger version (%d) but does not start a file: no writer writes that", fl.num[fVersion])
+		}
 		kind := fl.str[fKind]
-		if n == 1 && !first && string(kind) != KindSegmentStart {
+		if n == 1 && !first && Kind(kind) != KindSegmentStart {
 			return bad(ProblemSegment, fl.seq, "%s starts with a %s record, not segment_start: the file was not started by a writer", f.name, kind)
 		}
 		if v.head != nil && fl.seq == v.head.Seq && string(fl.str[fHash]) != v.head.Hash {
 			return bad(ProblemRewritten, fl.seq, "the record at seq %d (hash %s) is not the checkpoint the head records (hash %s): the ledger was rewritten from there or earlier",
 				fl.seq, short(string(fl.str[fHash])), short(v.head.Hash))
 		}
-		if full == nil && (string(kind) == KindRepair || (v.keys != nil && (len(fl.str[fSig]) > 0 || alwaysSigned(kind)))) {
+		if full == nil && (Kind(kind) == KindRepair || (v.keys != nil && (len(fl.str[fSig]) > 0 || alwaysSigned(kind)))) {
 			r := fl.record()
 			full = &r
 		}
@@ -332,7 +344,7 @@ func (v *verifier) file(f ledgerFile, first bool) error {
 		if full != nil && full.Kind == KindRepair {
 			rep.Repairs = append(rep.Repairs, *full)
 		}
-		endsSealed = string(kind) == KindSegmentEnd
+		endsSealed = Kind(kind) == KindSegmentEnd
 	}
 	rep.LastHash, rep.LastAt = string(v.lastHash), string(v.lastAt)
 	if f.sealed && !endsSealed {

@@ -50,9 +50,9 @@ type writerState struct {
 	lastLine    []byte // the last line (newline included) this writer wrote or checked
 	signedSeq   int64  // seq of the last signed record this writer knows of
 	resumed     *Broken
-	lastKind    string // kind of the last record in the file
-	signRepairs bool   // sign the repair record (Repair, not a writer)
-	rotErr      error  // the failure of a rotation step, for its error
+	lastKind    Kind  // kind of the last record in the file
+	signRepairs bool  // sign the repair record (Repair, not a writer)
+	rotErr      error // the failure of a rotation step, for its error
 
 	key    *Key
 	dir    ledgerDir

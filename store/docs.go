@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/acpfs/acpfs/internal/safeio"
+	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
 
@@ -26,7 +27,7 @@ type DocsOptions struct {
 	Frozen func(rel string) (sha string, ok bool)
 	// Record writes an event to the host's ledger (kinds RecordConflict,
 	// RecordFrozen, RecordRefused, RecordTooLarge); nil: logged only.
-	Record func(kind, rel, detail string)
+	Record func(kind ledger.Kind, rel, detail string)
 	// Changed is called after the sync wrote or removed rel in the
 	// folder; nil is fine when the views watch the folder themselves.
 	Changed func(rel string)
@@ -36,15 +37,15 @@ type DocsOptions struct {
 const (
 	// RecordConflict: a version based on a stale revision lost the name
 	// and was kept beside it, under a ".conflict-" name.
-	RecordConflict = "doc_conflict"
+	RecordConflict = ledger.KindDocConflict
 	// RecordFrozen: a version of a frozen deliverable whose SHA-256 is
 	// not the frozen one was neither applied nor published.
-	RecordFrozen = "frozen_refused"
+	RecordFrozen = ledger.KindFrozenRefused
 	// RecordRefused: an entry of the store was not applied (bad path,
 	// bad header, wrong hash, reserved name, not writable here).
-	RecordRefused = "doc_refused"
+	RecordRefused = ledger.KindDocRefused
 	// RecordTooLarge: a file larger than a bucket value was not synced.
-	RecordTooLarge = "doc_too_large"
+	RecordTooLarge = ledger.KindDocTooLarge
 )
 
 // protocolJSON is synced like a document, but only its static part: each

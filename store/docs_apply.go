@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/acpfs/acpfs/internal/safeio"
+	"github.com/acpfs/acpfs/ledger"
 )
 
 // applyEntry applies a revision of the bucket that this host did not
@@ -317,17 +318,17 @@ func (d *Docs) inHistory(rel, dg string) bool {
 
 // refuse logs and records a refusal, once: the bucket's entries are
 // replayed at every reconnection, and a scan meets the same file again.
-func (d *Docs) refuse(kind, rel, detail string) {
-	k := kind + "\x00" + rel + "\x00" + detail
+func (d *Docs) refuse(kind ledger.Kind, rel, detail string) {
+	k := string(kind) + "\x00" + rel + "\x00" + detail
 	if d.refused[k] {
 		return
 	}
 	d.refused[k] = true
-	slog.Warn("documents: "+kind, "path", rel, "detail", detail)
+	slog.Warn("documents: "+string(kind), "path", rel, "detail", detail)
 	d.record(kind, rel, detail)
 }
 
-func (d *Docs) record(kind, rel, detail string) {
+func (d *Docs) record(kind ledger.Kind, rel, detail string) {
 	if d.opts.Record != nil {
 		d.opts.Record(kind, rel, detail)
 	}

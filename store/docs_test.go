@@ -23,6 +23,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/acpfs/acpfs/internal/natsrv"
+	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
 
@@ -63,10 +64,10 @@ func (h *docHost) start() {
 			sum, ok := h.frozen[rel]
 			return sum, ok
 		},
-		Record: func(kind, rel, detail string) {
+		Record: func(kind ledger.Kind, rel, detail string) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			h.rec = append(h.rec, kind+" "+rel)
+			h.rec = append(h.rec, string(kind)+" "+rel)
 		},
 	})
 	require.NoError(h.t, err)
@@ -91,11 +92,11 @@ func (h *docHost) sync() {
 	require.NoError(h.t, h.d.Sync(ctx))
 }
 
-func (h *docHost) recorded(kind, rel string) bool {
+func (h *docHost) recorded(kind ledger.Kind, rel string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, r := range h.rec {
-		if r == kind+" "+rel {
+		if r == string(kind)+" "+rel {
 			return true
 		}
 	}
@@ -157,11 +158,11 @@ func twoHosts(t *testing.T) (*docHost, *docHost) {
 	return newDocHost(t, url, "ha", filepath.Join(base, "a")), newDocHost(t, url, "hb", filepath.Join(base, "b"))
 }
 
-func (h *docHost) recordedKind(kind string) bool {
+func (h *docHost) recordedKind(kind ledger.Kind) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, r := range h.rec {
-		if strings.HasPrefix(r, kind+" ") {
+		if strings.HasPrefix(r, string(kind)+" ") {
 			return true
 		}
 	}
@@ -409,7 +410,7 @@ func TestDocsRefusesBadEntries(t *testing.T) {
 	defer b.mu.Unlock()
 	assert.Len(t, b.rec, len(tests))
 	for _, r := range b.rec {
-		assert.True(t, strings.HasPrefix(r, RecordRefused+" "), r)
+		assert.True(t, strings.HasPrefix(r, string(RecordRefused)+" "), r)
 	}
 }
 
@@ -666,7 +667,7 @@ func TestDocsNotDocuments(t *testing.T) {
 		name   string
 		rel    string
 		make   func(p string) error
-		record string // what a records, if anything
+		record ledger.Kind // what a records, if anything
 	}{
 		{"hard link", "hard.md", func(p string) error { return os.Link(outside, p) }, ""},
 		{"symlink", "link.md", func(p string) error { return os.Symlink(outside, p) }, ""},

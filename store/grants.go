@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
 )
 
 // A grant lives in the grants bucket under "<host>.<grant id>": the host
@@ -143,7 +144,7 @@ func (s *Store) FindGrant(id string) (GrantEntry, error) {
 
 // GrantRecorder is told what a host's copy of its grants did, for the
 // ledger: kind is grant_created or grant_revoked (a grant deleted from the store counts as revoked).
-type GrantRecorder func(kind string, g *grants.Grant, detail string)
+type GrantRecorder func(kind ledger.Kind, g *grants.Grant, detail string)
 
 // SyncGrants keeps rd's grants equal to the store's grants for this
 // host until ctx ends: a new or changed grant is saved, a deleted one
@@ -187,9 +188,9 @@ func (s *Store) SyncGrants(ctx context.Context, rd grants.RunDir, rec GrantRecor
 			return
 		}
 		if rec != nil {
-			kind, what := "grant_created", "from the store"
+			kind, what := ledger.KindGrantCreated, "from the store"
 			if ge.Grant.Revoked {
-				kind, what = "grant_revoked", "revoked in the store"
+				kind, what = ledger.KindGrantRevoked, "revoked in the store"
 			}
 			rec(kind, ge.Grant, fmt.Sprintf("%s (revision %d)", what, ge.Revision))
 		}

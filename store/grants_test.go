@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/ledger"
 )
 
 func testGrant(agent string) *grants.Grant {
@@ -33,10 +34,10 @@ func TestGrantsFollowTheStore(t *testing.T) {
 	var recs []string
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	require.NoError(t, hb.SyncGrants(ctx, rd, func(kind string, g *grants.Grant, _ string) {
+	require.NoError(t, hb.SyncGrants(ctx, rd, func(kind ledger.Kind, g *grants.Grant, _ string) {
 		mu.Lock()
 		defer mu.Unlock()
-		recs = append(recs, kind+" "+g.GrantID)
+		recs = append(recs, string(kind)+" "+g.GrantID)
 	}))
 	gs, err := rd.LoadGrants()
 	require.NoError(t, err)

@@ -612,8 +612,8 @@ func (w *segmentWriter) write(data []byte) (int64, error) {
 		n++
 		w.lines++
 		var r struct {
-			Seq  int64  `json:"seq"`
-			Kind string `json:"kind"`
+			Seq  int64       `json:"seq"`
+			Kind ledger.Kind `json:"kind"`
 		}
 		if json.Unmarshal(line, &r) != nil {
 			// Not a record: verify reports it where it stands.

@@ -42,7 +42,8 @@ const (
 // repeatKey is one aggregated fact. Reads are keyed by content hash,
 // refusals by operation and reason, no-op changes by operation.
 type repeatKey struct {
-	kind, op, path, sha, why string
+	kind               ledger.Kind
+	op, path, sha, why string
 	// ver is the file version of a read recorded before its hash was
 	// known (sha empty): its read_hash follows.
 	ver fileVersion

@@ -235,7 +235,7 @@ func (f *View) finishHash(v fileVersion, reads []pendingRead, sha string, err er
 func (f *View) waitHashes() { f.deferred.wg.Wait() }
 
 // recordFull writes one record for this view's agent and returns it.
-func (f *View) recordFull(ctx context.Context, kind, op, rel, sha, detail string) (ledger.Record, error) {
+func (f *View) recordFull(ctx context.Context, kind ledger.Kind, op, rel, sha, detail string) (ledger.Record, error) {
 	g := f.gv.Load().grant
 	r := ledger.Record{Kind: kind, Agent: g.AgentID, Grant: g.GrantID, Path: rel, Op: op, SHA256: sha, Detail: detail}
 	if c, ok := f.caller(ctx); ok {

@@ -130,7 +130,7 @@ type policy struct {
 type verdict struct {
 	errno syscall.Errno
 	// record is the ledger kind of the refusal ("" for none).
-	record string
+	record ledger.Kind
 	why    string
 	// quiet refusals leave .acpfs/last-error alone: they are answered
 	// as if the name did not exist, and the agent must not learn that
@@ -144,7 +144,7 @@ func hidden(why string) verdict {
 	return verdict{errno: syscall.ENOENT, record: ledger.KindDenied, why: why, quiet: true}
 }
 
-func refuse(errno syscall.Errno, kind, why string) verdict {
+func refuse(errno syscall.Errno, kind ledger.Kind, why string) verdict {
 	return verdict{errno: errno, record: kind, why: why}
 }
 

@@ -29,7 +29,7 @@ func policyGrant() *grants.Grant {
 
 type expect struct {
 	errno  syscall.Errno
-	record string // ledger kind of the refusal, "" for none
+	record ledger.Kind // ledger kind of the refusal, "" for none
 }
 
 var (
@@ -192,7 +192,7 @@ func TestCheckpointOnDisk(t *testing.T) {
 		op     op
 		rel    string
 		errno  syscall.Errno
-		record string
+		record ledger.Kind
 	}{
 		{"renamed symlink now leads to the oracle", opLookup, "deliverables/s1", syscall.ENOENT, ledger.KindDenied},
 		{"create on the renamed symlink", opCreate, "deliverables/s1", syscall.EACCES, ledger.KindDenied},

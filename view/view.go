@@ -339,7 +339,7 @@ func (f *View) turnChan() <-chan struct{} {
 // record writes one ledger record for this view's agent. The error only
 // matters to reads, which fail closed (see recordRead); a refusal is
 // refused whether or not its record could be written.
-func (f *View) record(ctx context.Context, kind, op, rel, sha, detail string) error {
+func (f *View) record(ctx context.Context, kind ledger.Kind, op, rel, sha, detail string) error {
 	_, err := f.recordFull(ctx, kind, op, rel, sha, detail)
 	return err
 }
@@ -386,14 +386,14 @@ func (f *View) recordRead(ctx context.Context, rel, sha, detail string) syscall.
 // A refusal whose record cannot be written is answered with EIO: the
 // ledger must show every refusal, and an agent probing hidden names must
 // not learn more from a broken ledger than from a working one.
-func (f *View) deny(ctx context.Context, kind, op, rel string, errno syscall.Errno, why string) syscall.Errno {
+func (f *View) deny(ctx context.Context, kind ledger.Kind, op, rel string, errno syscall.Errno, why string) syscall.Errno {
 	return f.denyAs(ctx, kind, op, rel, errno, why, why)
 }
 
 // denyAs is deny for a reason that holds text the agent chose (a refused
 // event line): class names the kind of refusal for the aggregation, so
 // that varying the text does not make every refusal a new full record.
-func (f *View) denyAs(ctx context.Context, kind, op, rel string, errno syscall.Errno, why, class string) syscall.Errno {
+func (f *View) denyAs(ctx context.Context, kind ledger.Kind, op, rel string, errno syscall.Errno, why, class string) syscall.Errno {
 	if err := f.recordRefusal(ctx, kind, op, rel, why, class); err != nil {
 		f.ledgerDown(op, rel, err)
 		return syscall.EIO
@@ -413,7 +413,7 @@ const maxRefusalDetail = 512
 // Past maxRefusalPaths distinct refused paths in a view session, refusals
 // are kept per directory instead (path "dir/*"): probing many made-up
 // names costs one record per directory, not one per name.
-func (f *View) recordRefusal(ctx context.Context, kind, op, rel, why, class string) error {
+func (f *View) recordRefusal(ctx context.Context, kind ledger.Kind, op, rel, why, class string) error {
 	k := repeatKey{kind: kind, op: op, path: rel, why: class}
 	if f.audit == AuditCompact && f.repeats.crowded(k) {
 		dir := path.Dir(rel)

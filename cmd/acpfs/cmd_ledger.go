@@ -32,6 +32,7 @@ func newLedgerCmd() *cobra.Command {
 func newLedgerShowCmd() *cobra.Command {
 	var (
 		path, since, until string
+		kinds              []string
 		flt                ledger.Filter
 		asJSON             bool
 		sf                 ledgerStoreFlags
@@ -58,6 +59,9 @@ column; with --json, a "host" field before the record's own).`,
 			}
 			if err := flt.Validate(); err != nil {
 				return withCode(exitFailed, fmt.Errorf("--path: %w", err))
+			}
+			for _, k := range kinds {
+				flt.Kinds = append(flt.Kinds, ledger.Kind(k))
 			}
 			if remote, err := sf.check(path, "ledger"); err != nil {
 				return withCode(exitFailed, err)
@@ -92,7 +96,7 @@ column; with --json, a "host" field before the record's own).`,
 	f.StringVar(&path, "ledger", "", "ledger file (required)")
 	f.StringVar(&flt.Agent, "agent", "", "only this agent")
 	f.StringVar(&flt.Grant, "grant", "", "only this grant id")
-	f.StringSliceVar(&flt.Kinds, "kind", nil, "only these kinds (repeat or comma-separate): read, list, denied, ...")
+	f.StringSliceVar(&kinds, "kind", nil, "only these kinds (repeat or comma-separate): read, list, denied, ...")
 	f.StringVar(&flt.Path, "path", "", "only paths matching this glob (with * ? [ {) or under this prefix")
 	f.StringVar(&since, "since", "", "only records at or after: RFC 3339 time, a date, or a duration ago (90m)")
 	f.StringVar(&until, "until", "", "only records before: same forms as --since")

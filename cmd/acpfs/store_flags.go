@@ -121,7 +121,9 @@ func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.Ru
 				grants.IsReservedName(path.Base(rel)) || inCoordinatorDir(rel)
 		},
 		Frozen: h.frozen,
-		Record: func(kind, rel, detail string) { record(ledger.Record{Kind: kind, Path: rel, Detail: detail}) },
+		Record: func(kind ledger.Kind, rel, detail string) {
+			record(ledger.Record{Kind: kind, Path: rel, Detail: detail})
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -139,7 +141,7 @@ func joinStore(ctx context.Context, st *store.Store, folder string, rd grants.Ru
 		docs.Close()
 		return nil, err
 	}
-	err = st.SyncGrants(ctx, rd, func(kind string, g *grants.Grant, detail string) {
+	err = st.SyncGrants(ctx, rd, func(kind ledger.Kind, g *grants.Grant, detail string) {
 		record(ledger.Record{Kind: kind, Agent: g.AgentID, Grant: g.GrantID, Detail: detail})
 	})
 	if err == nil {

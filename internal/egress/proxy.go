@@ -323,7 +323,7 @@ func (s *Server) dial(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
 	return d.DialContext(ctx, "tcp", a.String())
 }
 
-func (s *Server) record(kind string, d destination, detail string) error {
+func (s *Server) record(kind ledger.Kind, d destination, detail string) error {
 	k := repeatKey{kind: kind, op: d.op, dest: d.String()}
 	if s.rep.note(k, time.Now()) {
 		return nil

@@ -287,16 +287,16 @@ func TestProxyRepeatsAreCounted(t *testing.T) {
 	require.NoError(t, e.srv.Close())
 	recs := e.led.records()
 	require.Len(t, recs, 4)
-	counts := map[string]int64{}
+	counts := map[ledger.Kind]int64{}
 	for _, r := range recs[2:] {
 		assert.NotEmpty(t, r.First)
 		assert.NotEmpty(t, r.Last)
 		host, _, _ := strings.Cut(r.Detail, ": ")
-		counts[r.Kind+" "+host] = r.Count
+		counts[r.Kind+ledger.Kind(" "+host)] = r.Count
 	}
-	assert.Equal(t, map[string]int64{
-		ledger.KindNetRefused + " evil.test:443":                       29,
-		ledger.KindNetAllowed + fmt.Sprintf(" api.test:%d", e.apiPort): 4,
+	assert.Equal(t, map[ledger.Kind]int64{
+		ledger.KindNetRefused + " evil.test:443":                                    29,
+		ledger.KindNetAllowed + ledger.Kind(fmt.Sprintf(" api.test:%d", e.apiPort)): 4,
 	}, counts)
 }
 

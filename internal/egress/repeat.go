@@ -25,7 +25,10 @@ const (
 	maxPending = 1 << 10
 )
 
-type repeatKey struct{ kind, op, dest string }
+type repeatKey struct {
+	kind     ledger.Kind
+	op, dest string
+}
 
 type repeatCount struct {
 	n           int64
