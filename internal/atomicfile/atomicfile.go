@@ -21,9 +21,9 @@
 //
 // The one exception is explicit: WriteCache and Dir.NoSync skip both
 // fsyncs, for a file whose loss after a crash costs only time (a cache
-// that is rebuilt) or that must never be more durable than the file it
-// follows (a ledger's head when the ledger itself is not fsynced). The
-// atomicity holds all the same.
+// that is rebuilt). A ledger's head is not such a file: it is written by
+// the whole rule after its ledger is fsynced. The atomicity holds all
+// the same.
 package atomicfile
 
 import (
