@@ -20,6 +20,7 @@ import (
 
 	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/internal/digest"
+	"github.com/acpfs/acpfs/internal/safeio"
 	"github.com/acpfs/acpfs/protocol"
 )
 
@@ -179,10 +180,7 @@ func openArtifact(folder, rel string) (*os.File, error) {
 		return nil, fmt.Errorf("open folder: %w", err)
 	}
 	defer unix.Close(root)
-	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	fd, err := safeio.OpenBeneath(root, rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	switch {
 	case err == unix.ELOOP || err == unix.EXDEV:
 		return nil, fmt.Errorf("artifact %s: a symlink or a mount point is on the way; hand over the file itself", rel)

@@ -1,8 +1,6 @@
 package ledger
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +8,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // ledgerDir is the ledger's directory, held open. A writer reaches its
@@ -85,26 +85,11 @@ func (d ledgerDir) remove(name string) error {
 	return err
 }
 
-// writeAtomic replaces name with data: a temporary file and a rename in
-// the same directory, so that a reader sees the old content or the new.
+// writeAtomic replaces name with data by the one rule of
+// internal/atomicfile (temporary file, fsync, rename, fsync of the
+// directory), by last name inside the held directory.
 func (d ledgerDir) writeAtomic(name string, data []byte) error {
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := "." + name + ".tmp-" + hex.EncodeToString(rnd[:])
-	f, err := d.open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	if err := errors.Join(werr, f.Close()); err != nil {
-		_ = unix.Unlinkat(d.fd, tmp, 0)
-		return err
-	}
-	if err := unix.Renameat(d.fd, tmp, d.fd, name); err != nil {
-		_ = unix.Unlinkat(d.fd, tmp, 0)
-		return err
-	}
-	return nil
+	return atomicfile.At(d.fd).WriteFile(name, data, 0o600)
 }
 
 // keepPrivate makes the ledger file the writer's alone: one another user

@@ -396,8 +396,14 @@ func (w *Writer) checkHead() error {
 	return nil
 }
 
-// writeHead copies a checkpoint's line to the head file.
+// writeHead copies a checkpoint's line to the head file, durably. The
+// ledger file is fsynced first, in every sync mode: a head that survives
+// a crash the checkpoint it names did not would report records removed.
 func (w *Writer) writeHead(line []byte) error {
+	if err := w.f.Sync(); err != nil {
+		slog.Error("ledger: cannot fsync the ledger before its head", "path", w.path, "err", err)
+		return fmt.Errorf("fsync before the head: %w", err)
+	}
 	if err := w.dir.writeAtomic(w.dir.base+headSuffix, line); err != nil {
 		slog.Error("ledger: cannot write the head file", "path", headPath(w.path), "err", err)
 		return err

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/safeio"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 	"github.com/acpfs/acpfs/store"
@@ -68,10 +69,8 @@ func coordinatorDirsIn(folder string) (func(rel string) bool, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("open folder %s: %w", folder, err)
 	}
-	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
 	test := func(rel string) bool {
-		d, err := unix.Openat2(fd, rel, &how)
+		d, err := safeio.OpenBeneath(fd, rel, unix.O_PATH|unix.O_DIRECTORY, 0)
 		if err != nil {
 			return false // not a directory (or gone): its own checks decide
 		}

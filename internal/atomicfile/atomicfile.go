@@ -1,22 +1,42 @@
 // Package atomicfile replaces files so that a reader, or the file after a
 // crash, holds either the old content or the new, never a mix: the one
-// durability rule of acpfs for files it rewrites whole.
+// atomic-write rule of acpfs for files it rewrites whole. Every writer
+// that installs a file by temporary file and rename goes through it.
 //
-// The rule: write a temporary file in the same directory (named
-// ".<name>.tmp-<random>", so that loaders and views skip it), give it its
-// mode, fsync it, rename it over the name, fsync the directory.
+// The rule, and its one durability level: write a temporary file in the
+// same directory (named ".<name>.tmp-<random>", so that loaders and views
+// skip it), give it its mode, fsync it (the data is on disk before any
+// name points at it), rename it over the name, fsync the directory (the
+// name survives a crash once the call returns).
 //
-// WriteFile and Write apply the whole rule. Temp exposes its steps for
-// writers that must do more between them: choose the name from the
-// content (a content-addressed copy), or rename only under their own
-// lock and after checking that nobody else replaced the file meanwhile.
+// WriteFile and Write apply the whole rule to a path. Dir applies it
+// inside a directory held open by descriptor, by last names only, for
+// writers that must never resolve a path someone else may change (the
+// ledger's directory, a folder's directories). Temp exposes the steps
+// for writers that must do more between them: choose the name from the
+// content (a content-addressed copy), rename only under their own lock
+// after checking that nobody replaced the file meanwhile, or exchange the
+// new file with the old entry (renameat2 RENAME_EXCHANGE) to look at
+// what it replaced.
+//
+// The one exception is explicit: WriteCache and Dir.NoSync skip both
+// fsyncs, for a file whose loss after a crash costs only time (a cache
+// that is rebuilt). A ledger's head is not such a file: it is written by
+// the whole rule after its ledger is fsynced. The atomicity holds all
+// the same.
 package atomicfile
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // TempPrefix is how the temporary file for name starts.
@@ -82,8 +102,12 @@ func PermOf(path string, def os.FileMode) os.FileMode {
 // (or Rename it and SyncDir the directory). Discard, safe to defer,
 // removes it unless it was renamed.
 type Temp struct {
-	f       *os.File
-	dir     string
+	f   *os.File
+	dir string // the directory's path; "" for a Temp made by a Dir
+	// dirfd is the directory's descriptor for a Temp made by a Dir,
+	// which acts by last names only; -1 otherwise.
+	dirfd   int
+	tmp     string // the temporary file's last name (Dir) or path
 	noSync  bool
 	renamed bool
 }
@@ -96,14 +120,18 @@ func NewTemp(dir, name string) (*Temp, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Temp{f: f, dir: dir}, nil
+	return &Temp{f: f, dir: dir, dirfd: -1, tmp: f.Name()}, nil
 }
 
-// Name returns the temporary file's path.
-func (t *Temp) Name() string { return t.f.Name() }
+// Name returns the temporary file's path (its last name for a Temp made
+// by a Dir).
+func (t *Temp) Name() string { return t.tmp }
 
 // Write appends p to the temporary file.
 func (t *Temp) Write(p []byte) (int, error) { return t.f.Write(p) }
+
+// Chown gives the temporary file an owner before it is installed.
+func (t *Temp) Chown(uid, gid int) error { return t.f.Chown(uid, gid) }
 
 // Finish ends the writing: the file gets mode perm, is fsynced and
 // closed. It is then complete on disk, and renaming it is atomic and
@@ -123,15 +151,13 @@ func (t *Temp) Finish(perm os.FileMode) error {
 }
 
 // Install renames the finished file over path, which must be in the
-// same directory, and fsyncs the directory.
+// same directory (a last name for a Temp made by a Dir), and fsyncs the
+// directory.
 func (t *Temp) Install(path string) error {
 	if err := t.Rename(path); err != nil {
 		return fmt.Errorf("replace %s: %w", path, err)
 	}
-	if t.noSync {
-		return nil
-	}
-	return SyncDir(t.dir)
+	return t.syncDir()
 }
 
 // Rename is Install without the fsync of the directory, for a caller
@@ -139,6 +165,16 @@ func (t *Temp) Install(path string) error {
 // The error is the rename's (fs.ErrNotExist when the temporary file was
 // removed meanwhile).
 func (t *Temp) Rename(path string) error {
+	if t.dirfd >= 0 {
+		if err := lastName(path); err != nil {
+			return err
+		}
+		if err := unix.Renameat(t.dirfd, t.tmp, t.dirfd, path); err != nil {
+			return &os.LinkError{Op: "rename", Old: t.tmp, New: path, Err: err}
+		}
+		t.renamed = true
+		return nil
+	}
 	if filepath.Dir(path) != t.dir {
 		return fmt.Errorf("%s is not in %s, where the temporary file is", path, t.dir)
 	}
@@ -147,6 +183,46 @@ func (t *Temp) Rename(path string) error {
 	}
 	t.renamed = true
 	return nil
+}
+
+// Exchange swaps the finished file with the entry at name in a Dir's
+// directory (renameat2 RENAME_EXCHANGE; ENOENT when nothing is there)
+// and fsyncs the directory: name is the new file, and the temporary
+// name (Name) is now the old entry, which Discard no longer removes. The
+// caller looks at it and removes, restores or keeps it. The fsync of the
+// directory is done even when the caller swaps back: it decides then.
+func (t *Temp) Exchange(name string) error {
+	return t.renameat2(name, unix.RENAME_EXCHANGE)
+}
+
+// InstallNew is Install into a Dir's directory when name is free: it
+// fails (EEXIST) rather than replace an entry made meanwhile.
+func (t *Temp) InstallNew(name string) error {
+	return t.renameat2(name, unix.RENAME_NOREPLACE)
+}
+
+func (t *Temp) renameat2(name string, flags uint) error {
+	if t.dirfd < 0 {
+		return errors.New("exchange: the temporary file was not made by a Dir")
+	}
+	if err := lastName(name); err != nil {
+		return err
+	}
+	if err := unix.Renameat2(t.dirfd, t.tmp, t.dirfd, name, flags); err != nil {
+		return err
+	}
+	t.renamed = true
+	return t.syncDir()
+}
+
+func (t *Temp) syncDir() error {
+	if t.noSync {
+		return nil
+	}
+	if t.dirfd >= 0 {
+		return Dir{fd: t.dirfd}.Sync()
+	}
+	return SyncDir(t.dir)
 }
 
 // Discard removes the temporary file unless it was renamed. It is safe
@@ -158,7 +234,11 @@ func (t *Temp) Discard() {
 	// Errors only say it was closed or removed already; a leftover
 	// would be skipped by every loader for its name.
 	_ = t.f.Close()
-	_ = os.Remove(t.f.Name())
+	if t.dirfd >= 0 {
+		_ = unix.Unlinkat(t.dirfd, t.tmp, 0)
+		return
+	}
+	_ = os.Remove(t.tmp)
 }
 
 // SyncDir fsyncs a directory, so that a name just made or replaced in it
@@ -171,6 +251,88 @@ func SyncDir(dir string) error {
 	defer d.Close()
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Dir is a directory held open by descriptor (O_PATH is enough), in which
+// files are replaced by the same rule, by last names only: nothing
+// above the directory is resolved again, and a name is never followed
+// when it is a symlink (O_NOFOLLOW, O_EXCL). The descriptor stays the
+// caller's.
+type Dir struct {
+	fd     int
+	noSync bool
+}
+
+// At returns the Dir of the open directory fd.
+func At(fd int) Dir { return Dir{fd: fd} }
+
+// NoSync returns d without the rule's fsyncs: see the package doc for
+// the only files that may be written so.
+func (d Dir) NoSync() Dir { d.noSync = true; return d }
+
+// WriteFile replaces name in d with data, with mode perm.
+func (d Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
+	t, err := d.NewTemp(name)
+	if err != nil {
+		return fmt.Errorf("replace %s: %w", name, err)
+	}
+	defer t.Discard()
+	if _, err := t.Write(data); err != nil {
+		return fmt.Errorf("replace %s: %w", name, err)
+	}
+	if err := t.Finish(perm); err != nil {
+		return fmt.Errorf("replace %s: %w", name, err)
+	}
+	return t.Install(name)
+}
+
+// NewTemp creates the temporary file for a replacement of name in d
+// (".<name>.tmp-<random>", O_EXCL, mode 0600 until Finish).
+func (d Dir) NewTemp(name string) (*Temp, error) {
+	if err := lastName(name); err != nil {
+		return nil, err
+	}
+	return d.NewTempPrefix(TempPrefix(name))
+}
+
+// NewTempPrefix is NewTemp with a temporary name that begins with prefix
+// instead, for a caller whose watchers skip names of their own.
+func (d Dir) NewTempPrefix(prefix string) (*Temp, error) {
+	for try := 0; ; try++ {
+		var rnd [8]byte
+		_, _ = rand.Read(rnd[:])
+		tmp := prefix + hex.EncodeToString(rnd[:])
+		fd, err := unix.Openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err == unix.EEXIST && try < 8 {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "create", Path: tmp, Err: err}
+		}
+		return &Temp{f: os.NewFile(uintptr(fd), tmp), dirfd: d.fd, tmp: tmp, noSync: d.noSync}, nil
+	}
+}
+
+// Sync fsyncs the directory. Its descriptor may be O_PATH, which fsync
+// refuses, so the directory is opened for it through the descriptor.
+func (d Dir) Sync() error {
+	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("fsync directory: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fsync(fd); err != nil {
+		return fmt.Errorf("fsync directory: %w", err)
+	}
+	return nil
+}
+
+// lastName refuses anything but a name in the directory itself.
+func lastName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		return fmt.Errorf("%q is not a name in the directory: %w", name, unix.EINVAL)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestWriteFile(t *testing.T) {
@@ -115,4 +116,138 @@ func TestWriteCacheAndPermOf(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o600), PermOf(p, 0o644), "the file's own mode")
 	left, _ := filepath.Glob(filepath.Join(dir, ".*"))
 	assert.Empty(t, left)
+}
+
+// openPath opens dir as the O_PATH descriptor the ledger and the folder
+// code hold.
+func openPath(t *testing.T, dir string) int {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+func TestDirWriteFile(t *testing.T) {
+	tests := []struct {
+		name    string
+		setup   func(t *testing.T, dir string) // what stands at "f" before
+		target  string
+		noSync  bool
+		wantErr error
+		want    string // content of "f" afterwards ("" with wantErr: untouched)
+	}{
+		{name: "new file", target: "f", want: "new"},
+		{name: "replaces a file", target: "f", want: "new",
+			setup: func(t *testing.T, dir string) {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("old"), 0o644))
+			}},
+		{name: "replaces a symlink, never follows it", target: "f", want: "new",
+			setup: func(t *testing.T, dir string) {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, "outside"), []byte("outside"), 0o644))
+				require.NoError(t, os.Symlink("outside", filepath.Join(dir, "f")))
+			}},
+		{name: "without fsync", target: "f", noSync: true, want: "new"},
+		{name: "a path is refused", target: "sub/f", wantErr: unix.EINVAL},
+		{name: "dot-dot is refused", target: "..", wantErr: unix.EINVAL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, os.Mkdir(filepath.Join(dir, "sub"), 0o755))
+			if tt.setup != nil {
+				tt.setup(t, dir)
+			}
+			d := At(openPath(t, dir))
+			if tt.noSync {
+				d = d.NoSync()
+			}
+			err := d.WriteFile(tt.target, []byte("new"), 0o640)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			st, err := os.Lstat(filepath.Join(dir, "f"))
+			require.NoError(t, err)
+			assert.True(t, st.Mode().IsRegular())
+			assert.Equal(t, os.FileMode(0o640), st.Mode().Perm())
+			b, err := os.ReadFile(filepath.Join(dir, "f"))
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, string(b))
+			if b, err := os.ReadFile(filepath.Join(dir, "outside")); err == nil {
+				assert.Equal(t, "outside", string(b), "the symlink's target is untouched")
+			}
+			left, _ := filepath.Glob(filepath.Join(dir, ".*"))
+			assert.Empty(t, left, "no temporary file left")
+		})
+	}
+}
+
+func TestDirSyncOnPathDescriptor(t *testing.T) {
+	// fsync(2) refuses an O_PATH descriptor (EBADF); the rule's
+	// directory fsync must work with one all the same.
+	dir := t.TempDir()
+	fd := openPath(t, dir)
+	require.ErrorIs(t, unix.Fsync(fd), unix.EBADF)
+	require.NoError(t, At(fd).Sync())
+}
+
+func TestTempExchange(t *testing.T) {
+	tests := []struct {
+		name    string
+		old     string // "" for nothing at "f"
+		noRepl  bool   // InstallNew instead of Exchange
+		wantErr error
+		wantOld string // content under the temporary name afterwards
+	}{
+		{name: "exchange hands back the old entry", old: "old", wantOld: "old"},
+		{name: "exchange with nothing there", wantErr: unix.ENOENT},
+		{name: "install a new name", noRepl: true},
+		{name: "install a taken name", old: "old", noRepl: true, wantErr: unix.EEXIST},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tt.old != "" {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte(tt.old), 0o644))
+			}
+			tmp, err := At(openPath(t, dir)).NewTempPrefix(".sync-")
+			require.NoError(t, err)
+			defer tmp.Discard()
+			assert.True(t, strings.HasPrefix(tmp.Name(), ".sync-"))
+			_, err = io.WriteString(tmp, "new")
+			require.NoError(t, err)
+			require.NoError(t, tmp.Finish(0o600))
+			if tt.noRepl {
+				err = tmp.InstallNew("f")
+			} else {
+				err = tmp.Exchange("f")
+			}
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+				tmp.Discard()
+				left, _ := filepath.Glob(filepath.Join(dir, ".*"))
+				assert.Empty(t, left, "the unused temporary file is removed")
+				return
+			}
+			require.NoError(t, err)
+			b, err := os.ReadFile(filepath.Join(dir, "f"))
+			require.NoError(t, err)
+			assert.Equal(t, "new", string(b))
+			tmp.Discard() // the old entry is the caller's now: kept
+			if tt.wantOld != "" {
+				b, err := os.ReadFile(filepath.Join(dir, tmp.Name()))
+				require.NoError(t, err)
+				assert.Equal(t, tt.wantOld, string(b))
+			}
+		})
+	}
+}
+
+func TestPathTempRefusesExchange(t *testing.T) {
+	tmp, err := NewTemp(t.TempDir(), "f")
+	require.NoError(t, err)
+	defer tmp.Discard()
+	require.Error(t, tmp.Exchange("f"))
 }

@@ -103,11 +103,32 @@ func (r *Root) open(rel string, flags int) (int, error) {
 
 // openat2 resolves name strictly beneath dirfd.
 func openat2(dirfd int, name string, flags int) (int, error) {
+	return OpenBeneath(dirfd, name, flags, 0)
+}
+
+// OpenBeneath opens name ("" or "." for the directory itself) strictly
+// beneath the directory dirfd: the only open of acpfs that resolves a
+// path someone else may change. Every component is resolved with
+// openat2 and RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+// RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV, and O_NOFOLLOW and O_CLOEXEC
+// are always added: a final symlink is opened as itself with O_PATH,
+// refused otherwise. mode is used with O_CREAT or O_TMPFILE only.
+//
+// The errors are the kernel's, so that each caller says what they mean
+// to it: ELOOP (a symlink on the way), EXDEV (a mount point, or a name
+// leading above dirfd). EINTR and EAGAIN (a rename elsewhere raced the
+// resolution) are retried here.
+func OpenBeneath(dirfd int, name string, flags int, mode uint32) (int, error) {
+	if name == "" {
+		name = "."
+	}
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC), Resolve: resolveFlags}
+	if flags&(unix.O_CREAT|unix.O_TMPFILE) != 0 {
+		how.Mode = uint64(mode & 0o7777)
+	}
 	for {
 		fd, err := unix.Openat2(dirfd, name, &how)
 		if err == unix.EINTR || err == unix.EAGAIN {
-			// EAGAIN: a rename elsewhere raced the resolution.
 			continue
 		}
 		return fd, err

@@ -207,3 +207,53 @@ func TestDetachRestore(t *testing.T) {
 	_, err = r.Detach("missing", 1<<20)
 	require.ErrorIs(t, err, fs.ErrNotExist)
 }
+
+func TestOpenBeneath(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "a/b"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a/b/f"), []byte("x"), 0o644))
+	require.NoError(t, os.Symlink("b", filepath.Join(dir, "a/link")))
+	require.NoError(t, os.Symlink("f", filepath.Join(dir, "a/b/flink")))
+	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(root)
+	for _, tc := range []struct {
+		name  string
+		path  string
+		flags int
+		mode  uint32
+		want  error
+	}{
+		{"a file", "a/b/f", unix.O_RDONLY, 0, nil},
+		{"the root itself", "", unix.O_PATH | unix.O_DIRECTORY, 0, nil},
+		{"dot", ".", unix.O_PATH | unix.O_DIRECTORY, 0, nil},
+		{"a symlinked directory on the way", "a/link/f", unix.O_RDONLY, 0, unix.ELOOP},
+		{"a final symlink", "a/b/flink", unix.O_RDONLY, 0, unix.ELOOP},
+		{"a final symlink as itself", "a/b/flink", unix.O_PATH, 0, nil},
+		{"above the root", "../x", unix.O_RDONLY, 0, unix.EXDEV},
+		{"an absolute path", "/etc/passwd", unix.O_RDONLY, 0, unix.EXDEV},
+		{"a magic link", "/proc/self/root", unix.O_PATH, 0, unix.EXDEV},
+		{"create with a mode", "a/new", unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL, 0o640, nil},
+		{"create through a symlink", "a/link/new", unix.O_WRONLY | unix.O_CREAT, 0o600, unix.ELOOP},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fd, err := OpenBeneath(root, tc.path, tc.flags, tc.mode)
+			if tc.want != nil {
+				require.ErrorIs(t, err, tc.want)
+				return
+			}
+			require.NoError(t, err)
+			defer unix.Close(fd)
+			if tc.flags&unix.O_CREAT != 0 {
+				var st unix.Stat_t
+				require.NoError(t, unix.Fstat(fd, &st))
+				old := unix.Umask(0)
+				unix.Umask(old)
+				assert.Equal(t, tc.mode&^uint32(old), st.Mode&0o777)
+			}
+			flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+			require.NoError(t, err)
+			assert.NotZero(t, flags&unix.FD_CLOEXEC, "close-on-exec is always set")
+		})
+	}
+}
