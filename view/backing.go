@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/safeio"
 )
 
 // backing is the only way the daemon touches the collaboration folder.
@@ -29,9 +31,6 @@ type backing struct {
 	// below root (see place).
 	at place
 }
-
-const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS |
-	unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
 func openBacking(folder string, at place) (*backing, error) {
 	// The folder path itself is the coordinator's choice and may be
@@ -58,33 +57,17 @@ func (b *backing) open(rel string, flags int, mode uint32) (int, error) {
 	return b.openView(vp, flags, mode)
 }
 
-// openView is open for a path relative to the view's root.
+// openView is open for a path relative to the view's root, through the
+// one resolver beneath a root (internal/safeio).
 func (b *backing) openView(rel string, flags int, mode uint32) (int, error) {
-	if rel == "" {
-		rel = "."
+	fd, err := safeio.OpenBeneath(b.rootFd(), rel, flags, mode)
+	if err == unix.ELOOP || err == unix.EXDEV {
+		// A component (or the final name) is a symlink or a mount
+		// point: the path leads nowhere inside the view, so for the
+		// view it does not exist.
+		return -1, unix.ENOENT
 	}
-	how := unix.OpenHow{
-		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
-		Resolve: resolveFlags,
-	}
-	if flags&(unix.O_CREAT|unix.O_TMPFILE) != 0 {
-		how.Mode = uint64(mode & 0o7777)
-	}
-	for {
-		fd, err := unix.Openat2(b.rootFd(), rel, &how)
-		switch err {
-		case unix.EINTR, unix.EAGAIN:
-			// EAGAIN: a rename elsewhere in the folder raced the
-			// resolution; the kernel asks for a retry.
-			continue
-		case unix.ELOOP, unix.EXDEV:
-			// A component (or the final name) is a symlink or a mount
-			// point: the path leads nowhere inside the view, so for
-			// the view it does not exist.
-			return -1, unix.ENOENT
-		}
-		return fd, err
-	}
+	return fd, err
 }
 
 // dir is a parent directory reached through the checkpoint, with the
