@@ -195,6 +195,7 @@ func isSelfOrBelow(rel, dir string) bool {
 var (
 	errPatternEmpty = errors.New("empty pattern")
 	errAbsolute     = errors.New("absolute path: patterns are relative to the collaboration folder")
+	errUpInBraces   = errors.New(`a ".." segment inside braces: write the leading ".." segments before them ("../{a,b}/**")`)
 	errEscapes      = errors.New(`escapes the collaboration folder (".." segment after a name)`)
 	errRootOnly     = errors.New(`names the folder root itself; use "**" for everything`)
 )
@@ -222,6 +223,7 @@ func compilePattern(pat string, closeBelow bool, rule int) ([]compiled, error) {
 	if err != nil {
 		return nil, err
 	}
+	literalUp, _ := SplitUp(pat)
 	out := make([]compiled, 0, len(alts))
 	for _, alt := range alts {
 		norm, err := normalizePattern(alt)
@@ -229,6 +231,13 @@ func compilePattern(pat string, closeBelow bool, rule int) ([]compiled, error) {
 			return nil, err
 		}
 		up, rest := SplitUp(norm)
+		if up != literalUp {
+			// "{..,x}/f" would reach beside the folder through one
+			// alternative only: what lies beside is named by leading
+			// ".." segments written as such, so a reader of the grant
+			// sees it.
+			return nil, errUpInBraces
+		}
 		if closeBelow && rest != "**" && !strings.HasSuffix(rest, "/**") {
 			rest += "/**"
 		}

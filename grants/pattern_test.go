@@ -170,6 +170,10 @@ func TestCompilePatternErrors(t *testing.T) {
 		{"a/../x", "escapes"},
 		{"a/../../x", "escapes"},
 		{"{a,b/../c}", "escapes"},
+		{"{..,x}/oracle.txt", "inside braces"},
+		{"{../a,../b}/**", "inside braces"},
+		{"..{,}/x", "inside braces"},
+		{"../{..,x}/y", "inside braces"},
 		{"..", "folder root"},
 		{"../", "folder root"},
 		{"{/a,b}", "absolute"},
@@ -188,6 +192,15 @@ func TestCompilePatternErrors(t *testing.T) {
 		if assert.Error(t, err, tt.pat) {
 			assert.Contains(t, err.Error(), tt.msg, tt.pat)
 		}
+	}
+}
+
+// TestLeadingUpsBeforeBraces: leading ".." segments written before the
+// braces compile; the same spelled inside them does not (see above).
+func TestLeadingUpsBeforeBraces(t *testing.T) {
+	for _, pat := range []string{"../{a,b}/**", "../../{x,y}.md", "{a,b}/c"} {
+		_, err := compilePattern(pat, false, 0)
+		assert.NoError(t, err, pat)
 	}
 }
 

@@ -55,6 +55,15 @@ func TestOpsWithoutFUSE(t *testing.T) {
 			_, e := f.Setattr(ctx, "docs/a.md", nil, &SetAttr{Size: 0, HasSize: true})
 			return e
 		}, syscall.EACCES, string(ledger.KindDenied)},
+		{"create of a name that is not UTF-8", func() syscall.Errno {
+			_, _, e := f.Create(ctx, "scratch/\xff.md", uint32(os.O_RDWR), 0o644, nil)
+			return e
+		}, syscall.EILSEQ, string(ledger.KindDenied)},
+		{"lookup of a planted name that is not UTF-8", func() syscall.Errno {
+			require.NoError(t, os.WriteFile(in("scratch/\xfe.md"), []byte("x"), 0o644))
+			_, e := f.Lookup(ctx, "scratch/\xfe.md")
+			return e
+		}, syscall.ENOENT, string(ledger.KindDenied)},
 		{"rmdir of the folder", func() syscall.Errno { return f.Rmdir(ctx, "") }, syscall.EACCES, string(ledger.KindDenied)},
 	}
 	for _, tc := range cases {

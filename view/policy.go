@@ -4,6 +4,7 @@ import (
 	"path"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -224,6 +225,9 @@ func decide(o op, rel string, e entry, p policy) verdict {
 		}
 		return allow
 	default: // classMake
+		if !utf8.ValidString(rel) {
+			return refuse(syscall.EILSEQ, ledger.KindDenied, whyNotUTF8)
+		}
 		if v := checkName(o, rel, p); v.errno != 0 {
 			return v
 		}
@@ -250,6 +254,10 @@ func decide(o op, rel string, e entry, p policy) verdict {
 		return allow
 	}
 }
+
+// whyNotUTF8 is why a name that is not valid UTF-8 is never shown or
+// made: the ledger could not record it exactly.
+const whyNotUTF8 = "a name that is not valid UTF-8, which the ledger cannot record exactly"
 
 // requiredDocs are the documents every ACP folder must hold (validate
 // fails without them).
@@ -329,6 +337,13 @@ func classify(m *grants.Matcher, c *concealed, loc place, dirfd int, name, rel s
 	}
 	if rel == protocol.LockFile {
 		e.kind, e.why = kindConcealed, "the lock of the folder's appenders"
+		return e
+	}
+	if !utf8.ValidString(name) {
+		// The ledger is JSON: such a name would be recorded with its
+		// invalid bytes replaced, so that several files share one
+		// recorded name and the audit could not tell which was read.
+		e.kind, e.why = kindConcealed, whyNotUTF8
 		return e
 	}
 	switch st.Mode & unix.S_IFMT {
