@@ -449,3 +449,20 @@ func TestPrepareMountpointCoveredByAMount(t *testing.T) {
 	assert.Equal(t, uint32(1234), st.Uid)
 	assert.Equal(t, uint32(0o777), st.Mode&0o7777)
 }
+
+// TestCoordinatorStoppedIsTold: a coordinator stopped by SIGSTOP still
+// has a status that says it runs; Stopped tells it apart.
+func TestCoordinatorStoppedIsTold(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	require.NoError(t, cmd.Start())
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	st := CoordinatorStatus{PID: cmd.Process.Pid}
+	assert.False(t, st.Stopped())
+	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	var ws syscall.WaitStatus
+	_, err := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WUNTRACED, nil)
+	require.NoError(t, err)
+	require.True(t, ws.Stopped())
+	assert.True(t, st.Stopped())
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+}

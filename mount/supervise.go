@@ -435,6 +435,20 @@ type ViewHealth struct {
 	Fix        string `json:"fix,omitempty"`
 }
 
+// Stopped reports whether the coordinator's process is stopped (SIGSTOP,
+// a debugger): its views then hang, every caller blocked, until it runs
+// again, though its status still says it runs.
+func (st CoordinatorStatus) Stopped() bool {
+	if st.PID <= 0 {
+		return false
+	}
+	state, start, err := procStat(st.PID)
+	if err != nil || (st.PIDStart != 0 && start != st.PIDStart) {
+		return false
+	}
+	return state == 'T' || state == 't'
+}
+
 // DaemonDying tells whether the coordinator st names is dying: its pid is
 // that process still (same start time), which was killed or has exited
 // but cannot finish (a thread stuck in the kernel holds its views).

@@ -235,6 +235,9 @@ when it cannot.`,
 			var dead error
 			if !st.Running() {
 				dead = deadCoordinatorError(st, o.Health)
+			} else if st.Stopped() {
+				o.State = "stopped"
+				dead = fmt.Errorf("coordinator pid %d is stopped (SIGSTOP or a debugger): every view hangs until it runs again: `kill -CONT %d`, or end it with `kill -KILL %d` and run `acpfs up` again", st.PID, st.PID, st.PID)
 			} else {
 				// A live coordinator whose view went away: the agent's
 				// writes would land in the bare mountpoint.
