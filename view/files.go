@@ -347,7 +347,9 @@ func (h *handle) inPlace(ctx context.Context, op string) syscall.Errno {
 		return 0 // acpfs replaces these itself; their content is its own
 	}
 	gen := f.entryGen.Load()
-	if h.placeGen.Load() == gen+1 {
+	if h.placeGen.Load() == gen+1 && f.cacheTimeout() == CacheTimeout {
+		// No name changed since the last check, as a watcher that sees
+		// the whole folder vouches; without one, every call checks.
 		return 0
 	}
 	var st unix.Stat_t

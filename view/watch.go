@@ -156,7 +156,7 @@ func (wt *Watcher) loop() {
 			if !ok {
 				return
 			}
-			wt.handle(ev)
+			wt.handleSafely(ev)
 		case err, ok := <-wt.w.Errors:
 			if !ok {
 				return
@@ -179,6 +179,22 @@ func (wt *Watcher) each(fn func(f *View)) {
 	for _, f := range views {
 		fn(f)
 	}
+}
+
+// handleSafely is handle, with a panic turned into a degraded watcher:
+// fsnotify can fault on its own bookkeeping when directories are swapped
+// fast (renameat2 RENAME_EXCHANGE in a loop, by an agent or by anyone
+// who can write the folder), and a panic here would kill the daemon and
+// every view it serves. The views then keep one-second kernel caches,
+// which need no watcher to be right.
+func (wt *Watcher) handleSafely(ev fsnotify.Event) {
+	defer func() {
+		if r := recover(); r != nil {
+			slog.Error("watcher: internal error while following the folder", "folder", wt.folder, "event", ev.String(), "panic", r)
+			wt.degrade("the watcher failed on an event", fmt.Errorf("%v", r))
+		}
+	}()
+	wt.handle(ev)
 }
 
 func (wt *Watcher) handle(ev fsnotify.Event) {
