@@ -235,9 +235,6 @@ when it cannot.`,
 			var dead error
 			if !st.Running() {
 				dead = deadCoordinatorError(st, o.Health)
-			} else if st.Stopped() {
-				o.State = "stopped"
-				dead = fmt.Errorf("coordinator pid %d is stopped (SIGSTOP or a debugger): every view hangs until it runs again: `kill -CONT %d`, or end it with `kill -KILL %d` and run `acpfs up` again", st.PID, st.PID, st.PID)
 			} else {
 				// A live coordinator whose view went away: the agent's
 				// writes would land in the bare mountpoint.
@@ -254,6 +251,15 @@ when it cannot.`,
 				if len(o.Problems) > 0 && dead == nil {
 					// Agents without a view: their grants were refused.
 					dead = fmt.Errorf("%d grant(s) refused (their agents have no view until fixed): %s", len(o.Problems), strings.Join(o.Problems, "; "))
+				}
+				if st.Stopped() {
+					// Its status says it runs, yet every view hangs.
+					o.State = "stopped"
+					msg := fmt.Sprintf("coordinator pid %d is stopped (SIGSTOP or a debugger): every view hangs until it runs again: `kill -CONT %d`, or end it with `kill -KILL %d` and run `acpfs up` again", st.PID, st.PID, st.PID)
+					if dead != nil {
+						msg += "; " + dead.Error()
+					}
+					dead = errors.New(msg)
 				}
 			}
 			if asJSON {
