@@ -122,8 +122,16 @@ func (h *mhHost) grant(agent, participant string, extra ...string) {
 	h.env.t.Helper()
 	args := append([]string{"grant", "create", "--store", h.url, "--collab", mhCollab, "--host", h.name,
 		"--replicas", h.env.replicas, "--folder", h.env.first, "--agent", agent, "--participant", participant, "--preset", "owner"}, extra...)
-	_, stderr, code := acpfs(h.env.t, args...)
-	require.Equal(h.env.t, 0, code, stderr)
+	// A cluster that has just elected its JetStream leader may not serve
+	// the JetStream API on every node yet ("no responders"): the first
+	// grant waits for it, any other failure fails.
+	mhEventually(h.env.t, func() bool {
+		_, stderr, code := acpfs(h.env.t, args...)
+		if code != 0 && !strings.Contains(stderr, "no responders") {
+			h.env.t.Fatalf("grant create: %s", stderr)
+		}
+		return code == 0
+	}, "grant create: the store's JetStream API does not answer")
 	h.agents = append(h.agents, agent)
 }
 
