@@ -73,6 +73,13 @@ func TestSafetyUpRestartsAfterSIGKILL(t *testing.T) {
 	e := newSfEnv(t)
 	agents := []string{owner, reviewer}
 	killed := pmUp(t, e.runs, e.folder, e.root, agents)
+	for _, a := range agents {
+		// The kernel now keeps each view root's attributes: a stat after
+		// the kill is answered from them, so telling a dead view from a
+		// live one must ask the daemon.
+		_, err := os.Stat(filepath.Join(e.root, a))
+		require.NoError(t, err)
+	}
 	sfKill(t, killed)
 	for _, a := range agents {
 		require.ErrorIs(t, sfReaches(filepath.Join(e.root, a)), syscall.ENOTCONN, "a dead view answers ENOTCONN")

@@ -283,7 +283,7 @@ func resolveMountpointPath(p string) (string, error) {
 // deadMountTimeout bounds how long deadMount waits for an answer.
 const deadMountTimeout = 2 * time.Second
 
-// deadMount tells whether the FUSE mount at p has lost its daemon: stat
+// deadMount tells whether the FUSE mount at p has lost its daemon: statfs
 // answers ENOTCONN. A daemon that does not answer within deadMountTimeout
 // is taken as alive (hung), never as dead.
 func deadMount(p string) bool { return probeMount(p) == mountDead }
@@ -295,13 +295,16 @@ const (
 	mountHung         // no answer within deadMountTimeout
 )
 
-// probeMount stats p, without waiting more than deadMountTimeout for a
-// daemon that does not answer.
+// probeMount asks the daemon of the mount at p, without waiting more
+// than deadMountTimeout for one that does not answer. statfs, because
+// the kernel always asks the daemon for it: a stat may be answered from
+// the attributes it keeps (a view lets it keep them for minutes), and
+// would make a dead view look alive.
 func probeMount(p string) int {
 	ch := make(chan error, 1)
 	go func() {
-		var st syscall.Stat_t
-		ch <- syscall.Stat(p, &st)
+		var st syscall.Statfs_t
+		ch <- syscall.Statfs(p, &st)
 	}()
 	select {
 	case err := <-ch:
