@@ -957,7 +957,7 @@ func TestDocsClusterNodeDies(t *testing.T) {
 		// Each host prefers its own node, as in the integration test.
 		url := strings.Join([]string{urls[i], urls[(i+1)%3], urls[(i+2)%3]}, ",")
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		s, err := Open(ctx, Options{URL: url, Collab: "c1", Host: name, Replicas: 3, Timeout: 2 * time.Second, Retry: true})
+		s, err := Open(ctx, Options{URL: url, Collab: "c1", Host: name, Replicas: 3, Timeout: 10 * time.Second, Retry: true})
 		cancel()
 		require.NoError(t, err)
 		t.Cleanup(s.Close)
