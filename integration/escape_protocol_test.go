@@ -570,6 +570,20 @@ func escLongLineChecks(t *testing.T, fg *escForgery) {
 		accepted(t, false, func(valid, _ string) { require.NoError(t, escAppend(a, valid)) })
 		assert.Contains(t, readFile(t, p(".acpfs/status")), "phase: drafting")
 	})
+	t.Run("one write(2) of an over-long line, cut by the kernel: its short count is not taken for success, close reports it",
+		func(t *testing.T) {
+			before := readFile(t, eventsPath)
+			f, err := os.OpenFile(p("events.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+			require.NoError(t, err)
+			line := []byte(`{"summary":"` + strings.Repeat("x", 3<<20) + "\"}\n")
+			n, werr := unix.Write(int(f.Fd()), line)
+			if werr == nil {
+				assert.Less(t, n, len(line), "the line is not taken whole")
+			}
+			assert.ErrorIs(t, f.Close(), syscall.EINVAL, "a writer that does not retry learns of the refusal at close")
+			assert.Equal(t, before, readFile(t, eventsPath), "nothing is appended")
+			accepted(t, false, func(valid, _ string) { require.NoError(t, escAppend(a, valid)) })
+		})
 	t.Run("every write of an over-long line fails, up to its newline; the next line is judged afresh",
 		func(t *testing.T) {
 			const maxLine = 1 << 20

@@ -619,6 +619,11 @@ type eventsFile struct {
 	mu      sync.Mutex
 	pending []byte // start of a line not yet terminated
 	discard bool   // dropping the rest of an over-long line
+	// lost: bytes of a line were acknowledged (kept as pending) and then
+	// dropped because the line grew too long. The kernel reports such a
+	// write as short, which a writer that does not retry takes for
+	// success, so close(2) reports the refusal too.
+	lost bool
 }
 
 func (e *eventsFile) PassthroughFd() (int, bool) { return -1, false }
@@ -668,6 +673,7 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 		}
 		if i < 0 {
 			if len(e.pending)+len(rest) > maxLine {
+				e.lost = e.lost || len(e.pending) > 0
 				e.drop()
 				e.discard = true
 				return 0, e.fsys.rejectLine(ctx, syscall.EINVAL, fmt.Sprintf("line longer than %d bytes", maxLine))
@@ -710,10 +716,14 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
 	defer e.fsys.Guard(ctx, "flush", protocol.EventsFile, &errno)
 	e.mu.Lock()
-	pending := e.pending
+	pending, lost := e.pending, e.lost
 	e.drop()
-	e.discard = false
+	e.discard, e.lost = false, false
 	e.mu.Unlock()
+	if lost {
+		// Refused and recorded when it happened; close only says so.
+		return syscall.EINVAL
+	}
 	if len(pending) > 0 {
 		if protocol.ClassifyPending(pending) != protocol.PendingPartial {
 			if errno := e.fsys.appendLine(ctx, pending); errno != 0 {
