@@ -125,9 +125,16 @@ func explainRel(folder, p string) (string, error) {
 		p = rel
 	}
 	p = filepath.ToSlash(p)
+	// Leading ".." segments name what lies beside the folder, as grant
+	// patterns write it (a view rooted at the repository shows it); a
+	// ".." after a name is refused, as in a pattern.
+	named := false
 	for _, s := range strings.Split(p, "/") {
-		if s == ".." {
-			return "", fmt.Errorf("%s: escapes the collaboration folder", p)
+		switch {
+		case s == ".." && named:
+			return "", fmt.Errorf("%s: escapes the collaboration folder (\"..\" after a name)", p)
+		case s != ".." && s != "." && s != "":
+			named = true
 		}
 	}
 	c := path.Clean("./" + p)

@@ -45,7 +45,7 @@ func TestExplainErrors(t *testing.T) {
 	folder, runs := grantTestFolder(t)
 	handoffTestGrants(t, folder, runs)
 	for name, args := range map[string][]string{
-		"escaping path":        {"--grant", "G-rev", "../x"},
+		"escaping path":        {"--grant", "G-rev", "a/../../x"},
 		"absolute, no folder":  {"--grant", "G-rev", "/etc/passwd"},
 		"no path":              {"G-rev"},
 		"unknown grant":        {"--grant", "G-none", "x"},
@@ -71,15 +71,15 @@ func TestExplainBadPathsDoNotStopTheOthers(t *testing.T) {
 		summary string   // the final error, "" for success
 	}{
 		{
-			name:    "all good",
-			paths:   []string{"review.md", "oracle/answers.md"},
-			answers: []string{"review.md: visible yes", "oracle/answers.md: visible no"},
+			name:    "all good, a name beside the folder among them",
+			paths:   []string{"review.md", "oracle/answers.md", "../deliverables/x.md"},
+			answers: []string{"review.md: visible yes", "oracle/answers.md: visible no", "../deliverables/x.md: visible no"},
 		},
 		{
 			name:    "one bad among good",
-			paths:   []string{"review.md", "../x", "proposal.md"},
+			paths:   []string{"review.md", "a/../x", "proposal.md"},
 			answers: []string{"review.md: visible yes", "proposal.md: visible yes"},
-			errs:    []string{"error: ../x: escapes the collaboration folder"},
+			errs:    []string{"error: a/../x: escapes the collaboration folder"},
 			summary: "1 of 3 path(s) could not be explained",
 		},
 		{
@@ -129,4 +129,18 @@ func TestExplainBadPathsDoNotStopTheOthers(t *testing.T) {
 			assert.Equal(t, len(tt.errs), bad)
 		})
 	}
+}
+
+// A name beside the folder is written with leading ".." segments, as the
+// grant's patterns write it, and judged by them.
+func TestExplainNamesBesideTheFolder(t *testing.T) {
+	folder, runs := grantTestFolder(t)
+	res := runCLI(t, "grant", "create", "--runs", runs, "--folder", folder, "--agent", "claude", "--participant", "server",
+		"--preset", "owner", "--id", "G-ext", "--may-read", "../deliverables/**")
+	require.NoError(t, res.err, res.errOut)
+	res = runCLI(t, "explain", "--runs", runs, "--grant", "G-ext", "../deliverables/spec.md", "../other/x.md", "./../deliverables")
+	require.NoError(t, res.err, res.errOut)
+	assert.Contains(t, res.out, `../deliverables/spec.md: visible yes, readable yes`)
+	assert.Contains(t, res.out, `../other/x.md: visible no`)
+	assert.Contains(t, res.out, `../deliverables: visible yes`)
 }
