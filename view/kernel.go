@@ -96,12 +96,9 @@ func (in *SetAttr) timesOnly() bool {
 	return (in.HasATime || in.HasMTime) && !in.HasMode && !in.HasUID && !in.HasGID && !in.HasSize && !in.KillSUIDGID
 }
 
-// attach gives the view its kernel once mounted.
-func (f *View) attach(k Kernel) { f.kern.Store(&k) }
-
 // Attach gives the view the kernel it is mounted in: from then on,
 // changes in the folder and grant changes drop what the kernel keeps.
-func (f *View) Attach(k Kernel) { f.attach(k) }
+func (f *View) Attach(k Kernel) { f.kern.Store(&k) }
 
 // kernel is the view's kernel, nil until it is mounted.
 func (f *View) kernel() Kernel {
