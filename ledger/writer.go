@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // defaultSignAfter is Options.SignAfter's default. A variable so that
@@ -158,7 +160,9 @@ func open(path string, opts Options) (*Writer, error) {
 	}
 	if w.size == 0 && opts.Sync != SyncOff {
 		// A new ledger: make its directory entry durable too.
-		syncDir(filepath.Dir(path))
+		if err := atomicfile.At(dir.fd).Sync(); err != nil {
+			slog.Debug("ledger: fsync directory", "path", path, "err", err)
+		}
 	}
 	if opts.Sync == SyncBatch {
 		w.kick = make(chan struct{}, 1)
