@@ -121,6 +121,12 @@ func (w *Writer) followRotation() bool {
 	if err != nil || line == nil {
 		return false
 	}
+	if err := checkVersion(w.path, line, &fastLine{}, false); err != nil {
+		// A newer acpfs started the next segment: this writer stops
+		// rather than append records of its version to it.
+		w.formatErr = fmt.Errorf("append to ledger: %w", err)
+		return false
+	}
 	first, err := decodeLine(line)
 	if err != nil || first.Kind != KindSegmentStart || first.Prev != t.hash || first.Seq != t.seq+1 || !w.key.Public().checkSig(w.enc, &first) {
 		return false
