@@ -272,6 +272,9 @@ func (w *Writer) syncTail() error {
 			return err
 		}
 	}
+	if w.formatErr != nil {
+		return w.formatErr
+	}
 	if reason != "" {
 		return w.breakOff(reason)
 	}

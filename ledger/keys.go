@@ -109,39 +109,25 @@ func LoadOrCreateKey(dir string) (*Key, error) {
 }
 
 // writeKeyFile stores k's seed in dir, failing with fs.ErrExist when a
-// key is already there. The key is written to a temporary file and then
-// linked to its name, so that a writer starting at the same moment reads
-// either no key or the whole key, never an empty file.
+// key is already there. The key is written by the one rule of
+// internal/atomicfile, installed only where no name is (renameat2
+// RENAME_NOREPLACE), so that a writer starting at the same moment reads
+// either no key or the whole key, never an empty file, and neither
+// replaces the other's.
 func writeKeyFile(dir string, k *Key) error {
 	path := filepath.Join(dir, KeyFile)
 	content := keyHeader + base64.StdEncoding.EncodeToString(k.priv.Seed()) + "\n"
-	tmp, err := os.CreateTemp(dir, "."+KeyFile+".tmp-*")
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("create ledger key %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("create ledger key %s: %w", path, err)
-	}
-	if _, err := tmp.WriteString(content); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write ledger key %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("fsync ledger key %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close ledger key %s: %w", path, err)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
+	defer unix.Close(fd)
+	if err := atomicfile.At(fd).WriteFileNew(KeyFile, []byte(content), 0o600); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return fs.ErrExist
 		}
 		return fmt.Errorf("create ledger key %s: %w", path, err)
 	}
-	syncDir(dir)
 	return nil
 }
 
@@ -218,13 +204,22 @@ func LoadPublicKey(path string) (PublicKey, error) {
 	defer f.Close()
 	b := make([]byte, 256)
 	n, _ := f.Read(b)
-	s, ok := strings.CutPrefix(strings.TrimSpace(string(b[:n])), pubHeader)
+	k, err := ParsePublicKey(b[:n])
+	if err != nil {
+		return PublicKey{}, fmt.Errorf("ledger public key %s: %w", path, err)
+	}
+	return k, nil
+}
+
+// ParsePublicKey reads the content of a public key file (ledger.pub).
+func ParsePublicKey(b []byte) (PublicKey, error) {
+	s, ok := strings.CutPrefix(strings.TrimSpace(string(b)), pubHeader)
 	if !ok {
-		return PublicKey{}, fmt.Errorf("ledger public key %s: not an acpfs ledger public key", path)
+		return PublicKey{}, errors.New("not an acpfs ledger public key")
 	}
 	pub, err := base64.StdEncoding.DecodeString(s)
 	if err != nil || len(pub) != ed25519.PublicKeySize {
-		return PublicKey{}, fmt.Errorf("ledger public key %s: malformed", path)
+		return PublicKey{}, errors.New("malformed")
 	}
 	return PublicKey{pub: pub, id: keyID(pub)}, nil
 }

@@ -1,14 +1,13 @@
 package ledger
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // defaultSegmentBytes is the size at which a writer seals the ledger's
@@ -43,16 +42,16 @@ func (w *Writer) finishRotation(first int64) error {
 	if err := unix.Linkat(w.fd, "", w.dir.fd, seg, unix.AT_EMPTY_PATH); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("keep segment %s: %w", seg, err)
 	}
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := "." + w.dir.base + ".new-" + hex.EncodeToString(rnd[:])
-	nf, err := w.dir.open(tmp, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_EXCL, 0o600)
+	// The next file is written under a temporary name and installed by
+	// the one rule of internal/atomicfile, kept open: it is the ledger.
+	tmp, err := atomicfile.At(w.dir.fd).NewTempOpen(w.dir.base, unix.O_RDWR|unix.O_APPEND)
 	if err != nil {
 		return fmt.Errorf("start segment: %w", err)
 	}
+	nf := tmp.File()
 	nfd := int(nf.Fd())
 	if err := lockFile(nfd); err != nil {
-		nf.Close()
+		tmp.Discard()
 		return fmt.Errorf("start segment: lock: %w", err)
 	}
 	old, oldLine := w.f, w.lastLine
@@ -65,21 +64,21 @@ func (w *Writer) finishRotation(first int64) error {
 		w.syncMu.Lock()
 		w.f, w.fd, w.lastLine = old, int(old.Fd()), oldLine
 		w.syncMu.Unlock()
-		nf.Close()
-		_ = w.dir.remove(tmp)
+		tmp.Discard()
 		w.size = -1
 		return fmt.Errorf("start segment: %w", err)
 	}
 	if n := w.sealAndWrite([]*request{{rec: start}}, func(err error) int { w.rotErr = err; return 0 }); n == 0 {
 		return undo(w.rotErr)
 	}
-	if err := nf.Sync(); err != nil {
-		slog.Warn("ledger: fsync of a new segment", "err", err)
+	if err := tmp.InstallOpen(w.dir.base); err != nil {
+		if !tmp.Renamed() {
+			return undo(err)
+		}
+		// Renamed: only the directory's fsync failed. The new file
+		// is the ledger; the next fsync of the directory covers it.
+		slog.Warn("ledger: fsync of the directory after a rotation", "err", err)
 	}
-	if err := unix.Renameat(w.dir.fd, tmp, w.dir.fd, w.dir.base); err != nil {
-		return undo(err)
-	}
-	syncDir(dirOf(w.path))
 	_ = old.Close() // releases its lock; writers waiting on it follow the rotation
 	slog.Info("ledger: sealed a segment", "segment", seg, "next seq", w.seq+1)
 	return nil
@@ -122,6 +121,12 @@ func (w *Writer) followRotation() bool {
 	if err != nil || line == nil {
 		return false
 	}
+	if err := checkVersion(w.path, line, &fastLine{}, false); err != nil {
+		// A newer acpfs started the next segment: this writer stops
+		// rather than append records of its version to it.
+		w.formatErr = fmt.Errorf("append to ledger: %w", err)
+		return false
+	}
 	first, err := decodeLine(line)
 	if err != nil || first.Kind != KindSegmentStart || first.Prev != t.hash || first.Seq != t.seq+1 || !w.key.Public().checkSig(w.enc, &first) {
 		return false
@@ -130,13 +135,6 @@ func (w *Writer) followRotation() bool {
 	// Read the rest (others may have appended already) as appends of
 	// another writer.
 	return true
-}
-
-func dirOf(p string) string {
-	if i := strings.LastIndexByte(p, '/'); i > 0 {
-		return p[:i]
-	}
-	return "."
 }
 
 // finishInterrupted completes a rotation whose segment_end is the last

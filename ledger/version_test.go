@@ -24,6 +24,13 @@ func TestUnknownVersionRefused(t *testing.T) {
 		{"verify", func() error { _, err := Verify(path); return err }},
 		{"verify slow path", func() error { _, err := verifyWith(path, VerifyOptions{}, true); return err }},
 		{"scan", func() error { return Scan(path, Filter{}, func(Record) error { return nil }) }},
+		{"writer", func() error {
+			w, err := Open(path, Options{Sync: SyncOff})
+			if err == nil {
+				_ = w.Close()
+			}
+			return err
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // defaultSignAfter is Options.SignAfter's default. A variable so that
@@ -53,6 +55,9 @@ type writerState struct {
 	lastKind    Kind  // kind of the last record in the file
 	signRepairs bool  // sign the repair record (Repair, not a writer)
 	rotErr      error // the failure of a rotation step, for its error
+	// formatErr stops the writer for good when another writer's file
+	// is in a format version this package does not know.
+	formatErr error
 
 	key    *Key
 	dir    ledgerDir
@@ -158,7 +163,9 @@ func open(path string, opts Options) (*Writer, error) {
 	}
 	if w.size == 0 && opts.Sync != SyncOff {
 		// A new ledger: make its directory entry durable too.
-		syncDir(filepath.Dir(path))
+		if err := atomicfile.At(dir.fd).Sync(); err != nil {
+			slog.Debug("ledger: fsync directory", "path", path, "err", err)
+		}
 	}
 	if opts.Sync == SyncBatch {
 		w.kick = make(chan struct{}, 1)
@@ -175,11 +182,38 @@ func (w *Writer) checkTail() error {
 	if err := lockFile(w.fd); err != nil {
 		return fmt.Errorf("lock ledger %s: %w", w.path, err)
 	}
-	err := w.syncTail()
+	// The format first: a newer acpfs's records are not judged by
+	// this version's rules (its key, its chain) at all.
+	err := w.checkFormat()
+	if err == nil {
+		err = w.syncTail()
+	}
 	if uerr := unlockFile(w.fd); err == nil && uerr != nil {
 		err = fmt.Errorf("unlock ledger %s: %w", w.path, uerr)
 	}
 	return err
+}
+
+// checkFormat refuses to append to a file whose first record states a
+// format version this package does not know (a newer acpfs started it):
+// records of this version after it would make a file no reader reads
+// right. The version is read as verify reads it (checkVersion).
+func (w *Writer) checkFormat() error {
+	size, err := fstatSize(w.fd)
+	if err != nil {
+		return fmt.Errorf("stat ledger %s: %w", w.path, err)
+	}
+	line, err := readLineAt(w.f, 0, size)
+	if err != nil {
+		return fmt.Errorf("ledger %s: read the first record: %w", w.path, err)
+	}
+	if line == nil {
+		return nil // no complete record yet: this writer's is the first
+	}
+	if err := checkVersion(w.path, line, &fastLine{}, false); err != nil {
+		return fmt.Errorf("append to ledger: %w", err)
+	}
+	return nil
 }
 
 func (w *Writer) append(r Record) (Record, error) {

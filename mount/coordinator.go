@@ -347,25 +347,37 @@ func checkUpLock(f *os.File) (unix.Stat_t, error) {
 }
 
 // replaceUpLock puts a new 0600 lock file, already locked, in place of
-// p (which the caller holds).
+// p (which the caller holds), by the one rule of internal/atomicfile
+// inside the run directory held by descriptor: others may write there,
+// so no name in it is resolved twice or followed.
 func replaceUpLock(p string) (*os.File, error) {
-	tmp := fmt.Sprintf("%s.new-%d", p, os.Getpid())
-	os.Remove(tmp)
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	dir, err := unix.Open(filepath.Dir(p), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		os.Remove(tmp)
+	defer unix.Close(dir)
+	tmp, err := atomicfile.At(dir).NewTempOpen(filepath.Base(p), unix.O_RDWR)
+	if err != nil {
 		return nil, err
 	}
-	if err := os.Rename(tmp, p); err != nil {
-		f.Close()
-		os.Remove(tmp)
+	defer tmp.Discard()
+	if err := unix.Flock(int(tmp.File().Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return nil, err
 	}
-	return f, nil
+	if err := tmp.InstallOpen(filepath.Base(p)); err != nil && !tmp.Renamed() {
+		return nil, err
+	}
+	// Renamed, the lock is in place even when the directory's fsync
+	// failed: a lock need not survive a crash.
+	// Named p, not the temporary name, for the messages about it: a
+	// duplicate shares the open file and its lock.
+	f := tmp.File()
+	defer f.Close()
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), p), nil
 }
 
 // runDirBusy explains who holds the run directory's lock: a live

@@ -378,10 +378,10 @@ func readPrivate(path string) ([]byte, error) {
 }
 
 // writePrivate replaces path with data, readable and writable by this
-// user only. No fsync: a lost checkpoint costs one replay.
+// user only, by the one rule of internal/atomicfile.
 func writePrivate(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return atomicfile.WriteCache(path, data, 0o600)
+	return atomicfile.WriteFile(path, data, 0o600)
 }

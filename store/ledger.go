@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -545,7 +546,7 @@ func (s *Store) fetchLedger(ctx context.Context, dir, host string, count, last u
 		return hl, err
 	}
 	if head && out.checkpoint != nil {
-		if err := os.WriteFile(ledger.HeadPath(hl.Path), out.checkpoint, 0o600); err != nil {
+		if err := atomicfile.WriteFile(ledger.HeadPath(hl.Path), out.checkpoint, 0o600); err != nil {
 			return hl, fmt.Errorf("download ledger: head: %w", err)
 		}
 		hl.Head = true
@@ -556,7 +557,7 @@ func (s *Store) fetchLedger(ctx context.Context, dir, host string, count, last u
 		if err != nil {
 			return hl, err
 		}
-		if err := os.WriteFile(filepath.Join(hdir, ledger.PublicKeyFile), b, 0o600); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(hdir, ledger.PublicKeyFile), b, 0o600); err != nil {
 			return hl, err
 		}
 	}
@@ -568,15 +569,11 @@ func saveKey(dir string, data []byte) (ledger.PublicKey, error) {
 	if len(data) > maxKeyMessage {
 		return ledger.PublicKey{}, fmt.Errorf("%d bytes: not a ledger public key", len(data))
 	}
-	tmp := filepath.Join(dir, ".key")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return ledger.PublicKey{}, err
-	}
-	k, err := ledger.LoadPublicKey(tmp)
+	k, err := ledger.ParsePublicKey(data)
 	if err != nil {
-		return ledger.PublicKey{}, err
+		return ledger.PublicKey{}, fmt.Errorf("ledger public key message: %w", err)
 	}
-	return k, os.Rename(tmp, filepath.Join(dir, "ledger."+k.ID()+".pub"))
+	return k, atomicfile.WriteFile(filepath.Join(dir, "ledger."+k.ID()+".pub"), data, 0o600)
 }
 
 // segmentWriter writes downloaded record lines into a ledger file,

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"syscall"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // heapProfileEnv names a file that SIGUSR2 makes a serving daemon (acpfs
@@ -55,17 +57,11 @@ func writeHeapProfile(path string) error {
 }
 
 func writeProfile(path string, write func(io.Writer) error) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
+	// The one rule of internal/atomicfile: a reader never sees half a
+	// profile, and a symlink planted at the name is replaced, never
+	// followed.
+	if err := atomicfile.Write(path, 0o600, write); err != nil {
 		return fmt.Errorf("profile: %w", err)
 	}
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("profile %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("profile %s: %w", tmp, err)
-	}
-	return os.Rename(tmp, path)
+	return nil
 }

@@ -19,11 +19,9 @@
 // new file with the old entry (renameat2 RENAME_EXCHANGE) to look at
 // what it replaced.
 //
-// The one exception is explicit: WriteCache and Dir.NoSync skip both
-// fsyncs, for a file whose loss after a crash costs only time (a cache
-// that is rebuilt). A ledger's head is not such a file: it is written by
-// the whole rule after its ledger is fsynced. The atomicity holds all
-// the same.
+// There is one durability level: every file is written by the whole
+// rule. A cache whose loss would only cost time is written so too; the
+// fsyncs cost less than two rules would.
 package atomicfile
 
 import (
@@ -67,26 +65,6 @@ func Write(path string, perm os.FileMode, fill func(io.Writer) error) error {
 	return t.Install(path)
 }
 
-// WriteCache replaces path with data, with mode perm, by the rule without
-// its fsyncs: for files whose loss after a crash costs only time (a
-// cache that is rebuilt), where an fsync would cost more than the cache
-// saves. Readers still see the old content or the new, never a mix.
-func WriteCache(path string, data []byte, perm os.FileMode) error {
-	t, err := NewTemp(filepath.Dir(path), filepath.Base(path))
-	if err != nil {
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
-	defer t.Discard()
-	t.noSync = true
-	if _, err := t.Write(data); err != nil {
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
-	if err := t.Finish(perm); err != nil {
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
-	return t.Install(path)
-}
-
 // PermOf returns the permission bits of the file at path (not following
 // a symbolic link), or def when there is none: a rewrite keeps the mode
 // its file was given.
@@ -108,7 +86,6 @@ type Temp struct {
 	// which acts by last names only; -1 otherwise.
 	dirfd   int
 	tmp     string // the temporary file's last name (Dir) or path
-	noSync  bool
 	renamed bool
 }
 
@@ -133,6 +110,33 @@ func (t *Temp) Write(p []byte) (int, error) { return t.f.Write(p) }
 // Chown gives the temporary file an owner before it is installed.
 func (t *Temp) Chown(uid, gid int) error { return t.f.Chown(uid, gid) }
 
+// File is the temporary file itself, for a caller that keeps it open
+// after InstallOpen.
+func (t *Temp) File() *os.File { return t.f }
+
+// InstallOpen is Finish and Install for a file that stays open: its data
+// is fsynced, it is renamed over name in a Dir's directory, and the
+// directory is fsynced. The file is the caller's from then on (Discard
+// no longer closes it); on an error before the rename it is still the
+// Temp's, which Discard closes and removes.
+func (t *Temp) InstallOpen(name string) error {
+	if t.dirfd < 0 {
+		return errors.New("install: the temporary file was not made by a Dir")
+	}
+	if err := t.f.Sync(); err != nil {
+		return fmt.Errorf("replace %s: fsync: %w", name, err)
+	}
+	if err := t.Rename(name); err != nil {
+		return fmt.Errorf("replace %s: %w", name, err)
+	}
+	return t.syncDir()
+}
+
+// Renamed reports whether the file was renamed into place, for a caller
+// of InstallOpen whose error came after the rename (the directory's
+// fsync): the file is installed, and the caller's.
+func (t *Temp) Renamed() bool { return t.renamed }
+
 // Finish ends the writing: the file gets mode perm, is fsynced and
 // closed. It is then complete on disk, and renaming it is atomic and
 // durable.
@@ -141,11 +145,9 @@ func (t *Temp) Finish(perm os.FileMode) error {
 		_ = t.f.Close()
 		return err
 	}
-	if !t.noSync {
-		if err := t.f.Sync(); err != nil {
-			_ = t.f.Close()
-			return fmt.Errorf("fsync: %w", err)
-		}
+	if err := t.f.Sync(); err != nil {
+		_ = t.f.Close()
+		return fmt.Errorf("fsync: %w", err)
 	}
 	return t.f.Close()
 }
@@ -216,9 +218,6 @@ func (t *Temp) renameat2(name string, flags uint) error {
 }
 
 func (t *Temp) syncDir() error {
-	if t.noSync {
-		return nil
-	}
 	if t.dirfd >= 0 {
 		return Dir{fd: t.dirfd}.Sync()
 	}
@@ -261,19 +260,28 @@ func SyncDir(dir string) error {
 // when it is a symlink (O_NOFOLLOW, O_EXCL). The descriptor stays the
 // caller's.
 type Dir struct {
-	fd     int
-	noSync bool
+	fd int
 }
 
 // At returns the Dir of the open directory fd.
 func At(fd int) Dir { return Dir{fd: fd} }
 
-// NoSync returns d without the rule's fsyncs: see the package doc for
-// the only files that may be written so.
-func (d Dir) NoSync() Dir { d.noSync = true; return d }
-
-// WriteFile replaces name in d with data, with mode perm.
+// WriteFile replaces name in d with data, with mode perm. A directory at
+// name is never replaced (the rename fails); a symlink at name is
+// replaced, never followed.
 func (d Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
+	return d.write(name, data, perm, (*Temp).Install)
+}
+
+// WriteFileNew is WriteFile for a name that must be free: it fails with
+// an error that matches fs.ErrExist when something is there already, or
+// appears meanwhile (a writer starting at the same moment), and never
+// replaces it.
+func (d Dir) WriteFileNew(name string, data []byte, perm os.FileMode) error {
+	return d.write(name, data, perm, (*Temp).InstallNew)
+}
+
+func (d Dir) write(name string, data []byte, perm os.FileMode, install func(*Temp, string) error) error {
 	t, err := d.NewTemp(name)
 	if err != nil {
 		return fmt.Errorf("replace %s: %w", name, err)
@@ -285,7 +293,10 @@ func (d Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
 	if err := t.Finish(perm); err != nil {
 		return fmt.Errorf("replace %s: %w", name, err)
 	}
-	return t.Install(name)
+	if err := install(t, name); err != nil {
+		return fmt.Errorf("replace %s: %w", name, err)
+	}
+	return nil
 }
 
 // NewTemp creates the temporary file for a replacement of name in d
@@ -300,18 +311,40 @@ func (d Dir) NewTemp(name string) (*Temp, error) {
 // NewTempPrefix is NewTemp with a temporary name that begins with prefix
 // instead, for a caller whose watchers skip names of their own.
 func (d Dir) NewTempPrefix(prefix string) (*Temp, error) {
+	return d.newTemp(prefix, unix.O_WRONLY)
+}
+
+// NewTempOpen is NewTemp for a file its caller keeps open after it is
+// installed (a lock file, a ledger's next segment), opened with access
+// (unix.O_RDWR, with unix.O_APPEND say): write to File, then InstallOpen.
+func (d Dir) NewTempOpen(name string, access int) (*Temp, error) {
+	if err := lastName(name); err != nil {
+		return nil, err
+	}
+	return d.newTemp(TempPrefix(name), access)
+}
+
+// randomSuffix ends a temporary name; a variable so that a test can plant
+// a symlink at the name it will draw.
+var randomSuffix = func() string {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	return hex.EncodeToString(rnd[:])
+}
+
+func (d Dir) newTemp(prefix string, access int) (*Temp, error) {
 	for try := 0; ; try++ {
-		var rnd [8]byte
-		_, _ = rand.Read(rnd[:])
-		tmp := prefix + hex.EncodeToString(rnd[:])
-		fd, err := unix.Openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		tmp := prefix + randomSuffix()
+		// O_EXCL|O_NOFOLLOW: a name planted in the directory, a
+		// symlink above all, is never opened; another one is drawn.
+		fd, err := unix.Openat(d.fd, tmp, access|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err == unix.EEXIST && try < 8 {
 			continue
 		}
 		if err != nil {
 			return nil, &os.PathError{Op: "create", Path: tmp, Err: err}
 		}
-		return &Temp{f: os.NewFile(uintptr(fd), tmp), dirfd: d.fd, tmp: tmp, noSync: d.noSync}, nil
+		return &Temp{f: os.NewFile(uintptr(fd), tmp), dirfd: d.fd, tmp: tmp}, nil
 	}
 }
 

@@ -105,17 +105,12 @@ func TestTemp(t *testing.T) {
 	}
 }
 
-func TestWriteCacheAndPermOf(t *testing.T) {
+func TestPermOf(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "cache.json")
 	assert.Equal(t, os.FileMode(0o644), PermOf(p, 0o644), "no file: the default")
-	require.NoError(t, WriteCache(p, []byte("v1"), 0o600))
-	b, err := os.ReadFile(p)
-	require.NoError(t, err)
-	assert.Equal(t, "v1", string(b))
+	require.NoError(t, WriteFile(p, []byte("v1"), 0o600))
 	assert.Equal(t, os.FileMode(0o600), PermOf(p, 0o644), "the file's own mode")
-	left, _ := filepath.Glob(filepath.Join(dir, ".*"))
-	assert.Empty(t, left)
 }
 
 // openPath opens dir as the O_PATH descriptor the ledger and the folder
@@ -133,7 +128,6 @@ func TestDirWriteFile(t *testing.T) {
 		name    string
 		setup   func(t *testing.T, dir string) // what stands at "f" before
 		target  string
-		noSync  bool
 		wantErr error
 		want    string // content of "f" afterwards ("" with wantErr: untouched)
 	}{
@@ -147,7 +141,6 @@ func TestDirWriteFile(t *testing.T) {
 				require.NoError(t, os.WriteFile(filepath.Join(dir, "outside"), []byte("outside"), 0o644))
 				require.NoError(t, os.Symlink("outside", filepath.Join(dir, "f")))
 			}},
-		{name: "without fsync", target: "f", noSync: true, want: "new"},
 		{name: "a path is refused", target: "sub/f", wantErr: unix.EINVAL},
 		{name: "dot-dot is refused", target: "..", wantErr: unix.EINVAL},
 	}
@@ -159,9 +152,6 @@ func TestDirWriteFile(t *testing.T) {
 				tt.setup(t, dir)
 			}
 			d := At(openPath(t, dir))
-			if tt.noSync {
-				d = d.NoSync()
-			}
 			err := d.WriteFile(tt.target, []byte("new"), 0o640)
 			if tt.wantErr != nil {
 				require.ErrorIs(t, err, tt.wantErr)
@@ -250,4 +240,140 @@ func TestPathTempRefusesExchange(t *testing.T) {
 	require.NoError(t, err)
 	defer tmp.Discard()
 	require.Error(t, tmp.Exchange("f"))
+}
+
+// TestHostileNames plants what a hostile local user could at the names a
+// writer uses: a symlink at the temporary name it will draw or at the
+// target, a directory at the target, a leftover temporary file. The
+// write replaces safely or fails; it never follows a link, and the
+// planted entries other than the target are left as they were.
+func TestHostileNames(t *testing.T) {
+	const drawn = "fixed"
+	tmpName := TempPrefix("f") + drawn
+	tests := []struct {
+		name    string
+		plant   func(t *testing.T, dir string)
+		write   func(d Dir) error
+		wantErr bool
+		want    string // content of "f" afterwards when the write succeeds
+	}{
+		{name: "symlink at the temporary name", want: "new",
+			plant: func(t *testing.T, dir string) {
+				require.NoError(t, os.Symlink("outside", filepath.Join(dir, tmpName)))
+			}},
+		{name: "symlink at the target", want: "new",
+			plant: func(t *testing.T, dir string) {
+				require.NoError(t, os.Symlink("outside", filepath.Join(dir, "f")))
+			}},
+		{name: "directory at the target", wantErr: true,
+			plant: func(t *testing.T, dir string) {
+				require.NoError(t, os.Mkdir(filepath.Join(dir, "f"), 0o755))
+			}},
+		{name: "leftover temporary file", want: "new",
+			plant: func(t *testing.T, dir string) {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, tmpName), []byte("left"), 0o644))
+			}},
+		{name: "new name, symlink at the target", wantErr: true,
+			write: func(d Dir) error { return d.WriteFileNew("f", []byte("new"), 0o600) },
+			plant: func(t *testing.T, dir string) {
+				require.NoError(t, os.Symlink("outside", filepath.Join(dir, "f")))
+			}},
+		{name: "kept open, symlink at the temporary name and the target", want: "new",
+			write: func(d Dir) error {
+				tmp, err := d.NewTempOpen("f", unix.O_RDWR|unix.O_APPEND)
+				if err != nil {
+					return err
+				}
+				defer tmp.Discard()
+				if _, err := io.WriteString(tmp.File(), "new"); err != nil {
+					return err
+				}
+				if err := tmp.InstallOpen("f"); err != nil {
+					return err
+				}
+				return tmp.File().Close()
+			},
+			plant: func(t *testing.T, dir string) {
+				require.NoError(t, os.Symlink("outside", filepath.Join(dir, tmpName)))
+				require.NoError(t, os.Symlink("outside", filepath.Join(dir, "f")))
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			first := true
+			old := randomSuffix
+			randomSuffix = func() string {
+				if first {
+					first = false
+					return drawn
+				}
+				return old()
+			}
+			t.Cleanup(func() { randomSuffix = old })
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "outside"), []byte("outside"), 0o644))
+			tt.plant(t, dir)
+			before := entries(t, dir)
+			write := tt.write
+			if write == nil {
+				write = func(d Dir) error { return d.WriteFile("f", []byte("new"), 0o600) }
+			}
+			err := write(At(openPath(t, dir)))
+			b, rerr := os.ReadFile(filepath.Join(dir, "outside"))
+			require.NoError(t, rerr)
+			assert.Equal(t, "outside", string(b), "no link was followed")
+			after := entries(t, dir)
+			if tt.wantErr {
+				require.Error(t, err)
+				assert.Equal(t, before, after, "nothing changed, no temporary file left")
+				return
+			}
+			require.NoError(t, err)
+			st, err := os.Lstat(filepath.Join(dir, "f"))
+			require.NoError(t, err)
+			assert.True(t, st.Mode().IsRegular(), "the target is a regular file now")
+			b, err = os.ReadFile(filepath.Join(dir, "f"))
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, string(b))
+			delete(before, "f")
+			delete(after, "f")
+			assert.Equal(t, before, after, "what was planted beside the target is left alone, no temporary file left")
+		})
+	}
+}
+
+// entries maps the names in dir to their types and, for symlinks, their
+// targets and, for files, their contents.
+func entries(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	des, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	m := map[string]string{}
+	for _, de := range des {
+		p := filepath.Join(dir, de.Name())
+		switch {
+		case de.Type()&os.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			m[de.Name()] = "symlink " + target
+		case de.IsDir():
+			m[de.Name()] = "dir"
+		default:
+			b, _ := os.ReadFile(p)
+			m[de.Name()] = "file " + string(b)
+		}
+	}
+	return m
+}
+
+// TestPathWriteRefusesADirectory: the path form never replaces a
+// directory either.
+func TestPathWriteRefusesADirectory(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "f"), 0o755))
+	require.Error(t, WriteFile(filepath.Join(dir, "f"), []byte("new"), 0o600))
+	st, err := os.Lstat(filepath.Join(dir, "f"))
+	require.NoError(t, err)
+	assert.True(t, st.IsDir())
+	left, _ := filepath.Glob(filepath.Join(dir, ".*"))
+	assert.Empty(t, left, "no temporary file left")
 }

@@ -27,6 +27,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // TempPrefix begins the names of the temporary files this package makes
@@ -508,58 +510,53 @@ func (r *Root) Replace(rel string, data []byte, perm uint32, limit int64) (*Deta
 			unix.Close(dir)
 		}
 	}()
-	tmp := tempName()
-	fd, err := unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm&0o777)
+	// The one rule of internal/atomicfile, by last names inside the
+	// directory found beneath the root.
+	tmp, err := atomicfile.At(dir).NewTempPrefix(TempPrefix)
 	if err != nil {
 		return nil, pathErr("create", rel, err)
 	}
-	f := os.NewFile(uintptr(fd), tmp)
-	err = writeAll(f, data, perm, r.uid, r.gid)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = unix.Unlinkat(dir, tmp, 0)
+	defer tmp.Discard()
+	if err := writeAll(tmp, data, perm, r.uid, r.gid); err != nil {
 		return nil, fmt.Errorf("write %s: %w", rel, err)
 	}
 	for try := 0; ; try++ {
-		err = unix.Renameat2(dir, tmp, dir, name, unix.RENAME_EXCHANGE)
+		err = tmp.Exchange(name)
 		if err == unix.ENOENT {
 			// Nothing at rel: take the name, unless it was made
 			// meanwhile (then exchange with it).
-			err = unix.Renameat2(dir, tmp, dir, name, unix.RENAME_NOREPLACE)
+			err = tmp.InstallNew(name)
 			if err == unix.EEXIST && try < 8 {
 				continue
 			}
-			if err != nil {
-				_ = unix.Unlinkat(dir, tmp, 0)
+			if err != nil && !tmp.Renamed() {
 				return nil, pathErr("rename", rel, err)
 			}
-			if err := unix.Fsync(dir); err != nil {
+			if err != nil {
 				return nil, pathErr("fsync directory of", rel, err)
 			}
 			return nil, nil
 		}
-		if err != nil {
-			_ = unix.Unlinkat(dir, tmp, 0)
+		if err != nil && !tmp.Renamed() {
 			return nil, pathErr("rename", rel, err)
 		}
 		break
 	}
+	fsyncErr := err
 	// tmp now names the old entry.
-	old := &Detached{dir: dir, tmp: tmp, name: name, rel: rel}
+	old := &Detached{dir: dir, tmp: tmp.Name(), name: name, rel: rel}
 	old.fill(limit)
 	if old.Info.Dir() {
 		// Never replace a directory: swap back and drop the new file.
-		if err := unix.Renameat2(dir, tmp, dir, name, unix.RENAME_EXCHANGE); err != nil {
+		if err := unix.Renameat2(dir, old.tmp, dir, name, unix.RENAME_EXCHANGE); err != nil {
 			return nil, pathErr("restore directory", rel, err)
 		}
-		_ = unix.Unlinkat(dir, tmp, 0)
+		_ = unix.Unlinkat(dir, old.tmp, 0)
 		return nil, fmt.Errorf("replace %s: a directory: %w", rel, ErrNotRegular)
 	}
-	if err := unix.Fsync(dir); err != nil {
+	if fsyncErr != nil {
 		keepDir = true
-		return old, pathErr("fsync directory of", rel, err)
+		return old, pathErr("fsync directory of", rel, fsyncErr)
 	}
 	keepDir = true
 	return old, nil
@@ -581,17 +578,14 @@ func dirPermFor(perm uint32) uint32 {
 	return d
 }
 
-func writeAll(f *os.File, data []byte, perm uint32, uid, gid int) error {
-	if _, err := f.Write(data); err != nil {
+func writeAll(t *atomicfile.Temp, data []byte, perm uint32, uid, gid int) error {
+	if _, err := t.Write(data); err != nil {
 		return err
 	}
 	// Best effort, as for directories: the file belongs to the folder's
 	// owner, not to the daemon.
-	_ = f.Chown(uid, gid)
-	if err := f.Chmod(os.FileMode(perm & 0o777)); err != nil {
-		return err
-	}
-	return f.Sync()
+	_ = t.Chown(uid, gid)
+	return t.Finish(os.FileMode(perm & 0o777))
 }
 
 func pathErr(op, rel string, err error) error {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // HostRegistryDir is where every `acpfs run` of the host records which
@@ -330,33 +332,16 @@ func (st *regState) read() (*regRecord, error) {
 	return rec, nil
 }
 
-// write replaces the registry file: a temporary file renamed over it,
-// both in the registry directory, which nobody else can write.
+// write replaces the registry file by the one rule of
+// internal/atomicfile, by last name inside the registry directory held
+// open.
 func (st *regState) write(rec *regRecord) error {
 	rec.Range = fmt.Sprintf("%d-%d", UIDMin, UIDMax)
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := registryFile + ".tmp"
-	f, err := openAt(st.dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = unix.Renameat(int(st.dir.Fd()), tmp, int(st.dir.Fd()), registryFile)
-	}
-	if err == nil {
-		err = unix.Fsync(int(st.dir.Fd()))
-	}
-	if err != nil {
+	if err := atomicfile.At(int(st.dir.Fd())).WriteFile(registryFile, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", filepath.Join(st.r.Dir, registryFile), err)
 	}
 	return nil
