@@ -29,20 +29,16 @@ import (
 // mounted under one root, sharing one protocol log, one ledger writer and
 // one folder watcher.
 type CoordinatorConfig struct {
+	// Options apply to every view.
+	Options
 	Runs   grants.RunDir
 	Folder string
 	// ViewRoot, when set, is the directory holding Folder that every view
 	// is rooted at (see Config.ViewRoot).
-	ViewRoot   string
-	Root       string // views are mounted at Root/<agent_id>
-	Log        *protocol.Log
-	Ledger     *ledger.Writer
-	AuditReads bool
-	Audit      string // see Config.Audit
-	// MaxWriteBytes and MaxFiles: see Config.
-	MaxWriteBytes, MaxFiles int64
-	Passthrough             bool
-	AllowOther              bool
+	ViewRoot string
+	Root     string // views are mounted at Root/<agent_id>
+	Log      *protocol.Log
+	Ledger   *ledger.Writer
 	// Participants are the ACP participants of the folder; a grant for
 	// anyone else is refused.
 	Participants []string
@@ -702,8 +698,8 @@ func (c *Coordinator) startView(mp string, g *grants.Grant, handoffs map[string]
 		return nil, err
 	}
 	return Start(Config{
-		Folder: c.cfg.Folder, ViewRoot: c.cfg.ViewRoot, Mountpoint: mp, Grant: g, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
-		Hidden: c.concealed(), Conceal: []string{c.cfg.Root}, AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, MaxWriteBytes: c.cfg.MaxWriteBytes, MaxFiles: c.cfg.MaxFiles, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
+		Options: c.cfg.Options, Folder: c.cfg.Folder, ViewRoot: c.cfg.ViewRoot, Mountpoint: mp, Grant: g, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
+		Hidden: c.concealed(), Conceal: []string{c.cfg.Root}, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
 	})
 }
 

@@ -31,8 +31,23 @@ import (
 // maxWrite is the largest FUSE request a view takes (see Start).
 const maxWrite = 128 << 10
 
+// Options are what the operator chose for every view a command mounts:
+// the view's own settings and how the kernel mounts it. acpfs mount, up
+// and run fill one from their flags (cmd/acpfs registerViewFlags) and it
+// reaches each view unchanged: Config, CoordinatorConfig and RunConfig
+// embed it.
+type Options struct {
+	view.Settings
+	// AllowOther lets other uids use the mount, with the kernel checking
+	// permissions (default_permissions) so they do not act as the daemon.
+	AllowOther bool `json:"allow_other,omitempty"`
+	// Debug logs every FUSE request.
+	Debug bool `json:"debug,omitempty"`
+}
+
 // Config describes one view.
 type Config struct {
+	Options
 	Folder string // backing collaboration folder
 	// ViewRoot, when set, is a directory holding Folder (the repository
 	// of an external-deliverables folder) that the view is rooted at
@@ -53,31 +68,15 @@ type Config struct {
 	// identity wherever it lies in Folder, and no mountpoint may lie in
 	// one. Conceal adds entries concealed the same way that a mountpoint
 	// may lie in (the coordinator's mount root).
-	Hidden     []string
-	Conceal    []string
-	AuditReads bool
-	// Audit is how much reading is recorded: view.AuditCompact (default),
-	// fs.AuditOpens or fs.AuditReads.
-	Audit string
-	// MaxWriteBytes and MaxFiles are the write quotas of a grant that
-	// sets none (see fs.Options).
-	MaxWriteBytes, MaxFiles int64
-	// Passthrough lets the kernel read files the grant can only read
-	// straight from the backing folder (FUSE passthrough): near-native
-	// speed, but a descriptor opened before the grant narrows keeps
-	// reading, which only the ledger then shows (see fs.Options).
-	Passthrough bool
-	// AllowOther lets other uids use the mount, with the kernel checking
-	// permissions (default_permissions) so they do not act as the daemon.
-	AllowOther bool
+	Hidden  []string
+	Conceal []string
 	// Owner, when set, makes the view serve that one user (see Owner):
 	// it implies AllowOther.
 	Owner    *Owner
 	Handoffs map[string]string
 	// Watcher, when set, is shared with other views of the same folder.
 	Watcher *view.Watcher
-	Debug   bool
-	// Fault is passed to fs.Options.Fault (tests only).
+	// Fault is passed to view.Options.Fault (tests only).
 	Fault func(op, rel string)
 }
 
@@ -135,9 +134,8 @@ func Start(cfg Config) (*Mount, error) {
 	cfg.Log.DeferProtocolWrites()
 	hidden := relHidden(folder, cfg.Hidden)
 	f, err := acpfs.New(view.Options{
-		Folder: root, Within: within, Grant: cfg.Grant, Hidden: hidden, Conceal: concealList(cfg), Log: cfg.Log, Ledger: cfg.Ledger,
-		AuditReads: cfg.AuditReads, Audit: cfg.Audit, MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles, Passthrough: cfg.Passthrough, Handoffs: cfg.Handoffs, Fault: cfg.Fault,
-		Gate: cfg.Gate,
+		Settings: cfg.Settings, Folder: root, Within: within, Grant: cfg.Grant, Hidden: hidden, Conceal: concealList(cfg),
+		Log: cfg.Log, Ledger: cfg.Ledger, Handoffs: cfg.Handoffs, Fault: cfg.Fault, Gate: cfg.Gate,
 	})
 	if err != nil {
 		return nil, err

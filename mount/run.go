@@ -27,6 +27,10 @@ import (
 // RunConfig describes `acpfs run`: one command in a sandbox that shows
 // the collaboration folder only through a grant's view.
 type RunConfig struct {
+	// Options are the view's, but for AllowOther and Passthrough, which
+	// Run never applies: the view serves the sandbox's command alone, and
+	// every read reaches the daemon.
+	Options
 	Folder string `json:"folder"` // absolute, symlinks resolved
 	// ViewRoot, when set, is the directory holding Folder that the view
 	// is rooted at (see Config.ViewRoot); absolute, symlinks resolved.
@@ -35,8 +39,7 @@ type RunConfig struct {
 	LedgerPath string          `json:"ledger_path"`
 	LedgerSync ledger.SyncMode `json:"ledger_sync"`
 	// Hidden lists what no view may show (run directory, ledger, grant).
-	Hidden     []string `json:"hidden"`
-	AuditReads bool     `json:"audit_reads"`
+	Hidden []string `json:"hidden"`
 	// Sandbox is the sandbox to start, all but its Root and View (and
 	// Proxy), which Run makes.
 	Sandbox sandbox.Spec `json:"sandbox"`
@@ -50,10 +53,6 @@ type RunConfig struct {
 	// made under (a rootless run's delegated subtree) instead of the
 	// daemon's own.
 	CgroupParent string `json:"cgroup_parent,omitempty"`
-	// MaxWriteBytes and MaxFiles are the view's write quotas for a grant
-	// that sets none (see fs.Options).
-	MaxWriteBytes int64 `json:"max_write_bytes,omitempty"`
-	MaxFiles      int64 `json:"max_files,omitempty"`
 	// UserNS, when set, is the user namespace a rootless run's daemon
 	// was started in (see StartRootless); ParentPID is acpfs run's pid,
 	// which the daemon must not outlive.
@@ -145,10 +144,11 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 	// Hidden paths are computed against the real folder path; the view
 	// resolves them relative to its root, whatever path reaches it.
 	owner := Owner{UID: cfg.Sandbox.UID, GID: cfg.Sandbox.GID, Sandbox: &SandboxNS{}}
+	opts := cfg.Options
+	opts.AllowOther, opts.Passthrough = false, false
 	m, err := Start(Config{
-		Folder: backing, ViewRoot: viewRoot, Mountpoint: view, Grant: g, GrantPath: cfg.GrantPath, Log: log, Ledger: lw,
-		Hidden: cfg.Hidden, AuditReads: cfg.AuditReads, Owner: &owner,
-		MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles,
+		Options: opts, Folder: backing, ViewRoot: viewRoot, Mountpoint: view, Grant: g, GrantPath: cfg.GrantPath, Log: log, Ledger: lw,
+		Hidden: cfg.Hidden, Owner: &owner,
 	})
 	if err != nil {
 		return 0, err

@@ -226,9 +226,8 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
 				}
 			}
 			cfg := mount.RunConfig{
-				Folder: folder, ViewRoot: v.root, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
-				Limits: lim, NoLimits: noLimits, CgroupParent: cgroupParent, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
-				Hidden: hidden, AuditReads: mf.audit == "reads",
+				Options: mf.opts, Folder: folder, ViewRoot: v.root, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
+				Limits: lim, NoLimits: noLimits, CgroupParent: cgroupParent, Hidden: hidden,
 				Egress:  egressPolicy,
 				Sandbox: sandbox.Spec{Folder: shown, Binds: binds, Masks: masks, Net: net, Env: env, UID: u, GID: g, UserNS: ns.Scheme, Cwd: cwd, Args: args, Home: homeAt},
 			}

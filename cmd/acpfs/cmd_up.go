@@ -25,12 +25,11 @@ func init() {
 
 // upFlags are the flags of acpfs up.
 type upFlags struct {
-	runs, folder, root, sync, audit string
-	viewRoot                        string
-	quota                           quotaFlags
-	allowOther, passthrough         bool
-	store                           storeFlags
-	storeWait                       time.Duration
+	runs, folder, root, sync string
+	viewRoot                 string
+	opts                     mount.Options
+	store                    storeFlags
+	storeWait                time.Duration
 }
 
 func newUpCmd() *cobra.Command {
@@ -66,10 +65,7 @@ be started in any order.`,
 	cmd.Flags().StringVar(&f.folder, "folder", "", "collaboration folder (required)")
 	cmd.Flags().StringVar(&f.root, "root", "", "directory under which each agent's view is mounted (required, empty)")
 	cmd.Flags().StringVar(&f.sync, "ledger-sync", "batch", "when the ledger is fsynced: always, batch or off")
-	cmd.Flags().StringVar(&f.audit, "audit", "", `"" (default) records the first read of each file version and each distinct refusal in full and counts repeats; "opens" records every open; "reads" also every read request (offset, length) and disables passthrough`)
-	cmd.Flags().BoolVar(&f.allowOther, "allow-other", false, "let other uids use the mounts (with default_permissions)")
-	cmd.Flags().BoolVar(&f.passthrough, "passthrough", false, passthroughHelp)
-	f.quota.register(cmd)
+	registerViewFlags(cmd, &f.opts, "mounts")
 	registerViewRoot(cmd, &f.viewRoot)
 	f.store.register(cmd)
 	cmd.Flags().DurationVar(&f.storeWait, "store-wait", 60*time.Second, "with --store, on a host whose folder lacks protocol.json or events.jsonl: how long to wait for another host to publish them (0: fail at once)")
@@ -83,7 +79,7 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 	if err := mount.Check().Usable(); err != nil {
 		return withCode(exitNoFUSE, err)
 	}
-	if err := checkAudit(f.audit); err != nil {
+	if err := checkAudit(f.opts.Audit); err != nil {
 		return err
 	}
 	if f.storeWait < 0 {
@@ -172,10 +168,9 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 		return err
 	}
 	c, err := mount.StartCoordinator(mount.CoordinatorConfig{
-		Runs: rd, Folder: folderAbs, ViewRoot: viewRoot, Root: rootAbs, Log: log, Ledger: lw,
-		AuditReads: f.audit == "reads", Audit: f.audit, MaxWriteBytes: f.quota.maxBytes, MaxFiles: f.quota.maxFiles,
-		Passthrough: f.passthrough, AllowOther: f.allowOther, Participants: proto.ParticipantIDs(),
-		Notify: cmd.ErrOrStderr(), Gate: gate,
+		Options: f.opts, Runs: rd, Folder: folderAbs, ViewRoot: viewRoot, Root: rootAbs, Log: log, Ledger: lw,
+		Participants: proto.ParticipantIDs(),
+		Notify:       cmd.ErrOrStderr(), Gate: gate,
 	})
 	if errors.Is(err, mount.ErrRunDirBusy) || errors.Is(err, mount.ErrShowsConcealed) {
 		return err
