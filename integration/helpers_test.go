@@ -168,7 +168,7 @@ type view struct {
 type viewOpt func(*mount.Config)
 
 func withFault(fn func(op, rel string)) viewOpt { return func(c *mount.Config) { c.Fault = fn } }
-func withAuditReads() viewOpt                   { return func(c *mount.Config) { c.AuditReads = true } }
+func withAuditReads() viewOpt                   { return func(c *mount.Config) { c.Audit = "reads" } }
 
 // withAuditOpens records every open and refusal in full, for tests that
 // look for the record of each attempt.

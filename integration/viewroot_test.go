@@ -65,8 +65,10 @@ func (c *collab) mountAtRepo(g *grants.Grant, repo string) *view {
 	gp := c.writeGrant(g)
 	dir := filepath.Join(c.root, "mnt-"+g.AgentID)
 	require.NoError(c.t, os.MkdirAll(dir, 0o755))
-	m, err := mount.Start(mount.Config{Folder: c.folder, ViewRoot: repo, Mountpoint: dir, Grant: g, GrantPath: gp,
-		Log: c.log, Ledger: c.lw, Hidden: []string{c.runs}, Audit: "opens"})
+	cfg := mount.Config{Folder: c.folder, ViewRoot: repo, Mountpoint: dir, Grant: g, GrantPath: gp,
+		Log: c.log, Ledger: c.lw, Hidden: []string{c.runs}}
+	cfg.Audit = "opens"
+	m, err := mount.Start(cfg)
 	require.NoError(c.t, err)
 	c.t.Cleanup(func() {
 		require.NoError(c.t, m.Stop())

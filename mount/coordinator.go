@@ -29,20 +29,16 @@ import (
 // mounted under one root, sharing one protocol log, one ledger writer and
 // one folder watcher.
 type CoordinatorConfig struct {
+	// Options apply to every view.
+	Options
 	Runs   grants.RunDir
 	Folder string
 	// ViewRoot, when set, is the directory holding Folder that every view
 	// is rooted at (see Config.ViewRoot).
-	ViewRoot   string
-	Root       string // views are mounted at Root/<agent_id>
-	Log        *protocol.Log
-	Ledger     *ledger.Writer
-	AuditReads bool
-	Audit      string // see Config.Audit
-	// MaxWriteBytes and MaxFiles: see Config.
-	MaxWriteBytes, MaxFiles int64
-	Passthrough             bool
-	AllowOther              bool
+	ViewRoot string
+	Root     string // views are mounted at Root/<agent_id>
+	Log      *protocol.Log
+	Ledger   *ledger.Writer
 	// Participants are the ACP participants of the folder; a grant for
 	// anyone else is refused.
 	Participants []string
@@ -186,29 +182,9 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 	if err := checkRootPlace(cfg); err != nil {
 		return nil, err
 	}
-	// A grant that does not load, names no participant or clashes with
-	// another is refused alone (see reconcile): the others' agents work.
-	gs, _ := cfg.Runs.LoadGrants()
-	// The previous coordinator of this run directory is dead (we hold
-	// its lock); the views it listed under this root are ours to clear.
-	reusable := map[string]bool{}
-	for _, gf := range gs {
-		reusable[gf.Grant.AgentID] = true
-	}
-	deadViews := map[string]string{} // agent -> device of its dead view
-	if prev, err := ReadStatus(cfg.Runs); err == nil {
-		if prev.State == StateRunning && prev.PID != os.Getpid() {
-			return nil, fmt.Errorf("a coordinator (pid %d) is still running on run directory %s; stop it first", prev.PID, cfg.Runs.Root)
-		}
-		if realPath(prev.Root) == realPath(cfg.Root) {
-			for _, v := range prev.Views {
-				name := filepath.Base(v.Mountpoint)
-				reusable[name] = true
-				if v.Dev != "" {
-					deadViews[name] = v.Dev
-				}
-			}
-		}
+	reusable, deadViews, err := leftBehind(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if err := prepareRoot(cfg.Root, cmp.Or(cfg.ViewRoot, cfg.Folder), reusable, deadViews, notify); err != nil {
 		return nil, err
@@ -226,24 +202,9 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 		views: map[string]*coordView{}, done: make(chan struct{}), stop: make(chan struct{}), lost: make(chan lostView, 16)}
 	c.pidStart, _ = procStartTime(os.Getpid())
 	c.bootID = bootID()
-	if err := os.MkdirAll(cfg.Runs.GrantsDir(), 0o755); err != nil {
+	if err := c.watchRunDir(); err != nil {
 		w.Close()
 		return nil, err
-	}
-	if err := os.MkdirAll(cfg.Runs.HandoffsDir(), 0o755); err != nil {
-		w.Close()
-		return nil, err
-	}
-	if c.fsw, err = fsnotify.NewWatcher(); err != nil {
-		w.Close()
-		return nil, err
-	}
-	for _, d := range []string{cfg.Runs.GrantsDir(), cfg.Runs.HandoffsDir()} {
-		if err := c.fsw.Add(d); err != nil {
-			c.fsw.Close()
-			w.Close()
-			return nil, fmt.Errorf("watch %s: %w", d, err)
-		}
 	}
 	// Replace a dead coordinator's status at once, before mounting.
 	c.mu.Lock()
@@ -255,20 +216,78 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 		return nil, err
 	}
 	go c.loop()
-	if err := c.reconcile(true); err != nil {
-		c.mu.Lock()
-		mounted := len(c.views)
-		c.mu.Unlock()
-		if mounted == 0 {
-			// Nothing to serve: the one line says why.
-			c.Stop() // releases the lock
-			c = nil
-			return nil, err
-		}
-		// The refused grants were said on Notify, recorded and listed in
-		// the status: the other agents' views serve.
+	if err := c.reconcile(true); err != nil && !c.serving() {
+		// Nothing to serve: the one line says why.
+		c.Stop() // releases the lock
+		return nil, err
 	}
+	// The refused grants were said on Notify, recorded and listed in the
+	// status: the other agents' views serve.
 	return c, nil
+}
+
+// leftBehind is what the previous coordinator of this run directory,
+// dead since we hold its lock, left under the root that is ours to clear:
+// the names of the mountpoints that may be reused (those of its views and
+// of the grants) and the device of each of its dead views, by name. A
+// coordinator still running (its lock taken over by pid reuse, say) is an
+// error.
+func leftBehind(cfg CoordinatorConfig) (reusable map[string]bool, deadViews map[string]string, err error) {
+	// A grant that does not load, names no participant or clashes with
+	// another is refused alone (see reconcile): the others' agents work.
+	gs, _ := cfg.Runs.LoadGrants()
+	reusable = map[string]bool{}
+	for _, gf := range gs {
+		reusable[gf.Grant.AgentID] = true
+	}
+	deadViews = map[string]string{} // agent -> device of its dead view
+	prev, err := ReadStatus(cfg.Runs)
+	if err != nil {
+		return reusable, deadViews, nil
+	}
+	if prev.State == StateRunning && prev.PID != os.Getpid() {
+		return nil, nil, fmt.Errorf("a coordinator (pid %d) is still running on run directory %s; stop it first", prev.PID, cfg.Runs.Root)
+	}
+	if realPath(prev.Root) == realPath(cfg.Root) {
+		for _, v := range prev.Views {
+			name := filepath.Base(v.Mountpoint)
+			reusable[name] = true
+			if v.Dev != "" {
+				deadViews[name] = v.Dev
+			}
+		}
+	}
+	return reusable, deadViews, nil
+}
+
+// watchRunDir makes the grants' and handoffs' directories and watches
+// them: a change there is a grant to reconcile.
+func (c *Coordinator) watchRunDir() error {
+	dirs := []string{c.cfg.Runs.GrantsDir(), c.cfg.Runs.HandoffsDir()}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		if err := fsw.Add(d); err != nil {
+			fsw.Close()
+			return fmt.Errorf("watch %s: %w", d, err)
+		}
+	}
+	c.fsw = fsw
+	return nil
+}
+
+// serving reports whether any view is mounted.
+func (c *Coordinator) serving() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.views) > 0
 }
 
 // ErrRunDirBusy means another coordinator holds the run directory.
@@ -606,22 +625,34 @@ func (c *Coordinator) loop() {
 // or removed ones, saying so on Notify. Mounts made at start are listed
 // by the caller instead.
 func (c *Coordinator) reconcile(starting bool) error {
+	want, fate, problems, errs := c.wanted()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setProblems(problems)
+	errs = append(errs, c.unmountUnwanted(want, fate)...)
+	errs = append(errs, c.mountWanted(want, starting)...)
+	if err := c.writeStatus(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// wanted loads the grants and judges each: want holds the one grant that
+// governs each agent's view; fate says why every other grant has none;
+// problems are the refusals `acpfs status` lists, and errs the errors.
+func (c *Coordinator) wanted() (want map[string]grants.GrantFile, fate map[string]string, problems []string, errs []error) {
 	gs, loadErr := c.cfg.Runs.LoadGrants()
-	want := map[string]grants.GrantFile{}
-	fate := map[string]string{} // grant id -> why it has no view
-	var errs []error
+	want = map[string]grants.GrantFile{}
+	fate = map[string]string{} // grant id -> why it has no view
 	if loadErr != nil {
 		errs = append(errs, loadErr)
+		problems = append(problems, strings.Split(loadErr.Error(), "\n")...)
 	}
 	active := map[string][]string{} // agent -> its active grant ids
 	for _, gf := range gs {
 		if !gf.Grant.Revoked {
 			active[gf.Grant.AgentID] = append(active[gf.Grant.AgentID], gf.Grant.GrantID)
 		}
-	}
-	var problems []string
-	if loadErr != nil {
-		problems = append(problems, strings.Split(loadErr.Error(), "\n")...)
 	}
 	for _, gf := range gs {
 		g := gf.Grant
@@ -635,13 +666,11 @@ func (c *Coordinator) reconcile(starting bool) error {
 			fate[g.GrantID] = fmt.Sprintf("refused: agent %q has %d active grants (%s)", g.AgentID, len(ids), strings.Join(ids, ", "))
 			continue
 		}
-		if err := checkParticipant(g, c.cfg.Participants); err != nil {
-			errs = append(errs, err)
-			fate[g.GrantID] = "refused: " + err.Error()
-			problems = append(problems, fmt.Sprintf("%s: %v", gf.Path, err))
-			continue
+		err := checkParticipant(g, c.cfg.Participants)
+		if err == nil {
+			err = CheckConcealed(c.cfg.Folder, c.concealed(), g)
 		}
-		if err := CheckConcealed(c.cfg.Folder, c.concealed(), g); err != nil {
+		if err != nil {
 			errs = append(errs, err)
 			fate[g.GrantID] = "refused: " + err.Error()
 			problems = append(problems, fmt.Sprintf("%s: %v", gf.Path, err))
@@ -649,38 +678,51 @@ func (c *Coordinator) reconcile(starting bool) error {
 		}
 		want[g.AgentID] = gf
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.setProblems(problems)
+	return want, fate, problems, errs
+}
+
+// unmountUnwanted unmounts every view whose grant is no longer the one
+// want holds for its agent, saying why on Notify. c.mu is held.
+func (c *Coordinator) unmountUnwanted(want map[string]grants.GrantFile, fate map[string]string) []error {
+	var errs []error
 	for agent, v := range c.views {
 		gf, ok := want[agent]
-		if !ok || gf.Grant.GrantID != v.grantID {
-			// Hide everything first, so the view is dark even if an
-			// open file keeps the unmount waiting.
-			closed := *v.m.FS.Grant()
-			closed.Revoked = true
-			_ = v.m.FS.SetGrant(&closed, nil)
-			err := v.m.Stop()
-			if err != nil {
-				errs = append(errs, err)
-			}
-			os.Remove(v.m.cfg.Mountpoint)
-			delete(c.views, agent)
-			reason := fmt.Sprintf("grant %s removed", v.grantID)
-			if ok {
-				reason = fmt.Sprintf("grant %s replaced by %s", v.grantID, gf.Grant.GrantID)
-			} else if f, known := fate[v.grantID]; known {
-				reason = fmt.Sprintf("grant %s %s", v.grantID, f)
-			} else if _, serr := os.Stat(c.cfg.Runs.GrantPath(v.grantID)); serr == nil {
-				reason = fmt.Sprintf("grant %s no longer loads", v.grantID)
-			}
-			if err != nil {
-				c.notifyf("unmounted %s's view at %s (%s), with an error: %v", agent, v.m.cfg.Mountpoint, reason, err)
-			} else {
-				c.notifyf("unmounted %s's view at %s (%s)", agent, v.m.cfg.Mountpoint, reason)
-			}
+		if ok && gf.Grant.GrantID == v.grantID {
+			continue
+		}
+		// Hide everything first, so the view is dark even if an open
+		// file keeps the unmount waiting.
+		closed := *v.m.FS.Grant()
+		closed.Revoked = true
+		_ = v.m.FS.SetGrant(&closed, nil)
+		err := v.m.Stop()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		os.Remove(v.m.cfg.Mountpoint)
+		delete(c.views, agent)
+		reason := fmt.Sprintf("grant %s removed", v.grantID)
+		if ok {
+			reason = fmt.Sprintf("grant %s replaced by %s", v.grantID, gf.Grant.GrantID)
+		} else if f, known := fate[v.grantID]; known {
+			reason = fmt.Sprintf("grant %s %s", v.grantID, f)
+		} else if _, serr := os.Stat(c.cfg.Runs.GrantPath(v.grantID)); serr == nil {
+			reason = fmt.Sprintf("grant %s no longer loads", v.grantID)
+		}
+		if err != nil {
+			c.notifyf("unmounted %s's view at %s (%s), with an error: %v", agent, v.m.cfg.Mountpoint, reason, err)
+		} else {
+			c.notifyf("unmounted %s's view at %s (%s)", agent, v.m.cfg.Mountpoint, reason)
 		}
 	}
+	return errs
+}
+
+// mountWanted applies each wanted grant to its agent's live view, or
+// mounts a view for it, saying so on Notify unless starting. c.mu is
+// held.
+func (c *Coordinator) mountWanted(want map[string]grants.GrantFile, starting bool) []error {
+	var errs []error
 	for agent, gf := range want {
 		handoffs := c.handoffsFor(gf.Grant)
 		if v, ok := c.views[agent]; ok {
@@ -702,10 +744,7 @@ func (c *Coordinator) reconcile(starting bool) error {
 			c.notifyf("mounted %s's view at %s (grant %s)", agent, mp, gf.Grant.GrantID)
 		}
 	}
-	if err := c.writeStatus(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // startView prepares the mountpoint mp and mounts a view of g there.
@@ -714,8 +753,8 @@ func (c *Coordinator) startView(mp string, g *grants.Grant, handoffs map[string]
 		return nil, err
 	}
 	return Start(Config{
-		Folder: c.cfg.Folder, ViewRoot: c.cfg.ViewRoot, Mountpoint: mp, Grant: g, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
-		Hidden: c.concealed(), Conceal: []string{c.cfg.Root}, AuditReads: c.cfg.AuditReads, Audit: c.cfg.Audit, MaxWriteBytes: c.cfg.MaxWriteBytes, MaxFiles: c.cfg.MaxFiles, Passthrough: c.cfg.Passthrough, AllowOther: c.cfg.AllowOther, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
+		Options: c.cfg.Options, Folder: c.cfg.Folder, ViewRoot: c.cfg.ViewRoot, Mountpoint: mp, Grant: g, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
+		Hidden: c.concealed(), Conceal: []string{c.cfg.Root}, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
 	})
 }
 

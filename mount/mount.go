@@ -31,8 +31,23 @@ import (
 // maxWrite is the largest FUSE request a view takes (see Start).
 const maxWrite = 128 << 10
 
+// Options are what the operator chose for every view a command mounts:
+// the view's own settings and how the kernel mounts it. acpfs mount, up
+// and run fill one from their flags (cmd/acpfs registerViewFlags) and it
+// reaches each view unchanged: Config, CoordinatorConfig and RunConfig
+// embed it.
+type Options struct {
+	view.Settings
+	// AllowOther lets other uids use the mount, with the kernel checking
+	// permissions (default_permissions) so they do not act as the daemon.
+	AllowOther bool `json:"allow_other,omitempty"`
+	// Debug logs every FUSE request.
+	Debug bool `json:"debug,omitempty"`
+}
+
 // Config describes one view.
 type Config struct {
+	Options
 	Folder string // backing collaboration folder
 	// ViewRoot, when set, is a directory holding Folder (the repository
 	// of an external-deliverables folder) that the view is rooted at
@@ -53,31 +68,15 @@ type Config struct {
 	// identity wherever it lies in Folder, and no mountpoint may lie in
 	// one. Conceal adds entries concealed the same way that a mountpoint
 	// may lie in (the coordinator's mount root).
-	Hidden     []string
-	Conceal    []string
-	AuditReads bool
-	// Audit is how much reading is recorded: view.AuditCompact (default),
-	// fs.AuditOpens or fs.AuditReads.
-	Audit string
-	// MaxWriteBytes and MaxFiles are the write quotas of a grant that
-	// sets none (see fs.Options).
-	MaxWriteBytes, MaxFiles int64
-	// Passthrough lets the kernel read files the grant can only read
-	// straight from the backing folder (FUSE passthrough): near-native
-	// speed, but a descriptor opened before the grant narrows keeps
-	// reading, which only the ledger then shows (see fs.Options).
-	Passthrough bool
-	// AllowOther lets other uids use the mount, with the kernel checking
-	// permissions (default_permissions) so they do not act as the daemon.
-	AllowOther bool
+	Hidden  []string
+	Conceal []string
 	// Owner, when set, makes the view serve that one user (see Owner):
 	// it implies AllowOther.
 	Owner    *Owner
 	Handoffs map[string]string
 	// Watcher, when set, is shared with other views of the same folder.
 	Watcher *view.Watcher
-	Debug   bool
-	// Fault is passed to fs.Options.Fault (tests only).
+	// Fault is passed to view.Options.Fault (tests only).
 	Fault func(op, rel string)
 }
 
@@ -111,33 +110,72 @@ func Start(cfg Config) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckMountpointPlace(cfg.Mountpoint, root, cfg.Hidden); err != nil {
+	realMP, err := checkMountpointFor(cfg, root)
+	if err != nil {
 		return nil, err
+	}
+	readyLog(cfg.Log, folder)
+	m, err := newMount(cfg, root, within)
+	if err != nil {
+		return nil, err
+	}
+	server, err := m.serve(fuseOptions(cfg))
+	if err != nil {
+		m.watcher.Remove(m.FS.View)
+		m.FS.Close()
+		if m.ownWatch {
+			m.watcher.Close()
+		}
+		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
+	}
+	m.server = server
+	m.served = make(chan struct{})
+	go func() { server.Wait(); close(m.served) }()
+	if err := m.started(realMP); err != nil {
+		m.Stop()
+		return nil, err
+	}
+	return m, nil
+}
+
+// checkMountpointFor refuses a mountpoint that is no place for the view
+// (see CheckMountpointPlace and CheckMountpoint) and returns it with
+// symbolic links resolved, as mountinfo will list the view: resolved
+// now, while it is a plain directory.
+func checkMountpointFor(cfg Config, root string) (string, error) {
+	if err := CheckMountpointPlace(cfg.Mountpoint, root, cfg.Hidden); err != nil {
+		return "", err
 	}
 	if err := CheckMountpoint(cfg.Mountpoint); err != nil {
-		return nil, err
+		return "", err
 	}
-	// Resolved now, while it is a plain directory: mountinfo lists the
-	// view under this path.
 	realMP, err := filepath.EvalSymlinks(cfg.Mountpoint)
 	if err != nil {
-		return nil, fmt.Errorf("mountpoint: %w", err)
+		return "", fmt.Errorf("mountpoint: %w", err)
 	}
-	// A daemon killed between an event line and its protocol.json
-	// rewrite leaves the two out of step; put them back before serving.
-	if changed, err := cfg.Log.Reconcile(); err != nil {
+	return realMP, nil
+}
+
+// readyLog puts the folder's protocol log in step before a view serves
+// it: a daemon killed between an event line and its protocol.json
+// rewrite leaves the two out of step. Views serve protocol.json from the
+// derived state, so its rewrite leaves the appends' critical path
+// (docs/benchmarks.md).
+func readyLog(log *protocol.Log, folder string) {
+	if changed, err := log.Reconcile(); err != nil {
 		slog.Warn("cannot reconcile protocol.json with events.jsonl", "folder", folder, "err", err)
 	} else if changed {
 		slog.Warn("protocol.json was behind events.jsonl (interrupted append); rewritten", "folder", folder)
 	}
-	// Views serve protocol.json from the derived state, so its rewrite
-	// leaves the appends' critical path (docs/benchmarks.md).
-	cfg.Log.DeferProtocolWrites()
-	hidden := relHidden(folder, cfg.Hidden)
+	log.DeferProtocolWrites()
+}
+
+// newMount makes the view of cfg, rooted at root, and adds it to its
+// watcher (cfg.Watcher, or one of its own).
+func newMount(cfg Config, root, within string) (*Mount, error) {
 	f, err := acpfs.New(view.Options{
-		Folder: root, Within: within, Grant: cfg.Grant, Hidden: hidden, Conceal: concealList(cfg), Log: cfg.Log, Ledger: cfg.Ledger,
-		AuditReads: cfg.AuditReads, Audit: cfg.Audit, MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles, Passthrough: cfg.Passthrough, Handoffs: cfg.Handoffs, Fault: cfg.Fault,
-		Gate: cfg.Gate,
+		Settings: cfg.Settings, Folder: root, Within: within, Grant: cfg.Grant, Hidden: relHidden(cfg.Folder, cfg.Hidden), Conceal: concealList(cfg),
+		Log: cfg.Log, Ledger: cfg.Ledger, Handoffs: cfg.Handoffs, Fault: cfg.Fault, Gate: cfg.Gate,
 	})
 	if err != nil {
 		return nil, err
@@ -150,7 +188,11 @@ func Start(cfg Config) (*Mount, error) {
 		m.ownWatch = true
 	}
 	m.watcher.Add(f.View)
+	return m, nil
+}
 
+// fuseOptions are how the kernel mounts the view of cfg.
+func fuseOptions(cfg Config) *gofs.Options {
 	// The view gives each entry and attribute its own timeout (long
 	// while the watcher sees the whole folder, see fs.CacheTimeout);
 	// anything it does not is not cached. Negative entries are never
@@ -164,7 +206,7 @@ func Start(cfg Config) (*Mount, error) {
 		// 0644): the kernel checks permissions on what the view says.
 		NullPermissions: true,
 		MountOptions: fuse.MountOptions{
-			FsName:     "acpfs:" + folder,
+			FsName:     "acpfs:" + cfg.Folder,
 			Name:       "acpfs",
 			AllowOther: cfg.AllowOther,
 			// O_TRUNC must arrive with the open (not as a separate
@@ -186,18 +228,14 @@ func Start(cfg Config) (*Mount, error) {
 		opts.MountOptions.AllowOther = true
 		opts.MountOptions.Options = append(opts.MountOptions.Options, "default_permissions")
 	}
-	server, err := m.serve(opts)
-	if err != nil {
-		m.watcher.Remove(f.View)
-		f.Close()
-		if m.ownWatch {
-			m.watcher.Close()
-		}
-		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
-	}
-	m.server = server
-	m.served = make(chan struct{})
-	go func() { server.Wait(); close(m.served) }()
+	return opts
+}
+
+// started does what follows the kernel's first answer: the supervisor
+// learns the view's connection, /dev/fuse is kept from every command this
+// process starts, the ledger records the mount and the grant file is
+// watched. The caller stops m on an error.
+func (m *Mount) started(realMP string) error {
 	if mi, ok, _ := mountAt(realMP); ok && mi.IsView() {
 		m.realMP, m.dev = realMP, mi.Dev
 		// The supervisor aborts this connection if the daemon dies in a
@@ -209,20 +247,16 @@ func Start(cfg Config) (*Mount, error) {
 	// `acpfs run` first of all) would inherit the device and could answer
 	// the kernel's requests itself, bypassing every check.
 	if err := closeOnExecFUSE(); err != nil {
-		m.Stop()
-		return nil, fmt.Errorf("protect /dev/fuse: %w", err)
+		return fmt.Errorf("protect /dev/fuse: %w", err)
 	}
-	g := cfg.Grant
-	if _, err := cfg.Ledger.Append(ledger.Record{Kind: ledger.KindMountStarted, Agent: g.AgentID, Grant: g.GrantID, Path: cfg.Mountpoint, PID: uint32(os.Getpid())}); err != nil {
+	g := m.cfg.Grant
+	if _, err := m.cfg.Ledger.Append(ledger.Record{Kind: ledger.KindMountStarted, Agent: g.AgentID, Grant: g.GrantID, Path: m.cfg.Mountpoint, PID: uint32(os.Getpid())}); err != nil {
 		slog.Error("ledger", "err", err)
 	}
-	if cfg.GrantPath != "" {
-		if err := m.watchGrant(); err != nil {
-			m.Stop()
-			return nil, err
-		}
+	if m.cfg.GrantPath != "" {
+		return m.watchGrant()
 	}
-	return m, nil
+	return nil
 }
 
 // serve mounts the view and starts serving it, as gofs.Mount does, with

@@ -27,6 +27,10 @@ import (
 // RunConfig describes `acpfs run`: one command in a sandbox that shows
 // the collaboration folder only through a grant's view.
 type RunConfig struct {
+	// Options are the view's, but for AllowOther and Passthrough, which
+	// Run never applies: the view serves the sandbox's command alone, and
+	// every read reaches the daemon.
+	Options
 	Folder string `json:"folder"` // absolute, symlinks resolved
 	// ViewRoot, when set, is the directory holding Folder that the view
 	// is rooted at (see Config.ViewRoot); absolute, symlinks resolved.
@@ -35,8 +39,7 @@ type RunConfig struct {
 	LedgerPath string          `json:"ledger_path"`
 	LedgerSync ledger.SyncMode `json:"ledger_sync"`
 	// Hidden lists what no view may show (run directory, ledger, grant).
-	Hidden     []string `json:"hidden"`
-	AuditReads bool     `json:"audit_reads"`
+	Hidden []string `json:"hidden"`
 	// Sandbox is the sandbox to start, all but its Root and View (and
 	// Proxy), which Run makes.
 	Sandbox sandbox.Spec `json:"sandbox"`
@@ -50,10 +53,6 @@ type RunConfig struct {
 	// made under (a rootless run's delegated subtree) instead of the
 	// daemon's own.
 	CgroupParent string `json:"cgroup_parent,omitempty"`
-	// MaxWriteBytes and MaxFiles are the view's write quotas for a grant
-	// that sets none (see fs.Options).
-	MaxWriteBytes int64 `json:"max_write_bytes,omitempty"`
-	MaxFiles      int64 `json:"max_files,omitempty"`
 	// UserNS, when set, is the user namespace a rootless run's daemon
 	// was started in (see StartRootless); ParentPID is acpfs run's pid,
 	// which the daemon must not outlive.
@@ -104,22 +103,11 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	dirfd, err := unix.Open(cfg.Folder, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	backing, viewRoot, closeDirs, err := openRunDirs(cfg)
 	if err != nil {
-		return 0, fmt.Errorf("open folder: %w", err)
+		return 0, err
 	}
-	defer unix.Close(dirfd)
-	backing := fmt.Sprintf("/proc/self/fd/%d", dirfd)
-	var viewRoot string
-	if cfg.ViewRoot != "" {
-		rootfd, err := unix.Open(cfg.ViewRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return 0, fmt.Errorf("open the view's root: %w", err)
-		}
-		defer unix.Close(rootfd)
-		viewRoot = fmt.Sprintf("/proc/self/fd/%d", rootfd)
-	}
-
+	defer closeDirs()
 	log, err := protocol.OpenLog(backing)
 	if err != nil {
 		return 0, err
@@ -130,7 +118,6 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 		return 0, err
 	}
 	defer lw.Close()
-
 	tmp, err := os.MkdirTemp("", "acpfs-run-")
 	if err != nil {
 		return 0, err
@@ -142,19 +129,12 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 			return 0, err
 		}
 	}
-	// Hidden paths are computed against the real folder path; the view
-	// resolves them relative to its root, whatever path reaches it.
 	owner := Owner{UID: cfg.Sandbox.UID, GID: cfg.Sandbox.GID, Sandbox: &SandboxNS{}}
-	m, err := Start(Config{
-		Folder: backing, ViewRoot: viewRoot, Mountpoint: view, Grant: g, GrantPath: cfg.GrantPath, Log: log, Ledger: lw,
-		Hidden: cfg.Hidden, AuditReads: cfg.AuditReads, Owner: &owner,
-		MaxWriteBytes: cfg.MaxWriteBytes, MaxFiles: cfg.MaxFiles,
-	})
+	m, err := startRunView(cfg, Config{Folder: backing, ViewRoot: viewRoot, Mountpoint: view, Grant: g, Log: log, Ledger: lw, Owner: &owner})
 	if err != nil {
 		return 0, err
 	}
 	defer m.Stop()
-
 	spec := cfg.Sandbox
 	spec.Root, spec.View = root, view
 	if spec.Net == sandbox.NetAllow {
@@ -165,23 +145,11 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 		defer stop()
 		spec.Proxy = sock
 	}
-	var group *limits.Group
-	if !cfg.NoLimits {
-		name := fmt.Sprintf("acpfs-run-%d", os.Getpid())
-		if cfg.CgroupParent != "" {
-			group, err = limits.NewUnder(cfg.CgroupParent, name, cfg.Limits)
-		} else {
-			group, err = limits.New(name, cfg.Limits)
-		}
-		if err != nil {
-			return 0, fmt.Errorf("resource limits: %w", err)
-		}
-		defer func() {
-			if err := group.Delete(); err != nil {
-				slog.Warn("remove the run's control group", "err", err)
-			}
-		}()
+	group, err := runGroup(cfg)
+	if err != nil {
+		return 0, err
 	}
+	defer deleteGroup(group)
 	code, err := startSandbox(spec, initArgs, sig, group, owner.Sandbox)
 	if err == nil && code != 0 && group != nil {
 		if hit := group.Hit(); len(hit) > 0 {
@@ -189,6 +157,71 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 		}
 	}
 	return code, err
+}
+
+// openRunDirs opens the folder (and the view's root, when it is not the
+// folder) before anything is mounted, and returns paths that reach them
+// through those descriptors, whatever is later mounted over their own
+// paths; closeDirs closes the descriptors.
+func openRunDirs(cfg RunConfig) (backing, viewRoot string, closeDirs func(), err error) {
+	dirfd, err := unix.Open(cfg.Folder, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("open folder: %w", err)
+	}
+	backing = fmt.Sprintf("/proc/self/fd/%d", dirfd)
+	if cfg.ViewRoot == "" {
+		return backing, "", func() { unix.Close(dirfd) }, nil
+	}
+	rootfd, err := unix.Open(cfg.ViewRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(dirfd)
+		return "", "", nil, fmt.Errorf("open the view's root: %w", err)
+	}
+	viewRoot = fmt.Sprintf("/proc/self/fd/%d", rootfd)
+	return backing, viewRoot, func() { unix.Close(rootfd); unix.Close(dirfd) }, nil
+}
+
+// startRunView mounts the view of a run with base (its folder, grant,
+// log, ledger, mountpoint and owner) and the options of cfg. Hidden
+// paths are computed against the real folder path; the view resolves
+// them relative to its root, whatever path reaches it.
+func startRunView(cfg RunConfig, base Config) (*Mount, error) {
+	base.Options = cfg.Options
+	// The view serves the sandbox's command alone and every read
+	// reaches the daemon: acpfs run hides --allow-other and
+	// --passthrough, and they never apply.
+	base.AllowOther, base.Passthrough = false, false
+	base.GrantPath, base.Hidden = cfg.GrantPath, cfg.Hidden
+	return Start(base)
+}
+
+// runGroup makes the command's control group (nil with NoLimits).
+func runGroup(cfg RunConfig) (*limits.Group, error) {
+	if cfg.NoLimits {
+		return nil, nil
+	}
+	name := fmt.Sprintf("acpfs-run-%d", os.Getpid())
+	var group *limits.Group
+	var err error
+	if cfg.CgroupParent != "" {
+		group, err = limits.NewUnder(cfg.CgroupParent, name, cfg.Limits)
+	} else {
+		group, err = limits.New(name, cfg.Limits)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resource limits: %w", err)
+	}
+	return group, nil
+}
+
+// deleteGroup removes the run's control group, if it made one.
+func deleteGroup(group *limits.Group) {
+	if group == nil {
+		return
+	}
+	if err := group.Delete(); err != nil {
+		slog.Warn("remove the run's control group", "err", err)
+	}
 }
 
 // cloneFlags are the namespaces of every sandbox.
@@ -211,19 +244,7 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, gr
 		return 0, err
 	}
 	defer statusR.Close()
-	flags := uintptr(cloneFlags)
-	if spec.Net != sandbox.NetHost {
-		flags |= syscall.CLONE_NEWNET
-	}
-	// The first process is this binary again, by /proc/self/exe: no path
-	// inside the view is resolved while this process, which serves the
-	// view, shares its memory with the child (Go starts children with
-	// vfork).
-	cmd := exec.Command("/proc/self/exe", initArgs...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.ExtraFiles = []*os.File{specR, statusW}
-	// The user namespaces of idmapped binds follow, from descriptor 5.
-	userns, err := sandbox.OpenUserns(&spec, 3+len(cmd.ExtraFiles))
+	cmd, userns, err := sandboxCommand(&spec, initArgs, specR, statusW)
 	if err != nil {
 		specW.Close()
 		statusW.Close()
@@ -234,12 +255,6 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, gr
 			f.Close()
 		}
 	}()
-	cmd.ExtraFiles = append(cmd.ExtraFiles, userns...)
-	cmd.Dir = "/"
-	// The first process gets no environment: the command's is in the
-	// spec, and nothing of the caller's is left in /proc/1/environ.
-	cmd.Env = []string{}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
 	// Pdeathsig follows the thread that forks: keep it alive as long as
 	// the child.
 	runtime.LockOSThread()
@@ -250,26 +265,10 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, gr
 		specW.Close()
 		return 0, fmt.Errorf("start the sandbox: %w", err)
 	}
-	if err := ns.Set(cmd.Process.Pid); err != nil {
-		specW.Close()
+	if err := placeSandbox(cmd, spec, specW, group, ns); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return 0, err
-	}
-	if group != nil {
-		if err := group.Add(cmd.Process.Pid); err != nil {
-			specW.Close()
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			return 0, fmt.Errorf("resource limits: put the sandbox in its control group: %w", err)
-		}
-	}
-	err = json.NewEncoder(specW).Encode(spec)
-	specW.Close()
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return 0, fmt.Errorf("hand the sandbox its spec: %w", err)
 	}
 	status := make(chan string, 1)
 	go func() {
@@ -284,6 +283,55 @@ func startSandbox(spec sandbox.Spec, initArgs []string, sig <-chan os.Signal, gr
 		return 0, fmt.Errorf("sandbox: %s", st)
 	}
 	return ExitStatus(err)
+}
+
+// sandboxCommand is the sandbox's first process, not started: this
+// binary again, by /proc/self/exe, in new namespaces, with the spec's
+// pipe on descriptor 3, the status pipe on 4 and the user namespaces of
+// idmapped binds from 5, which the caller closes once it started.
+func sandboxCommand(spec *sandbox.Spec, initArgs []string, specR, statusW *os.File) (*exec.Cmd, []*os.File, error) {
+	flags := uintptr(cloneFlags)
+	if spec.Net != sandbox.NetHost {
+		flags |= syscall.CLONE_NEWNET
+	}
+	// No path inside the view is resolved while this process, which
+	// serves the view, shares its memory with the child (Go starts
+	// children with vfork).
+	cmd := exec.Command("/proc/self/exe", initArgs...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = []*os.File{specR, statusW}
+	userns, err := sandbox.OpenUserns(spec, 3+len(cmd.ExtraFiles))
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, userns...)
+	cmd.Dir = "/"
+	// The first process gets no environment: the command's is in the
+	// spec, and nothing of the caller's is left in /proc/1/environ.
+	cmd.Env = []string{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
+	return cmd, userns, nil
+}
+
+// placeSandbox records the PID namespace of the started first process
+// (the owner guard's sandbox), puts it in its control group, then hands
+// it its spec (closing specW): it waits for the spec before anything
+// else, so it cannot start another process outside the group. The
+// caller kills it on an error.
+func placeSandbox(cmd *exec.Cmd, spec sandbox.Spec, specW *os.File, group *limits.Group, ns *SandboxNS) error {
+	defer specW.Close()
+	if err := ns.Set(cmd.Process.Pid); err != nil {
+		return err
+	}
+	if group != nil {
+		if err := group.Add(cmd.Process.Pid); err != nil {
+			return fmt.Errorf("resource limits: put the sandbox in its control group: %w", err)
+		}
+	}
+	if err := json.NewEncoder(specW).Encode(spec); err != nil {
+		return fmt.Errorf("hand the sandbox its spec: %w", err)
+	}
+	return nil
 }
 
 // waitForwarding waits for the started cmd and passes on to it every

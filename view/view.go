@@ -73,18 +73,8 @@ type Options struct {
 	Log *protocol.Log
 	// Ledger receives every record. It may be shared too.
 	Ledger *ledger.Writer
-	// AuditReads records every read request (offset, length) in addition
-	// to the open; it disables passthrough so that reads reach the daemon.
-	AuditReads bool
-	// Audit is AuditCompact (default), AuditOpens or AuditReads.
-	Audit string
-	// MaxWriteBytes and MaxFiles are the write quotas of a grant that
-	// sets none: 0 takes DefaultMaxWriteBytes and DefaultMaxFiles, a
-	// negative value means no cap.
-	MaxWriteBytes, MaxFiles int64
-	// MaxHandles bounds the files open at once through this view (0:
-	// DefaultMaxHandles; negative: only the process cap).
-	MaxHandles int64
+	// Settings are what the operator chose on the command line.
+	Settings
 	// Handoffs maps folder-relative paths to content-addressed copies
 	// (absolute paths) that this agent must see instead of the live file:
 	// an artifact handed to it reads exactly as it was handed over.
@@ -100,6 +90,26 @@ type Options struct {
 	// Caller names the process a request comes from (the FUSE adapter
 	// reads it from the request); nil: none is known.
 	Caller func(ctx context.Context) (Caller, bool)
+}
+
+// Settings are a view's options that an operator chooses: one field per
+// flag of acpfs mount, up and run (cmd/acpfs registerViewFlags), carried
+// unchanged through mount.Options to New, and as JSON to the daemon of
+// acpfs run. The zero value is the default of every flag.
+type Settings struct {
+	// Audit is how much reading is recorded: AuditCompact (default),
+	// AuditOpens or AuditReads. AuditReads records every read request
+	// (offset, length) in addition to the open; it disables passthrough
+	// so that reads reach the daemon.
+	Audit string `json:"audit,omitempty"`
+	// MaxWriteBytes and MaxFiles are the write quotas of a grant that
+	// sets none: 0 takes DefaultMaxWriteBytes and DefaultMaxFiles, a
+	// negative value means no cap.
+	MaxWriteBytes int64 `json:"max_write_bytes,omitempty"`
+	MaxFiles      int64 `json:"max_files,omitempty"`
+	// MaxHandles bounds the files open at once through this view (0:
+	// DefaultMaxHandles; negative: only the process cap).
+	MaxHandles int64 `json:"max_handles,omitempty"`
 	// Passthrough lets the kernel read files the grant can only read
 	// straight from the backing folder. Reads are then near native, but
 	// the daemon never sees them: a descriptor opened before a grant
@@ -108,7 +118,7 @@ type Options struct {
 	// records, at the change, a read that it cannot refuse. Off by
 	// default: every read is served, and checked, by the daemon, and
 	// warm reads come from the kernel's page cache.
-	Passthrough bool
+	Passthrough bool `json:"passthrough,omitempty"`
 }
 
 // View is one per-grant view. Its methods are safe for concurrent use.
@@ -219,7 +229,7 @@ func New(opts Options) (*View, error) {
 		passthrough: opts.Passthrough,
 		log:         opts.Log,
 		ledger:      opts.Ledger,
-		auditReads:  opts.AuditReads || opts.Audit == AuditReads,
+		auditReads:  opts.Audit == AuditReads,
 		audit:       opts.Audit,
 		maxBytes:    capOr(opts.MaxWriteBytes, DefaultMaxWriteBytes),
 		maxFiles:    capOr(opts.MaxFiles, DefaultMaxFiles),
@@ -242,9 +252,6 @@ func New(opts Options) (*View, error) {
 	}
 	f.stage.fd, f.stage.names = -1, map[string]string{}
 	f.sweepStaging()
-	if opts.AuditReads {
-		f.audit = AuditReads
-	}
 	f.startRepeats()
 	return f, nil
 }

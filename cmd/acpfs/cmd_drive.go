@@ -17,12 +17,8 @@ import (
 
 func init() { commands = append(commands, newDriveCmd) }
 
-func newDriveCmd() *cobra.Command {
-	var check, asJSON, plain bool
-	cmd := &cobra.Command{
-		Use:   "drive [--check] [--json] FILE",
-		Short: "Run a whole collaboration from a collaboration file: each participant woken at its turn in its own acpfs run sandbox",
-		Long: `drive reads a collaboration file (YAML; docs/drive.md) and checks it,
+// driveLong is the help of acpfs drive.
+const driveLong = `drive reads a collaboration file (YAML; docs/drive.md) and checks it,
 naming the line and column of every problem, before anything starts;
 --check stops there.
 
@@ -47,57 +43,76 @@ SIGKILL), drive FILE again resumes: the sandboxes died with it, a turn
 that was running is closed as interrupted and never run again.
 
 Exit status: 0 completed, 2 anything else (blocked, stopped, invalid
-file), 3 the views could not be served, 4 FUSE unusable.`,
+file), 3 the views could not be served, 4 FUSE unusable.`
+
+// driveFlags are the flags of acpfs drive.
+type driveFlags struct{ check, asJSON, plain bool }
+
+func newDriveCmd() *cobra.Command {
+	var f driveFlags
+	cmd := &cobra.Command{
+		Use:     "drive [--check] [--json] FILE",
+		Short:   "Run a whole collaboration from a collaboration file: each participant woken at its turn in its own acpfs run sandbox",
+		Long:    driveLong,
 		Example: "  acpfs drive --check examples/demo.yaml\n  acpfs drive examples/demo.yaml",
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := drive.Load(args[0])
-			if err != nil {
-				return err
-			}
-			if check {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%d participants)\n", args[0], len(cfg.Participants))
-				return nil
-			}
-			if err := mount.Check().Usable(); err != nil {
-				return withCode(exitNoFUSE, err)
-			}
-			// A reader of the progress that goes away (`| head`) must not
-			// kill the driver before it stops its agents and unmounts:
-			// its writes fail (EPIPE) instead.
-			signal.Ignore(syscall.SIGPIPE)
-			if os.Geteuid() != 0 {
-				return withCode(exitMount, errors.New("acpfs drive runs each turn in acpfs run, which needs root"))
-			}
-			mode := drive.ModePlain
-			switch {
-			case asJSON:
-				mode = drive.ModeJSON
-			case !plain && isTerminal(cmd.OutOrStdout()):
-				mode = drive.ModeTTY
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			res, err := drive.Drive(ctx, cfg, drive.Options{Out: cmd.OutOrStdout(), Mode: mode})
-			if err != nil {
-				return withCode(exitFailed, err)
-			}
-			if !res.Completed() {
-				return withCode(exitFailed, fmt.Errorf("the collaboration did not complete: %s", res.Reason))
-			}
-			if asJSON {
-				// Machines read JSON to the last line.
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
-					"type": "done", "phase": res.Phase, "turns": res.Turns, "verdict": res.Verdict, "audit": res.Audit})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "acpfs drive: completed in %d turn(s); audit %s: %s\n", res.Turns, res.Verdict, res.Audit)
-			return nil
-		},
+		RunE:    func(cmd *cobra.Command, args []string) error { return runDrive(cmd, args[0], f) },
 	}
-	cmd.Flags().BoolVar(&check, "check", false, "check the file and stop")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "progress as one JSON object per line")
-	cmd.Flags().BoolVar(&plain, "plain", false, "one line per event even on a terminal (no live status block)")
+	cmd.Flags().BoolVar(&f.check, "check", false, "check the file and stop")
+	cmd.Flags().BoolVar(&f.asJSON, "json", false, "progress as one JSON object per line")
+	cmd.Flags().BoolVar(&f.plain, "plain", false, "one line per event even on a terminal (no live status block)")
 	return cmd
+}
+
+// runDrive checks the collaboration file at path and, unless --check,
+// drives the collaboration to its end and says how it ended.
+func runDrive(cmd *cobra.Command, path string, f driveFlags) error {
+	cfg, err := drive.Load(path)
+	if err != nil {
+		return err
+	}
+	if f.check {
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%d participants)\n", path, len(cfg.Participants))
+		return nil
+	}
+	if err := mount.Check().Usable(); err != nil {
+		return withCode(exitNoFUSE, err)
+	}
+	// A reader of the progress that goes away (`| head`) must not kill
+	// the driver before it stops its agents and unmounts: its writes
+	// fail (EPIPE) instead.
+	signal.Ignore(syscall.SIGPIPE)
+	if os.Geteuid() != 0 {
+		return withCode(exitMount, errors.New("acpfs drive runs each turn in acpfs run, which needs root"))
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := drive.Drive(ctx, cfg, drive.Options{Out: cmd.OutOrStdout(), Mode: f.mode(cmd)})
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	if !res.Completed() {
+		return withCode(exitFailed, fmt.Errorf("the collaboration did not complete: %s", res.Reason))
+	}
+	if f.asJSON {
+		// Machines read JSON to the last line.
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
+			"type": "done", "phase": res.Phase, "turns": res.Turns, "verdict": res.Verdict, "audit": res.Audit})
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "acpfs drive: completed in %d turn(s); audit %s: %s\n", res.Turns, res.Verdict, res.Audit)
+	return nil
+}
+
+// mode is how progress is shown: JSON with --json, a live status block
+// on a terminal unless --plain, else one line per event.
+func (f driveFlags) mode(cmd *cobra.Command) string {
+	switch {
+	case f.asJSON:
+		return drive.ModeJSON
+	case !f.plain && isTerminal(cmd.OutOrStdout()):
+		return drive.ModeTTY
+	}
+	return drive.ModePlain
 }
 
 // isTerminal reports whether w is a terminal.

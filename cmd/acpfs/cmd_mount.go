@@ -26,18 +26,14 @@ func init() {
 // mountFlags are shared by mount, run and up.
 type mountFlags struct {
 	// forRun is set by acpfs run, which needs no fusermount3.
-	forRun      bool
-	folder      string
-	runs        string
-	grant       string
-	ledgerPath  string
-	ledgerSync  string
-	audit       string
-	passthrough bool
-	allowOther  bool
-	debug       bool
-	quota       quotaFlags
-	viewRoot    string
+	forRun     bool
+	folder     string
+	runs       string
+	grant      string
+	ledgerPath string
+	ledgerSync string
+	opts       mount.Options
+	viewRoot   string
 }
 
 // View roots (--view-root).
@@ -84,20 +80,28 @@ func viewRootDir(mode, folder string) (string, error) {
 	return root, nil
 }
 
-// quotaFlags are the write quotas of grants that set none.
-type quotaFlags struct{ maxBytes, maxFiles int64 }
-
 // quotaHelp says what the quota flags do.
 const quotaHelp = " for a grant that sets none (max_write_bytes, max_files): past it, writes and creates fail with EDQUOT; -1 for no cap"
-
-func (q *quotaFlags) register(cmd *cobra.Command) {
-	cmd.Flags().Int64Var(&q.maxBytes, "max-write-bytes", 0, fmt.Sprintf("bytes an agent may add to files through its view (default %d)", view.DefaultMaxWriteBytes)+quotaHelp)
-	cmd.Flags().Int64Var(&q.maxFiles, "max-files", 0, fmt.Sprintf("files and directories an agent may create through its view (default %d)", view.DefaultMaxFiles)+quotaHelp)
-}
 
 // passthroughHelp warns about the one trade-off of --passthrough.
 const passthroughHelp = "let the kernel read files the grant can only read straight from the folder (near-native reads); " +
 	"a descriptor opened before the grant narrows then keeps reading, and the ledger records that it can"
+
+// auditHelp says what each --audit level records.
+const auditHelp = `"" (default) records the first read of each file version and each distinct refusal in full and counts repeats; "opens" records every open; "reads" also every read request (offset, length) and disables passthrough`
+
+// registerViewFlags adds the flags of o, the options of every view, to
+// mount, up and run: a view option is one field of view.Settings (or
+// mount.Options) and one line here. mounts names what --allow-other
+// opens ("mount", or "mounts" for up).
+func registerViewFlags(cmd *cobra.Command, o *mount.Options, mounts string) {
+	fl := cmd.Flags()
+	fl.StringVar(&o.Audit, "audit", view.AuditCompact, auditHelp)
+	fl.BoolVar(&o.Passthrough, "passthrough", false, passthroughHelp)
+	fl.BoolVar(&o.AllowOther, "allow-other", false, "let other uids use the "+mounts+" (with default_permissions)")
+	fl.Int64Var(&o.MaxWriteBytes, "max-write-bytes", 0, fmt.Sprintf("bytes an agent may add to files through its view (default %d)", view.DefaultMaxWriteBytes)+quotaHelp)
+	fl.Int64Var(&o.MaxFiles, "max-files", 0, fmt.Sprintf("files and directories an agent may create through its view (default %d)", view.DefaultMaxFiles)+quotaHelp)
+}
 
 func (mf *mountFlags) register(cmd *cobra.Command, withGrant bool) {
 	cmd.Flags().StringVar(&mf.folder, "folder", "", "collaboration folder to expose (required)")
@@ -107,11 +111,8 @@ func (mf *mountFlags) register(cmd *cobra.Command, withGrant bool) {
 	}
 	cmd.Flags().StringVar(&mf.ledgerPath, "ledger", "", "ledger file (default: RUNS/communication_ledger.jsonl)")
 	cmd.Flags().StringVar(&mf.ledgerSync, "ledger-sync", "batch", "when the ledger is fsynced: always, batch or off")
-	cmd.Flags().StringVar(&mf.audit, "audit", "", `"" (default) records the first read of each file version and each distinct refusal in full and counts repeats; "opens" records every open; "reads" also every read request (offset, length) and disables passthrough`)
-	cmd.Flags().BoolVar(&mf.passthrough, "passthrough", false, passthroughHelp)
-	cmd.Flags().BoolVar(&mf.allowOther, "allow-other", false, "let other uids use the mount (with default_permissions)")
-	cmd.Flags().BoolVar(&mf.debug, "debug", false, "log every FUSE request")
-	mf.quota.register(cmd)
+	registerViewFlags(cmd, &mf.opts, "mount")
+	cmd.Flags().BoolVar(&mf.opts.Debug, "debug", false, "log every FUSE request")
 	registerViewRoot(cmd, &mf.viewRoot)
 	_ = cmd.MarkFlagRequired("folder")
 }
@@ -124,7 +125,7 @@ func (mf *mountFlags) resolve() (folder, ledgerPath string, err error) {
 	if st, err := os.Stat(folder); err != nil || !st.IsDir() {
 		return "", "", fmt.Errorf("folder %s is not a directory", folder)
 	}
-	if err := checkAudit(mf.audit); err != nil {
+	if err := checkAudit(mf.opts.Audit); err != nil {
 		return "", "", err
 	}
 	ledgerPath = mf.ledgerPath
@@ -312,8 +313,8 @@ func newMountCmd() *cobra.Command {
 				return err
 			}
 			m, err := mount.Start(mount.Config{
-				Folder: folder, ViewRoot: v.root, Mountpoint: args[0], Grant: g, GrantPath: gp, Log: log, Ledger: lw,
-				Hidden: mf.hiddenDirs(ledgerPath, gp), AuditReads: mf.audit == "reads", Audit: mf.audit, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles, Passthrough: mf.passthrough, AllowOther: mf.allowOther, Debug: mf.debug,
+				Options: mf.opts, Folder: folder, ViewRoot: v.root, Mountpoint: args[0], Grant: g, GrantPath: gp, Log: log, Ledger: lw,
+				Hidden: mf.hiddenDirs(ledgerPath, gp),
 			})
 			if err != nil {
 				if errors.Is(err, mount.ErrMountpoint) {

@@ -33,18 +33,9 @@ const allowRootHelp = "run the command as root (uid 0) inside the sandbox. Root 
 	"with --net host, and is one kernel bug away from the host; Landlock and the seccomp filter still hold, but " +
 	"nothing separates it from other root processes. Use it only for a command you trust"
 
-func newRunCmd() *cobra.Command {
-	var mf mountFlags
-	var uid, home string
-	var en runEnvNet
-	var allowRoot, noLimits bool
-	var ro, rw []string
-	var memory, socketMemory string
-	lim := limits.Defaults
-	cmd := &cobra.Command{
-		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--ro PATH]... [--rw PATH]... [--home DIR|none] [--net host|none|allow=HOST[:PORT],...] [--env NAME[=VALUE]]... [--uid U[:G] | --allow-root] -- CMD [ARGS...]",
-		Short: "Run a command in a sandbox that shows the folder only through its grant's view",
-		Long: `run starts CMD in an allow-list sandbox: new mount, PID, IPC and UTS
+// runLong is the help of acpfs run (a variable: it names the system
+// directories).
+var runLong = `run starts CMD in an allow-list sandbox: new mount, PID, IPC and UTS
 namespaces (and network with --net none or allow=), a root that holds only the
 system directories (` + strings.Join(sandbox.SystemDirs, " ") + `) read-only, the
 --ro and --rw paths, the grant's view at the folder's own path, a fresh
@@ -103,163 +94,240 @@ delegated cgroup v2 subtree: without one, --memory, --pids and --cpu are
 refused (pass --no-limits) and the defaults are dropped with one line.
 
 run exits with the command's status (128+n for signal n); SIGINT,
-SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`,
+SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`
+
+// runFlags are the flags of acpfs run.
+type runFlags struct {
+	mf                   mountFlags
+	uid, home            string
+	en                   runEnvNet
+	allowRoot, noLimits  bool
+	ro, rw               []string
+	memory, socketMemory string
+	lim                  limits.Limits
+}
+
+func newRunCmd() *cobra.Command {
+	f := &runFlags{lim: limits.Defaults}
+	cmd := &cobra.Command{
+		Use:   "run --folder F --grant G (--ledger L | --runs DIR) [--ro PATH]... [--rw PATH]... [--home DIR|none] [--net host|none|allow=HOST[:PORT],...] [--env NAME[=VALUE]]... [--uid U[:G] | --allow-root] -- CMD [ARGS...]",
+		Short: "Run a command in a sandbox that shows the folder only through its grant's view",
+		Long:  runLong,
 		Example: `  acpfs run --folder collab --runs agent_runs --grant G-bob -- sh -c 'cat collab/proposal.md'
   acpfs run --folder collab --runs agent_runs --grant G-bob --net none --ro ~/tools -- ~/tools/review.sh
   acpfs run --folder collab --runs agent_runs --grant G-bob --net allow=api.anthropic.com --env ANTHROPIC_API_KEY -- claude`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := mf.prepare()
-			if err != nil {
-				return err
-			}
-			// Without root, the same sandbox is built in a user namespace.
-			rootless := os.Geteuid() != 0
-			if rootless {
-				if err := rootlessReady(); err != nil {
-					return withCode(exitMount, err)
-				}
-			}
-			net, egressPolicy, env, err := en.build(v.grant.AgentID)
-			if err != nil {
-				return err
-			}
-			sync, err := ledger.ParseSyncMode(mf.ledgerSync)
-			if err != nil {
-				return err
-			}
-			folder, err := filepath.EvalSymlinks(v.folder)
-			if err != nil {
-				return err
-			}
-			// shown is where the view appears in the sandbox: the
-			// folder, or the repository root holding it.
-			shown := cmp.Or(v.root, folder)
-			// The ledger's directory is made now: the sandbox's daemon
-			// opens the ledger in it, and the uid registry knows a run
-			// directory by what it is on disk.
-			if err := os.MkdirAll(filepath.Dir(v.ledgerPath), 0o700); err != nil {
-				return err
-			}
-			runDir := mf.runs
-			if runDir == "" {
-				// The grant's run directory when it lies in one, else the
-				// ledger's directory.
-				runDir = filepath.Dir(v.ledgerPath)
-				if d := filepath.Dir(v.grantPath); filepath.Base(d) == grants.GrantsDirName {
-					runDir = filepath.Dir(d)
-				}
-			}
-			// u and g are the command's ids in the sandbox, hostU and hostG
-			// what the host knows it by.
-			var u, g uint32
-			var ns sandbox.UserNS
-			if rootless {
-				if ns, err = rootlessUID(uid, allowRoot, runDir, v.grant.GrantID); err != nil {
-					return err
-				}
-				u, g = ns.AgentUID, ns.AgentGID
-			} else {
-				var lease *sandbox.Lease
-				if u, g, lease, err = runUID(uid, allowRoot, runDir, v.grant.GrantID); err != nil {
-					return err
-				}
-				// The lease keeps the uid this run's until acpfs run ends.
-				defer lease.Release()
-			}
-			hostU, hostG := u, g
-			if rootless {
-				hostU, hostG = ns.HostUID, ns.HostGID
-				if ns.Scheme == sandbox.SchemeSingle {
-					hostU, hostG = ns.CallerUID, ns.CallerGID
-				}
-			}
-			if hostU != 0 && ns.Scheme != sandbox.SchemeSingle {
-				if pid := sandbox.HostProcessWithUID(hostU); pid != 0 {
-					return withCode(exitMount, fmt.Errorf("uid %d is in use on the host (pid %d): that process could read the sandbox and be taken for the agent; give --uid another uid", hostU, pid))
-				}
-			}
-			hidden := mf.hiddenDirs(v.ledgerPath, v.grantPath)
-			binds, masks, err := sandbox.Plan(sandbox.PlanOptions{Folder: shown, RO: ro, RW: rw, Masks: hidden})
-			if err != nil {
-				return err
-			}
-			if rootless && home == "" {
-				// The home in the run directory is made for the agent's
-				// uid, which takes root; without root, a home is only one
-				// given with --home (docs/sandbox.md, "Without root").
-				home = sandbox.HomeNone
-			}
-			binds, homeAt, err := planRunHome(home, runDir, v.grant.GrantID, shown, masks, binds, hostU, hostG)
-			if err != nil {
-				return err
-			}
-			if err := refuseRunDirsShown(ro, rw, home, runDir, filepath.Dir(v.ledgerPath)); err != nil {
-				return err
-			}
-			if err := sandbox.CheckReach(shown, binds, hostU, hostG); err != nil {
-				return err
-			}
-			cwd, _ := os.Getwd()
-			if real, err := filepath.EvalSymlinks(cwd); err == nil {
-				cwd = real
-			}
-			if lim.Memory, err = limits.ParseBytes(memory); err != nil {
-				return fmt.Errorf("--memory %w", err)
-			}
-			if socketMemory != "" {
-				if lim.SocketMemory, err = limits.ParseBytes(socketMemory); err != nil {
-					return fmt.Errorf("--socket-memory %w", err)
-				}
-				if !limits.V1() {
-					return errors.New("--socket-memory: cgroup v2 charges socket buffers to --memory; the flag applies to cgroup v1 only")
-				}
-			}
-			if lim.Pids < 0 || lim.CPU < 0 {
-				return errors.New("--pids and --cpu must not be negative")
-			}
-			var cgroupParent string
-			if rootless {
-				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", ns.Describe())
-				if noLimits, cgroupParent, err = rootlessLimits(cmd, noLimits, cmd.ErrOrStderr()); err != nil {
-					return err
-				}
-			}
-			cfg := mount.RunConfig{
-				Folder: folder, ViewRoot: v.root, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
-				Limits: lim, NoLimits: noLimits, CgroupParent: cgroupParent, MaxWriteBytes: mf.quota.maxBytes, MaxFiles: mf.quota.maxFiles,
-				Hidden: hidden, AuditReads: mf.audit == "reads",
-				Egress:  egressPolicy,
-				Sandbox: sandbox.Spec{Folder: shown, Binds: binds, Masks: masks, Net: net, Env: env, UID: u, GID: g, UserNS: ns.Scheme, Cwd: cwd, Args: args, Home: homeAt},
-			}
-			if !noLimits && lim.Memory > 0 && limits.V1() {
-				// v1 leaves socket buffers out of --memory: say what holds them.
-				fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", limits.V1SocketNote(lim, limits.ReadSysctl("net/core/wmem_max")))
-			}
-			if rootless {
-				return startRootlessDaemon(cfg, ns)
-			}
-			return startRunDaemon(cfg)
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return f.run(cmd, args) },
 	}
-	mf.register(cmd, true)
-	mf.forRun = true
+	f.register(cmd)
+	return cmd
+}
+
+func (f *runFlags) register(cmd *cobra.Command) {
+	f.mf.register(cmd, true)
+	f.mf.forRun = true
 	// The view of a run always serves its agent alone, and every read
 	// reaches the daemon: these two mount flags do not apply.
 	_ = cmd.Flags().MarkHidden("allow-other")
 	_ = cmd.Flags().MarkHidden("passthrough")
-	cmd.Flags().StringVar(&uid, "uid", "", "run the command as this uid (and gid: U:G) instead of its grant's own")
-	cmd.Flags().BoolVar(&allowRoot, "allow-root", false, allowRootHelp)
-	cmd.Flags().StringArrayVar(&ro, "ro", nil, "also show this host path, read-only (repeatable)")
-	cmd.Flags().StringArrayVar(&rw, "rw", nil, "also show this host path, writable (repeatable); one of yours that the agent's uid does not own is shown owned by it (idmapped mount), or refused before the command starts where the file system cannot")
-	cmd.Flags().StringVar(&home, "home", "", homeHelp)
-	en.register(cmd)
-	cmd.Flags().StringVar(&memory, "memory", "4G", "memory the command may use (K, M, G suffixes)")
-	cmd.Flags().StringVar(&socketMemory, "socket-memory", "", "cgroup v1 only: TCP and UDP socket buffers the command may pin, which v1 does not charge to --memory (default: as --memory)")
-	cmd.Flags().Int64Var(&lim.Pids, "pids", lim.Pids, "processes and threads the command may have at once")
-	cmd.Flags().Float64Var(&lim.CPU, "cpu", 0, "CPUs' worth of time the command may use (e.g. 1.5; 0: no cap)")
-	cmd.Flags().BoolVar(&noLimits, "no-limits", false, "run without a control group (no memory, process or CPU limit)")
-	return cmd
+	cmd.Flags().StringVar(&f.uid, "uid", "", "run the command as this uid (and gid: U:G) instead of its grant's own")
+	cmd.Flags().BoolVar(&f.allowRoot, "allow-root", false, allowRootHelp)
+	cmd.Flags().StringArrayVar(&f.ro, "ro", nil, "also show this host path, read-only (repeatable)")
+	cmd.Flags().StringArrayVar(&f.rw, "rw", nil, "also show this host path, writable (repeatable); one of yours that the agent's uid does not own is shown owned by it (idmapped mount), or refused before the command starts where the file system cannot")
+	cmd.Flags().StringVar(&f.home, "home", "", homeHelp)
+	f.en.register(cmd)
+	cmd.Flags().StringVar(&f.memory, "memory", "4G", "memory the command may use (K, M, G suffixes)")
+	cmd.Flags().StringVar(&f.socketMemory, "socket-memory", "", "cgroup v1 only: TCP and UDP socket buffers the command may pin, which v1 does not charge to --memory (default: as --memory)")
+	cmd.Flags().Int64Var(&f.lim.Pids, "pids", f.lim.Pids, "processes and threads the command may have at once")
+	cmd.Flags().Float64Var(&f.lim.CPU, "cpu", 0, "CPUs' worth of time the command may use (e.g. 1.5; 0: no cap)")
+	cmd.Flags().BoolVar(&f.noLimits, "no-limits", false, "run without a control group (no memory, process or CPU limit)")
+}
+
+// run checks the flags, chooses the command's identity, plans its
+// sandbox and its limits, and starts the daemon that mounts the view and
+// runs the command there.
+func (f *runFlags) run(cmd *cobra.Command, args []string) error {
+	v, err := f.mf.prepare()
+	if err != nil {
+		return err
+	}
+	// Without root, the same sandbox is built in a user namespace.
+	rootless := os.Geteuid() != 0
+	if rootless {
+		if err := rootlessReady(); err != nil {
+			return withCode(exitMount, err)
+		}
+	}
+	net, egressPolicy, env, err := f.en.build(v.grant.AgentID)
+	if err != nil {
+		return err
+	}
+	sync, err := ledger.ParseSyncMode(f.mf.ledgerSync)
+	if err != nil {
+		return err
+	}
+	folder, err := filepath.EvalSymlinks(v.folder)
+	if err != nil {
+		return err
+	}
+	// shown is where the view appears in the sandbox: the folder, or the
+	// repository root holding it.
+	shown := cmp.Or(v.root, folder)
+	// The ledger's directory is made now: the sandbox's daemon opens the
+	// ledger in it, and the uid registry knows a run directory by what it
+	// is on disk.
+	if err := os.MkdirAll(filepath.Dir(v.ledgerPath), 0o700); err != nil {
+		return err
+	}
+	runDir := f.runDir(v)
+	ids, lease, err := f.identity(rootless, runDir, v.grant.GrantID)
+	if err != nil {
+		return err
+	}
+	// The lease keeps the uid this run's until acpfs run ends.
+	defer lease.Release()
+	hidden := f.mf.hiddenDirs(v.ledgerPath, v.grantPath)
+	binds, masks, homeAt, err := f.plan(rootless, shown, runDir, v, hidden, ids)
+	if err != nil {
+		return err
+	}
+	lim, err := f.limits()
+	if err != nil {
+		return err
+	}
+	noLimits, cgroupParent := f.noLimits, ""
+	if rootless {
+		fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", ids.ns.Describe())
+		if noLimits, cgroupParent, err = rootlessLimits(cmd, noLimits, cmd.ErrOrStderr()); err != nil {
+			return err
+		}
+	}
+	cfg := mount.RunConfig{
+		Options: f.mf.opts, Folder: folder, ViewRoot: v.root, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
+		Limits: lim, NoLimits: noLimits, CgroupParent: cgroupParent, Hidden: hidden,
+		Egress:  egressPolicy,
+		Sandbox: sandbox.Spec{Folder: shown, Binds: binds, Masks: masks, Net: net, Env: env, UID: ids.u, GID: ids.g, UserNS: ids.ns.Scheme, Cwd: workDir(), Args: args, Home: homeAt},
+	}
+	if !noLimits && lim.Memory > 0 && limits.V1() {
+		// v1 leaves socket buffers out of --memory: say what holds them.
+		fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", limits.V1SocketNote(lim, limits.ReadSysctl("net/core/wmem_max")))
+	}
+	if rootless {
+		return startRootlessDaemon(cfg, ids.ns)
+	}
+	return startRunDaemon(cfg)
+}
+
+// runDir is the run directory the command's uid and home belong to:
+// --runs, else the grant's run directory when it lies in one, else the
+// ledger's directory.
+func (f *runFlags) runDir(v viewSetup) string {
+	if f.mf.runs != "" {
+		return f.mf.runs
+	}
+	runDir := filepath.Dir(v.ledgerPath)
+	if d := filepath.Dir(v.grantPath); filepath.Base(d) == grants.GrantsDirName {
+		runDir = filepath.Dir(d)
+	}
+	return runDir
+}
+
+// runIDs are the command's ids: u and g in the sandbox, hostU and hostG
+// what the host knows it by, ns the user namespace of a rootless run.
+type runIDs struct {
+	u, g, hostU, hostG uint32
+	ns                 sandbox.UserNS
+}
+
+// identity chooses the command's ids (see runUID and rootlessUID) and
+// refuses a host uid that a process of the host already runs as. The
+// lease, nil for a rootless run or root, is the caller's to release.
+func (f *runFlags) identity(rootless bool, runDir, grantID string) (runIDs, *sandbox.Lease, error) {
+	var ids runIDs
+	var lease *sandbox.Lease
+	var err error
+	if rootless {
+		if ids.ns, err = rootlessUID(f.uid, f.allowRoot, runDir, grantID); err != nil {
+			return ids, nil, err
+		}
+		ids.u, ids.g = ids.ns.AgentUID, ids.ns.AgentGID
+		ids.hostU, ids.hostG = ids.ns.HostUID, ids.ns.HostGID
+		if ids.ns.Scheme == sandbox.SchemeSingle {
+			ids.hostU, ids.hostG = ids.ns.CallerUID, ids.ns.CallerGID
+		}
+	} else {
+		if ids.u, ids.g, lease, err = runUID(f.uid, f.allowRoot, runDir, grantID); err != nil {
+			return ids, nil, err
+		}
+		ids.hostU, ids.hostG = ids.u, ids.g
+	}
+	if ids.hostU != 0 && ids.ns.Scheme != sandbox.SchemeSingle {
+		if pid := sandbox.HostProcessWithUID(ids.hostU); pid != 0 {
+			lease.Release()
+			return ids, nil, withCode(exitMount, fmt.Errorf("uid %d is in use on the host (pid %d): that process could read the sandbox and be taken for the agent; give --uid another uid", ids.hostU, pid))
+		}
+	}
+	return ids, lease, nil
+}
+
+// plan lays out what the sandbox shows beside the view (--ro, --rw, the
+// agent's home) and refuses a layout that would show a run directory or
+// that the agent's host ids could not reach.
+func (f *runFlags) plan(rootless bool, shown, runDir string, v viewSetup, hidden []string, ids runIDs) ([]sandbox.Bind, []string, string, error) {
+	binds, masks, err := sandbox.Plan(sandbox.PlanOptions{Folder: shown, RO: f.ro, RW: f.rw, Masks: hidden})
+	if err != nil {
+		return nil, nil, "", err
+	}
+	home := f.home
+	if rootless && home == "" {
+		// The home in the run directory is made for the agent's uid,
+		// which takes root; without root, a home is only one given with
+		// --home (docs/sandbox.md, "Without root").
+		home = sandbox.HomeNone
+	}
+	binds, homeAt, err := planRunHome(home, runDir, v.grant.GrantID, shown, masks, binds, ids.hostU, ids.hostG)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if err := refuseRunDirsShown(f.ro, f.rw, home, runDir, filepath.Dir(v.ledgerPath)); err != nil {
+		return nil, nil, "", err
+	}
+	if err := sandbox.CheckReach(shown, binds, ids.hostU, ids.hostG); err != nil {
+		return nil, nil, "", err
+	}
+	return binds, masks, homeAt, nil
+}
+
+// workDir is the caller's working directory, symbolic links resolved;
+// the sandbox makes it the folder when it does not show it.
+func workDir() string {
+	cwd, _ := os.Getwd()
+	if real, err := filepath.EvalSymlinks(cwd); err == nil {
+		cwd = real
+	}
+	return cwd
+}
+
+// limits are the command's control-group limits from --memory,
+// --socket-memory, --pids and --cpu.
+func (f *runFlags) limits() (limits.Limits, error) {
+	lim := f.lim
+	var err error
+	if lim.Memory, err = limits.ParseBytes(f.memory); err != nil {
+		return lim, fmt.Errorf("--memory %w", err)
+	}
+	if f.socketMemory != "" {
+		if lim.SocketMemory, err = limits.ParseBytes(f.socketMemory); err != nil {
+			return lim, fmt.Errorf("--socket-memory %w", err)
+		}
+		if !limits.V1() {
+			return lim, errors.New("--socket-memory: cgroup v2 charges socket buffers to --memory; the flag applies to cgroup v1 only")
+		}
+	}
+	if lim.Pids < 0 || lim.CPU < 0 {
+		return lim, errors.New("--pids and --cpu must not be negative")
+	}
+	return lim, nil
 }
 
 // runUID is the command's uid and gid: --allow-root's 0, --uid's, or
