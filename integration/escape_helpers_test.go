@@ -462,7 +462,7 @@ func escNoHiddenWords(t *testing.T, text string) {
 
 func escHasRecord(recs []ledger.Record, w escRecord) bool {
 	for _, r := range recs {
-		if r.Kind == w.kind && (w.path == "" || r.Path == w.path) && (w.op == "" || r.Op == w.op) &&
+		if r.Kind == w.kind && (w.path == "" || r.Path == w.path) && (w.op == "" || string(r.Op) == w.op) &&
 			strings.Contains(r.Detail, w.detail) {
 			return true
 		}

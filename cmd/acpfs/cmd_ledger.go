@@ -115,7 +115,7 @@ func ledgerRow(r ledger.Record) string {
 		p = "."
 	}
 	return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.At, r.Kind,
-		ledgerCell(r.Agent), ledgerCell(r.Grant), ledgerCell(r.Op), ledgerCell(p), ledgerCell(r.Detail))
+		ledgerCell(r.Agent), ledgerCell(r.Grant), ledgerCell(string(r.Op)), ledgerCell(p), ledgerCell(r.Detail))
 }
 
 // exitUnchecked is ledger verify's status for a sound chain whose
