@@ -272,7 +272,7 @@ func escCheck(t *testing.T, e escEnv, a escAttempt) {
 		// Only the quiet refusal of the lookup that found the name
 		// concealed: the create itself is not refused.
 		for _, r := range refusals {
-			assert.Equal(t, "lookup", r.Op, "a private create was refused: %s", escFmtRecords([]ledger.Record{r}))
+			assert.Equal(t, "lookup", string(r.Op), "a private create was refused: %s", escFmtRecords([]ledger.Record{r}))
 		}
 	}
 
