@@ -253,7 +253,7 @@ type Event struct {
 	Kind    ledger.Kind `json:"kind"`
 	Grant   string      `json:"grant,omitempty"`
 	Path    string      `json:"path,omitempty"`
-	Op      string      `json:"op,omitempty"`
+	Op      ledger.Op   `json:"op,omitempty"`
 	Detail  string      `json:"detail,omitempty"` // the first record's
 	Rule    string      `json:"rule,omitempty"`
 	Count   int64       `json:"count"`              // records, repeats included
@@ -753,8 +753,9 @@ func eventOf(r ledger.Record, grant, rule, detail string) Event {
 
 // eventKey is what makes two refusals (or two violations) the same entry.
 type eventKey struct {
-	kind                  ledger.Kind
-	grant, path, op, rule string
+	kind              ledger.Kind
+	grant, path, rule string
+	op                ledger.Op
 }
 
 // events aggregates Events by key, in the order first seen.
@@ -1006,9 +1007,9 @@ func IsToolNoise(r ledger.Record) bool {
 		return false
 	}
 	switch r.Op {
-	case "link":
+	case ledger.OpLink:
 		return gitObjectPath().MatchString(r.Path) || isTemporaryName(path.Base(r.Path))
-	case "create", "mknod", "mkdir", "symlink", "rename":
+	case ledger.OpCreate, ledger.OpMknod, ledger.OpMkdir, ledger.OpSymlink, ledger.OpRename:
 		return isTemporaryName(path.Base(r.Path))
 	}
 	return false

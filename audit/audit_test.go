@@ -355,7 +355,7 @@ func TestIsToolNoise(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.op+" "+tt.path, func(t *testing.T) {
-			r := ledger.Record{Kind: ledger.KindDenied, Agent: "a", Grant: "G-a", Path: tt.path, Op: tt.op}
+			r := ledger.Record{Kind: ledger.KindDenied, Agent: "a", Grant: "G-a", Path: tt.path, Op: ledger.Op(tt.op)}
 			assert.Equal(t, tt.noise, IsToolNoise(r))
 		})
 	}
@@ -372,7 +372,7 @@ func TestIsToolNoise(t *testing.T) {
 func TestAuditCountsToolNoiseApart(t *testing.T) {
 	den := func(seq int64, path, op string) ledger.Record {
 		r := rec(seq, ledger.KindDenied, "alice", "G-alice", path)
-		r.Op = op
+		r.Op = ledger.Op(op)
 		return r
 	}
 	records := []ledger.Record{

@@ -35,7 +35,7 @@ func readRepeat(seq int64, agent, grant, path, sha string, n int64, first, last 
 
 func refusal(seq int64, kind ledger.Kind, path, op string) ledger.Record {
 	r := rec(seq, kind, "alice", "G-alice", path)
-	r.Op, r.Detail = op, "refused "+path
+	r.Op, r.Detail = ledger.Op(op), "refused "+path
 	return r
 }
 
@@ -270,7 +270,7 @@ func TestAuditRefusalRepeats(t *testing.T) {
 	entries := func(evs []Event) []entry {
 		var out []entry
 		for _, e := range evs {
-			out = append(out, entry{e.Kind, e.Path, e.Op, e.Count, e.Seq})
+			out = append(out, entry{e.Kind, e.Path, string(e.Op), e.Count, e.Seq})
 		}
 		return out
 	}

@@ -181,7 +181,7 @@ func writeEventTable(p func(string, ...any), title, intro string, events []Event
 	}
 	p("\n### %s\n\n%s| First seq | At | Kind | Op | Path | Count | Detail |\n|---:|---|---|---|---|---:|---|\n", title, intro)
 	for _, e := range events {
-		p("| %d | %s | %s | %s | %s | %d | %s |\n", e.Seq, md(e.At), md(string(e.Kind)), md(e.Op), md(displayPath(e.Path)), e.Count, md(e.Detail))
+		p("| %d | %s | %s | %s | %s | %d | %s |\n", e.Seq, md(e.At), md(string(e.Kind)), md(string(e.Op)), md(displayPath(e.Path)), e.Count, md(e.Detail))
 	}
 }
 

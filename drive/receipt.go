@@ -77,7 +77,7 @@ type EventRef struct {
 type Refusal struct {
 	Seq    int64       `json:"ledger_seq"`
 	Kind   ledger.Kind `json:"kind"`
-	Op     string      `json:"op,omitempty"`
+	Op     ledger.Op   `json:"op,omitempty"`
 	Path   string      `json:"path,omitempty"`
 	Detail string      `json:"detail,omitempty"`
 }
@@ -85,7 +85,7 @@ type Refusal struct {
 // String is the refusal as the driver prints it and hands it to the
 // next attempt, with what it means.
 func (r Refusal) String() string {
-	what := r.Op
+	what := string(r.Op)
 	if r.Path != "" {
 		what += " " + r.Path
 	}
@@ -118,7 +118,7 @@ func (r *Receipt) record(runs string) ledger.Record {
 		t.Events = append(t.Events, fmt.Sprintf("%d %s", e.Seq, e.Type))
 	}
 	for _, f := range r.Refusals {
-		t.Refusals = append(t.Refusals, strings.TrimSpace(f.Op+" "+f.Path)+": "+string(f.Kind))
+		t.Refusals = append(t.Refusals, strings.TrimSpace(string(f.Op)+" "+f.Path)+": "+string(f.Kind))
 	}
 	return ledger.TurnRecord(r.Participant, r.Grant, r.GrantSHA256, t)
 }

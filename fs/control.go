@@ -9,6 +9,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/view"
 )
 
@@ -66,55 +67,55 @@ var (
 )
 
 func (d *ctlDir) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return d.fsys.RefuseControl(ctx, "setxattr", view.ControlDir)
+	return d.fsys.RefuseControl(ctx, ledger.OpSetxattr, view.ControlDir)
 }
 
 func (d *ctlDir) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return d.fsys.RefuseControl(ctx, "removexattr", view.ControlDir)
+	return d.fsys.RefuseControl(ctx, ledger.OpRemovexattr, view.ControlDir)
 }
 
 func (c *ctlFile) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return c.fsys.RefuseControl(ctx, "setxattr", c.rel())
+	return c.fsys.RefuseControl(ctx, ledger.OpSetxattr, c.rel())
 }
 
 func (c *ctlFile) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return c.fsys.RefuseControl(ctx, "removexattr", c.rel())
+	return c.fsys.RefuseControl(ctx, ledger.OpRemovexattr, c.rel())
 }
 
-func (d *ctlDir) refuse(ctx context.Context, op, name string) syscall.Errno {
+func (d *ctlDir) refuse(ctx context.Context, op ledger.Op, name string) syscall.Errno {
 	return d.fsys.RefuseControl(ctx, op, view.ControlDir+"/"+name)
 }
 
 func (d *ctlDir) Unlink(ctx context.Context, name string) syscall.Errno {
-	return d.refuse(ctx, "unlink", name)
+	return d.refuse(ctx, ledger.OpUnlink, name)
 }
 
 func (d *ctlDir) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return d.refuse(ctx, "rmdir", name)
+	return d.refuse(ctx, ledger.OpRmdir, name)
 }
 
 func (d *ctlDir) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	return d.refuse(ctx, "rename", name)
+	return d.refuse(ctx, ledger.OpRename, name)
 }
 
 func (d *ctlDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return nil, d.refuse(ctx, "mkdir", name)
+	return nil, d.refuse(ctx, ledger.OpMkdir, name)
 }
 
 func (d *ctlDir) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	return nil, nil, 0, d.refuse(ctx, "create", name)
+	return nil, nil, 0, d.refuse(ctx, ledger.OpCreate, name)
 }
 
 func (d *ctlDir) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return nil, d.refuse(ctx, "mknod", name)
+	return nil, d.refuse(ctx, ledger.OpMknod, name)
 }
 
 func (d *ctlDir) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return nil, d.refuse(ctx, "symlink", name)
+	return nil, d.refuse(ctx, ledger.OpSymlink, name)
 }
 
 func (d *ctlDir) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return nil, d.refuse(ctx, "link", name)
+	return nil, d.refuse(ctx, ledger.OpLink, name)
 }
 
 // Readdir lists the control files except wait.
@@ -154,7 +155,7 @@ func (c *ctlFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 }
 
 func (c *ctlFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return c.fsys.RefuseControl(ctx, "setattr", c.rel())
+	return c.fsys.RefuseControl(ctx, ledger.OpSetattr, c.rel())
 }
 
 func (c *ctlFile) rel() string {
@@ -183,7 +184,7 @@ type ctlHandle struct {
 var _ gofs.FileReader = (*ctlHandle)(nil)
 
 func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
-	defer h.fsys.Guard(ctx, "read", view.ControlDir, &errno)
+	defer h.fsys.Guard(ctx, ledger.OpRead, view.ControlDir, &errno)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.done {
@@ -219,11 +220,11 @@ var (
 )
 
 func (s *snapshotFile) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return s.fsys.RefuseSnapshot(ctx, "setxattr", s.rel)
+	return s.fsys.RefuseSnapshot(ctx, ledger.OpSetxattr, s.rel)
 }
 
 func (s *snapshotFile) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return s.fsys.RefuseSnapshot(ctx, "removexattr", s.rel)
+	return s.fsys.RefuseSnapshot(ctx, ledger.OpRemovexattr, s.rel)
 }
 
 func (s *snapshotFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -236,11 +237,11 @@ func (s *snapshotFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fus
 }
 
 func (s *snapshotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return s.fsys.RefuseSnapshot(ctx, "setattr", s.rel)
+	return s.fsys.RefuseSnapshot(ctx, ledger.OpSetattr, s.rel)
 }
 
 func (s *snapshotFile) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
-	defer s.fsys.Guard(ctx, "open", s.rel, &errno)
+	defer s.fsys.Guard(ctx, ledger.OpOpen, s.rel, &errno)
 	file, errno := s.fsys.OpenSnapshot(ctx, s.rel, s.src, flags)
 	if errno != 0 {
 		return nil, 0, errno

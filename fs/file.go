@@ -9,6 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/view"
 )
 
@@ -42,7 +43,7 @@ func newFileHandle(f *FS, rel string, file view.File) *fileHandle {
 }
 
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
-	defer h.fsys.Guard(ctx, "read", h.rel, &errno)
+	defer h.fsys.Guard(ctx, ledger.OpRead, h.rel, &errno)
 	b, errno := h.File.Read(ctx, dest, off)
 	if errno != 0 {
 		return nil, errno
@@ -51,27 +52,27 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (res fuse
 }
 
 func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (n uint32, errno syscall.Errno) {
-	defer h.fsys.Guard(ctx, "write", h.rel, &errno)
+	defer h.fsys.Guard(ctx, ledger.OpWrite, h.rel, &errno)
 	return h.File.Write(ctx, data, off)
 }
 
 func (h *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32) (errno syscall.Errno) {
-	defer h.fsys.Guard(ctx, "fallocate", h.rel, &errno)
+	defer h.fsys.Guard(ctx, ledger.OpFallocate, h.rel, &errno)
 	return h.File.Allocate(ctx, off, size, mode)
 }
 
 func (h *fileHandle) Flush(ctx context.Context) (errno syscall.Errno) {
-	defer h.fsys.Guard(ctx, "flush", h.rel, &errno)
+	defer h.fsys.Guard(ctx, ledger.OpFlush, h.rel, &errno)
 	return h.File.Flush(ctx)
 }
 
 func (h *fileHandle) Fsync(ctx context.Context, flags uint32) (errno syscall.Errno) {
-	defer h.fsys.Guard(ctx, "fsync", h.rel, &errno)
+	defer h.fsys.Guard(ctx, ledger.OpFsync, h.rel, &errno)
 	return h.File.Fsync(ctx, flags)
 }
 
 func (h *fileHandle) Release(ctx context.Context) (errno syscall.Errno) {
-	defer h.fsys.Guard(ctx, "release", h.rel, &errno)
+	defer h.fsys.Guard(ctx, ledger.OpRelease, h.rel, &errno)
 	return h.File.Release(ctx)
 }
 
@@ -119,7 +120,7 @@ var (
 )
 
 func (d *dirHandle) Readdirent(ctx context.Context) (de *fuse.DirEntry, errno syscall.Errno) {
-	defer d.fsys.Guard(ctx, "readdir", d.rel, &errno)
+	defer d.fsys.Guard(ctx, ledger.OpReaddir, d.rel, &errno)
 	e, ok, errno := d.d.Next(ctx)
 	if errno != 0 || !ok {
 		return nil, errno

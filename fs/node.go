@@ -8,6 +8,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/view"
 )
 
@@ -102,8 +103,8 @@ func (n *node) child(ctx context.Context, e view.Entry, out *fuse.EntryOut) *gof
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
 	f := n.fsys
 	rel := n.childRel(name)
-	defer f.Guard(ctx, "lookup", rel, &errno)
-	f.Enter("lookup", rel)
+	defer f.Guard(ctx, ledger.OpLookup, rel, &errno)
+	f.Enter(ledger.OpLookup, rel)
 	e, errno := f.Lookup(ctx, rel)
 	switch {
 	case errno != 0:
@@ -122,8 +123,8 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (ch 
 func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) (errno syscall.Errno) {
 	f := n.fsys
 	rel := n.rel()
-	defer f.Guard(ctx, "getattr", rel, &errno)
-	f.Enter("getattr", rel)
+	defer f.Guard(ctx, ledger.OpGetattr, rel, &errno)
+	f.Enter(ledger.OpGetattr, rel)
 	h, open := fh.(*fileHandle)
 	var file view.File
 	if open {
@@ -143,8 +144,8 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) (errno syscall.Errno) {
 	f := n.fsys
 	rel := n.rel()
-	defer f.Guard(ctx, "setattr", rel, &errno)
-	f.Enter("setattr", rel)
+	defer f.Guard(ctx, ledger.OpSetattr, rel, &errno)
+	f.Enter(ledger.OpSetattr, rel)
 	var file view.File
 	if h, ok := fh.(*fileHandle); ok {
 		file = h.File
@@ -161,8 +162,8 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 func (n *node) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
 	f := n.fsys
 	rel := n.rel()
-	defer f.Guard(ctx, "open", rel, &errno)
-	f.Enter("open", rel)
+	defer f.Guard(ctx, ledger.OpOpen, rel, &errno)
+	f.Enter(ledger.OpOpen, rel)
 	file, caching, errno := f.Open(ctx, n, rel, flags)
 	if errno != 0 {
 		return nil, 0, errno
@@ -173,8 +174,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuse
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
 	f := n.fsys
 	rel := n.rel()
-	defer f.Guard(ctx, "opendir", rel, &errno)
-	f.Enter("opendir", rel)
+	defer f.Guard(ctx, ledger.OpOpendir, rel, &errno)
+	f.Enter(ledger.OpOpendir, rel)
 	d, keep, errno := f.Opendir(ctx, rel)
 	if errno != 0 {
 		return nil, 0, errno
@@ -189,8 +190,8 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHan
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (ch *gofs.Inode, fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
 	f := n.fsys
 	rel := n.childRel(name)
-	defer f.Guard(ctx, "create", rel, &errno)
-	f.Enter("create", rel)
+	defer f.Guard(ctx, ledger.OpCreate, rel, &errno)
+	f.Enter(ledger.OpCreate, rel)
 	_, file, errno := f.View.Create(ctx, rel, flags, mode, func(e view.Entry) view.Node {
 		ch = n.child(ctx, e, out)
 		if cn, ok := ch.Operations().(*node); ok {
@@ -205,7 +206,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 // made hands the kernel a name the core made.
-func (n *node) made(ctx context.Context, op, name string, do func(rel string) (view.Entry, syscall.Errno), out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
+func (n *node) made(ctx context.Context, op ledger.Op, name string, do func(rel string) (view.Entry, syscall.Errno), out *fuse.EntryOut) (ch *gofs.Inode, errno syscall.Errno) {
 	f := n.fsys
 	rel := n.childRel(name)
 	defer f.Guard(ctx, op, rel, &errno)
@@ -218,19 +219,19 @@ func (n *node) made(ctx context.Context, op, name string, do func(rel string) (v
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.made(ctx, "mkdir", name, func(rel string) (view.Entry, syscall.Errno) { return n.fsys.Mkdir(ctx, rel, mode) }, out)
+	return n.made(ctx, ledger.OpMkdir, name, func(rel string) (view.Entry, syscall.Errno) { return n.fsys.Mkdir(ctx, rel, mode) }, out)
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.made(ctx, "mknod", name, func(rel string) (view.Entry, syscall.Errno) { return n.fsys.Mknod(ctx, rel, mode) }, out)
+	return n.made(ctx, ledger.OpMknod, name, func(rel string) (view.Entry, syscall.Errno) { return n.fsys.Mknod(ctx, rel, mode) }, out)
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.made(ctx, "symlink", name, func(rel string) (view.Entry, syscall.Errno) { return n.fsys.View.Symlink(ctx, rel, target) }, out)
+	return n.made(ctx, ledger.OpSymlink, name, func(rel string) (view.Entry, syscall.Errno) { return n.fsys.View.Symlink(ctx, rel, target) }, out)
 }
 
 // change runs a core change of rel under the guard.
-func (n *node) change(ctx context.Context, op, rel string, do func() syscall.Errno) (errno syscall.Errno) {
+func (n *node) change(ctx context.Context, op ledger.Op, rel string, do func() syscall.Errno) (errno syscall.Errno) {
 	defer n.fsys.Guard(ctx, op, rel, &errno)
 	n.fsys.Enter(op, rel)
 	return do()
@@ -238,29 +239,29 @@ func (n *node) change(ctx context.Context, op, rel string, do func() syscall.Err
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	rel := n.childRel(name)
-	return n.change(ctx, "rmdir", rel, func() syscall.Errno { return n.fsys.View.Rmdir(ctx, rel) })
+	return n.change(ctx, ledger.OpRmdir, rel, func() syscall.Errno { return n.fsys.View.Rmdir(ctx, rel) })
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	rel := n.childRel(name)
-	return n.change(ctx, "unlink", rel, func() syscall.Errno { return n.fsys.View.Unlink(ctx, rel) })
+	return n.change(ctx, ledger.OpUnlink, rel, func() syscall.Errno { return n.fsys.View.Unlink(ctx, rel) })
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	from := n.childRel(name)
 	to := n.fsys.Join(n.fsys.Name(newParent.EmbeddedInode().Path(nil)), newName)
-	return n.change(ctx, "rename", from, func() syscall.Errno { return n.fsys.View.Rename(ctx, from, to, flags) })
+	return n.change(ctx, ledger.OpRename, from, func() syscall.Errno { return n.fsys.View.Rename(ctx, from, to, flags) })
 }
 
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	rel := n.childRel(name)
-	return nil, n.change(ctx, "link", rel, func() syscall.Errno { return n.fsys.View.Link(ctx, rel) })
+	return nil, n.change(ctx, ledger.OpLink, rel, func() syscall.Errno { return n.fsys.View.Link(ctx, rel) })
 }
 
 func (n *node) Readlink(ctx context.Context) (b []byte, errno syscall.Errno) {
 	rel := n.rel()
-	defer n.fsys.Guard(ctx, "readlink", rel, &errno)
-	n.fsys.Enter("readlink", rel)
+	defer n.fsys.Guard(ctx, ledger.OpReadlink, rel, &errno)
+	n.fsys.Enter(ledger.OpReadlink, rel)
 	return n.fsys.View.Readlink(ctx, rel)
 }
 
@@ -283,12 +284,12 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (sz uint32, errno sys
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
 	rel := n.rel()
-	return n.change(ctx, "setxattr", rel, func() syscall.Errno { return n.fsys.View.Setxattr(ctx, rel, attr, data, flags) })
+	return n.change(ctx, ledger.OpSetxattr, rel, func() syscall.Errno { return n.fsys.View.Setxattr(ctx, rel, attr, data, flags) })
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	rel := n.rel()
-	return n.change(ctx, "removexattr", rel, func() syscall.Errno { return n.fsys.View.Removexattr(ctx, rel, attr) })
+	return n.change(ctx, ledger.OpRemovexattr, rel, func() syscall.Errno { return n.fsys.View.Removexattr(ctx, rel, attr) })
 }
 
 // Statfs reports the backing filesystem's figures.

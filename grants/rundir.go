@@ -367,12 +367,11 @@ func CheckSet(gs []GrantFile) []error {
 	return errs
 }
 
-// FindGrant loads one grant given a reference: the path of its file (a
-// reference holding a path separator or ending in .json), its id
-// ("G-bob-2"), or an agent's name ("bob": that agent's active grant,
-// whatever its id; "bob" is short for "G-bob" when bob holds no active
-// grant). A grant id the run directory does not hold is an error that
-// names the id and the command listing the grants there; it wraps
+// FindGrant loads one grant given a reference (see Resolve): the path of
+// its file (a reference holding a path separator or ending in .json), its
+// id ("G-bob-2", or "bob-2"), or an agent's name ("bob": that agent's
+// active grant, whatever its id). A reference that names no grant is an
+// error that lists the grants the run directory holds; it wraps
 // fs.ErrNotExist.
 func (r RunDir) FindGrant(ref string) (*Grant, string, error) {
 	p, err := r.ResolveGrant(ref)
@@ -390,9 +389,9 @@ func (r RunDir) FindGrant(ref string) (*Grant, string, error) {
 // its file, checking that the file exists.
 func (r RunDir) ResolveGrant(ref string) (string, error) {
 	if ref == "" {
-		return "", errors.New("no grant given: name one by its id (G-<id>) or its file")
+		return "", errors.New("no grant given: name one by its agent, its id (G-<id>) or its file")
 	}
-	if strings.ContainsRune(ref, os.PathSeparator) || strings.HasSuffix(ref, ".json") {
+	if IsGrantFileRef(ref) {
 		if _, err := os.Stat(ref); err != nil {
 			var pe *fs.PathError
 			if errors.As(err, &pe) {
@@ -406,53 +405,93 @@ func (r RunDir) ResolveGrant(ref string) (string, error) {
 	if err := CheckID(id, "G"); err != nil {
 		return "", fmt.Errorf("grant %q is neither a grant id nor a file: %w", ref, err)
 	}
-	if p, ok, err := r.activeFor(ref, id); ok || err != nil {
-		return p, err
+	// Grants that do not load are left out of the set; the exact id's
+	// file is still found below, so that loading it says what is wrong.
+	gs, _ := r.LoadGrants()
+	gf, err := Resolve(gs, ref)
+	var nf *NoGrantError
+	switch {
+	case err == nil:
+		return gf.Path, nil
+	case !errors.As(err, &nf):
+		return "", err
 	}
 	p := r.GrantPath(id)
-	if _, err := os.Stat(p); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			_, dirErr := os.Stat(r.GrantsDir())
-			return p, &NoGrantError{ID: id, Runs: r.Root, NoDir: errors.Is(dirErr, fs.ErrNotExist)}
-		}
-		return p, fmt.Errorf("grant %s: %w", id, err)
+	if _, statErr := os.Stat(p); statErr == nil {
+		return p, nil
+	} else if !errors.Is(statErr, fs.ErrNotExist) {
+		return p, fmt.Errorf("grant %s: %w", id, statErr)
 	}
-	return p, nil
+	_, dirErr := os.Stat(r.GrantsDir())
+	nf.Runs, nf.NoDir = r.Root, errors.Is(dirErr, fs.ErrNotExist)
+	return p, nf
 }
 
-// activeFor resolves a reference that names an agent ("bob") to that
-// agent's active grant, whatever its id (G-bob-2 once G-bob is revoked).
-// A reference that names an agent and, as a grant id, another agent's
-// grant is ambiguous: the error lists both. A reference given as a grant
-// id ("G-bob"), or naming no agent with an active grant, is left to the
-// exact id (ok false).
-func (r RunDir) activeFor(ref, id string) (string, bool, error) {
-	if strings.HasPrefix(ref, "G-") {
-		return "", false, nil
-	}
-	gs, _ := r.LoadGrants()
-	var active []GrantFile
-	for _, gf := range gs {
-		if gf.Grant.AgentID == ref && !gf.Grant.Revoked {
-			active = append(active, gf)
-		}
-	}
-	var exact *GrantFile
+// IsGrantFileRef reports whether a grant reference is the path of a grant
+// file rather than a name: it holds a path separator or ends in .json.
+func IsGrantFileRef(ref string) bool {
+	return strings.ContainsRune(ref, os.PathSeparator) || strings.HasSuffix(ref, ".json")
+}
+
+// Resolve picks the grant that ref names among gs, the grants of one run
+// directory. A grant has several names, and each is accepted:
+//
+//   - its id, "G-bob-2": that grant, revoked or not;
+//   - its id without the prefix, "bob-2";
+//   - its agent's name, "bob": the agent's active grant, whatever its id
+//     (G-bob-2 once G-bob is revoked); with no active grant, the grant
+//     whose id it abbreviates (G-bob).
+//
+// A name that could mean two grants (an agent with two active grants, or
+// an agent's name that is another agent's grant id without its prefix)
+// is an *AmbiguousGrantError listing them; a name that means none is a
+// *NoGrantError listing the grants there are. File paths are the run
+// directory's business (RunDir.ResolveGrant).
+func Resolve(gs []GrantFile, ref string) (GrantFile, error) {
+	id := NormalizeGrantID(ref)
+	byID := -1
 	for i, gf := range gs {
 		if gf.Grant.GrantID == id {
-			exact = &gs[i]
+			byID = i
+			break
 		}
 	}
-	switch {
-	case len(active) == 0:
-		return "", false, nil
-	case len(active) > 1:
-		return "", true, &AmbiguousGrantError{Ref: ref, Candidates: grantIDs(active), Why: "agent " + ref + " holds several active grants"}
-	case exact != nil && exact.Grant.AgentID != ref:
-		return "", true, &AmbiguousGrantError{Ref: ref, Candidates: []string{active[0].Grant.GrantID, exact.Grant.GrantID},
-			Why: fmt.Sprintf("%s is agent %s's active grant and %s is a grant of agent %s", active[0].Grant.GrantID, ref, exact.Grant.GrantID, exact.Grant.AgentID)}
+	if !strings.HasPrefix(ref, "G-") {
+		var active []GrantFile
+		for _, gf := range gs {
+			if gf.Grant.AgentID == ref && !gf.Grant.Revoked {
+				active = append(active, gf)
+			}
+		}
+		switch {
+		case len(active) > 1:
+			return GrantFile{}, &AmbiguousGrantError{Ref: ref, Candidates: grantIDs(active), Why: "agent " + ref + " holds several active grants"}
+		case len(active) == 1 && byID >= 0 && gs[byID].Grant.AgentID != ref:
+			other := gs[byID].Grant
+			return GrantFile{}, &AmbiguousGrantError{Ref: ref, Candidates: []string{active[0].Grant.GrantID, other.GrantID},
+				Why: fmt.Sprintf("%s is agent %s's active grant and %s is a grant of agent %s", active[0].Grant.GrantID, ref, other.GrantID, other.AgentID)}
+		case len(active) == 1:
+			return active[0], nil
+		}
 	}
-	return active[0].Path, true, nil
+	if byID >= 0 {
+		return gs[byID], nil
+	}
+	return GrantFile{}, &NoGrantError{ID: id, Known: knownGrants(gs)}
+}
+
+// knownGrants describes each grant for a not-found error: its id, its
+// agent and, when revoked, that it is.
+func knownGrants(gs []GrantFile) []string {
+	out := make([]string, 0, len(gs))
+	for _, gf := range gs {
+		d := gf.Grant.GrantID + " (" + gf.Grant.AgentID
+		if gf.Grant.Revoked {
+			d += ", revoked"
+		}
+		out = append(out, d+")")
+	}
+	return out
 }
 
 func grantIDs(gs []GrantFile) []string {
@@ -474,21 +513,34 @@ func (e *AmbiguousGrantError) Error() string {
 	return fmt.Sprintf("grant %q is ambiguous (%s): name one of %s", e.Ref, e.Why, strings.Join(e.Candidates, ", "))
 }
 
-// NoGrantError is a grant id that the run directory does not hold.
+// NoGrantError is a grant reference that names no grant of the run
+// directory.
 type NoGrantError struct {
-	ID    string // the grant id looked for
-	Runs  string // the run directory
-	NoDir bool   // the run directory has no context_grants/ at all
+	ID    string   // the grant id looked for
+	Runs  string   // the run directory ("" when only a set was searched)
+	NoDir bool     // the run directory has no context_grants/ at all
+	Known []string // the grants there are, as "G-bob (bob)"
 }
 
 func (e *NoGrantError) Error() string {
+	if e.Runs == "" {
+		return fmt.Sprintf("grant %s not found: %s", e.ID, e.known())
+	}
 	dir := filepath.Join(e.Runs, GrantsDirName)
 	if e.NoDir {
 		return fmt.Sprintf("grant %s not found: %s does not exist (is %s the run directory? "+
 			"\"acpfs grant list --runs DIR\" lists the grants of run directory DIR)", e.ID, dir, e.Runs)
 	}
-	return fmt.Sprintf("grant %s not found in %s (run \"acpfs grant list --runs %s\" to see the grant ids)",
-		e.ID, dir, shellQuote(e.Runs))
+	return fmt.Sprintf("grant %s not found in %s: %s (\"acpfs grant list --runs %s\" shows them)",
+		e.ID, dir, e.known(), shellQuote(e.Runs))
+}
+
+// known lists the grants there are, for the reader to pick from.
+func (e *NoGrantError) known() string {
+	if len(e.Known) == 0 {
+		return "there is no grant"
+	}
+	return "the grants are " + strings.Join(e.Known, ", ")
 }
 
 // Unwrap makes errors.Is(err, fs.ErrNotExist) true.

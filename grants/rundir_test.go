@@ -215,7 +215,8 @@ func TestFindGrantReferences(t *testing.T) {
 		{name: "the other agent's grant by its id", rd: r, ref: "G-erin", wantID: "G-erin"},
 		{name: "file", rd: r, ref: r.GrantPath("G-bob"), wantID: "G-bob"},
 		{name: "unknown id", rd: r, ref: "G-alice", notExist: true, msg: []string{
-			"grant G-alice not found in " + r.GrantsDir(), `run "acpfs grant list --runs ` + r.Root + `"`}},
+			"grant G-alice not found in " + r.GrantsDir(), "the grants are G-bob (bob), G-carol (carol, revoked), G-carol-2 (carol)",
+			`"acpfs grant list --runs ` + r.Root + `" shows them`}},
 		{name: "unknown id without prefix", rd: r, ref: "alice", notExist: true, msg: []string{"grant G-alice not found"}},
 		{name: "no run directory", rd: empty, ref: "G-bob", notExist: true, msg: []string{
 			empty.GrantsDir() + " does not exist", "acpfs grant list --runs DIR"}},
@@ -243,4 +244,66 @@ func TestFindGrantReferences(t *testing.T) {
 func TestNoGrantErrorQuotesTheRunDirectory(t *testing.T) {
 	err := &NoGrantError{ID: "G-x", Runs: "my runs"}
 	assert.Contains(t, err.Error(), `"acpfs grant list --runs 'my runs'"`)
+}
+
+// TestResolve: every name of a grant leads to it, an agent's name to its
+// active grant; a name that could mean two grants is refused with both,
+// and one that means none lists the grants there are.
+func TestResolve(t *testing.T) {
+	grant := func(id, agent string, revoked bool) GrantFile {
+		g := grantFor(id, agent)
+		g.Revoked = revoked
+		return GrantFile{Path: "/runs/context_grants/" + id + ".json", Grant: g}
+	}
+	set := []GrantFile{
+		grant("G-alice", "alice", false),
+		grant("G-bob", "bob", true), // replaced by G-bob-2
+		grant("G-bob-2", "bob", false),
+		grant("G-carol", "carol", true), // revoked, not replaced
+		grant("G-erin", "dave", false),  // dave's grant is named after erin
+		grant("G-erin-1", "erin", false),
+		grant("G-frank", "frank", false), // two active grants (grant check refuses the set)
+		grant("G-frank-2", "frank", false),
+	}
+	tests := []struct {
+		ref    string
+		wantID string
+		errAs  any
+		msg    []string
+	}{
+		{ref: "alice", wantID: "G-alice"},
+		{ref: "G-alice", wantID: "G-alice"},
+		{ref: "bob", wantID: "G-bob-2"},
+		{ref: "G-bob", wantID: "G-bob"},
+		{ref: "G-bob-2", wantID: "G-bob-2"},
+		{ref: "bob-2", wantID: "G-bob-2"},
+		{ref: "carol", wantID: "G-carol"},
+		{ref: "dave", wantID: "G-erin"},
+		{ref: "G-erin", wantID: "G-erin"},
+		{ref: "erin-1", wantID: "G-erin-1"},
+		{ref: "erin", errAs: new(*AmbiguousGrantError), msg: []string{`grant "erin" is ambiguous`, "name one of G-erin-1, G-erin"}},
+		{ref: "frank", errAs: new(*AmbiguousGrantError), msg: []string{"agent frank holds several active grants", "G-frank, G-frank-2"}},
+		{ref: "G-frank", wantID: "G-frank"},
+		{ref: "zoe", errAs: new(*NoGrantError), msg: []string{"grant G-zoe not found",
+			"G-alice (alice), G-bob (bob, revoked), G-bob-2 (bob), G-carol (carol, revoked)"}},
+		{ref: "G-bob-3", errAs: new(*NoGrantError), msg: []string{"grant G-bob-3 not found"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.ref, func(t *testing.T) {
+			gf, err := Resolve(set, tt.ref)
+			if tt.wantID != "" {
+				require.NoError(t, err)
+				assert.Equal(t, tt.wantID, gf.Grant.GrantID)
+				assert.Equal(t, "/runs/context_grants/"+tt.wantID+".json", gf.Path)
+				return
+			}
+			require.Error(t, err)
+			assert.ErrorAs(t, err, tt.errAs)
+			for _, m := range tt.msg {
+				assert.Contains(t, err.Error(), m)
+			}
+		})
+	}
+	_, err := Resolve(nil, "bob")
+	assert.EqualError(t, err, "grant G-bob not found: there is no grant")
 }

@@ -272,7 +272,7 @@ func escCheck(t *testing.T, e escEnv, a escAttempt) {
 		// Only the quiet refusal of the lookup that found the name
 		// concealed: the create itself is not refused.
 		for _, r := range refusals {
-			assert.Equal(t, "lookup", r.Op, "a private create was refused: %s", escFmtRecords([]ledger.Record{r}))
+			assert.Equal(t, "lookup", string(r.Op), "a private create was refused: %s", escFmtRecords([]ledger.Record{r}))
 		}
 	}
 
@@ -462,7 +462,7 @@ func escNoHiddenWords(t *testing.T, text string) {
 
 func escHasRecord(recs []ledger.Record, w escRecord) bool {
 	for _, r := range recs {
-		if r.Kind == w.kind && (w.path == "" || r.Path == w.path) && (w.op == "" || r.Op == w.op) &&
+		if r.Kind == w.kind && (w.path == "" || r.Path == w.path) && (w.op == "" || string(r.Op) == w.op) &&
 			strings.Contains(r.Detail, w.detail) {
 			return true
 		}

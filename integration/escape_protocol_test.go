@@ -229,6 +229,7 @@ func escEventsFileAttempts(fg *escForgery) []escAttempt {
 	rejected, cannotRemove := escRec(ledger.KindAppendRejected, "events.jsonl", "append"), escCannotRemove
 	cannotReplace, maintained := escCannotReplace, escMaintained
 	evSetattr := escRecD(ledger.KindAppendRejected, "events.jsonl", "setattr", "events.jsonl is append-only")
+	evTruncate := escRecD(ledger.KindAppendRejected, "events.jsonl", "truncate", "events.jsonl is append-only")
 	return []escAttempt{
 		// Overwriting, truncating, replacing events.jsonl.
 		{name: "pwrite of the first line at offset 0", do: func(*testing.T) error {
@@ -248,7 +249,7 @@ func escEventsFileAttempts(fg *escForgery) []escAttempt {
 			errno: syscall.EPERM, record: escRec(ledger.KindAppendRejected, "events.jsonl", "open"),
 			explain: "O_TRUNC refused"},
 		{name: "truncate events.jsonl", do: func(*testing.T) error { return os.Truncate(p("events.jsonl"), 10) },
-			errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
+			errno: syscall.EPERM, record: evTruncate, explain: "append-only"},
 		{name: "chmod events.jsonl", do: func(*testing.T) error { return os.Chmod(p("events.jsonl"), 0o600) },
 			errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
 		{name: "utimes events.jsonl",
@@ -268,7 +269,7 @@ func escEventsFileAttempts(fg *escForgery) []escAttempt {
 			}
 			defer unix.Close(fd)
 			return unix.Ftruncate(fd, 10)
-		}, errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
+		}, errno: syscall.EPERM, record: evTruncate, explain: "append-only"},
 		{name: "ftruncate to its own size on an events.jsonl write handle", do: func(*testing.T) error {
 			fd, err := unix.Open(p("events.jsonl"), unix.O_WRONLY|unix.O_APPEND|unix.O_CLOEXEC, 0)
 			if err != nil {
@@ -280,7 +281,7 @@ func escEventsFileAttempts(fg *escForgery) []escAttempt {
 				return err
 			}
 			return unix.Ftruncate(fd, st.Size)
-		}, errno: syscall.EPERM, record: evSetattr, explain: "append-only"},
+		}, errno: syscall.EPERM, record: evTruncate, explain: "append-only"},
 		{name: "setxattr on events.jsonl",
 			do:    func(*testing.T) error { return unix.Setxattr(p("events.jsonl"), "user.x", []byte("1"), 0) },
 			errno: syscall.EPERM, record: escRecD(ledger.KindDenied, "events.jsonl", "setxattr", maintained),
@@ -346,6 +347,7 @@ func escProtocolFileAttempts(fg *escForgery) []escAttempt {
 	c, a, p, protoDenied, cannotRemove := fg.c, fg.a, fg.a.path, escProtoDenied, escCannotRemove
 	cannotReplace, maintained := escCannotReplace, escMaintained
 	protoSetattr := escRecD(ledger.KindDenied, "protocol.json", "setattr", "protocol.json is maintained by acpfs")
+	protoTruncate := escRecD(ledger.KindDenied, "protocol.json", "truncate", "protocol.json is maintained by acpfs")
 	forgedProtocol := fg.forgedProtocol
 	return []escAttempt{
 		// protocol.json.
@@ -375,7 +377,7 @@ func escProtocolFileAttempts(fg *escForgery) []escAttempt {
 			do:    func(*testing.T) error { return escWriteClose(p("protocol.json"), os.O_WRONLY|os.O_TRUNC, nil) },
 			errno: syscall.EPERM, record: protoDenied("write"), explain: "write protocol.json"},
 		{name: "truncate protocol.json", do: func(*testing.T) error { return os.Truncate(p("protocol.json"), 0) },
-			errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
+			errno: syscall.EPERM, record: protoTruncate, explain: "maintained by acpfs"},
 		{name: "chmod protocol.json", do: func(*testing.T) error { return os.Chmod(p("protocol.json"), 0o600) },
 			errno: syscall.EPERM, record: protoSetattr, explain: "maintained by acpfs"},
 		{name: "utimes protocol.json",

@@ -122,8 +122,8 @@ func escWriteAttrAttempts(w *escWrites) []escAttempt {
 	v, p, notWritable, denied, withRO := w.v, w.v.path, escNotWritable, escDeniedRec, w.withRO
 	return []escAttempt{
 		{name: "truncate(2)", do: func(*testing.T) error { return os.Truncate(p("proposal.md"), 0) },
-			errno: syscall.EACCES, record: denied("proposal.md", "setattr"),
-			explain: "setattr proposal.md: " + notWritable},
+			errno: syscall.EACCES, record: denied("proposal.md", "truncate"),
+			explain: "truncate proposal.md: " + notWritable},
 		{name: "truncate -s 0", do: escSh(v, "truncate -s 0 proposal.md"), errno: syscall.EACCES,
 			record: denied("proposal.md", "open"), explain: notWritable},
 		{name: "ftruncate on a read-only descriptor", do: withRO(func(fd int) error { return unix.Ftruncate(fd, 0) }),

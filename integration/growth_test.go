@@ -26,7 +26,7 @@ const growthLoops = 20000
 // repeats write_repeat records count.
 func growthCounts(recs []ledger.Record, path, op string) (full, counted int64) {
 	for _, r := range recs {
-		if r.Path != path || r.Op != op {
+		if r.Path != path || string(r.Op) != op {
 			continue
 		}
 		switch r.Kind {

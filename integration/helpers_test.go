@@ -295,7 +295,7 @@ func (c *collab) findRecord(kind ledger.Kind, path, op string) (ledger.Record, b
 	recs := c.records()
 	for i := len(recs) - 1; i >= 0; i-- {
 		r := recs[i]
-		if r.Kind == kind && (path == "" || r.Path == path) && (op == "" || r.Op == op) {
+		if r.Kind == kind && (path == "" || r.Path == path) && (op == "" || string(r.Op) == op) {
 			return r, true
 		}
 	}

@@ -150,9 +150,9 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 		assert.Equal(t, "G-bob", r.Grant)
 		host, _, _ := strings.Cut(r.Detail, ": ")
 		if r.Kind == ledger.KindNetAllowed {
-			allowed = append(allowed, r.Op+" "+host)
+			allowed = append(allowed, string(r.Op)+" "+host)
 		} else {
-			refused = append(refused, r.Op+" "+host)
+			refused = append(refused, string(r.Op)+" "+host)
 		}
 	}
 	// python's CONNECT repeats curl's: counted in a record at the end.

@@ -38,7 +38,7 @@ var recordFields = [...]recordField{
 	{str: func(r *Record) *string { return &r.Agent }},
 	{str: func(r *Record) *string { return &r.Grant }},
 	{str: func(r *Record) *string { return &r.Path }},
-	{str: func(r *Record) *string { return &r.Op }},
+	{str: func(r *Record) *string { return (*string)(&r.Op) }},
 	{u32: func(r *Record) *uint32 { return &r.PID }},
 	{str: func(r *Record) *string { return &r.SHA256 }},
 	{i64: func(r *Record) *int64 { return &r.Count }},

@@ -106,7 +106,7 @@ func randRecord(rng *rand.Rand, plain bool) Record {
 		pid = rng.Uint32()
 	}
 	return Record{
-		Seq: num(), At: str(), Kind: Kind(str()), Agent: str(), Grant: str(), Path: str(), Op: str(), PID: pid,
+		Seq: num(), At: str(), Kind: Kind(str()), Agent: str(), Grant: str(), Path: str(), Op: Op(str()), PID: pid,
 		SHA256: str(), Count: num(), First: str(), Last: str(), Detail: str(), Key: str(), MAC: str(), Sig: str(), Prev: str(),
 	}
 }

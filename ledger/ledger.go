@@ -125,7 +125,7 @@ type Record struct {
 	Agent   string `json:"agent,omitempty"`
 	Grant   string `json:"grant,omitempty"`
 	Path    string `json:"path,omitempty"` // folder-relative, slash-separated
-	Op      string `json:"op,omitempty"`   // lookup, open, readdir, write, rename, ...
+	Op      Op     `json:"op,omitempty"`   // see Op
 	PID     uint32 `json:"pid,omitempty"`
 	SHA256  string `json:"sha256,omitempty"` // content hash for reads, handoffs
 	Count   int64  `json:"count,omitempty"`  // read_repeat, denied_repeat, write_repeat (and net_allowed, net_refused when set): how many repeats; gap: records lost

@@ -44,7 +44,7 @@ func TurnRecord(agent, grant, grantSHA string, t Turn) Record {
 	}
 	t.Reads, t.Writes, t.Refusals = clip(t.Reads), clip(t.Writes), clip(t.Refusals)
 	b, _ := json.Marshal(t) // plain strings and ints: cannot fail
-	return Record{Kind: KindTurn, Agent: agent, Grant: grant, Op: "turn", SHA256: grantSHA, Detail: string(b)}
+	return Record{Kind: KindTurn, Agent: agent, Grant: grant, Op: OpTurn, SHA256: grantSHA, Detail: string(b)}
 }
 
 // ParseTurn decodes the Turn of a KindTurn record.

@@ -351,7 +351,7 @@ func (w *Writer) repairTail(t tailInfo) error {
 		Seq:    w.seq + 1,
 		At:     w.clock().UTC().Format(timeLayout),
 		Kind:   KindRepair,
-		Op:     "truncate",
+		Op:     OpTruncate,
 		PID:    w.pid,
 		SHA256: info.SHA256,
 		Detail: fmt.Sprintf("cut a torn last line (no trailing newline): %d bytes at offset %d, starting %s",
@@ -411,7 +411,7 @@ func (w *Writer) restoreLineEnd(t tailInfo, r Record, keep int) error {
 	if len(stray) > 0 {
 		what = fmt.Sprintf("the newline in place of %s", quotePrefix(stray, 8))
 	}
-	rep := Record{Kind: KindRepair, Op: "restore_newline", PID: w.pid, SHA256: sha256Hex(t.cut),
+	rep := Record{Kind: KindRepair, Op: OpRestoreNewline, PID: w.pid, SHA256: sha256Hex(t.cut),
 		Detail: fmt.Sprintf("seq %d is a whole record sealed by a writer: restored %s", r.Seq, what)}
 	rep.Seq, rep.Prev, rep.At = r.Seq+1, r.Hash, w.clock().UTC().Format(timeLayout)
 	sanitize(&rep)

@@ -265,7 +265,7 @@ func (m *Mount) serve(opts *gofs.Options) (*fuse.Server, error) {
 	var raw fuse.RawFileSystem = gofs.NewNodeFS(m.FS.Root(), opts)
 	if o := m.cfg.Owner; o != nil {
 		g := m.cfg.Grant
-		guard, err := newOwnerFS(raw, *o, func(op string, c fuse.Caller) {
+		guard, err := newOwnerFS(raw, *o, func(op ledger.Op, c fuse.Caller) {
 			r := ledger.Record{Kind: ledger.KindDenied, Agent: g.AgentID, Grant: g.GrantID, Op: op, PID: c.Pid,
 				Detail: fmt.Sprintf("uid %d is not the view's owner (uid %d): every operation of this uid is refused", c.Uid, o.UID)}
 			if _, err := m.cfg.Ledger.Append(r); err != nil {

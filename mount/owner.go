@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/acpfs/acpfs/ledger"
 )
 
 // Owner is the one user a view serves: inside `acpfs run`, the agent's
@@ -67,7 +69,7 @@ type ownerFS struct {
 	pidNS string
 	// refused is called the first time each uid is refused, so that the
 	// ledger shows the attempt without one record per request.
-	refused  func(op string, c fuse.Caller)
+	refused  func(op ledger.Op, c fuse.Caller)
 	mu       sync.Mutex
 	reported map[uint32]bool
 }
@@ -75,7 +77,7 @@ type ownerFS struct {
 var _ fuse.RawFileSystem = (*ownerFS)(nil)
 
 // newOwnerFS guards raw for owner.
-func newOwnerFS(raw fuse.RawFileSystem, owner Owner, refused func(op string, c fuse.Caller)) (*ownerFS, error) {
+func newOwnerFS(raw fuse.RawFileSystem, owner Owner, refused func(op ledger.Op, c fuse.Caller)) (*ownerFS, error) {
 	ns, err := os.Readlink("/proc/self/ns/pid")
 	if err != nil {
 		return nil, fmt.Errorf("own PID namespace: %w", err)
@@ -98,7 +100,7 @@ func (o *ownerFS) allowed(c *fuse.Caller) bool {
 }
 
 // check answers EACCES for a caller that is not allowed.
-func (o *ownerFS) check(h *fuse.InHeader, op string) fuse.Status {
+func (o *ownerFS) check(h *fuse.InHeader, op ledger.Op) fuse.Status {
 	if o.allowed(&h.Caller) {
 		return fuse.OK
 	}
@@ -176,14 +178,14 @@ func (o *ownerFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) { o.raw.Re
 func (o *ownerFS) ReleaseDir(in *fuse.ReleaseIn)                      { o.raw.ReleaseDir(in) }
 
 func (o *ownerFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	if s := o.check(h, "lookup"); !s.Ok() {
+	if s := o.check(h, ledger.OpLookup); !s.Ok() {
 		return s
 	}
 	return o.fixEntry(o.raw.Lookup(cancel, h, name, out), out)
 }
 
 func (o *ownerFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	if s := o.check(&in.InHeader, "getattr"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpGetattr); !s.Ok() {
 		return s
 	}
 	s := o.raw.GetAttr(cancel, in, out)
@@ -200,7 +202,7 @@ func (o *ownerFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.
 func noSetID(mode uint32) uint32 { return mode &^ (syscall.S_ISUID | syscall.S_ISGID) }
 
 func (o *ownerFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	if s := o.check(&in.InHeader, "setattr"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpSetattr); !s.Ok() {
 		return s
 	}
 	if in.Valid&fuse.FATTR_MODE != 0 {
@@ -214,7 +216,7 @@ func (o *ownerFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.
 }
 
 func (o *ownerFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	if s := o.check(&in.InHeader, "mknod"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpMknod); !s.Ok() {
 		return s
 	}
 	in.Mode = noSetID(in.Mode)
@@ -222,7 +224,7 @@ func (o *ownerFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 }
 
 func (o *ownerFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	if s := o.check(&in.InHeader, "mkdir"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpMkdir); !s.Ok() {
 		return s
 	}
 	in.Mode = noSetID(in.Mode)
@@ -230,84 +232,84 @@ func (o *ownerFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, o
 }
 
 func (o *ownerFS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	if s := o.check(h, "unlink"); !s.Ok() {
+	if s := o.check(h, ledger.OpUnlink); !s.Ok() {
 		return s
 	}
 	return o.raw.Unlink(cancel, h, name)
 }
 
 func (o *ownerFS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	if s := o.check(h, "rmdir"); !s.Ok() {
+	if s := o.check(h, ledger.OpRmdir); !s.Ok() {
 		return s
 	}
 	return o.raw.Rmdir(cancel, h, name)
 }
 
 func (o *ownerFS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
-	if s := o.check(&in.InHeader, "rename"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpRename); !s.Ok() {
 		return s
 	}
 	return o.raw.Rename(cancel, in, oldName, newName)
 }
 
 func (o *ownerFS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
-	if s := o.check(&in.InHeader, "link"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpLink); !s.Ok() {
 		return s
 	}
 	return o.fixEntry(o.raw.Link(cancel, in, name, out), out)
 }
 
 func (o *ownerFS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
-	if s := o.check(h, "symlink"); !s.Ok() {
+	if s := o.check(h, ledger.OpSymlink); !s.Ok() {
 		return s
 	}
 	return o.fixEntry(o.raw.Symlink(cancel, h, target, name, out), out)
 }
 
 func (o *ownerFS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
-	if s := o.check(h, "readlink"); !s.Ok() {
+	if s := o.check(h, ledger.OpReadlink); !s.Ok() {
 		return nil, s
 	}
 	return o.raw.Readlink(cancel, h)
 }
 
 func (o *ownerFS) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
-	if s := o.check(&in.InHeader, "access"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpAccess); !s.Ok() {
 		return s
 	}
 	return o.raw.Access(cancel, in)
 }
 
 func (o *ownerFS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
-	if s := o.check(h, "getxattr"); !s.Ok() {
+	if s := o.check(h, ledger.OpGetxattr); !s.Ok() {
 		return 0, s
 	}
 	return o.raw.GetXAttr(cancel, h, attr, dest)
 }
 
 func (o *ownerFS) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
-	if s := o.check(h, "listxattr"); !s.Ok() {
+	if s := o.check(h, ledger.OpListxattr); !s.Ok() {
 		return 0, s
 	}
 	return o.raw.ListXAttr(cancel, h, dest)
 }
 
 func (o *ownerFS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
-	if s := o.check(&in.InHeader, "setxattr"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpSetxattr); !s.Ok() {
 		return s
 	}
 	return o.raw.SetXAttr(cancel, in, attr, data)
 }
 
 func (o *ownerFS) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
-	if s := o.check(h, "removexattr"); !s.Ok() {
+	if s := o.check(h, ledger.OpRemovexattr); !s.Ok() {
 		return s
 	}
 	return o.raw.RemoveXAttr(cancel, h, attr)
 }
 
 func (o *ownerFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	if s := o.check(&in.InHeader, "create"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpCreate); !s.Ok() {
 		return s
 	}
 	in.Mode = noSetID(in.Mode)
@@ -315,7 +317,7 @@ func (o *ownerFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string,
 }
 
 func (o *ownerFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
-	if s := o.check(&in.InHeader, "tmpfile"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpTmpfile); !s.Ok() {
 		return s
 	}
 	in.Mode = noSetID(in.Mode)
@@ -323,70 +325,70 @@ func (o *ownerFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.C
 }
 
 func (o *ownerFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	if s := o.check(&in.InHeader, "open"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpOpen); !s.Ok() {
 		return s
 	}
 	return o.raw.Open(cancel, in, out)
 }
 
 func (o *ownerFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	if s := o.check(&in.InHeader, "read"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpRead); !s.Ok() {
 		return nil, s
 	}
 	return o.raw.Read(cancel, in, buf)
 }
 
 func (o *ownerFS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
-	if s := o.check(&in.InHeader, "lseek"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpLseek); !s.Ok() {
 		return s
 	}
 	return o.raw.Lseek(cancel, in, out)
 }
 
 func (o *ownerFS) GetLk(cancel <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.Status {
-	if s := o.check(&in.InHeader, "getlk"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpGetlk); !s.Ok() {
 		return s
 	}
 	return o.raw.GetLk(cancel, in, out)
 }
 
 func (o *ownerFS) SetLk(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
-	if s := o.check(&in.InHeader, "setlk"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpSetlk); !s.Ok() {
 		return s
 	}
 	return o.raw.SetLk(cancel, in)
 }
 
 func (o *ownerFS) SetLkw(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
-	if s := o.check(&in.InHeader, "setlkw"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpSetlkw); !s.Ok() {
 		return s
 	}
 	return o.raw.SetLkw(cancel, in)
 }
 
 func (o *ownerFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	if s := o.check(&in.InHeader, "write"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpWrite); !s.Ok() {
 		return 0, s
 	}
 	return o.raw.Write(cancel, in, data)
 }
 
 func (o *ownerFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
-	if s := o.check(&in.InHeader, "write"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpWrite); !s.Ok() {
 		return 0, s
 	}
 	return o.raw.Writev(cancel, in, data)
 }
 
 func (o *ownerFS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
-	if s := o.check(&in.InHeader, "copy_file_range"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpCopyFileRange); !s.Ok() {
 		return 0, s
 	}
 	return o.raw.CopyFileRange(cancel, in)
 }
 
 func (o *ownerFS) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, out *fuse.IoctlOut, outbuf []byte) fuse.Status {
-	if s := o.check(&in.InHeader, "ioctl"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpIoctl); !s.Ok() {
 		return s
 	}
 	return o.raw.Ioctl(cancel, in, inbuf, out, outbuf)
@@ -399,35 +401,35 @@ func (o *ownerFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 }
 
 func (o *ownerFS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	if s := o.check(&in.InHeader, "fsync"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpFsync); !s.Ok() {
 		return s
 	}
 	return o.raw.Fsync(cancel, in)
 }
 
 func (o *ownerFS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
-	if s := o.check(&in.InHeader, "fallocate"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpFallocate); !s.Ok() {
 		return s
 	}
 	return o.raw.Fallocate(cancel, in)
 }
 
 func (o *ownerFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	if s := o.check(&in.InHeader, "opendir"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpOpendir); !s.Ok() {
 		return s
 	}
 	return o.raw.OpenDir(cancel, in, out)
 }
 
 func (o *ownerFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	if s := o.check(&in.InHeader, "readdir"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpReaddir); !s.Ok() {
 		return s
 	}
 	return o.raw.ReadDir(cancel, in, out)
 }
 
 func (o *ownerFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	if s := o.check(&in.InHeader, "readdirplus"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpReaddirplus); !s.Ok() {
 		return s
 	}
 	s := o.raw.ReadDirPlus(cancel, in, out)
@@ -438,21 +440,21 @@ func (o *ownerFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse
 }
 
 func (o *ownerFS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	if s := o.check(&in.InHeader, "fsyncdir"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpFsyncdir); !s.Ok() {
 		return s
 	}
 	return o.raw.FsyncDir(cancel, in)
 }
 
 func (o *ownerFS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
-	if s := o.check(h, "statfs"); !s.Ok() {
+	if s := o.check(h, ledger.OpStatfs); !s.Ok() {
 		return s
 	}
 	return o.raw.StatFs(cancel, h, out)
 }
 
 func (o *ownerFS) Statx(cancel <-chan struct{}, in *fuse.StatxIn, out *fuse.StatxOut) fuse.Status {
-	if s := o.check(&in.InHeader, "statx"); !s.Ok() {
+	if s := o.check(&in.InHeader, ledger.OpStatx); !s.Ok() {
 		return s
 	}
 	s := o.raw.Statx(cancel, in, out)

@@ -127,19 +127,27 @@ func (s *Store) UpdateGrant(e GrantEntry) error {
 	return nil
 }
 
-// FindGrant returns the stored grant with id (G-<id> or <id>).
-func (s *Store) FindGrant(id string) (GrantEntry, error) {
-	id = grants.NormalizeGrantID(id)
+// FindGrant returns the stored grant that ref names (any grant
+// reference but a file: see grants.Resolve), whichever host it is for.
+func (s *Store) FindGrant(ref string) (GrantEntry, error) {
 	all, err := s.Grants()
 	if err != nil {
 		return GrantEntry{}, err
 	}
+	set := make([]grants.GrantFile, len(all))
+	for i, e := range all {
+		set[i] = grants.GrantFile{Path: e.Host, Grant: e.Grant}
+	}
+	gf, err := grants.Resolve(set, ref)
+	if err != nil {
+		return GrantEntry{}, fmt.Errorf("collaboration %s: %w", s.opts.Collab, err)
+	}
 	for _, e := range all {
-		if e.Grant.GrantID == id {
+		if e.Grant == gf.Grant {
 			return e, nil
 		}
 	}
-	return GrantEntry{}, fmt.Errorf("no grant %s in collaboration %s", id, s.opts.Collab)
+	return GrantEntry{}, fmt.Errorf("collaboration %s: grant %s vanished", s.opts.Collab, gf.Grant.GrantID)
 }
 
 // GrantRecorder is told what a host's copy of its grants did, for the

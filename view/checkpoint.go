@@ -39,11 +39,11 @@ func (f *View) at(ctx context.Context, o op, rel string) (*target, syscall.Errno
 		// Fail closed, and alike for every name: answers that differed
 		// between hidden and absent names would tell what the view
 		// hides while the ledger cannot record the probes.
-		f.ledgerDown(o.String(), rel, b)
+		f.ledgerDown(o.name(), rel, b)
 		return nil, syscall.EIO
 	}
 	if f.ledger.Failing() {
-		f.ledgerDown(o.String(), rel, errLedgerFull)
+		f.ledgerDown(o.name(), rel, errLedgerFull)
 		return nil, syscall.EIO
 	}
 	if name, ok := f.stagedName(rel); ok {
@@ -59,19 +59,19 @@ func (f *View) at(ctx context.Context, o op, rel string) (*target, syscall.Errno
 		t.close()
 		if verdict.record != "" {
 			if verdict.quiet {
-				if err := f.recordRefusal(ctx, verdict.record, o.String(), rel, verdict.why, verdict.why); err != nil {
-					f.ledgerDown(o.String(), rel, err)
+				if err := f.recordRefusal(ctx, verdict.record, o.name(), rel, verdict.why, verdict.why); err != nil {
+					f.ledgerDown(o.name(), rel, err)
 					return nil, syscall.EIO
 				}
 			} else {
-				return nil, f.deny(ctx, verdict.record, o.String(), rel, verdict.errno, verdict.why)
+				return nil, f.deny(ctx, verdict.record, o.name(), rel, verdict.errno, verdict.why)
 			}
 		}
 		return nil, verdict.errno
 	}
 	if o.class() != classRead {
 		// Judged after the policy, so a hidden name stays ENOENT.
-		if errno := f.gated(ctx, o.String(), rel); errno != 0 {
+		if errno := f.gated(ctx, o.name(), rel); errno != 0 {
 			t.close()
 			return nil, errno
 		}
@@ -80,7 +80,7 @@ func (f *View) at(ctx context.Context, o op, rel string) (*target, syscall.Errno
 }
 
 // gated refuses a change while the gate is closed.
-func (f *View) gated(ctx context.Context, op, rel string) syscall.Errno {
+func (f *View) gated(ctx context.Context, op ledger.Op, rel string) syscall.Errno {
 	if f.gate == nil {
 		return 0
 	}

@@ -42,8 +42,9 @@ const (
 // repeatKey is one aggregated fact. Reads are keyed by content hash,
 // refusals by operation and reason, no-op changes by operation.
 type repeatKey struct {
-	kind               ledger.Kind
-	op, path, sha, why string
+	kind           ledger.Kind
+	op             ledger.Op
+	path, sha, why string
 	// ver is the file version of a read recorded before its hash was
 	// known (sha empty): its read_hash follows.
 	ver fileVersion
@@ -55,7 +56,10 @@ type repeatCount struct {
 }
 
 // readPath is a read key without its content: one path read one way.
-type readPath struct{ op, path string }
+type readPath struct {
+	op   ledger.Op
+	path string
+}
 
 // repeats aggregates the records of one view.
 type repeats struct {
@@ -206,14 +210,14 @@ func (f *View) recordOnce(ctx context.Context, k repeatKey, rec func() error) er
 // only. Each is a fact of the path the audit needs once; a loop of them
 // must not grow the ledger, so repeats are counted in write_repeat
 // records, as repeated reads are.
-func (f *View) recordNoop(ctx context.Context, op, rel, detail string) error {
+func (f *View) recordNoop(ctx context.Context, op ledger.Op, rel, detail string) error {
 	k := repeatKey{kind: ledger.KindWrite, op: op, path: rel, why: detail}
 	return f.recordOnce(ctx, k, func() error { return f.record(ctx, ledger.KindWrite, op, rel, "", detail) })
 }
 
 // recordSetattr records a setattr before it is made (see recordChange);
 // one of times only is a no-op change (recordNoop).
-func (f *View) recordSetattr(ctx context.Context, op, rel string, in *SetAttr) syscall.Errno {
+func (f *View) recordSetattr(ctx context.Context, op ledger.Op, rel string, in *SetAttr) syscall.Errno {
 	if !in.timesOnly() {
 		return f.recordChange(ctx, op, rel, "")
 	}
@@ -228,7 +232,7 @@ func (f *View) recordSetattr(ctx context.Context, op, rel string, in *SetAttr) s
 // session by default: which directories an agent listed is the fact the
 // audit needs, and a loop of readdir calls must not grow the ledger.
 func (f *View) recordListing(ctx context.Context, rel string) error {
-	rec := func() error { return f.record(ctx, ledger.KindList, "readdir", rel, "", "") }
+	rec := func() error { return f.record(ctx, ledger.KindList, ledger.OpReaddir, rel, "", "") }
 	if f.audit != AuditCompact {
 		return rec()
 	}

@@ -39,14 +39,14 @@ func (f *View) ControlFiles() []ControlFile {
 }
 
 // RefuseControl refuses, and records, a change op of rel in .acpfs.
-func (f *View) RefuseControl(ctx context.Context, op, rel string) syscall.Errno {
+func (f *View) RefuseControl(ctx context.Context, op ledger.Op, rel string) syscall.Errno {
 	return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, ".acpfs is read-only")
 }
 
 // OpenControl judges an open of the control file rel: for reading only.
 func (f *View) OpenControl(ctx context.Context, rel string, flags uint32) syscall.Errno {
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
-		return f.RefuseControl(ctx, "open", rel)
+		return f.RefuseControl(ctx, ledger.OpOpen, rel)
 	}
 	return 0
 }
@@ -149,14 +149,14 @@ func SnapshotAttr(src string) (unix.Stat_t, syscall.Errno) {
 
 // RefuseSnapshot refuses, and records, a change op of the handed-over
 // artifact rel.
-func (f *View) RefuseSnapshot(ctx context.Context, op, rel string) syscall.Errno {
+func (f *View) RefuseSnapshot(ctx context.Context, op ledger.Op, rel string) syscall.Errno {
 	return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EACCES, "a handed-over artifact is read-only")
 }
 
 // OpenSnapshot opens the handed-over copy src of rel for reading.
 func (f *View) OpenSnapshot(ctx context.Context, rel, src string, flags uint32) (File, syscall.Errno) {
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
-		return nil, f.RefuseSnapshot(ctx, "open", rel)
+		return nil, f.RefuseSnapshot(ctx, ledger.OpOpen, rel)
 	}
 	// The artifact lives in the coordinator's run directory; a symlink
 	// in its place is never followed.

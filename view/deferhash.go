@@ -118,9 +118,9 @@ func (f *View) recordReadOf(ctx context.Context, rel string, fd int, v fileVersi
 	if ok {
 		return v, f.recordRead(ctx, rel, sha, detail)
 	}
-	k := repeatKey{kind: ledger.KindRead, op: "open", path: rel, ver: v}
+	k := repeatKey{kind: ledger.KindRead, op: ledger.OpOpen, path: rel, ver: v}
 	err = f.recordOnce(ctx, k, func() error {
-		rec, err := f.recordFull(ctx, ledger.KindRead, "open", rel, "", joinDetail(detail, pendingDetail(v)))
+		rec, err := f.recordFull(ctx, ledger.KindRead, ledger.OpOpen, rel, "", joinDetail(detail, pendingDetail(v)))
 		if err != nil {
 			return err
 		}
@@ -128,7 +128,7 @@ func (f *View) recordReadOf(ctx context.Context, rel string, fd int, v fileVersi
 		return nil
 	})
 	if err != nil {
-		f.ledgerDown("open", rel, err)
+		f.ledgerDown(ledger.OpOpen, rel, err)
 		return v, syscall.EIO
 	}
 	return v, 0
@@ -214,7 +214,7 @@ func hashVersion(fd int, v fileVersion) (string, error) {
 // finishHash writes the read_hash records of reads.
 func (f *View) finishHash(v fileVersion, reads []pendingRead, sha string, err error) {
 	for _, r := range reads {
-		rec := ledger.Record{Kind: ledger.KindReadHash, Agent: r.agent, Grant: r.grant, Path: r.path, Op: "open", PID: r.pid,
+		rec := ledger.Record{Kind: ledger.KindReadHash, Agent: r.agent, Grant: r.grant, Path: r.path, Op: ledger.OpOpen, PID: r.pid,
 			SHA256: sha, Detail: fmt.Sprintf("read seq %d", r.seq)}
 		if err != nil {
 			rec.Detail = fmt.Sprintf("read seq %d: %v", r.seq, err)
@@ -226,7 +226,7 @@ func (f *View) finishHash(v fileVersion, reads []pendingRead, sha string, err er
 		if err == nil {
 			// The read and its hash are the full record of this content:
 			// later opens of it are repeats.
-			f.repeats.recorded(repeatKey{kind: ledger.KindRead, op: "open", path: r.path, sha: sha})
+			f.repeats.recorded(repeatKey{kind: ledger.KindRead, op: ledger.OpOpen, path: r.path, sha: sha})
 		}
 	}
 }
@@ -235,7 +235,7 @@ func (f *View) finishHash(v fileVersion, reads []pendingRead, sha string, err er
 func (f *View) waitHashes() { f.deferred.wg.Wait() }
 
 // recordFull writes one record for this view's agent and returns it.
-func (f *View) recordFull(ctx context.Context, kind ledger.Kind, op, rel, sha, detail string) (ledger.Record, error) {
+func (f *View) recordFull(ctx context.Context, kind ledger.Kind, op ledger.Op, rel, sha, detail string) (ledger.Record, error) {
 	g := f.gv.Load().grant
 	r := ledger.Record{Kind: kind, Agent: g.AgentID, Grant: g.GrantID, Path: rel, Op: op, SHA256: sha, Detail: detail}
 	if c, ok := f.caller(ctx); ok {

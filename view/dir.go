@@ -6,6 +6,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/ledger"
 )
 
 // dirEntry is one visible entry of a directory listing.
@@ -223,7 +225,7 @@ func (d *Dir) Next(ctx context.Context) (de DirEntry, ok bool, errno syscall.Err
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.loaded {
-		d.fsys.Enter("readdir", d.rel)
+		d.fsys.Enter(ledger.OpReaddir, d.rel)
 		entries, err := d.fsys.visibleEntries(d.rel)
 		if err != nil {
 			return de, false, errnoOf(err)

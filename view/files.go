@@ -69,13 +69,13 @@ func (f *View) Open(ctx context.Context, n Node, rel string, flags uint32) (File
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	if errno := f.handleRoom(ctx, "open", rel); errno != 0 {
+	if errno := f.handleRoom(ctx, ledger.OpOpen, rel); errno != 0 {
 		t.close()
 		return nil, 0, errno
 	}
 	if rel == protocol.EventsFile && flags&syscall.O_TRUNC != 0 && t.e.kind == kindFile {
 		t.close()
-		return nil, 0, f.deny(ctx, ledger.KindAppendRejected, "open", rel, syscall.EPERM, "events.jsonl is append-only; O_TRUNC refused")
+		return nil, 0, f.deny(ctx, ledger.KindAppendRejected, ledger.OpOpen, rel, syscall.EPERM, "events.jsonl is append-only; O_TRUNC refused")
 	}
 	// The protocol files are never opened for writing on the backing
 	// folder: their writes are validated and applied by acpfs.
@@ -85,7 +85,7 @@ func (f *View) Open(ctx context.Context, n Node, rel string, flags uint32) (File
 		oflags = unix.O_RDONLY
 	} else if writing && flags&syscall.O_TRUNC != 0 && t.e.kind == kindFile {
 		// Recorded before the open, which already changes the file.
-		if errno := f.recordChange(ctx, "open", rel, ""); errno != 0 {
+		if errno := f.recordChange(ctx, ledger.OpOpen, rel, ""); errno != 0 {
 			t.close()
 			return nil, 0, errno
 		}
@@ -330,9 +330,9 @@ func (h *handle) readable(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	if !h.fsys.matcher().Readable(p) {
-		return h.fsys.deny(ctx, ledger.KindDenied, "read", p, syscall.EACCES, "the grant no longer lets this agent read the file")
+		return h.fsys.deny(ctx, ledger.KindDenied, ledger.OpRead, p, syscall.EACCES, "the grant no longer lets this agent read the file")
 	}
-	return h.inPlace(ctx, "read")
+	return h.inPlace(ctx, ledger.OpRead)
 }
 
 // inPlace refuses a descriptor whose file is no longer the one at the
@@ -341,7 +341,7 @@ func (h *handle) readable(ctx context.Context) syscall.Errno {
 // the descriptor reaches must still be what the name shows. Checked
 // again only after a name change in the folder (entryGen), so a steady
 // stream of reads costs nothing.
-func (h *handle) inPlace(ctx context.Context, op string) syscall.Errno {
+func (h *handle) inPlace(ctx context.Context, op ledger.Op) syscall.Errno {
 	f := h.fsys
 	if managed(h.path()) {
 		return 0 // acpfs replaces these itself; their content is its own
@@ -390,7 +390,7 @@ func (h *handle) isSnapshotOf(p string) bool {
 }
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (res []byte, errno syscall.Errno) {
-	defer h.fsys.Guard(ctx, "read", h.rel, &errno)
+	defer h.fsys.Guard(ctx, ledger.OpRead, h.rel, &errno)
 	if errno := h.readable(ctx); errno != 0 {
 		return nil, errno
 	}
@@ -398,7 +398,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (res []byte, 
 		return nil, errno
 	}
 	if h.audit {
-		h.fsys.record(ctx, ledger.KindReadRequest, "read", h.path(), "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
+		h.fsys.record(ctx, ledger.KindReadRequest, ledger.OpRead, h.path(), "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
 	}
 	k, err := unix.Pread(h.fd(), dest, off)
 	if err != nil {
@@ -455,7 +455,7 @@ func (h *handle) recordFirstChange(ctx context.Context) syscall.Errno {
 	if !h.unrecorded.Load() {
 		return 0
 	}
-	if errno := h.fsys.recordChange(ctx, "open", h.rel, ""); errno != 0 {
+	if errno := h.fsys.recordChange(ctx, ledger.OpOpen, h.rel, ""); errno != 0 {
 		return errno
 	}
 	h.unrecorded.Store(false)
@@ -479,7 +479,7 @@ func (h *handle) ownChange() {
 
 // writeCheck runs before every data change: the grant may have changed
 // and the file may have been frozen since it was opened.
-func (h *handle) writeCheck(ctx context.Context, op string) syscall.Errno {
+func (h *handle) writeCheck(ctx context.Context, op ledger.Op) syscall.Errno {
 	if !h.writable {
 		return syscall.EBADF
 	}
@@ -503,16 +503,16 @@ func (h *handle) writeCheck(ctx context.Context, op string) syscall.Errno {
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (n uint32, errno syscall.Errno) {
-	defer h.fsys.Guard(ctx, "write", h.rel, &errno)
-	h.fsys.Enter("write", h.rel)
-	if errno := h.writeCheck(ctx, "write"); errno != 0 {
+	defer h.fsys.Guard(ctx, ledger.OpWrite, h.rel, &errno)
+	h.fsys.Enter(ledger.OpWrite, h.rel)
+	if errno := h.writeCheck(ctx, ledger.OpWrite); errno != 0 {
 		return 0, errno
 	}
 	if errno := h.recordFirstChange(ctx); errno != 0 {
 		return 0, errno
 	}
 	grow := growth(h.fd(), off, int64(len(data)), h.appending)
-	if errno := h.fsys.chargeGrowth(ctx, "write", h.rel, grow); errno != 0 {
+	if errno := h.fsys.chargeGrowth(ctx, ledger.OpWrite, h.rel, grow); errno != 0 {
 		return 0, errno
 	}
 	var k int
@@ -530,8 +530,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (n uint32, e
 }
 
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (errno syscall.Errno) {
-	defer h.fsys.Guard(ctx, "fallocate", h.rel, &errno)
-	if errno := h.writeCheck(ctx, "fallocate"); errno != 0 {
+	defer h.fsys.Guard(ctx, ledger.OpFallocate, h.rel, &errno)
+	if errno := h.writeCheck(ctx, ledger.OpFallocate); errno != 0 {
 		return errno
 	}
 	if errno := h.recordFirstChange(ctx); errno != 0 {
@@ -541,7 +541,7 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (e
 	if mode&unix.FALLOC_FL_KEEP_SIZE == 0 {
 		grow = growth(h.fd(), int64(off), int64(size), false)
 	}
-	if errno := h.fsys.chargeGrowth(ctx, "fallocate", h.rel, grow); errno != 0 {
+	if errno := h.fsys.chargeGrowth(ctx, ledger.OpFallocate, h.rel, grow); errno != 0 {
 		return errno
 	}
 	err := unix.Fallocate(h.fd(), mode, int64(off), int64(size))
@@ -585,7 +585,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if h.unrecorded.Load() {
 		// Opened for writing, nothing written through it: still a fact
 		// of the path, recorded once in full and then counted.
-		if err := h.fsys.recordNoop(ctx, "open", h.rel, noopOpen); err != nil {
+		if err := h.fsys.recordNoop(ctx, ledger.OpOpen, h.rel, noopOpen); err != nil {
 			slog.Error("ledger: cannot record an open for writing", "path", h.rel, "err", err)
 		}
 	}
@@ -636,7 +636,7 @@ func (e *eventsFile) drop() {
 }
 
 func (e *eventsFile) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
-	return e.fsys.deny(ctx, ledger.KindAppendRejected, "fallocate", protocol.EventsFile, syscall.EPERM, "events.jsonl is append-only")
+	return e.fsys.deny(ctx, ledger.KindAppendRejected, ledger.OpFallocate, protocol.EventsFile, syscall.EPERM, "events.jsonl is append-only")
 }
 
 // Write acknowledges bytes only as far as they are safely handled: whole
@@ -645,8 +645,8 @@ func (e *eventsFile) Allocate(ctx context.Context, off, size uint64, mode uint32
 // reported as a short write, so the caller retries the rest and receives
 // the error for exactly the refused line.
 func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint32, errno syscall.Errno) {
-	defer e.fsys.Guard(ctx, "append", protocol.EventsFile, &errno)
-	e.fsys.Enter("append", protocol.EventsFile)
+	defer e.fsys.Guard(ctx, ledger.OpAppend, protocol.EventsFile, &errno)
+	e.fsys.Enter(ledger.OpAppend, protocol.EventsFile)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	// Only the grant can have changed since open: events.jsonl is never
@@ -654,9 +654,9 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 	// by line whatever name reached it. The protocol log catches up with
 	// other writers itself, so no refresh is needed here.
 	if !e.fsys.matcher().Writable(protocol.EventsFile) {
-		return 0, e.fsys.deny(ctx, ledger.KindDenied, "append", protocol.EventsFile, syscall.EACCES, "not writable under the grant")
+		return 0, e.fsys.deny(ctx, ledger.KindDenied, ledger.OpAppend, protocol.EventsFile, syscall.EACCES, "not writable under the grant")
 	}
-	if errno := e.fsys.gated(ctx, "append", protocol.EventsFile); errno != 0 {
+	if errno := e.fsys.gated(ctx, ledger.OpAppend, protocol.EventsFile); errno != 0 {
 		return 0, errno
 	}
 	consumed := 0
@@ -679,7 +679,7 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 				return 0, e.fsys.rejectLine(ctx, syscall.EINVAL, fmt.Sprintf("line longer than %d bytes", maxLine))
 			}
 			if !e.fsys.holdPending(int64(len(rest))) {
-				return 0, e.fsys.deny(ctx, ledger.KindAppendRejected, "append", protocol.EventsFile, syscall.ENOMEM,
+				return 0, e.fsys.deny(ctx, ledger.KindAppendRejected, ledger.OpAppend, protocol.EventsFile, syscall.ENOMEM,
 					"too many unfinished event lines held by this view or this daemon; finish a line with a newline first")
 			}
 			e.pending = append(e.pending, rest...)
@@ -714,7 +714,7 @@ func (e *eventsFile) Write(ctx context.Context, data []byte, off int64) (n uint3
 // were there: shells ignore errors of close(2), so refusing it would lose
 // it silently. Anything else is refused, and close(2) reports it.
 func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
-	defer e.fsys.Guard(ctx, "flush", protocol.EventsFile, &errno)
+	defer e.fsys.Guard(ctx, ledger.OpFlush, protocol.EventsFile, &errno)
 	e.mu.Lock()
 	pending, lost := e.pending, e.lost
 	e.drop()
@@ -744,12 +744,12 @@ func (e *eventsFile) Flush(ctx context.Context) (errno syscall.Errno) {
 // there. Whether the writer has finished cannot be told from the file's
 // size: it may grow between the read and a stat.
 func (e *eventsFile) Read(ctx context.Context, dest []byte, off int64) (res []byte, errno syscall.Errno) {
-	defer e.fsys.Guard(ctx, "read", protocol.EventsFile, &errno)
+	defer e.fsys.Guard(ctx, ledger.OpRead, protocol.EventsFile, &errno)
 	if errno := e.readable(ctx); errno != 0 {
 		return nil, errno
 	}
 	if e.audit {
-		e.fsys.record(ctx, ledger.KindReadRequest, "read", protocol.EventsFile, "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
+		e.fsys.record(ctx, ledger.KindReadRequest, ledger.OpRead, protocol.EventsFile, "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
 	}
 	k, err := unix.Pread(e.fd(), dest, off)
 	if err != nil {
@@ -795,7 +795,7 @@ func lineEndsAfter(fd int, off int64) bool {
 func (f *View) appendLine(ctx context.Context, line []byte) syscall.Errno {
 	recorded := false
 	_, err := f.log.AppendLineRecordedContext(ctx, line, f.participant(), func(ev protocol.Event) error {
-		if err := f.record(ctx, ledger.KindAppendAccepted, "append", protocol.EventsFile, "", fmt.Sprintf("seq %d %s", ev.Seq, ev.Event)); err != nil {
+		if err := f.record(ctx, ledger.KindAppendAccepted, ledger.OpAppend, protocol.EventsFile, "", fmt.Sprintf("seq %d %s", ev.Seq, ev.Event)); err != nil {
 			return err
 		}
 		recorded = true
@@ -804,10 +804,10 @@ func (f *View) appendLine(ctx context.Context, line []byte) syscall.Errno {
 	if err != nil {
 		if recorded {
 			// Recorded, then the write failed: say that it did not land.
-			f.record(ctx, ledger.KindAppendFailed, "append", protocol.EventsFile, "", err.Error())
+			f.record(ctx, ledger.KindAppendFailed, ledger.OpAppend, protocol.EventsFile, "", err.Error())
 		}
 		if protocol.RuleOf(err) == "record" {
-			f.ledgerDown("append", protocol.EventsFile, err)
+			f.ledgerDown(ledger.OpAppend, protocol.EventsFile, err)
 			return syscall.EIO
 		}
 		return f.refuseAppend(ctx, err)
@@ -842,11 +842,11 @@ func (f *View) refuseAppend(ctx context.Context, err error) syscall.Errno {
 			errno = syscall.EINTR
 		}
 	}
-	return f.denyAs(ctx, ledger.KindAppendRejected, "append", protocol.EventsFile, errno, err.Error(), "rule "+protocol.RuleOf(err))
+	return f.denyAs(ctx, ledger.KindAppendRejected, ledger.OpAppend, protocol.EventsFile, errno, err.Error(), "rule "+protocol.RuleOf(err))
 }
 
 func (f *View) rejectLine(ctx context.Context, errno syscall.Errno, why string) syscall.Errno {
-	return f.deny(ctx, ledger.KindAppendRejected, "append", protocol.EventsFile, errno, why)
+	return f.deny(ctx, ledger.KindAppendRejected, ledger.OpAppend, protocol.EventsFile, errno, why)
 }
 
 // protocolFile is an open protocol.json. Writes are collected in memory
@@ -889,12 +889,12 @@ func (p *protocolFile) Read(ctx context.Context, dest []byte, off int64) (res []
 	if p.content == nil {
 		return p.handle.Read(ctx, dest, off)
 	}
-	defer p.fsys.Guard(ctx, "read", protocol.ProtocolFile, &errno)
+	defer p.fsys.Guard(ctx, ledger.OpRead, protocol.ProtocolFile, &errno)
 	if errno := p.readable(ctx); errno != 0 {
 		return nil, errno
 	}
 	if p.audit {
-		p.fsys.record(ctx, ledger.KindReadRequest, "read", protocol.ProtocolFile, "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
+		p.fsys.record(ctx, ledger.KindReadRequest, ledger.OpRead, protocol.ProtocolFile, "", fmt.Sprintf("offset=%d length=%d", off, len(dest)))
 	}
 	if off >= int64(len(p.content)) {
 		return nil, 0
@@ -911,7 +911,7 @@ func (p *protocolFile) Write(ctx context.Context, data []byte, off int64) (uint3
 	defer p.mu.Unlock()
 	if end := int(off) + len(data); end > len(p.buf) {
 		if end > maxLine {
-			return 0, p.fsys.deny(ctx, ledger.KindDenied, "write", protocol.ProtocolFile, syscall.EFBIG, "protocol.json rewrite too large")
+			return 0, p.fsys.deny(ctx, ledger.KindDenied, ledger.OpWrite, protocol.ProtocolFile, syscall.EFBIG, "protocol.json rewrite too large")
 		}
 		p.buf = append(p.buf, make([]byte, end-len(p.buf))...)
 	}
@@ -946,7 +946,7 @@ func (p *protocolFile) truncate(size uint64) (unix.Stat_t, syscall.Errno) {
 }
 
 func (p *protocolFile) Flush(ctx context.Context) (errno syscall.Errno) {
-	defer p.fsys.Guard(ctx, "flush", protocol.ProtocolFile, &errno)
+	defer p.fsys.Guard(ctx, ledger.OpFlush, protocol.ProtocolFile, &errno)
 	p.mu.Lock()
 	buf, dirty := p.buf, p.dirty
 	p.dirty = false
@@ -955,9 +955,9 @@ func (p *protocolFile) Flush(ctx context.Context) (errno syscall.Errno) {
 		return 0
 	}
 	if err := p.fsys.log.CheckProtocolWrite(buf); err != nil {
-		return p.fsys.deny(ctx, ledger.KindDenied, "write", protocol.ProtocolFile, syscall.EPERM, err.Error())
+		return p.fsys.deny(ctx, ledger.KindDenied, ledger.OpWrite, protocol.ProtocolFile, syscall.EPERM, err.Error())
 	}
-	return p.fsys.recordChange(ctx, "rewrite", protocol.ProtocolFile, "content equals the derived state")
+	return p.fsys.recordChange(ctx, ledger.OpRewrite, protocol.ProtocolFile, "content equals the derived state")
 }
 
 // protocolContent is protocol.json as the derived state has it (see

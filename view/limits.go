@@ -52,7 +52,7 @@ func RaiseFileLimit() {
 
 // handleRoom refuses an open with EMFILE when this view, or the process,
 // holds as many open files as it may.
-func (f *View) handleRoom(ctx context.Context, op, rel string) syscall.Errno {
+func (f *View) handleRoom(ctx context.Context, op ledger.Op, rel string) syscall.Errno {
 	RaiseFileLimit()
 	if n := f.openHandles.Load(); f.maxHandles > 0 && n >= f.maxHandles {
 		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EMFILE,

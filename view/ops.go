@@ -71,16 +71,16 @@ func (f *View) Setattr(ctx context.Context, rel string, fh File, in *SetAttr) (u
 		// with the rest of the rewrite at close.
 		return pf.truncate(in.Size)
 	}
-	o, op := opSetattr, "setattr"
+	o := opSetattr
 	if in.HasSize {
-		o, op = opTruncate, "truncate"
+		o = opTruncate
 	}
 	t, errno := f.at(ctx, o, rel)
 	if errno != 0 {
 		return unix.Stat_t{}, errno
 	}
 	defer t.close()
-	if errno := f.recordSetattr(ctx, op, rel, in); errno != 0 {
+	if errno := f.recordSetattr(ctx, o.name(), rel, in); errno != 0 {
 		return unix.Stat_t{}, errno
 	}
 	// The descriptor to act on: the open file when the kernel names one,
@@ -104,7 +104,7 @@ func (f *View) Setattr(ctx context.Context, rel string, fh File, in *SetAttr) (u
 	var grow int64
 	if in.HasSize && fd >= 0 {
 		grow = growth(fd, int64(in.Size), 0, false)
-		if errno := f.chargeGrowth(ctx, "truncate", rel, grow); errno != 0 {
+		if errno := f.chargeGrowth(ctx, ledger.OpTruncate, rel, grow); errno != 0 {
 			return unix.Stat_t{}, errno
 		}
 	}
@@ -190,7 +190,7 @@ func setattr(fd int, d dir, in *SetAttr) syscall.Errno {
 // file's stat, before the handle is made, and returns the adapter's node
 // for it.
 func (f *View) Create(ctx context.Context, rel string, flags, mode uint32, mk func(e Entry) Node) (Entry, File, syscall.Errno) {
-	if errno := f.handleRoom(ctx, "create", rel); errno != 0 {
+	if errno := f.handleRoom(ctx, ledger.OpCreate, rel); errno != 0 {
 		return Entry{}, nil, errno
 	}
 	var t *target
@@ -206,7 +206,7 @@ func (f *View) Create(ctx context.Context, rel string, flags, mode uint32, mk fu
 		if t, errno = f.at(ctx, opCreate, rel); errno != 0 {
 			return Entry{}, nil, errno
 		}
-		if errno := f.newName(ctx, "create", rel, ""); errno != 0 {
+		if errno := f.newName(ctx, ledger.OpCreate, rel, ""); errno != 0 {
 			t.close()
 			return Entry{}, nil, errno
 		}
@@ -260,7 +260,6 @@ func (f *View) chownToCaller(ctx context.Context, fd int, d dir) {
 // what the record of the new name says, a refusal of its own (nil: none)
 // and the *at call that makes it.
 type newEntry struct {
-	name   string
 	op     op
 	detail string
 	refuse func(rel string) syscall.Errno
@@ -282,7 +281,7 @@ func (f *View) makeAt(ctx context.Context, rel string, e newEntry) (Entry, sysca
 			return Entry{}, errno
 		}
 	}
-	if errno := f.newName(ctx, e.name, rel, e.detail); errno != 0 {
+	if errno := f.newName(ctx, e.op.name(), rel, e.detail); errno != 0 {
 		return Entry{}, errno
 	}
 	if err := e.make(t.d); err != nil {
@@ -304,7 +303,7 @@ func (f *View) makeAt(ctx context.Context, rel string, e newEntry) (Entry, sysca
 // Mkdir makes the directory rel.
 func (f *View) Mkdir(ctx context.Context, rel string, mode uint32) (Entry, syscall.Errno) {
 	return f.makeAt(ctx, rel, newEntry{
-		name: "mkdir", op: opMkdir, mode: mode,
+		op: opMkdir, mode: mode,
 		make: func(d dir) error { return unix.Mkdirat(d.fd, d.name, mode&0o7777) },
 	})
 }
@@ -312,10 +311,10 @@ func (f *View) Mkdir(ctx context.Context, rel string, mode uint32) (Entry, sysca
 // Mknod makes the regular file rel; every other kind is refused.
 func (f *View) Mknod(ctx context.Context, rel string, mode uint32) (Entry, syscall.Errno) {
 	return f.makeAt(ctx, rel, newEntry{
-		name: "mknod", op: opMknod, mode: mode,
+		op: opMknod, mode: mode,
 		refuse: func(rel string) syscall.Errno {
 			if mode&syscall.S_IFMT != syscall.S_IFREG {
-				return f.deny(ctx, ledger.KindDenied, "mknod", rel, syscall.EPERM, "only regular files may be created")
+				return f.deny(ctx, ledger.KindDenied, ledger.OpMknod, rel, syscall.EPERM, "only regular files may be created")
 			}
 			return 0
 		},
@@ -327,10 +326,10 @@ func (f *View) Mknod(ctx context.Context, rel string, mode uint32) (Entry, sysca
 // the view shows.
 func (f *View) Symlink(ctx context.Context, rel, target string) (Entry, syscall.Errno) {
 	return f.makeAt(ctx, rel, newEntry{
-		name: "symlink", op: opSymlink, detail: "to " + target,
+		op: opSymlink, detail: "to " + target,
 		refuse: func(rel string) syscall.Errno {
 			if tr, ok := f.loc.symlinkTarget(rel, target); !ok || !targetVisible(f.matcher(), tr) {
-				return f.deny(ctx, ledger.KindDenied, "symlink", rel, syscall.EACCES, "symlink target is outside the visible folder")
+				return f.deny(ctx, ledger.KindDenied, ledger.OpSymlink, rel, syscall.EACCES, "symlink target is outside the visible folder")
 			}
 			return 0
 		},
@@ -341,7 +340,7 @@ func (f *View) Symlink(ctx context.Context, rel, target string) (Entry, syscall.
 // changeAt resolves rel through the checkpoint for o, records the change
 // (name and detail) and only then applies it with act on the parent
 // directory: a change the ledger cannot hold is never made.
-func (f *View) changeAt(ctx context.Context, name string, o op, rel, detail string, act func(d dir) error) syscall.Errno {
+func (f *View) changeAt(ctx context.Context, name ledger.Op, o op, rel, detail string, act func(d dir) error) syscall.Errno {
 	t, errno := f.at(ctx, o, rel)
 	if errno != 0 {
 		return errno
@@ -355,21 +354,21 @@ func (f *View) changeAt(ctx context.Context, name string, o op, rel, detail stri
 
 // Rmdir removes the directory rel.
 func (f *View) Rmdir(ctx context.Context, rel string) syscall.Errno {
-	return f.changeAt(ctx, "rmdir", opRmdir, rel, "", func(d dir) error {
+	return f.changeAt(ctx, ledger.OpRmdir, opRmdir, rel, "", func(d dir) error {
 		return unix.Unlinkat(d.fd, d.name, unix.AT_REMOVEDIR)
 	})
 }
 
 // Setxattr sets the extended attribute attr of rel.
 func (f *View) Setxattr(ctx context.Context, rel, attr string, data []byte, flags uint32) syscall.Errno {
-	return f.changeAt(ctx, "setxattr", opSetxattr, rel, attr, func(d dir) error {
+	return f.changeAt(ctx, ledger.OpSetxattr, opSetxattr, rel, attr, func(d dir) error {
 		return setxattrat(d.fd, d.name, attr, data, flags)
 	})
 }
 
 // Removexattr removes the extended attribute attr of rel.
 func (f *View) Removexattr(ctx context.Context, rel, attr string) syscall.Errno {
-	return f.changeAt(ctx, "removexattr", opRemovexattr, rel, attr, func(d dir) error {
+	return f.changeAt(ctx, ledger.OpRemovexattr, opRemovexattr, rel, attr, func(d dir) error {
 		return removexattrat(d.fd, d.name, attr)
 	})
 }
@@ -384,7 +383,7 @@ func (f *View) Unlink(ctx context.Context, rel string) syscall.Errno {
 	if t.e.kind == kindDir {
 		return syscall.EISDIR
 	}
-	if errno := f.recordChange(ctx, "unlink", rel, ""); errno != 0 {
+	if errno := f.recordChange(ctx, ledger.OpUnlink, rel, ""); errno != 0 {
 		return errno
 	}
 	if err := unix.Unlinkat(t.d.fd, t.d.name, 0); err != nil {
@@ -410,10 +409,10 @@ func (f *View) Rename(ctx context.Context, from, to string, flags uint32) syscal
 	if toStaged && !fromStaged {
 		// A private name only ever holds what the agent wrote there: a
 		// file of the folder moved onto it would leave the folder.
-		return f.deny(ctx, ledger.KindDenied, "rename", to, syscall.EACCES, "a file of the folder cannot be moved onto a temporary file of this view")
+		return f.deny(ctx, ledger.KindDenied, ledger.OpRename, to, syscall.EACCES, "a file of the folder cannot be moved onto a temporary file of this view")
 	}
 	if fromStaged && !toStaged && flags&unix.RENAME_EXCHANGE != 0 {
-		return f.deny(ctx, ledger.KindDenied, "rename", from, syscall.EACCES, "a temporary file of this view cannot be exchanged with a file of the folder")
+		return f.deny(ctx, ledger.KindDenied, ledger.OpRename, from, syscall.EACCES, "a temporary file of this view cannot be exchanged with a file of the folder")
 	}
 	if fromStaged && !toStaged && flags == 0 && f.stageable(to) && !f.shows(to) {
 		// One private file renamed to another private name: only the
@@ -441,9 +440,9 @@ func (f *View) Rename(ctx context.Context, from, to string, flags uint32) syscal
 	}
 	if fromStaged && !toStaged {
 		// The commit of a temporary file: a write of the target.
-		errno = f.recordChange(ctx, "rename", to, "committed from a private temporary file ("+from+")")
+		errno = f.recordChange(ctx, ledger.OpRename, to, "committed from a private temporary file ("+from+")")
 	} else {
-		errno = f.recordChange(ctx, "rename", from, "to "+to)
+		errno = f.recordChange(ctx, ledger.OpRename, from, "to "+to)
 	}
 	if errno != 0 {
 		return errno
@@ -470,7 +469,7 @@ func (f *View) movable(ctx context.Context, src, dst *target, flags uint32) sysc
 			// The grant shows everything below it, yet something there
 			// is no view's to move (another coordinator's run
 			// directory, a file with several names, a bad symlink).
-			return f.deny(ctx, ledger.KindDenied, "rename", t.rel, syscall.EACCES, "a directory holding entries the view does not show cannot be renamed ("+why+")")
+			return f.deny(ctx, ledger.KindDenied, ledger.OpRename, t.rel, syscall.EACCES, "a directory holding entries the view does not show cannot be renamed ("+why+")")
 		}
 	}
 	return 0

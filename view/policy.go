@@ -44,15 +44,19 @@ const (
 	opCount // number of ops; keep last
 )
 
-var opNames = [opCount]string{
-	opLookup: "lookup", opGetattr: "getattr", opReadlink: "readlink", opReaddir: "readdir",
-	opGetxattr: "getxattr", opListxattr: "listxattr", opOpenRead: "open", opOpenWrite: "open",
-	opSetattr: "setattr", opTruncate: "setattr", opSetxattr: "setxattr", opRemovexattr: "removexattr",
-	opUnlink: "unlink", opRmdir: "rmdir", opRenameFrom: "rename", opRenameTo: "rename",
-	opCreate: "create", opMkdir: "mkdir", opMknod: "mknod", opSymlink: "symlink", opLink: "link",
+var opNames = [opCount]ledger.Op{
+	opLookup: ledger.OpLookup, opGetattr: ledger.OpGetattr, opReadlink: ledger.OpReadlink, opReaddir: ledger.OpReaddir,
+	opGetxattr: ledger.OpGetxattr, opListxattr: ledger.OpListxattr, opOpenRead: ledger.OpOpen, opOpenWrite: ledger.OpOpen,
+	opSetattr: ledger.OpSetattr, opTruncate: ledger.OpTruncate, opSetxattr: ledger.OpSetxattr, opRemovexattr: ledger.OpRemovexattr,
+	opUnlink: ledger.OpUnlink, opRmdir: ledger.OpRmdir, opRenameFrom: ledger.OpRename, opRenameTo: ledger.OpRename,
+	opCreate: ledger.OpCreate, opMkdir: ledger.OpMkdir, opMknod: ledger.OpMknod, opSymlink: ledger.OpSymlink, opLink: ledger.OpLink,
 }
 
-func (o op) String() string { return opNames[o] }
+// name is the op's name in the ledger's records: a refused op and the
+// same op allowed are recorded under one name.
+func (o op) name() ledger.Op { return opNames[o] }
+
+func (o op) String() string { return string(opNames[o]) }
 
 // class is what an op's ops can be: an op reads what exists, changes
 // what exists, or makes a new name.

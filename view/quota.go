@@ -55,7 +55,7 @@ func charge(c *atomic.Int64, n, max int64) bool {
 // chargeGrowth accounts for a write that makes rel n bytes longer, or
 // refuses it with EDQUOT. The caller gives the bytes back (refund) if the
 // write then fails or writes less.
-func (f *View) chargeGrowth(ctx context.Context, op, rel string, n int64) syscall.Errno {
+func (f *View) chargeGrowth(ctx context.Context, op ledger.Op, rel string, n int64) syscall.Errno {
 	if n <= 0 {
 		return 0
 	}
@@ -75,7 +75,7 @@ func (f *View) refund(n int64) {
 
 // chargeFile accounts for a new name (file, directory, symlink), or
 // refuses it with EDQUOT.
-func (f *View) chargeFile(ctx context.Context, op, rel string) syscall.Errno {
+func (f *View) chargeFile(ctx context.Context, op ledger.Op, rel string) syscall.Errno {
 	_, maxFiles := f.limits()
 	if !charge(&f.quota.files, 1, maxFiles) {
 		return f.deny(ctx, ledger.KindDenied, op, rel, syscall.EDQUOT,
@@ -85,7 +85,7 @@ func (f *View) chargeFile(ctx context.Context, op, rel string) syscall.Errno {
 }
 
 // newName charges a new name and records it before it is made.
-func (f *View) newName(ctx context.Context, op, rel, detail string) syscall.Errno {
+func (f *View) newName(ctx context.Context, op ledger.Op, rel, detail string) syscall.Errno {
 	if errno := f.chargeFile(ctx, op, rel); errno != 0 {
 		return errno
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/ledger"
 )
 
 // StagingDir is the folder-relative directory holding each view's private
@@ -126,7 +128,7 @@ func (f *View) createStaged(ctx context.Context, rel string, flags, mode uint32)
 	f.stage.seq++
 	name := "t" + strconv.FormatUint(f.stage.seq, 10)
 	f.stage.mu.Unlock()
-	if errno := f.newName(ctx, "create", rel, "private temporary file of this view"); errno != 0 {
+	if errno := f.newName(ctx, ledger.OpCreate, rel, "private temporary file of this view"); errno != 0 {
 		unix.Close(dfd)
 		return nil, -1, errno
 	}

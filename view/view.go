@@ -346,7 +346,7 @@ func (f *View) turnChan() <-chan struct{} {
 // record writes one ledger record for this view's agent. The error only
 // matters to reads, which fail closed (see recordRead); a refusal is
 // refused whether or not its record could be written.
-func (f *View) record(ctx context.Context, kind ledger.Kind, op, rel, sha, detail string) error {
+func (f *View) record(ctx context.Context, kind ledger.Kind, op ledger.Op, rel, sha, detail string) error {
 	_, err := f.recordFull(ctx, kind, op, rel, sha, detail)
 	return err
 }
@@ -354,7 +354,7 @@ func (f *View) record(ctx context.Context, kind ledger.Kind, op, rel, sha, detai
 // recordChange records a change before it is made. Without its record
 // the change does not happen: the ledger must hold every write an agent
 // made, so a ledger that cannot be written refuses them all (EIO).
-func (f *View) recordChange(ctx context.Context, op, rel, detail string) syscall.Errno {
+func (f *View) recordChange(ctx context.Context, op ledger.Op, rel, detail string) syscall.Errno {
 	if err := f.record(ctx, ledger.KindWrite, op, rel, "", detail); err != nil {
 		f.ledgerDown(op, rel, err)
 		return syscall.EIO
@@ -367,7 +367,7 @@ func (f *View) recordChange(ctx context.Context, op, rel, detail string) syscall
 var errLedgerFull = errors.New("the ledger's last write failed and its file is still unwritable (disk full, immutable)")
 
 // ledgerDown says why a recorded operation was refused.
-func (f *View) ledgerDown(op, rel string, err error) {
+func (f *View) ledgerDown(op ledger.Op, rel string, err error) {
 	what := "the ledger cannot be written"
 	if errors.Is(err, ledger.ErrBroken) {
 		what = "the ledger was tampered with and is stopped until an operator repairs it"
@@ -379,9 +379,9 @@ func (f *View) ledgerDown(op, rel string, err error) {
 // the read does not happen: an agent must never see content the ledger
 // cannot prove it saw.
 func (f *View) recordRead(ctx context.Context, rel, sha, detail string) syscall.Errno {
-	k := repeatKey{kind: ledger.KindRead, op: "open", path: rel, sha: sha}
-	if err := f.recordOnce(ctx, k, func() error { return f.record(ctx, ledger.KindRead, "open", rel, sha, detail) }); err != nil {
-		f.ledgerDown("open", rel, err)
+	k := repeatKey{kind: ledger.KindRead, op: ledger.OpOpen, path: rel, sha: sha}
+	if err := f.recordOnce(ctx, k, func() error { return f.record(ctx, ledger.KindRead, ledger.OpOpen, rel, sha, detail) }); err != nil {
+		f.ledgerDown(ledger.OpOpen, rel, err)
 		return syscall.EIO
 	}
 	return 0
@@ -393,14 +393,14 @@ func (f *View) recordRead(ctx context.Context, rel, sha, detail string) syscall.
 // A refusal whose record cannot be written is answered with EIO: the
 // ledger must show every refusal, and an agent probing hidden names must
 // not learn more from a broken ledger than from a working one.
-func (f *View) deny(ctx context.Context, kind ledger.Kind, op, rel string, errno syscall.Errno, why string) syscall.Errno {
+func (f *View) deny(ctx context.Context, kind ledger.Kind, op ledger.Op, rel string, errno syscall.Errno, why string) syscall.Errno {
 	return f.denyAs(ctx, kind, op, rel, errno, why, why)
 }
 
 // denyAs is deny for a reason that holds text the agent chose (a refused
 // event line): class names the kind of refusal for the aggregation, so
 // that varying the text does not make every refusal a new full record.
-func (f *View) denyAs(ctx context.Context, kind ledger.Kind, op, rel string, errno syscall.Errno, why, class string) syscall.Errno {
+func (f *View) denyAs(ctx context.Context, kind ledger.Kind, op ledger.Op, rel string, errno syscall.Errno, why, class string) syscall.Errno {
 	if err := f.recordRefusal(ctx, kind, op, rel, why, class); err != nil {
 		f.ledgerDown(op, rel, err)
 		return syscall.EIO
@@ -420,7 +420,7 @@ const maxRefusalDetail = 512
 // Past maxRefusalPaths distinct refused paths in a view session, refusals
 // are kept per directory instead (path "dir/*"): probing many made-up
 // names costs one record per directory, not one per name.
-func (f *View) recordRefusal(ctx context.Context, kind ledger.Kind, op, rel, why, class string) error {
+func (f *View) recordRefusal(ctx context.Context, kind ledger.Kind, op ledger.Op, rel, why, class string) error {
 	k := repeatKey{kind: kind, op: op, path: rel, why: class}
 	if f.audit == AuditCompact && f.repeats.crowded(k) {
 		dir := path.Dir(rel)
@@ -462,7 +462,7 @@ func (f *View) LastError() string {
 // Guard turns a panic in a handler into EIO and a ledger record, so that
 // a bug answers one request with an error instead of killing the mount.
 // Every entry point of the adapter defers it.
-func (f *View) Guard(ctx context.Context, op, rel string, errno *syscall.Errno) {
+func (f *View) Guard(ctx context.Context, op ledger.Op, rel string, errno *syscall.Errno) {
 	if r := recover(); r != nil {
 		slog.Error("panic in handler", "op", op, "path", rel, "panic", r, "stack", string(debug.Stack()))
 		f.record(ctx, ledger.KindPanic, op, rel, "", fmt.Sprint(r))
@@ -472,9 +472,9 @@ func (f *View) Guard(ctx context.Context, op, rel string, errno *syscall.Errno) 
 }
 
 // Enter runs the fault hook; handlers call it first, under Guard.
-func (f *View) Enter(op, rel string) {
+func (f *View) Enter(op ledger.Op, rel string) {
 	if f.fault != nil {
-		f.fault(op, rel)
+		f.fault(string(op), rel)
 	}
 }
 
@@ -632,7 +632,7 @@ func (f *View) reachOpenFiles(g *grants.Grant, m *grants.Matcher) {
 			continue
 		}
 		if h.passthrough {
-			r := ledger.Record{Kind: ledger.KindRead, Agent: g.AgentID, Grant: g.GrantID, Path: p, Op: "passthrough",
+			r := ledger.Record{Kind: ledger.KindRead, Agent: g.AgentID, Grant: g.GrantID, Path: p, Op: ledger.OpPassthrough,
 				Detail: "descriptor opened under an earlier grant: its later reads cannot be refused or seen"}
 			if _, err := f.ledger.Append(r); err != nil {
 				slog.Error("ledger append failed", "kind", r.Kind, "path", p, "err", err)

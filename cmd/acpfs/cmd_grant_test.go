@@ -221,7 +221,7 @@ func TestGrantCreateIDs(t *testing.T) {
 func TestUnknownGrantNamesTheListCommand(t *testing.T) {
 	folder, runs := grantTestFolder(t)
 	require.NoError(t, runCLI(t, "grant", "create", "--runs", runs, "--folder", folder, "--agent", "server", "--preset", "owner").err)
-	want := `grant G-bob not found in ` + filepath.Join(runs, "context_grants") + ` (run "acpfs grant list --runs ` + runs + `" to see the grant ids)`
+	want := `grant G-bob not found in ` + filepath.Join(runs, "context_grants") + `: the grants are G-server (server) ("acpfs grant list --runs ` + runs + `" shows them)`
 	for name, args := range map[string][]string{
 		"render":  {"grant", "render", "--runs", runs, "--grant", "G-bob"},
 		"revoke":  {"grant", "revoke", "--runs", runs, "--grant", "bob"},

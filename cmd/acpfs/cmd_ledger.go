@@ -63,6 +63,9 @@ column; with --json, a "host" field before the record's own).`,
 			for _, k := range kinds {
 				flt.Kinds = append(flt.Kinds, ledger.Kind(k))
 			}
+			if flt.Grant, err = ledgerGrantID(path, flt.Grant); err != nil {
+				return withCode(exitFailed, fmt.Errorf("--grant: %w", err))
+			}
 			if remote, err := sf.check(path, "ledger"); err != nil {
 				return withCode(exitFailed, err)
 			} else if remote {
@@ -95,7 +98,7 @@ column; with --json, a "host" field before the record's own).`,
 	f := cmd.Flags()
 	f.StringVar(&path, "ledger", "", "ledger file (required)")
 	f.StringVar(&flt.Agent, "agent", "", "only this agent")
-	f.StringVar(&flt.Grant, "grant", "", "only this grant id")
+	f.StringVar(&flt.Grant, "grant", "", "only this grant: its id, its agent (the active grant) or its file, looked up in the ledger's run directory")
 	f.StringSliceVar(&kinds, "kind", nil, "only these kinds (repeat or comma-separate): read, list, denied, ...")
 	f.StringVar(&flt.Path, "path", "", "only paths matching this glob (with * ? [ {) or under this prefix")
 	f.StringVar(&since, "since", "", "only records at or after: RFC 3339 time, a date, or a duration ago (90m)")
@@ -112,7 +115,7 @@ func ledgerRow(r ledger.Record) string {
 		p = "."
 	}
 	return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.At, r.Kind,
-		ledgerCell(r.Agent), ledgerCell(r.Grant), ledgerCell(r.Op), ledgerCell(p), ledgerCell(r.Detail))
+		ledgerCell(r.Agent), ledgerCell(r.Grant), ledgerCell(string(r.Op)), ledgerCell(p), ledgerCell(r.Detail))
 }
 
 // exitUnchecked is ledger verify's status for a sound chain whose

@@ -107,7 +107,7 @@ func (mf *mountFlags) register(cmd *cobra.Command, withGrant bool) {
 	cmd.Flags().StringVar(&mf.folder, "folder", "", "collaboration folder to expose (required)")
 	cmd.Flags().StringVar(&mf.runs, "runs", "", "run directory holding context_grants/, handoffs/ and the ledger (never visible in a view)")
 	if withGrant {
-		cmd.Flags().StringVar(&mf.grant, "grant", "", "grant file, or a grant id in --runs (required)")
+		cmd.Flags().StringVar(&mf.grant, "grant", "", "grant: its agent, its id or its file (required; names are looked up in --runs, default agent_runs)")
 	}
 	cmd.Flags().StringVar(&mf.ledgerPath, "ledger", "", "ledger file (default: RUNS/communication_ledger.jsonl)")
 	cmd.Flags().StringVar(&mf.ledgerSync, "ledger-sync", "batch", "when the ledger is fsynced: always, batch or off")
@@ -242,16 +242,14 @@ func (mf *mountFlags) prepare() (viewSetup, error) {
 	return v, nil
 }
 
-// grantPath turns --grant into a file path.
+// grantPath turns --grant (any grant reference, see grants.Resolve) into
+// a file path. Without --runs, a name is looked up in ./agent_runs, as
+// the other commands do.
 func (mf *mountFlags) grantPath() (string, error) {
 	if mf.grant == "" {
 		return "", errors.New("--grant is required")
 	}
-	if mf.runs == "" {
-		// Without a run directory, the grant is a file.
-		if _, err := os.Stat(mf.grant); err != nil {
-			return "", fmt.Errorf("grant %q: no such file (give a path, or a grant id or agent with --runs)", mf.grant)
-		}
+	if _, err := os.Stat(mf.grant); err == nil && mf.runs == "" {
 		return filepath.Abs(mf.grant)
 	}
 	p, err := grants.NewRunDir(mf.runs).ResolveGrant(mf.grant)

@@ -189,7 +189,7 @@ func (c *capped) Read(p []byte) (int, error) {
 
 // destination is where a client asked to go.
 type destination struct {
-	op   string // connect, http, socks5
+	op   ledger.Op // connect, http, socks5
 	host string
 	port int
 }
@@ -361,7 +361,7 @@ func (s *Server) http(c net.Conn, br *bufio.Reader, lim *capped) {
 			httpError(c, http.StatusBadRequest, err.Error())
 			return
 		}
-		up, err := s.open(ctx, destination{op: "connect", host: host, port: port})
+		up, err := s.open(ctx, destination{op: ledger.OpConnect, host: host, port: port})
 		if err != nil {
 			httpError(c, refusalStatus(err), err.Error())
 			return
@@ -383,7 +383,7 @@ func (s *Server) http(c net.Conn, br *bufio.Reader, lim *capped) {
 		httpError(c, http.StatusBadRequest, err.Error())
 		return
 	}
-	up, err := s.open(ctx, destination{op: "http", host: host, port: port})
+	up, err := s.open(ctx, destination{op: ledger.OpHTTP, host: host, port: port})
 	if err != nil {
 		httpError(c, refusalStatus(err), err.Error())
 		return
@@ -507,7 +507,7 @@ func (s *Server) socks5(c net.Conn, br *bufio.Reader, lim *capped) {
 		socksReply(c, socksCmdUnsupported)
 		return
 	}
-	up, err := s.open(context.Background(), destination{op: "socks5", host: host, port: int(binary.BigEndian.Uint16(pb[:]))})
+	up, err := s.open(context.Background(), destination{op: ledger.OpSocks5, host: host, port: int(binary.BigEndian.Uint16(pb[:]))})
 	if err != nil {
 		code := byte(socksHostUnreach)
 		var r *refusal

@@ -130,7 +130,7 @@ func TestProxyHTTPAbsoluteURI(t *testing.T) {
 	recs := e.led.records()
 	require.Len(t, recs, 4)
 	assert.Equal(t, ledger.KindNetAllowed, recs[0].Kind)
-	assert.Equal(t, "http", recs[0].Op)
+	assert.Equal(t, ledger.OpHTTP, recs[0].Op)
 	assert.Equal(t, "alice", recs[0].Agent)
 	assert.Equal(t, "G-alice", recs[0].Grant)
 	assert.Equal(t, fmt.Sprintf("api.test:%d: resolved to 127.0.0.1", e.apiPort), recs[0].Detail)
@@ -161,7 +161,7 @@ func TestProxyConnect(t *testing.T) {
 	recs := e.led.records()
 	require.Len(t, recs, 3)
 	assert.Equal(t, ledger.KindNetAllowed, recs[0].Kind)
-	assert.Equal(t, "connect", recs[0].Op)
+	assert.Equal(t, ledger.OpConnect, recs[0].Op)
 	assert.Equal(t, ledger.KindNetRefused, recs[1].Kind)
 	assert.Equal(t, "evil.test:443: evil.test:443 is not in the allow-list (--net allow=)", recs[1].Detail)
 	assert.Equal(t, ledger.KindNetRefused, recs[2].Kind)
@@ -201,7 +201,7 @@ func TestProxySOCKS5(t *testing.T) {
 	recs := e.led.records()
 	require.Len(t, recs, 2)
 	assert.Equal(t, ledger.KindNetAllowed, recs[0].Kind)
-	assert.Equal(t, "socks5", recs[0].Op)
+	assert.Equal(t, ledger.OpSocks5, recs[0].Op)
 	assert.Equal(t, ledger.KindNetRefused, recs[1].Kind)
 }
 

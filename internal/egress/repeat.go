@@ -26,8 +26,9 @@ const (
 )
 
 type repeatKey struct {
-	kind     ledger.Kind
-	op, dest string
+	kind ledger.Kind
+	op   ledger.Op
+	dest string
 }
 
 type repeatCount struct {
