@@ -43,6 +43,10 @@ func newCollab(t testing.TB) *collab {
 	c.lw, err = ledger.Open(c.ledgerPath, ledger.Options{Sync: ledger.SyncOff})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.lw.Close() })
+	// What the grants of the tests show, write and hide.
+	c.write("docs/a.md", "a document everyone may read\n")
+	c.write("oracle/answer.md", "the expected answer\n")
+	require.NoError(t, os.MkdirAll(c.in("scratch"), 0o755))
 	return c
 }
 
