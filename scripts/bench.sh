@@ -6,7 +6,7 @@
 # Needs root and /dev/fuse. Optional:
 #   ACPFS_REFERENCE_SCRIPTS  directory of the reference implementation's
 #                            scripts, for the CLI comparison (python3)
-#   ACPFS_BENCH_READ_MB      size of the sequential-read files (default 1024)
+#   ACPFS_BENCH_READ_MB      size of the sequential-read files (default 512)
 #   ACPFS_BENCHTIME          go test -benchtime (default 10x: ten timed
 #                            rounds per benchmark, after one warm-up round)
 set -euo pipefail
