@@ -117,7 +117,7 @@ func TestEventsAppends(t *testing.T) {
 		{name: "a line over 1 MiB in pieces", agent: "alice", writes: func(func() []byte) []eventsWrite {
 			half := bytes.Repeat([]byte("y"), maxLine/2+1)
 			return []eventsWrite{{half, 0, all}, {half, syscall.EINVAL, 0}}
-		}, kind: ledger.KindAppendRejected},
+		}, flush: syscall.EINVAL, kind: ledger.KindAppendRejected}, // the acknowledged half is lost: close says so
 	}
 	ctx := context.Background()
 	for _, tc := range cases {

@@ -114,7 +114,7 @@ func (c *collab) lastSeq() int64 {
 // path (op and sha when not empty).
 func hasRecord(recs []ledger.Record, kind ledger.Kind, agent, path, op, sha string) bool {
 	for _, r := range recs {
-		if r.Kind == kind && r.Agent == agent && r.Path == path && (op == "" || r.Op == op) && (sha == "" || r.SHA256 == sha) {
+		if r.Kind == kind && r.Agent == agent && r.Path == path && (op == "" || r.Op == ledger.Op(op)) && (sha == "" || r.SHA256 == sha) {
 			return true
 		}
 	}
@@ -124,7 +124,7 @@ func hasRecord(recs []ledger.Record, kind ledger.Kind, agent, path, op, sha stri
 func kinds(recs []ledger.Record) []string {
 	var out []string
 	for _, r := range recs {
-		out = append(out, string(r.Kind)+" "+r.Op+" "+r.Path)
+		out = append(out, string(r.Kind)+" "+string(r.Op)+" "+r.Path)
 	}
 	return out
 }
