@@ -95,6 +95,18 @@ func TestControlFiles(t *testing.T) {
 		assert.Contains(t, string(got), "mkdir docs/new: not writable under the grant (EACCES)")
 	})
 
+	e, errno := alice.Lookup(ctx, ControlDir)
+	require.Zero(t, errno)
+	assert.True(t, e.Control)
+	assert.True(t, alice.Keeps(ControlDir))
+}
+
+// TestControlFilesReadOnly: .acpfs is opened for reading only; any other
+// open and any change of it is refused and recorded.
+func TestControlFilesReadOnly(t *testing.T) {
+	c := newCollab(t)
+	alice := c.newView(ownerGrant())
+	ctx := context.Background()
 	refusals := []struct {
 		name  string
 		do    func() syscall.Errno
@@ -122,10 +134,6 @@ func TestControlFiles(t *testing.T) {
 			assert.Contains(t, alice.LastError(), "(EACCES)")
 		})
 	}
-	e, errno := alice.Lookup(ctx, ControlDir)
-	require.Zero(t, errno)
-	assert.True(t, e.Control)
-	assert.True(t, alice.Keeps(ControlDir))
 }
 
 // TestStatusReportsTroubles: .acpfs/status says when writes are refused
