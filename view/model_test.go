@@ -27,7 +27,8 @@ import (
 // before it is made, of each refusal).
 //
 // TestModel runs a few seeds in `make test`; ACPFS_MODEL_SEED replays
-// one, ACPFS_MODEL_SEEDS and ACPFS_MODEL_OPS make the run longer.
+// one, ACPFS_MODEL_SEEDS, ACPFS_MODEL_FIRST and ACPFS_MODEL_OPS make the
+// run longer (see docs/fuzzing.md).
 // FuzzModel lets the fuzzer choose the operations (`make fuzz`).
 
 // chooser makes the choices of a run.
@@ -272,7 +273,8 @@ func (r *run) finish() {
 }
 
 // modelSeeds are the seeds TestModel runs: ACPFS_MODEL_SEED alone when
-// set, else ACPFS_MODEL_SEEDS of them (3 by default).
+// set, else ACPFS_MODEL_SEEDS of them (3 by default) from
+// ACPFS_MODEL_FIRST on (1 by default).
 func modelSeeds(t *testing.T) []uint64 {
 	if s := os.Getenv("ACPFS_MODEL_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
@@ -281,10 +283,10 @@ func modelSeeds(t *testing.T) []uint64 {
 		}
 		return []uint64{seed}
 	}
-	n := envInt(t, "ACPFS_MODEL_SEEDS", 3)
+	n, first := envInt(t, "ACPFS_MODEL_SEEDS", 3), envInt(t, "ACPFS_MODEL_FIRST", 1)
 	seeds := make([]uint64, n)
 	for i := range seeds {
-		seeds[i] = uint64(i + 1)
+		seeds[i] = uint64(first + i)
 	}
 	return seeds
 }
