@@ -61,6 +61,9 @@ MODEL_SEEDS    ?= 40
 MODEL_OPS      ?= 500
 MODEL_FIRST    ?= $(shell date +%s)
 FUZZFLAGS      ?= -fuzzminimizetime 5s
+# An input of the model is a whole run (a folder, a ledger, three views):
+# minimizing each new one for seconds would take most of the time.
+MODEL_FUZZFLAGS ?= -fuzzminimizetime 3x
 FUZZ_TARGETS   := ./grants:FuzzCompilePattern ./grants:FuzzParse \
 	./protocol:FuzzAppendLine ./protocol:FuzzClassifyPending \
 	./ledger:FuzzVerifyStream ./ledger:FuzzOpenTail ./ledger:FuzzFastLine ./ledger:FuzzVerifyParity
@@ -71,7 +74,7 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $${t%%:*}; \
 	done
 	@echo "== FuzzModel (./view, $(MODEL_FUZZTIME))"
-	$(GO) test -run '^$$' -fuzz '^FuzzModel$$' -fuzztime $(MODEL_FUZZTIME) $(FUZZFLAGS) ./view/
+	$(GO) test -run '^$$' -fuzz '^FuzzModel$$' -fuzztime $(MODEL_FUZZTIME) $(MODEL_FUZZFLAGS) ./view/
 	@echo "== TestModel: $(MODEL_SEEDS) seeds from $(MODEL_FIRST), $(MODEL_OPS) operations each"
 	ACPFS_MODEL_SEEDS=$(MODEL_SEEDS) ACPFS_MODEL_FIRST=$(MODEL_FIRST) ACPFS_MODEL_OPS=$(MODEL_OPS) \
 		$(GO) test -count=1 -timeout 2h -run '^TestModel$$' ./view/
