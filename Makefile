@@ -8,7 +8,7 @@ FUSE    := ./fs/... ./mount/... ./integration/... ./bench/...
 
 PREFIX  ?= /usr/local
 
-.PHONY: all build build-nats install test test-pure test-fuse lint bench bench-core bench-fs demo demo-cluster clean conformance
+.PHONY: all build build-nats install test test-pure test-fuse lint bench bench-core bench-fs demo demo-cluster clean conformance fuzz
 
 all: build
 
@@ -49,6 +49,35 @@ test: lint build
 
 clean:
 	rm -rf bin
+
+# Fuzzing (docs/fuzzing.md): every fuzz target for FUZZTIME (the model of
+# the contract for MODEL_FUZZTIME), then the model over MODEL_SEEDS
+# random sequences of MODEL_OPS operations from seed MODEL_FIRST (a new
+# one each time unless given). No root, no FUSE. A failure names its
+# input or its seed; go test replays it.
+FUZZTIME       ?= 20s
+MODEL_FUZZTIME ?= 2m
+MODEL_SEEDS    ?= 40
+MODEL_OPS      ?= 500
+MODEL_FIRST    ?= $(shell date +%s)
+FUZZFLAGS      ?= -fuzzminimizetime 5s
+# An input of the model is a whole run (a folder, a ledger, three views):
+# minimizing each new one for seconds would take most of the time.
+MODEL_FUZZFLAGS ?= -fuzzminimizetime 3x
+FUZZ_TARGETS   := ./grants:FuzzCompilePattern ./grants:FuzzParse \
+	./protocol:FuzzAppendLine ./protocol:FuzzClassifyPending \
+	./ledger:FuzzVerifyStream ./ledger:FuzzOpenTail ./ledger:FuzzFastLine ./ledger:FuzzVerifyParity
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $${t%%:*}; \
+	done
+	@echo "== FuzzModel (./view, $(MODEL_FUZZTIME))"
+	$(GO) test -run '^$$' -fuzz '^FuzzModel$$' -fuzztime $(MODEL_FUZZTIME) $(MODEL_FUZZFLAGS) ./view/
+	@echo "== TestModel: $(MODEL_SEEDS) seeds from $(MODEL_FIRST), $(MODEL_OPS) operations each"
+	ACPFS_MODEL_SEEDS=$(MODEL_SEEDS) ACPFS_MODEL_FIRST=$(MODEL_FIRST) ACPFS_MODEL_OPS=$(MODEL_OPS) \
+		$(GO) test -count=1 -timeout 2h -run '^TestModel$$' ./view/
 
 # The main job: an end-to-end collaboration through per-agent mounts.
 demo: build

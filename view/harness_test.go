@@ -272,7 +272,16 @@ func (k *fakeKernel) Invalidate(vp string, entry, now bool) {
 	}
 }
 
-func (k *fakeKernel) DropAll() { k.drops.Add(1) }
+// dropAll is what waitFor waits for to see a DropAll.
+const dropAll = "\x00drop all"
+
+func (k *fakeKernel) DropAll() {
+	k.drops.Add(1)
+	select {
+	case k.seen <- dropAll:
+	default:
+	}
+}
 
 func (k *fakeKernel) Rejudge(keep func(name string) bool) {
 	k.rejudged.Add(1)
