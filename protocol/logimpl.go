@@ -222,48 +222,18 @@ func (l *Log) applyHistoryLocked(line []byte, lineNo int) {
 func refuse(v Violation) error { return v.asError() }
 
 // commitLocked checks line as the next event and, if it is accepted,
-// writes it and protocol.json. f is the locked events.jsonl and the state
-// is caught up with it.
+// records it, publishes it to the replica when there is one, and writes
+// it and protocol.json. f is the locked events.jsonl and the state is
+// caught up with it.
 func (l *Log) commitLocked(f *os.File, line []byte, participant string, record func(Event) error) (Event, error) {
 	lineNo := l.lines + 1
-	if l.replica != nil {
-		if err := l.cutTailLocked(f); err != nil {
-			return Event{}, err
-		}
+	rec, next, err := l.admitLocked(f, line, lineNo, participant)
+	if err != nil {
+		return Event{}, err
 	}
-	if l.evID.size != l.offset {
-		return Event{}, &Error{Kind: Unavailable, Line: l.lines + 1, Rule: "partial-line",
-			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before appending", EventsFile, l.offset)}
-	}
-	rec := parseLine(line, lineNo)
-	if len(rec.bad) > 0 {
-		return Event{}, refuse(rec.bad[0])
-	}
-	seq := rec.Seq
-	if participant != "" && rec.From != participant {
-		return Event{}, &Error{Kind: Rejected, Line: lineNo, Seq: seq, Rule: "from-mismatch",
-			Msg: fmt.Sprintf("from is %q but this writer is %q", rec.From, participant)}
-	}
-	if l.historyBad != nil {
-		h := l.historyBad
-		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "history",
-			Msg: fmt.Sprintf("%s has %d problem(s), first at line %d: %s [%s]; repair it before appending", EventsFile, l.historyProblems, h.Line, h.Msg, h.Rule)}
-	}
-	if !l.rules.listed[rec.From] {
-		return Event{}, &Error{Kind: Rejected, Line: lineNo, Seq: seq, Rule: "participant",
-			Msg: fmt.Sprintf("%q is not a participant listed in protocol.json", rec.From)}
-	}
-	viol, next := step(l.rules, &l.state, &l.seen, rec)
-	if len(viol) > 0 {
-		return Event{}, refuse(viol[0])
-	}
-	if viol := docChecks(l.folder, l.proto, rec); len(viol) > 0 {
-		return Event{}, refuse(viol[0])
-	}
-
 	if record != nil {
 		if err := record(rec.Event); err != nil {
-			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "record",
+			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: rec.Seq, Rule: "record",
 				Msg: fmt.Sprintf("the event was valid but could not be recorded, so it was not appended: %v", err)}
 		}
 	}
@@ -272,6 +242,59 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 			return Event{}, err
 		}
 	}
+	if err := l.writeEventLocked(f, line, lineNo, rec.Seq, &next); err != nil {
+		return Event{}, err
+	}
+	return rec.Event, nil
+}
+
+// admitLocked decides whether line may be appended as event lineNo: the
+// file must end with a whole line and its history be sound, the event be
+// well formed, from participant (when set) and a listed participant, and
+// pass the state machine and the document checks. It returns the event
+// and the state after it.
+func (l *Log) admitLocked(f *os.File, line []byte, lineNo int, participant string) (*record, core, error) {
+	if l.replica != nil {
+		if err := l.cutTailLocked(f); err != nil {
+			return nil, core{}, err
+		}
+	}
+	if l.evID.size != l.offset {
+		return nil, core{}, &Error{Kind: Unavailable, Line: l.lines + 1, Rule: "partial-line",
+			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before appending", EventsFile, l.offset)}
+	}
+	rec := parseLine(line, lineNo)
+	if len(rec.bad) > 0 {
+		return nil, core{}, refuse(rec.bad[0])
+	}
+	seq := rec.Seq
+	if participant != "" && rec.From != participant {
+		return nil, core{}, &Error{Kind: Rejected, Line: lineNo, Seq: seq, Rule: "from-mismatch",
+			Msg: fmt.Sprintf("from is %q but this writer is %q", rec.From, participant)}
+	}
+	if l.historyBad != nil {
+		h := l.historyBad
+		return nil, core{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "history",
+			Msg: fmt.Sprintf("%s has %d problem(s), first at line %d: %s [%s]; repair it before appending", EventsFile, l.historyProblems, h.Line, h.Msg, h.Rule)}
+	}
+	if !l.rules.listed[rec.From] {
+		return nil, core{}, &Error{Kind: Rejected, Line: lineNo, Seq: seq, Rule: "participant",
+			Msg: fmt.Sprintf("%q is not a participant listed in protocol.json", rec.From)}
+	}
+	viol, next := step(l.rules, &l.state, &l.seen, rec)
+	if len(viol) > 0 {
+		return nil, core{}, refuse(viol[0])
+	}
+	if viol := docChecks(l.folder, l.proto, rec); len(viol) > 0 {
+		return nil, core{}, refuse(viol[0])
+	}
+	return rec, next, nil
+}
+
+// writeEventLocked appends the admitted line to events.jsonl, then writes
+// (or, with deferred writes, renders) protocol.json from next, undoing the
+// line when either fails, and makes next the log's state.
+func (l *Log) writeEventLocked(f *os.File, line []byte, lineNo, seq int, next *core) error {
 	buf := make([]byte, 0, len(line)+1)
 	buf = append(append(buf, line...), '\n')
 	n, err := f.Write(buf)
@@ -280,24 +303,24 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 		if err == nil {
 			err = io.ErrShortWrite
 		}
-		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", EventsFile, err)}
+		return &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", EventsFile, err)}
 	}
 	if next.phase != "" {
 		var err error
 		if l.pw.on {
 			// Views serve the new content from memory at once; the file
 			// follows off the critical path (see deferred.go).
-			l.renderProtocolLocked(&next, l.now())
+			l.renderProtocolLocked(next, l.now())
 			l.markDirtyLocked()
 		} else {
-			err = l.writeProtocolLocked(&next)
+			err = l.writeProtocolLocked(next)
 		}
 		if err != nil {
 			l.undoLocked(f)
-			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", ProtocolFile, err)}
+			return &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", ProtocolFile, err)}
 		}
 	}
-	l.state = next
+	l.state = *next
 	l.seen.add(seq)
 	l.offset += int64(len(buf))
 	l.verified = l.offset // published first when there is a replica
@@ -307,7 +330,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 	} else {
 		l.evID.size = l.offset
 	}
-	return rec.Event, nil
+	return nil
 }
 
 // undoLocked removes a partially written line so that a failed append
