@@ -164,7 +164,7 @@ func (l *Log) catchUpLocked(f *os.File, exclusive bool) error {
 func (l *Log) verifyLocked(f *os.File, lines [][]byte, exclusive bool) error {
 	auth, err := l.replica.Since(l.lines)
 	if err != nil {
-		return unavailable("store", "cannot check %s against the store: %v", EventsFile, err)
+		return unavailable(RuleStore, "cannot check %s against the store: %v", EventsFile, err)
 	}
 	for i, line := range lines {
 		if i >= len(auth) || !bytes.Equal(line, auth[i]) {
@@ -233,7 +233,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 	}
 	if record != nil {
 		if err := record(rec.Event); err != nil {
-			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: rec.Seq, Rule: "record",
+			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: rec.Seq, Rule: RuleRecord,
 				Msg: fmt.Sprintf("the event was valid but could not be recorded, so it was not appended: %v", err)}
 		}
 	}
