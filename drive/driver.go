@@ -210,7 +210,7 @@ func (d *driver) prepareFolder() error {
 		args = append(args, "--completion", g)
 	}
 	args = append(args, "--primary-deliverable-type", c.Deliverable.Type)
-	if c.Deliverable.Type == "custom" {
+	if c.Deliverable.Type == protocol.CustomType {
 		args = append(args, "--primary-deliverable-file", c.Deliverable.File)
 		for _, s := range c.Deliverable.Check {
 			args = append(args, "--primary-deliverable-check", s)

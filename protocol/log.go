@@ -297,7 +297,7 @@ type Event struct {
 }
 
 // Terminal reports whether phase ends the collaboration.
-func Terminal(phase string) bool { return phase == "completed" || phase == "blocked" }
+func Terminal(phase string) bool { return phase == PhaseCompleted || phase == PhaseBlocked }
 
 // Ready reports whether participant has the turn: it is waited for, or the
 // collaboration has ended. reason is a short human explanation.
