@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -22,6 +23,11 @@ const (
 	// timestamps sort as strings.
 	timeLayout = "2006-01-02T15:04:05.000000000Z"
 )
+
+// Stamp renders t as the ledger stamps its records (timeLayout). Whatever
+// else goes into a record's time fields uses it, so that they all sort as
+// strings with the records' own.
+func Stamp(t time.Time) string { return t.UTC().Format(timeLayout) }
 
 // hashTail is how every canonical encoding ends when Hash is empty.
 var hashTail = []byte(`"hash":""}`)

@@ -258,7 +258,7 @@ func (r *repairer) acknowledgeTruncation(t tailInfo) (*RepairInfo, error) {
 // appendSigned seals rec after prev, writes it, and updates the head.
 func (r *repairer) appendSigned(rec Record, prev Record) (Record, error) {
 	rec.Seq, rec.Prev = prev.Seq+1, prev.Hash
-	rec.At = time.Now().UTC().Format(timeLayout)
+	rec.At = Stamp(time.Now())
 	rec.PID = uint32(os.Getpid())
 	sanitize(&rec)
 	if err := r.key.seal(r.enc, &rec, true); err != nil {

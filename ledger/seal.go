@@ -112,7 +112,7 @@ func (s *batchSeal) sealBatch(batch []*request, last int) (int, error) {
 func (s *batchSeal) add(r *Record, mac bool) error {
 	w := s.w
 	r.Seq, r.Prev, r.Hash = s.seq+1, s.prev, ""
-	r.At = w.clock().UTC().Format(timeLayout)
+	r.At = Stamp(w.clock())
 	sanitize(r)
 	sign := signedKind(r.Kind)
 	if sign && r.Kind == KindCheckpoint {

@@ -349,7 +349,7 @@ func (w *Writer) repairTail(t tailInfo) error {
 	w.size = t.end
 	r := Record{
 		Seq:    w.seq + 1,
-		At:     w.clock().UTC().Format(timeLayout),
+		At:     Stamp(w.clock()),
 		Kind:   KindRepair,
 		Op:     OpTruncate,
 		PID:    w.pid,
@@ -413,7 +413,7 @@ func (w *Writer) restoreLineEnd(t tailInfo, r Record, keep int) error {
 	}
 	rep := Record{Kind: KindRepair, Op: OpRestoreNewline, PID: w.pid, SHA256: sha256Hex(t.cut),
 		Detail: fmt.Sprintf("seq %d is a whole record sealed by a writer: restored %s", r.Seq, what)}
-	rep.Seq, rep.Prev, rep.At = r.Seq+1, r.Hash, w.clock().UTC().Format(timeLayout)
+	rep.Seq, rep.Prev, rep.At = r.Seq+1, r.Hash, Stamp(w.clock())
 	sanitize(&rep)
 	if err := w.key.seal(w.enc, &rep, w.signRepairs); err != nil {
 		return err
