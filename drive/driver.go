@@ -557,7 +557,7 @@ func (d *driver) appendBlocked(id, summary string) error {
 		_ = d.log.Refresh()
 		s := d.log.Snapshot()
 		reply := s.LastSeq
-		ev := protocol.Event{Seq: s.LastSeq + 1, From: id, Event: "blocked", At: time.Now().UTC().Format("2006-01-02T15:04:05Z"), Summary: summary, ReplyTo: &reply}
+		ev := protocol.Event{Seq: s.LastSeq + 1, From: id, Event: protocol.EvBlocked, At: protocol.FormatTime(time.Now()), Summary: summary, ReplyTo: &reply}
 		line, err := json.Marshal(ev)
 		if err != nil {
 			return err

@@ -380,7 +380,7 @@ func (l *Log) renderProtocolLocked(next *core, at time.Time) {
 		waiting[i] = w
 	}
 	raw["waitingFor"] = waiting
-	raw["updatedAt"] = formatTime(at)
+	raw["updatedAt"] = FormatTime(at)
 	l.proto.Raw = raw
 	l.protoData = nil
 	l.pw.gen++
