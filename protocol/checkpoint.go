@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/acpfs/acpfs/internal/digest"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/internal/atomicfile"
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 // A derived-state checkpoint lets a short-lived process (`acpfs append`,
@@ -53,121 +53,9 @@ type checkpointFile struct {
 	Offset     int64          `json:"offset"`
 	Lines      int            `json:"lines"`
 	LastLine   []byte         `json:"last_line"` // with its newline
-	State      checkpointCore `json:"state"`
+	State      core           `json:"state"`
 	Contiguous int            `json:"contiguous"`
 	Extra      []int          `json:"extra,omitempty"`
-}
-
-// checkpointCore mirrors core field by field (TestCheckpointCoversCore
-// keeps them in step).
-type checkpointCore struct {
-	Count                  int               `json:"count"`
-	Phase                  string            `json:"phase"`
-	Owner                  string            `json:"owner"`
-	OwnerSet               bool              `json:"owner_set"`
-	Waiting                []string          `json:"waiting"`
-	ReviewWaiting          []string          `json:"review_waiting"`
-	AcceptWaiting          []string          `json:"accept_waiting"`
-	AcceptedRound          []string          `json:"accepted_round"`
-	ClassificationSeq      int               `json:"classification_seq"`
-	LatestDecisionInputSeq int               `json:"latest_decision_input_seq"`
-	ReadinessPassed        bool              `json:"readiness_passed"`
-	PrimaryDrafted         bool              `json:"primary_drafted"`
-	PrimaryFrozen          bool              `json:"primary_frozen"`
-	LastSeq                int               `json:"last_seq"`
-	LastAt                 time.Time         `json:"last_at"`
-	LastAtOK               bool              `json:"last_at_ok"`
-	LastAtStr              string            `json:"last_at_str"`
-	Frozen                 map[string]string `json:"frozen"`
-	HasDecisionAccepted    bool              `json:"has_decision_accepted"`
-	HasReadinessPassed     bool              `json:"has_readiness_passed"`
-	HasCompleted           bool              `json:"has_completed"`
-	HasPrimaryFrozenEvent  bool              `json:"has_primary_frozen_event"`
-	Last                   checkpointEvent   `json:"last"`
-	ProposalSubmitted      *checkpointEvent  `json:"proposal_submitted"`
-	ProposalRevised        *checkpointEvent  `json:"proposal_revised"`
-	LastReviewSubmitted    *checkpointEvent  `json:"last_review_submitted"`
-}
-
-type checkpointEvent struct {
-	Seq    int    `json:"seq"`
-	SeqOK  bool   `json:"seq_ok"`
-	Name   string `json:"name"`
-	From   string `json:"from"`
-	FromOK bool   `json:"from_ok"`
-}
-
-// coreOut is the checkpoint form of c.
-func coreOut(c *core) checkpointCore {
-	var cp checkpointCore
-	exchange(c, &cp, true)
-	return cp
-}
-
-// coreIn is the state a checkpoint holds.
-func coreIn(cp *checkpointCore) core {
-	var c core
-	exchange(&c, cp, false)
-	return c
-}
-
-// exchange copies every field of c to cp (out) or back. One list serves
-// both directions, so that no field is saved without being restored.
-func exchange(c *core, cp *checkpointCore, out bool) {
-	move(out, &c.count, &cp.Count)
-	move(out, &c.phase, &cp.Phase)
-	move(out, &c.owner, &cp.Owner)
-	move(out, &c.ownerSet, &cp.OwnerSet)
-	move(out, &c.waiting, &cp.Waiting)
-	move(out, &c.reviewWaiting, &cp.ReviewWaiting)
-	move(out, &c.acceptWaiting, &cp.AcceptWaiting)
-	move(out, &c.acceptedRound, &cp.AcceptedRound)
-	move(out, &c.classificationSeq, &cp.ClassificationSeq)
-	move(out, &c.latestDecisionInputSeq, &cp.LatestDecisionInputSeq)
-	move(out, &c.readinessPassed, &cp.ReadinessPassed)
-	move(out, &c.primaryDrafted, &cp.PrimaryDrafted)
-	move(out, &c.primaryFrozen, &cp.PrimaryFrozen)
-	move(out, &c.lastSeq, &cp.LastSeq)
-	move(out, &c.lastAt, &cp.LastAt)
-	move(out, &c.lastAtOK, &cp.LastAtOK)
-	move(out, &c.lastAtStr, &cp.LastAtStr)
-	move(out, &c.frozen, &cp.Frozen)
-	move(out, &c.hasDecisionAccepted, &cp.HasDecisionAccepted)
-	move(out, &c.hasReadinessPassed, &cp.HasReadinessPassed)
-	move(out, &c.hasCompleted, &cp.HasCompleted)
-	move(out, &c.hasPrimaryFrozenEvent, &cp.HasPrimaryFrozenEvent)
-	if out {
-		cp.Last = *eventOut(&c.last)
-		cp.ProposalSubmitted, cp.ProposalRevised = eventOut(c.proposalSubmitted), eventOut(c.proposalRevised)
-		cp.LastReviewSubmitted = eventOut(c.lastReviewSubmitted)
-	} else {
-		c.last = *eventIn(&cp.Last)
-		c.proposalSubmitted, c.proposalRevised = eventIn(cp.ProposalSubmitted), eventIn(cp.ProposalRevised)
-		c.lastReviewSubmitted = eventIn(cp.LastReviewSubmitted)
-	}
-}
-
-func eventOut(e *lastEvent) *checkpointEvent {
-	if e == nil {
-		return nil
-	}
-	return &checkpointEvent{Seq: e.seq, SeqOK: e.seqOK, Name: e.name, From: e.from, FromOK: e.fromOK}
-}
-
-func eventIn(e *checkpointEvent) *lastEvent {
-	if e == nil {
-		return nil
-	}
-	return &lastEvent{seq: e.Seq, seqOK: e.SeqOK, name: e.Name, from: e.From, fromOK: e.FromOK}
-}
-
-// move copies *a to *b (out) or *b to *a.
-func move[T any](out bool, a, b *T) {
-	if out {
-		*b = *a
-	} else {
-		*a = *b
-	}
 }
 
 // staticHash is the SHA-256 of protocol.json's static declaration: the
@@ -265,7 +153,7 @@ func (l *Log) restoreLocked(path string) bool {
 		}
 	}
 	l.resetLocked()
-	l.state = coreIn(&cp.State)
+	l.state = cp.State
 	l.seen = seqSet{contiguous: cp.Contiguous}
 	for _, s := range cp.Extra {
 		if l.seen.extra == nil {
@@ -310,7 +198,7 @@ func (l *Log) SaveCheckpoint(path string) error {
 	cp := checkpointFile{
 		Version: checkpointVersion, Folder: l.folder, Static: static,
 		Dev: l.evID.dev, Ino: l.evID.ino, Offset: l.offset, Lines: l.lines, LastLine: last,
-		State: coreOut(&l.state), Contiguous: l.seen.contiguous,
+		State: l.state, Contiguous: l.seen.contiguous,
 	}
 	for s := range l.seen.extra {
 		cp.Extra = append(cp.Extra, s)

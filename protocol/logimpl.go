@@ -305,7 +305,7 @@ func (l *Log) writeEventLocked(f *os.File, line []byte, lineNo, seq int, next *c
 		}
 		return &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", EventsFile, err)}
 	}
-	if next.phase != "" {
+	if next.Phase != "" {
 		var err error
 		if l.pw.on {
 			// Views serve the new content from memory at once; the file
@@ -369,14 +369,14 @@ func (l *Log) renderProtocolLocked(next *core, at time.Time) {
 	for k, v := range l.proto.Raw {
 		raw[k] = v
 	}
-	raw["currentPhase"] = next.phase
-	if next.ownerSet {
-		raw["proposalOwner"] = next.owner
+	raw["currentPhase"] = next.Phase
+	if next.OwnerSet {
+		raw["proposalOwner"] = next.Owner
 	} else {
 		raw["proposalOwner"] = nil
 	}
-	waiting := make([]any, len(next.waiting))
-	for i, w := range next.waiting {
+	waiting := make([]any, len(next.Waiting))
+	for i, w := range next.Waiting {
 		waiting[i] = w
 	}
 	raw["waitingFor"] = waiting
@@ -408,10 +408,10 @@ func writeFileAtomic(path string, data []byte) error {
 // current time, never earlier than the previous event.
 func (l *Log) newEventLocked(spec EventSpec) Event {
 	return Event{
-		Seq:     l.state.count + 1,
+		Seq:     l.state.Count + 1,
 		From:    spec.Participant,
 		Event:   spec.Event,
-		At:      eventTime(l.now(), l.state.lastAt, l.state.lastAtOK),
+		At:      eventTime(l.now(), l.state.LastAt, l.state.LastAtOK),
 		Summary: spec.Summary,
 		Doc:     spec.Doc,
 		ReplyTo: spec.ReplyTo,
@@ -423,14 +423,14 @@ func (l *Log) newEventLocked(spec EventSpec) Event {
 // snapshotLocked renders the derived state.
 func (l *Log) snapshotLocked() Snapshot {
 	s := Snapshot{
-		Phase:      l.state.phase,
-		Owner:      l.state.owner,
-		WaitingFor: append([]string{}, l.state.waiting...),
-		LastSeq:    l.state.lastSeq,
-		LastAt:     l.state.lastAtStr,
+		Phase:      l.state.Phase,
+		Owner:      l.state.Owner,
+		WaitingFor: append([]string{}, l.state.Waiting...),
+		LastSeq:    l.state.LastSeq,
+		LastAt:     l.state.LastAtStr,
 		Frozen:     map[string]string{},
 	}
-	for doc, sum := range l.state.frozen {
+	for doc, sum := range l.state.Frozen {
 		s.Frozen[l.frozenKey(doc)] = sum
 	}
 	return s
@@ -515,15 +515,15 @@ func (l *Log) checkProtocolWriteLocked(content []byte) error {
 		return bad("the new protocol.json is not a JSON object")
 	}
 	want := map[string]any{}
-	if l.state.phase != "" {
-		want["currentPhase"] = l.state.phase
-		if l.state.ownerSet {
-			want["proposalOwner"] = l.state.owner
+	if l.state.Phase != "" {
+		want["currentPhase"] = l.state.Phase
+		if l.state.OwnerSet {
+			want["proposalOwner"] = l.state.Owner
 		} else {
 			want["proposalOwner"] = nil
 		}
-		waiting := make([]any, len(l.state.waiting))
-		for i, w := range l.state.waiting {
+		waiting := make([]any, len(l.state.Waiting))
+		for i, w := range l.state.Waiting {
 			waiting[i] = w
 		}
 		want["waitingFor"] = waiting

@@ -107,7 +107,7 @@ func (l *Log) pullLocked(f *os.File) ([][]byte, error) {
 	if err := l.catchUpLocked(f, true); err != nil {
 		return nil, err
 	}
-	if l.state.phase == "" {
+	if l.state.Phase == "" {
 		return lines, nil
 	}
 	if l.pw.on {

@@ -131,15 +131,15 @@ func (v *validator) files() {
 // (phase, proposal owner, waiting list) against the replay.
 func (v *validator) derivedState(p *Protocol, st *core) {
 	raw := p.Raw
-	if st.phase != "" && raw["currentPhase"] != st.phase {
-		v.err(ProtocolFile, "derived-state", "currentPhase is %s but the events give %s", pyRepr(raw["currentPhase"]), st.phase)
+	if st.Phase != "" && raw["currentPhase"] != st.Phase {
+		v.err(ProtocolFile, "derived-state", "currentPhase is %s but the events give %s", pyRepr(raw["currentPhase"]), st.Phase)
 	}
-	if val, ok := raw["proposalOwner"]; ok && st.ownerSet && val != st.owner {
-		v.err(ProtocolFile, "derived-state", "proposalOwner is %s but the events give %q", pyRepr(val), st.owner)
+	if val, ok := raw["proposalOwner"]; ok && st.OwnerSet && val != st.Owner {
+		v.err(ProtocolFile, "derived-state", "proposalOwner is %s but the events give %q", pyRepr(val), st.Owner)
 	}
 	if val, ok := raw["waitingFor"]; ok {
-		want := make([]any, len(st.waiting))
-		for i, w := range st.waiting {
+		want := make([]any, len(st.Waiting))
+		for i, w := range st.Waiting {
 			want[i] = w
 		}
 		if !pycompat.Equal(val, want) {
@@ -152,7 +152,7 @@ func (v *validator) derivedState(p *Protocol, st *core) {
 // attachments, once the deliverables' declaration is sound; the primary
 // deliverable must be frozen once the events say it was.
 func (v *validator) content(p *Protocol, st *core, frozenDocs map[string]bool) {
-	requireFrozen := st.hasPrimaryFrozenEvent || st.hasReadinessPassed || st.hasCompleted
+	requireFrozen := st.HasPrimaryFrozenEvent || st.HasReadinessPassed || st.HasCompleted
 	v.primaryContent(p, requireFrozen)
 	v.supportingContent(p, frozenDocs)
 	if text, ok := v.readText(filepath.Join(v.folder, DecisionsFile), DecisionsFile); !ok {
@@ -169,7 +169,7 @@ func (v *validator) content(p *Protocol, st *core, frozenDocs map[string]bool) {
 // nothing blocking or unresolved once a decision is accepted, and a
 // checked "Ready to implement" and a frozen primary once readiness passed.
 func (v *validator) readiness(rd Readiness, st *core) {
-	if st.hasDecisionAccepted {
+	if st.HasDecisionAccepted {
 		if len(rd.Blocking) > 0 {
 			v.err(ReadinessFile, "readiness-blocking", "%d [blocking] item(s) remain after decision_accepted", len(rd.Blocking))
 		}
@@ -180,7 +180,7 @@ func (v *validator) readiness(rd Readiness, st *core) {
 			v.err(ReadinessFile, "readiness-reason", "%d [deferred_nonblocking] item(s) lack \"Reason:\" after decision_accepted", len(rd.DeferredMissingReason))
 		}
 	}
-	if st.hasReadinessPassed || st.hasCompleted {
+	if st.HasReadinessPassed || st.HasCompleted {
 		if len(rd.Blocking) > 0 {
 			v.err(ReadinessFile, "readiness-blocking", "%d [blocking] item(s) remain after readiness_passed or completed", len(rd.Blocking))
 		}
@@ -193,7 +193,7 @@ func (v *validator) readiness(rd Readiness, st *core) {
 		if !rd.ReadyToImplement {
 			v.err(ReadinessFile, "ready-to-implement", "\"- [x] Ready to implement\" must be checked once readiness_passed or completed is logged")
 		}
-		if !st.hasPrimaryFrozenEvent {
+		if !st.HasPrimaryFrozenEvent {
 			v.err(EventsFile, "freeze-required", "readiness_passed or completed is logged but the primary deliverable was never frozen")
 		}
 	}
@@ -203,7 +203,7 @@ func (v *validator) readiness(rd Readiness, st *core) {
 // conclusion.md; before that, a deferred item without a reason is only a
 // warning.
 func (v *validator) completion(p *Protocol, rd Readiness, st *core) {
-	if st.hasCompleted {
+	if st.HasCompleted {
 		if missing := MissingGates(p, rd.Text); len(missing) > 0 {
 			v.err(ReadinessFile, "completion-gates", "completed is logged but these completion gates are not checked: %s", strings.Join(missing, "; "))
 		}
