@@ -130,7 +130,7 @@ type Log struct {
 
 // OpenLog loads protocol.json and replays events.jsonl. Invalid history is
 // not fatal: state is derived as far as possible and Validate reports it.
-func OpenLog(folder string) (*Log, error) { return OpenLogFrom(folder, "") }
+func OpenLog(folder string) (*Log, error) { return OpenLogCached(folder, "") }
 
 // Folder returns the collaboration folder.
 func (l *Log) Folder() string { return l.folder }

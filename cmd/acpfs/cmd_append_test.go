@@ -149,7 +149,7 @@ func TestAppendBinaryRefusal(t *testing.T) {
 // by anyone else (here a long-lived log) still sees the whole history.
 func TestAppendCommandStartsFromItsCheckpoint(t *testing.T) {
 	dir := protoInitFolder(t)
-	ckpt := protocol.DefaultCheckpointPath(dir)
+	ckpt := protocol.DefaultStateCachePath(dir)
 	require.NotEmpty(t, ckpt)
 	r := runCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "deliverable_drafted",
 		"--summary", "draft", "--doc", "deliverables/design-spec.md", "--reply-to", "1", "--role", "primary")

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -19,43 +20,44 @@ import (
 	"github.com/acpfs/acpfs/internal/digest"
 )
 
-// A derived-state checkpoint lets a short-lived process (`acpfs append`,
-// one process per event) skip the replay of the whole history: it stores
-// the state the replay of events.jsonl up to some offset gave, and is
-// used only while events.jsonl is still the file it describes:
+// A state cache lets a short-lived process (`acpfs append`, one process
+// per event) skip the replay of the whole history: it stores the state
+// (core) the replay of events.jsonl up to some offset gave, and is used
+// only while events.jsonl is still the file it describes:
 //
 //   - the same file (device and inode),
-//   - at least as long, and ending at the checkpoint's offset with the
-//     very line the checkpoint last applied (compared byte for byte),
+//   - at least as long, and ending at the cache's offset with the very
+//     line the cached state last applied (compared byte for byte),
 //   - under a protocol.json whose static declaration (everything the
 //     appends do not rewrite) has the same hash.
 //
 // A file rewritten in place with the same length and the same last line
 // would pass; a long-lived Log trusts its consumed prefix the same way
 // (it checks one byte). The lines after the offset are applied as usual,
-// so a checkpoint written by one process serves after appends of any
-// other. Only clean histories are checkpointed: a broken one is replayed,
+// so a state cache written by one process serves after appends of any
+// other. Only clean histories are cached: a broken one is replayed,
 // which finds its first problem again.
 //
-// The checkpoint is written where only its writer's user may write (the
-// user's cache directory, see DefaultCheckpointPath): whoever could forge
+// The cache is written where only its writer's user may write (the
+// user's cache directory, see DefaultStateCachePath): whoever could forge
 // one could make the log accept an event the history forbids.
 
-// checkpointVersion changes whenever the checkpointed state changes shape.
-const checkpointVersion = 1
+// stateCacheVersion changes whenever the cached state changes shape in a
+// way an older reader would misread.
+const stateCacheVersion = 1
 
-type checkpointFile struct {
-	Version    int            `json:"version"`
-	Folder     string         `json:"folder"`
-	Static     string         `json:"static"` // SHA-256 of protocol.json's static declaration
-	Dev        uint64         `json:"dev"`
-	Ino        uint64         `json:"ino"`
-	Offset     int64          `json:"offset"`
-	Lines      int            `json:"lines"`
-	LastLine   []byte         `json:"last_line"` // with its newline
-	State      core           `json:"state"`
-	Contiguous int            `json:"contiguous"`
-	Extra      []int          `json:"extra,omitempty"`
+type stateCacheFile struct {
+	Version    int    `json:"version"`
+	Folder     string `json:"folder"`
+	Static     string `json:"static"` // SHA-256 of protocol.json's static declaration
+	Dev        uint64 `json:"dev"`
+	Ino        uint64 `json:"ino"`
+	Offset     int64  `json:"offset"`
+	Lines      int    `json:"lines"`
+	LastLine   []byte `json:"last_line"` // with its newline
+	State      core   `json:"state"`
+	Contiguous int    `json:"contiguous"`
+	Extra      []int  `json:"extra,omitempty"`
 }
 
 // staticHash is the SHA-256 of protocol.json's static declaration: the
@@ -74,18 +76,27 @@ func staticHash(raw map[string]any) (string, error) {
 	return digest.Bytes(b), nil
 }
 
-// DefaultCheckpointPath is where the CLI keeps the checkpoint of folder:
-// $ACPFS_CHECKPOINT_DIR, else acpfs/checkpoints in the user's cache
-// directory, under a name derived from the folder's absolute path. It is
-// "" when no such directory can be found (no checkpoint is used).
-func DefaultCheckpointPath(folder string) string {
-	dir := os.Getenv("ACPFS_CHECKPOINT_DIR")
+// StateCacheDirEnv names the directory of the state caches, overriding
+// the default.
+const StateCacheDirEnv = "ACPFS_STATE_CACHE_DIR"
+
+// stateCacheDirEnvOld is StateCacheDirEnv's earlier, deprecated name,
+// still honoured when the new one is not set.
+const stateCacheDirEnvOld = "ACPFS_CHECKPOINT_DIR"
+
+// DefaultStateCachePath is where the CLI keeps the state cache of folder:
+// $ACPFS_STATE_CACHE_DIR (or the deprecated $ACPFS_CHECKPOINT_DIR), else
+// acpfs/state-cache in the user's cache directory, under a name derived
+// from the folder's absolute path. It is "" when no such directory can be
+// found (no state cache is used).
+func DefaultStateCachePath(folder string) string {
+	dir := cmp.Or(os.Getenv(StateCacheDirEnv), os.Getenv(stateCacheDirEnvOld))
 	if dir == "" {
 		cache, err := os.UserCacheDir()
 		if err != nil {
 			return ""
 		}
-		dir = filepath.Join(cache, "acpfs", "checkpoints")
+		dir = filepath.Join(cache, "acpfs", "state-cache")
 	}
 	abs, err := filepath.Abs(folder)
 	if err != nil {
@@ -95,11 +106,11 @@ func DefaultCheckpointPath(folder string) string {
 	return filepath.Join(dir, hex.EncodeToString(sum[:16])+".json")
 }
 
-// OpenLogFrom is OpenLog starting from the checkpoint at path when it
+// OpenLogCached is OpenLog starting from the state cache at path when it
 // still describes the folder (see above), replaying only what was
 // appended since; otherwise it replays the whole history. path "" means
-// no checkpoint.
-func OpenLogFrom(folder, path string) (*Log, error) {
+// no state cache.
+func OpenLogCached(folder, path string) (*Log, error) {
 	abs, err := filepath.Abs(folder)
 	if err != nil {
 		return nil, unavailable("folder", "resolve folder %s: %v", folder, err)
@@ -111,7 +122,7 @@ func OpenLogFrom(folder, path string) (*Log, error) {
 		if err := l.loadProtocolLocked(); err != nil {
 			return nil, err
 		}
-		l.restoreLocked(path) // a checkpoint that does not fit is ignored
+		l.restoreStateCacheLocked(path) // a state cache that does not fit is ignored
 	}
 	if err := l.refreshLocked(); err != nil {
 		return nil, err
@@ -119,14 +130,15 @@ func OpenLogFrom(folder, path string) (*Log, error) {
 	return l, nil
 }
 
-// restoreLocked adopts the checkpoint at path if it fits the folder.
-func (l *Log) restoreLocked(path string) bool {
+// restoreStateCacheLocked adopts the state cache at path if it fits the
+// folder.
+func (l *Log) restoreStateCacheLocked(path string) bool {
 	b, err := readPrivate(path)
 	if err != nil {
 		return false
 	}
-	var cp checkpointFile
-	if json.Unmarshal(b, &cp) != nil || cp.Version != checkpointVersion || cp.Folder != l.folder || cp.Offset <= 0 {
+	var cp stateCacheFile
+	if json.Unmarshal(b, &cp) != nil || cp.Version != stateCacheVersion || cp.Folder != l.folder || cp.Offset <= 0 {
 		return false
 	}
 	if h, err := staticHash(l.proto.Raw); err != nil || h != cp.Static {
@@ -167,10 +179,10 @@ func (l *Log) restoreLocked(path string) bool {
 	return true
 }
 
-// SaveCheckpoint writes the state derived so far to path (see
-// OpenLogFrom). It writes nothing while the history has a problem or is
+// SaveStateCache writes the state derived so far to path (see
+// OpenLogCached). It writes nothing while the history has a problem or is
 // empty.
-func (l *Log) SaveCheckpoint(path string) error {
+func (l *Log) SaveStateCache(path string) error {
 	if path == "" {
 		return nil
 	}
@@ -195,8 +207,8 @@ func (l *Log) SaveCheckpoint(path string) error {
 	if err != nil {
 		return err
 	}
-	cp := checkpointFile{
-		Version: checkpointVersion, Folder: l.folder, Static: static,
+	cp := stateCacheFile{
+		Version: stateCacheVersion, Folder: l.folder, Static: static,
 		Dev: l.evID.dev, Ino: l.evID.ino, Offset: l.offset, Lines: l.lines, LastLine: last,
 		State: l.state, Contiguous: l.seen.contiguous,
 	}
