@@ -160,7 +160,7 @@ func (r *repairer) run() (*RepairInfo, error) {
 	if t.seq > 0 && t.last.Sig == "" {
 		// A writer that stopped without signing (killed): its batch MAC
 		// shows the tail is a writer's, so sign over it now.
-		rec := Record{Kind: KindCheckpoint, Detail: fmt.Sprintf("signed by repair: the records up to seq %d carry a writer's seal but no signature (the writer stopped without signing)", t.seq)}
+		rec := Record{Kind: KindSignedCheckpoint, Detail: fmt.Sprintf("signed by repair: the records up to seq %d carry a writer's seal but no signature (the writer stopped without signing)", t.seq)}
 		out, err := r.appendSigned(rec, t.last)
 		if err != nil {
 			return nil, err

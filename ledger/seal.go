@@ -10,7 +10,7 @@ import (
 // Ed25519 signature: they are what a reviewer's trust rests on.
 func signedKind(kind Kind) bool {
 	switch kind {
-	case KindCheckpoint, KindSegmentEnd, KindSegmentStart, KindGap, KindLedgerRecovered:
+	case KindSignedCheckpoint, KindSegmentEnd, KindSegmentStart, KindGap, KindLedgerRecovered:
 		return true
 	}
 	return false
@@ -87,7 +87,7 @@ func (s *batchSeal) sealBatch(batch []*request, last int) (int, error) {
 			continue
 		}
 		r := q.rec
-		if r.Kind == KindCheckpoint && s.seq == s.signed {
+		if r.Kind == KindSignedCheckpoint && s.seq == s.signed {
 			continue // nothing left to cover
 		}
 		if err := s.add(&r, i == last); err != nil {
@@ -98,7 +98,7 @@ func (s *batchSeal) sealBatch(batch []*request, last int) (int, error) {
 		n++
 	}
 	if n > 0 && s.seq-s.signed >= int64(w.opts.SignEvery) {
-		r := Record{Kind: KindCheckpoint}
+		r := Record{Kind: KindSignedCheckpoint}
 		if err := s.add(&r, false); err != nil {
 			return 0, fmt.Errorf("append checkpoint seq %d: %w", s.seq+1, err)
 		}
@@ -115,7 +115,7 @@ func (s *batchSeal) add(r *Record, mac bool) error {
 	r.At = Stamp(w.clock())
 	sanitize(r)
 	sign := signedKind(r.Kind)
-	if sign && r.Kind == KindCheckpoint {
+	if sign && r.Kind == KindSignedCheckpoint {
 		r.Count = r.Seq - 1 - s.signed
 	}
 	r.Key, r.MAC, r.Sig = "", "", ""
@@ -197,7 +197,7 @@ func (w *Writer) armSigner() {
 		closed := w.closed
 		w.mu.Unlock()
 		if !closed && w.broken.Load() == nil {
-			_, _ = w.append(Record{Kind: KindCheckpoint})
+			_, _ = w.append(Record{Kind: KindSignedCheckpoint})
 		}
 	})
 }

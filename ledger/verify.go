@@ -36,7 +36,7 @@ const (
 // alwaysSigned reports whether records of kind must carry a signature.
 func alwaysSigned(kind []byte) bool {
 	switch Kind(kind) {
-	case KindCheckpoint, KindSegmentEnd, KindSegmentStart, KindGap, KindLedgerRecovered:
+	case KindSignedCheckpoint, KindSegmentEnd, KindSegmentStart, KindGap, KindLedgerRecovered:
 		return true
 	}
 	return false
@@ -74,9 +74,9 @@ type Signer struct {
 	// signature covers the chain back to the previous valid signature.
 	FirstSeq int64 `json:"first_seq"`
 	LastSeq  int64 `json:"last_seq"`
-	// Checkpoints counts its valid signatures (checkpoint records, and
-	// segment, gap and recovery records).
-	Checkpoints int `json:"checkpoints"`
+	// SignedCheckpoints counts its valid signatures (checkpoint records,
+	// and segment, gap and recovery records).
+	SignedCheckpoints int `json:"checkpoints"`
 }
 
 // VerifyReport is the result of checking a ledger's chain.
@@ -433,7 +433,7 @@ func (v *verifier) checkSig(full *Record, seq int64) (kind, reason string) {
 	}
 	s := &rep.Signers[i]
 	s.LastSeq = seq
-	s.Checkpoints++
+	s.SignedCheckpoints++
 	rep.SignedThrough = seq
 	return "", ""
 }

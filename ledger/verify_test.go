@@ -240,7 +240,7 @@ func signedFixture(t *testing.T, key *Key) *fixture {
 // writeWithHead writes f's records and a head naming its last checkpoint.
 func writeWithHead(f *fixture, path string) {
 	f.write(path)
-	f.writeHead(path, f.last(KindCheckpoint))
+	f.writeHead(path, f.last(KindSignedCheckpoint))
 }
 
 func TestVerifySignatures(t *testing.T) {
@@ -311,7 +311,7 @@ func TestVerifySignatures(t *testing.T) {
 			return VerifyOptions{}
 		}, ProblemForged, 202, 201, ""},
 		{"truncated at a record boundary, head kept", func(t *testing.T, f *fixture, path string) VerifyOptions {
-			head := f.last(KindCheckpoint)
+			head := f.last(KindSignedCheckpoint)
 			f.recs = f.recs[:202]
 			f.write(path)
 			f.writeHead(path, head)
@@ -323,7 +323,7 @@ func TestVerifySignatures(t *testing.T) {
 			return VerifyOptions{}
 		}, "", 0, 202, "no head file"},
 		{"truncated and rewritten past the head", func(t *testing.T, f *fixture, path string) VerifyOptions {
-			head := f.last(KindCheckpoint)
+			head := f.last(KindSignedCheckpoint)
 			f.recs = f.recs[:202]
 			f.reads(60).rechain().write(path)
 			f.writeHead(path, head)
@@ -331,14 +331,14 @@ func TestVerifySignatures(t *testing.T) {
 		}, ProblemRewritten, 253, 252, ""},
 		{"head forged", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.write(path)
-			head := f.last(KindCheckpoint)
+			head := f.last(KindSignedCheckpoint)
 			head.Sig = f.recs[100].Sig
 			f.writeHead(path, head)
 			return VerifyOptions{}
 		}, ProblemForged, 253, 253, ""},
 		{"head unsigned", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.write(path)
-			head := f.last(KindCheckpoint)
+			head := f.last(KindSignedCheckpoint)
 			head.Sig = ""
 			f.writeHead(path, head)
 			return VerifyOptions{}
@@ -419,8 +419,8 @@ func TestVerifyReportsSigners(t *testing.T) {
 	require.True(t, rep.OK(), "%v", rep.Problem)
 	assert.Equal(t, []string{key.ID(), other.ID()}, rep.Keys)
 	assert.Equal(t, []Signer{
-		{Key: key.ID(), FirstSeq: 1, LastSeq: 253, Checkpoints: 3},
-		{Key: other.ID(), FirstSeq: 254, LastSeq: 264, Checkpoints: 1},
+		{Key: key.ID(), FirstSeq: 1, LastSeq: 253, SignedCheckpoints: 3},
+		{Key: other.ID(), FirstSeq: 254, LastSeq: 264, SignedCheckpoints: 1},
 	}, rep.Signers)
 	assert.Equal(t, int64(264), rep.SignedThrough)
 	assert.Equal(t, int64(3), rep.Unsigned)
@@ -515,7 +515,7 @@ func TestVerifySegments(t *testing.T) {
 			path := f.dir()
 			files := f.writeSegments(path)
 			require.Len(t, files, 3)
-			f.writeHead(path, f.last(KindCheckpoint))
+			f.writeHead(path, f.last(KindSignedCheckpoint))
 			tt.setup(t, f, path, files)
 			rep, err := Verify(path)
 			require.NoError(t, err)
@@ -523,7 +523,7 @@ func TestVerifySegments(t *testing.T) {
 			if tt.kind == "" {
 				require.Nil(t, rep.Problem, "%v", rep.Problem)
 				assert.Equal(t, files, rep.Files)
-				assert.Equal(t, []Signer{{Key: key.ID(), FirstSeq: 1, LastSeq: 127, Checkpoints: 7}}, rep.Signers)
+				assert.Equal(t, []Signer{{Key: key.ID(), FirstSeq: 1, LastSeq: 127, SignedCheckpoints: 7}}, rep.Signers)
 				var seqs []int64
 				require.NoError(t, Scan(path, Filter{}, func(r Record) error { seqs = append(seqs, r.Seq); return nil }))
 				require.Len(t, seqs, 127)
@@ -579,7 +579,7 @@ func TestSignedGoldenLedger(t *testing.T) {
 	dir := filepath.Dir(f.dir())
 	path := filepath.Join(dir, "communication_ledger.jsonl")
 	f.writeSegments(path)
-	f.writeHead(path, f.last(KindCheckpoint))
+	f.writeHead(path, f.last(KindSignedCheckpoint))
 	if *update {
 		require.NoError(t, os.RemoveAll(golden))
 		require.NoError(t, os.CopyFS(golden, os.DirFS(dir)))
@@ -596,6 +596,6 @@ func TestSignedGoldenLedger(t *testing.T) {
 	assert.Equal(t, int64(9), rep.Records)
 	assert.Len(t, rep.Files, 2)
 	assert.Equal(t, int64(9), rep.HeadSeq)
-	assert.Equal(t, []Signer{{Key: f.key.ID(), FirstSeq: 1, LastSeq: 9, Checkpoints: 4}}, rep.Signers)
+	assert.Equal(t, []Signer{{Key: f.key.ID(), FirstSeq: 1, LastSeq: 9, SignedCheckpoints: 4}}, rep.Signers)
 	assert.Empty(t, rep.Warnings)
 }

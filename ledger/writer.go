@@ -538,7 +538,7 @@ func (w *Writer) close() error {
 	// that a stopped ledger has no unauthenticated tail.
 	var errs []error
 	if w.broken.Load() == nil {
-		if _, err := w.append(Record{Kind: KindCheckpoint}); err != nil && !errors.Is(err, ErrClosed) {
+		if _, err := w.append(Record{Kind: KindSignedCheckpoint}); err != nil && !errors.Is(err, ErrClosed) {
 			errs = append(errs, err)
 		}
 	}

@@ -362,7 +362,7 @@ func activity(t testing.TB, path string) int64 {
 	t.Helper()
 	var n int64
 	require.NoError(t, Scan(path, Filter{}, func(r Record) error {
-		if r.Kind != KindCheckpoint {
+		if r.Kind != KindSignedCheckpoint {
 			n++
 		}
 		return nil

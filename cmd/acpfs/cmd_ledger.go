@@ -278,7 +278,7 @@ func ledgerPrintVerify(w io.Writer, rep *ledger.VerifyReport) {
 		}
 	}
 	for _, s := range rep.Signers {
-		fmt.Fprintf(w, "key %s: signed seq %s–%s in %s checkpoint(s)\n", s.Key, ledgerGroup(s.FirstSeq), ledgerGroup(s.LastSeq), ledgerGroup(int64(s.Checkpoints)))
+		fmt.Fprintf(w, "key %s: signed seq %s–%s in %s checkpoint(s)\n", s.Key, ledgerGroup(s.FirstSeq), ledgerGroup(s.LastSeq), ledgerGroup(int64(s.SignedCheckpoints)))
 	}
 	if rep.SignaturesChecked && rep.Problem == nil {
 		fmt.Fprintf(w, "signatures checked against key(s) %s", strings.Join(rep.Keys, ", "))
