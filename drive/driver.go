@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/digest"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
 	"github.com/acpfs/acpfs/protocol"
@@ -624,7 +623,7 @@ func (d *driver) prepareTurn(w Wake, p *Participant) (*Receipt, []string, []stri
 	}
 	rc.GrantSHA256 = g.Hash()
 	prompt := grants.Render(g)
-	rc.PromptSHA256 = sha(prompt)
+	rc.PromptSHA256 = digest.Bytes([]byte(prompt))
 	next, err := protocol.NextAction(d.cfg.Folder, p.ID)
 	if err != nil {
 		return rc, nil, nil, err
@@ -702,11 +701,6 @@ func writeFiles(dir string, dirMode, fileMode os.FileMode, files map[string]stri
 		}
 	}
 	return nil
-}
-
-func sha(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
 }
 
 // baseEnv are the variables of the driver's environment every command

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/acpfs/acpfs/internal/atomicfile"
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 // Repair actions, in RepairInfo.Action.
@@ -192,7 +193,7 @@ func (r *repairer) cutForeign(size int64) (*RepairInfo, error) {
 		return nil, fmt.Errorf("repair ledger: cut the unsealed records: %w", err)
 	}
 	n := bytes.Count(cut, []byte("\n"))
-	rec := Record{Kind: KindRepair, Op: OpCutForeign, SHA256: sha256Hex(cut),
+	rec := Record{Kind: KindRepair, Op: OpCutForeign, SHA256: digest.Bytes(cut),
 		Detail: fmt.Sprintf("moved %d record(s) after seq %d that no writer sealed (%d bytes) to %s", n, last.Seq, len(cut), aside)}
 	out, err := r.appendSigned(rec, last)
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/ledger golden files")
@@ -135,7 +137,7 @@ func TestRepairTornTail(t *testing.T) {
 	require.NotNil(t, info)
 	assert.Equal(t, int64(len(torn)), info.Bytes)
 	assert.Equal(t, int64(len(before)-len(torn)), info.Offset)
-	assert.Equal(t, sha256Hex([]byte(torn)), info.SHA256)
+	assert.Equal(t, digest.Bytes([]byte(torn)), info.SHA256)
 	assert.Equal(t, KindRepair, info.Record.Kind)
 	assert.Equal(t, int64(7), info.Record.Seq, "after 5 records and the closing checkpoint")
 	assert.Contains(t, info.Record.Detail, fmt.Sprintf("%d bytes", len(torn)))

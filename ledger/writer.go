@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acpfs/acpfs/internal/atomicfile"
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 // defaultSignAfter is Options.SignAfter's default. A variable so that
@@ -341,7 +342,7 @@ func (w *Writer) repairTail(t tailInfo) error {
 	if rec, keep, ok := w.sealedTorn(t); ok {
 		return w.restoreLineEnd(t, rec, keep)
 	}
-	info := &RepairInfo{Offset: t.end, Bytes: int64(len(t.cut)), SHA256: sha256Hex(t.cut)}
+	info := &RepairInfo{Offset: t.end, Bytes: int64(len(t.cut)), SHA256: digest.Bytes(t.cut)}
 	if err := w.f.Truncate(t.end); err != nil {
 		w.size = -1
 		return fmt.Errorf("repair ledger %s: cut torn line at offset %d: %w", w.path, t.end, err)
@@ -411,7 +412,7 @@ func (w *Writer) restoreLineEnd(t tailInfo, r Record, keep int) error {
 	if len(stray) > 0 {
 		what = fmt.Sprintf("the newline in place of %s", quotePrefix(stray, 8))
 	}
-	rep := Record{Kind: KindRepair, Op: OpRestoreNewline, PID: w.pid, SHA256: sha256Hex(t.cut),
+	rep := Record{Kind: KindRepair, Op: OpRestoreNewline, PID: w.pid, SHA256: digest.Bytes(t.cut),
 		Detail: fmt.Sprintf("seq %d is a whole record sealed by a writer: restored %s", r.Seq, what)}
 	rep.Seq, rep.Prev, rep.At = r.Seq+1, r.Hash, Stamp(w.clock())
 	sanitize(&rep)

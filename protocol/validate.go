@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/acpfs/acpfs/internal/digest"
 	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
@@ -571,7 +572,7 @@ func (v *validator) frozenEvents(p *Protocol, events []frozenEvent) map[string]b
 		}
 		sum, ok := hashes[path]
 		if !ok {
-			sum, err = FileSHA256(path)
+			sum, err = digest.File(path)
 			if err != nil {
 				sum = "unreadable: " + err.Error()
 			}
