@@ -28,10 +28,33 @@ var longFuncs = map[string]string{
 // non-test code whose body exceeds maxFuncLines lines, unless longFuncs
 // names it, and for an entry of longFuncs that is no longer needed.
 func TestNoLongFunctions(t *testing.T) {
-	root := moduleRoot(t)
-	fset := token.NewFileSet()
 	used := map[string]bool{}
 	var long []string
+	eachFile(t, func(fset *token.FileSet, rel string, f *ast.File) {
+		for name, lines := range funcLengths(fset, f) {
+			if lines <= maxFuncLines {
+				continue
+			}
+			key := rel + " " + name
+			if _, ok := longFuncs[key]; ok {
+				used[key] = true
+				continue
+			}
+			long = append(long, key)
+		}
+	})
+	assert.Empty(t, long, "functions over %d lines: split them into named steps", maxFuncLines)
+	for key := range longFuncs {
+		assert.True(t, used[key], "%s is no longer over %d lines: remove it from longFuncs", key, maxFuncLines)
+	}
+}
+
+// eachFile parses every non-test Go file of the module and hands it to fn
+// with its slash-separated path from the module's root.
+func eachFile(t *testing.T, fn func(fset *token.FileSet, rel string, f *ast.File)) {
+	t.Helper()
+	root := moduleRoot(t)
+	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -53,24 +76,10 @@ func TestNoLongFunctions(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for name, lines := range funcLengths(fset, f) {
-			if lines <= maxFuncLines {
-				continue
-			}
-			key := filepath.ToSlash(rel) + " " + name
-			if _, ok := longFuncs[key]; ok {
-				used[key] = true
-				continue
-			}
-			long = append(long, key)
-		}
+		fn(fset, filepath.ToSlash(rel), f)
 		return nil
 	})
 	require.NoError(t, err)
-	assert.Empty(t, long, "functions over %d lines: split them into named steps", maxFuncLines)
-	for key := range longFuncs {
-		assert.True(t, used[key], "%s is no longer over %d lines: remove it from longFuncs", key, maxFuncLines)
-	}
 }
 
 // funcLengths gives the length of every function body of f in lines, by
