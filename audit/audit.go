@@ -559,7 +559,7 @@ func (a *Auditor) Add(r ledger.Record) {
 	prevSeq, prevAt := a.lastSeq, a.lastAt
 	a.lastSeq, a.lastAt = r.Seq, r.At
 	switch r.Kind {
-	case ledger.KindCheckpoint, ledger.KindSegmentStart, ledger.KindSegmentEnd, ledger.KindLedgerRecovered:
+	case ledger.KindSignedCheckpoint, ledger.KindSegmentStart, ledger.KindSegmentEnd, ledger.KindLedgerRecovered:
 		return // the ledger's own bookkeeping, not anyone's activity
 	case ledger.KindGap:
 		a.addGap(r, prevSeq, prevAt)

@@ -318,7 +318,7 @@ func TestAuditKindsThatAreNotActivity(t *testing.T) {
 	}{
 		{ledger.KindAppendRecovered, 1, 1},
 		{ledger.KindAppendAccepted, 1, 1},
-		{ledger.KindCheckpoint, 0, 0},
+		{ledger.KindSignedCheckpoint, 0, 0},
 		{ledger.KindSegmentStart, 0, 0},
 		{ledger.KindSegmentEnd, 0, 0},
 		{ledger.KindLedgerRecovered, 0, 0},
@@ -612,7 +612,7 @@ func TestAuditReadHash(t *testing.T) {
 func TestAuditJudgesOnlyVouchedRecords(t *testing.T) {
 	recs := []ledger.Record{
 		{Seq: 1, Kind: ledger.KindRead, Agent: "alice", Grant: "G-alice", Path: "docs/a.md"},
-		{Seq: 2, Kind: ledger.KindCheckpoint},
+		{Seq: 2, Kind: ledger.KindSignedCheckpoint},
 		{Seq: 3, Kind: ledger.KindRead, Agent: "bob", Grant: "G-bob", Path: "oracle/answers.md"}, // forged
 	}
 	chain := &ledger.VerifyReport{Records: 3, LastSeq: 3, SignaturesChecked: true, SignedThrough: 2, Unsigned: 1,

@@ -225,21 +225,21 @@ func referenceScripts() (string, string) {
 // at 100,000 events), so it gets fewer.
 var cliRuns = map[string]map[int]int{
 	"acpfs append":              {5_000: 20, 100_000: 20},
-	cliNoCheckpoint:             {5_000: 20},
+	cliNoStateCache:             {5_000: 20},
 	"reference append_event.py": {5_000: 10, 100_000: 4},
 }
 
 // cliTargets are the speed-ups over the reference the issue asks for.
 var cliTargets = map[int]float64{5_000: 10, 100_000: 100}
 
-// cliNoCheckpoint is `acpfs append` on a folder it has not seen: every
-// run gets an empty checkpoint directory, so it replays the history as
+// cliNoStateCache is `acpfs append` on a folder it has not seen: every
+// run gets an empty state cache directory, so it replays the history as
 // an agent's first append on a new host does.
-const cliNoCheckpoint = "acpfs append, no checkpoint"
+const cliNoStateCache = "acpfs append, no state cache"
 
-// cliNoCheckpointTarget is the speed-up over the reference the issue
+// cliNoStateCacheTarget is the speed-up over the reference the issue
 // "Speed on real work" asks of it.
-const cliNoCheckpointTarget = 15
+const cliNoStateCacheTarget = 15
 
 // execEnv is execQuiet with extra environment variables.
 func execEnv(env []string, name string, args ...string) error {
@@ -303,15 +303,15 @@ func TestCLIAppend(t *testing.T) {
 			"acpfs append": func() error { return execQuiet(acpfsBin, append([]string{"append"}, step()...)...) },
 		}
 		names := []string{"acpfs append"}
-		if _, ok := cliRuns[cliNoCheckpoint][n]; ok {
-			fresh := filepath.Join(newDir(t, "checkpoints"), "none")
+		if _, ok := cliRuns[cliNoStateCache][n]; ok {
+			fresh := filepath.Join(newDir(t, "state-cache"), "none")
 			runs := 0
-			cmds[cliNoCheckpoint] = func() error {
+			cmds[cliNoStateCache] = func() error {
 				runs++
 				dir := fmt.Sprintf("%s-%d", fresh, runs)
-				return execEnv([]string{"ACPFS_CHECKPOINT_DIR=" + dir}, acpfsBin, append([]string{"append"}, step()...)...)
+				return execEnv([]string{"ACPFS_STATE_CACHE_DIR=" + dir}, acpfsBin, append([]string{"append"}, step()...)...)
 			}
-			names = append(names, cliNoCheckpoint)
+			names = append(names, cliNoStateCache)
 		}
 		if ref != "" {
 			script := filepath.Join(ref, "append_event.py")
@@ -319,7 +319,7 @@ func TestCLIAppend(t *testing.T) {
 			names = append(names, "reference append_event.py")
 		}
 		// Untimed: the first acpfs run replays the history and leaves
-		// the checkpoint the next ones start from.
+		// the state cache the next ones start from.
 		for _, name := range names {
 			require.NoError(t, cmds[name]())
 		}
@@ -344,14 +344,14 @@ func TestCLIAppend(t *testing.T) {
 				ratio = fmt.Sprintf("%.1fx faster than the reference", x)
 				note = fmt.Sprintf("%s (≥ %.0fx); %s", verdict(x >= cliTargets[n]), cliTargets[n], note)
 			}
-			if name == cliNoCheckpoint {
-				ratio = fmt.Sprintf("%.2fx acpfs append with its checkpoint", float64(m)/float64(acpfsMed))
+			if name == cliNoStateCache {
+				ratio = fmt.Sprintf("%.2fx acpfs append with its state cache", float64(m)/float64(acpfsMed))
 				if rm := median(samples["reference append_event.py"]); rm > 0 {
 					x := float64(rm) / float64(m)
 					ratio += fmt.Sprintf(", %.1fx faster than the reference", x)
-					note = fmt.Sprintf("%s (≥ %dx); %s", verdict(x >= cliNoCheckpointTarget), cliNoCheckpointTarget, note)
+					note = fmt.Sprintf("%s (≥ %dx); %s", verdict(x >= cliNoStateCacheTarget), cliNoStateCacheTarget, note)
 				}
-				note = "an empty ACPFS_CHECKPOINT_DIR every run (the history replayed); " + note
+				note = "an empty ACPFS_STATE_CACHE_DIR every run (the history replayed); " + note
 			}
 			record("cli", fmt.Sprintf("%s, %s", name, size), "median "+ms(m), ratio, note)
 		}

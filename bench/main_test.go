@@ -36,8 +36,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmpRoot)
-	// `acpfs append` keeps its checkpoints with the run.
-	os.Setenv("ACPFS_CHECKPOINT_DIR", filepath.Join(tmpRoot, "checkpoints"))
+	// `acpfs append` keeps its state caches with the run.
+	os.Setenv("ACPFS_STATE_CACHE_DIR", filepath.Join(tmpRoot, "state-cache"))
 	acpfsBin = filepath.Join(tmpRoot, "bin", "acpfs")
 	loopbackBin = filepath.Join(tmpRoot, "bin", "loopback")
 	for bin, pkg := range map[string]string{acpfsBin: "../cmd/acpfs", loopbackBin: "./loopback"} {

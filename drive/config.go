@@ -365,17 +365,17 @@ func (p *parser) deliverable(n *yaml.Node) Deliverable {
 		return d
 	}
 	types := protocol.DeliverableTypes()
-	if !slices.Contains(types, "custom") {
-		types = append(types, "custom")
+	if !slices.Contains(types, protocol.CustomType) {
+		types = append(types, protocol.CustomType)
 	}
 	switch {
 	case typeNode == nil:
 		p.errorf(n, "deliverable: type is required (%s)", strings.Join(types, ", "))
 	case !slices.Contains(types, d.Type):
 		p.errorf(typeNode, "deliverable.type: unknown type %q (known: %s)", d.Type, strings.Join(types, ", "))
-	case d.Type == "custom" && (d.File == "" || len(d.Check) == 0):
+	case d.Type == protocol.CustomType && (d.File == "" || len(d.Check) == 0):
 		p.errorf(typeNode, "deliverable: a custom deliverable needs file and check (its required sections)")
-	case d.Type != "custom" && (seen["file"] != nil || seen["check"] != nil):
+	case d.Type != protocol.CustomType && (seen["file"] != nil || seen["check"] != nil):
 		p.errorf(typeNode, "deliverable: file and check are for type custom; %s has its own", d.Type)
 	}
 	return d

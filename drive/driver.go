@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/digest"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
 	"github.com/acpfs/acpfs/protocol"
@@ -199,7 +198,7 @@ func (d *driver) prepareFolder() error {
 		}
 		s := l.Snapshot()
 		l.Close()
-		d.out.notef("info", "", "", "resuming %s from its history: phase %s, last seq %d", c.Folder, s.Phase, s.LastSeq)
+		d.out.notef(NoteInfo, "", "", "resuming %s from its history: phase %s, last seq %d", c.Folder, s.Phase, s.LastSeq)
 		return nil
 	}
 	args := []string{"init", "--folder", c.Folder, "--objective", c.Objective}
@@ -210,7 +209,7 @@ func (d *driver) prepareFolder() error {
 		args = append(args, "--completion", g)
 	}
 	args = append(args, "--primary-deliverable-type", c.Deliverable.Type)
-	if c.Deliverable.Type == "custom" {
+	if c.Deliverable.Type == protocol.CustomType {
 		args = append(args, "--primary-deliverable-file", c.Deliverable.File)
 		for _, s := range c.Deliverable.Check {
 			args = append(args, "--primary-deliverable-check", s)
@@ -219,7 +218,7 @@ func (d *driver) prepareFolder() error {
 	if _, err := d.acpfs(args...); err != nil {
 		return err
 	}
-	d.out.notef("info", "", "", "initialized %s (%s owns the proposal)", c.Folder, c.Participants[0].ID)
+	d.out.notef(NoteInfo, "", "", "initialized %s (%s owns the proposal)", c.Folder, c.Participants[0].ID)
 	return nil
 }
 
@@ -283,7 +282,7 @@ func (d *driver) prepareGrants() error {
 					break
 				}
 			}
-			d.out.notef("info", p.ID, "", "grant %s differs from the collaboration file: revoked, replaced by %s", g.GrantID, id)
+			d.out.notef(NoteInfo, p.ID, "", "grant %s differs from the collaboration file: revoked, replaced by %s", g.GrantID, id)
 		}
 		args := []string{"grant", "create", "--runs", d.cfg.Runs, "--folder", d.cfg.Folder, "--agent", p.ID}
 		if id != "" {
@@ -353,7 +352,7 @@ func (d *driver) serve(ctx context.Context) (Result, error) {
 		return Result{}, fmt.Errorf("serve the views: %w", err)
 	}
 	d.coord = coord
-	d.out.notef("info", "", "", "serving %d view(s) under %s", len(coord.Status().Views), c.Root)
+	d.out.notef(NoteInfo, "", "", "serving %d view(s) under %s", len(coord.Status().Views), c.Root)
 	res := d.loop(ctx)
 	if err := coord.Stop(); err != nil {
 		slog.Warn("stop the views", "err", err)
@@ -367,7 +366,7 @@ type notifyWriter struct{ p *progress }
 func (n notifyWriter) Write(b []byte) (int, error) {
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		if l != "" {
-			n.p.notef("info", "", "", "%s", l)
+			n.p.notef(NoteInfo, "", "", "%s", l)
 		}
 	}
 	return len(b), nil
@@ -408,7 +407,7 @@ func (d *driver) recover() error {
 				rc.State, rc.End, rc.Exit, rc.Outcome = StateDone, now(), -1, OutcomeInterrupted
 				rc.Note = "the driver stopped during this turn (killed?); closed when it started again"
 				rc.LastError = "the previous attempt was interrupted: the driver stopped during it"
-				d.out.notef("info", rc.Participant, rc.ID, "turn %s was interrupted by the driver's end; it appended %d event(s)", rc.ID, len(evs))
+				d.out.notef(NoteInfo, rc.Participant, rc.ID, "turn %s was interrupted by the driver's end; it appended %d event(s)", rc.ID, len(evs))
 			}
 		}
 		if rc.LedgerSeq == 0 {
@@ -461,7 +460,7 @@ func (d *driver) loop(ctx context.Context) Result {
 		}
 		s := d.log.Snapshot()
 		if s.Phase != lastPhase {
-			d.out.notef("phase", "", "", "phase %s, waiting for %s (seq %d)", s.Phase, orNone(s.WaitingFor), s.LastSeq)
+			d.out.notef(NotePhase, "", "", "phase %s, waiting for %s (seq %d)", s.Phase, orNone(s.WaitingFor), s.LastSeq)
 			lastPhase = s.Phase
 		}
 		if s.LastSeq != lastSeq {
@@ -502,14 +501,14 @@ func (d *driver) loop(ctx context.Context) Result {
 			ctxDone = nil
 			if !stopping {
 				stopping, reason = true, "stopped by a signal"
-				d.out.notef("stopped", "", "", "signal: stopping %d running turn(s)", len(d.running))
+				d.out.notef(NoteStopped, "", "", "signal: stopping %d running turn(s)", len(d.running))
 				d.stopAll()
 			}
 		case <-deadlineC:
 			deadlineC = nil
 			if !stopping {
 				stopping, reason = true, fmt.Sprintf("the deadline (%s) passed", d.cfg.Deadline)
-				d.out.notef("stopped", "", "", "deadline %s passed: stopping %d running turn(s)", d.cfg.Deadline, len(d.running))
+				d.out.notef(NoteStopped, "", "", "deadline %s passed: stopping %d running turn(s)", d.cfg.Deadline, len(d.running))
 				d.stopAll()
 			}
 		}
@@ -536,15 +535,15 @@ func (d *driver) giveUp(id string) string {
 	if p.OnExhausted == ExhaustedBlocked {
 		summary := fmt.Sprintf("acpfs drive for %s: %d turn(s) in a row appended no accepted event; last: %s", id, n, why)
 		if err := d.appendBlocked(id, summary); err == nil {
-			d.out.notef("gave_up", id, "", "%s: %d turn(s) appended nothing: appended blocked on its behalf, through its own view (on_exhausted: blocked)", id, n)
+			d.out.notef(NoteGaveUp, id, "", "%s: %d turn(s) appended nothing: appended blocked on its behalf, through its own view (on_exhausted: blocked)", id, n)
 			d.failures[id] = 0
 			return ""
 		} else {
-			d.out.notef("gave_up", id, "", "%s: appending blocked on its behalf failed: %v", id, err)
+			d.out.notef(NoteGaveUp, id, "", "%s: appending blocked on its behalf failed: %v", id, err)
 		}
 	}
 	r := fmt.Sprintf("%s: %d turn(s) in a row appended no accepted event (last: %s); stopping: give it more retries, or on_exhausted: blocked", id, n, why)
-	d.out.notef("gave_up", id, "", "%s", r)
+	d.out.notef(NoteGaveUp, id, "", "%s", r)
 	d.stopAll()
 	return r
 }
@@ -557,7 +556,7 @@ func (d *driver) appendBlocked(id, summary string) error {
 		_ = d.log.Refresh()
 		s := d.log.Snapshot()
 		reply := s.LastSeq
-		ev := protocol.Event{Seq: s.LastSeq + 1, From: id, Event: "blocked", At: time.Now().UTC().Format("2006-01-02T15:04:05Z"), Summary: summary, ReplyTo: &reply}
+		ev := protocol.Event{Seq: s.LastSeq + 1, From: id, Event: protocol.EvBlocked, At: protocol.FormatTime(time.Now()), Summary: summary, ReplyTo: &reply}
 		line, err := json.Marshal(ev)
 		if err != nil {
 			return err
@@ -596,13 +595,13 @@ func (d *driver) start(w Wake) {
 	rc, argv, env, err := d.prepareTurn(w, p)
 	t.rc = rc
 	if err != nil {
-		d.out.notef("turn_ended", p.ID, w.ID(), "%s: the turn could not be prepared: %v", p.ID, err)
+		d.out.notef(NoteTurnEnded, p.ID, w.ID(), "%s: the turn could not be prepared: %v", p.ID, err)
 		t.err = err
 		t.exit = -1
 		d.done <- t
 		return
 	}
-	d.out.notef("turn_started", p.ID, rc.ID, "turn %s: %s (attempt %d, woken by seq %d)", rc.ID, p.ID, rc.Attempt, rc.Wake)
+	d.out.notef(NoteTurnStarted, p.ID, rc.ID, "turn %s: %s (attempt %d, woken by seq %d)", rc.ID, p.ID, rc.Attempt, rc.Wake)
 	d.out.update(func(st *status) { st.running = append(st.running, p.ID) })
 	go d.runTurn(t, argv, env)
 	if err := <-t.started; err == nil && p.Timeout > 0 {
@@ -624,7 +623,7 @@ func (d *driver) prepareTurn(w Wake, p *Participant) (*Receipt, []string, []stri
 	}
 	rc.GrantSHA256 = g.Hash()
 	prompt := grants.Render(g)
-	rc.PromptSHA256 = sha(prompt)
+	rc.PromptSHA256 = digest.Bytes([]byte(prompt))
 	next, err := protocol.NextAction(d.cfg.Folder, p.ID)
 	if err != nil {
 		return rc, nil, nil, err
@@ -702,11 +701,6 @@ func writeFiles(dir string, dirMode, fileMode os.FileMode, files map[string]stri
 		}
 	}
 	return nil
-}
-
-func sha(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
 }
 
 // baseEnv are the variables of the driver's environment every command
@@ -803,7 +797,7 @@ func (d *driver) runTurn(t *turn, argv, env []string) {
 			// acpfs run's cgroup v1 note says the same every turn: the
 			// turn's log keeps it.
 			if !strings.HasPrefix(line, "acpfs run: cgroup v1:") {
-				d.out.note(Note{Type: "output", Participant: t.p.ID, Turn: t.rc.ID, Text: line})
+				d.out.note(Note{Type: NoteOutput, Participant: t.p.ID, Turn: t.rc.ID, Text: line})
 			}
 		}
 		outR.Close()
@@ -827,7 +821,7 @@ func (d *driver) stopTurn(t *turn, timeout bool) {
 	}
 	if timeout {
 		t.timedOut = true
-		d.out.notef("refusal", t.p.ID, t.rc.ID, "%s: turn %s ran past its timeout (%s): stopping it", t.p.ID, t.rc.ID, t.p.Timeout)
+		d.out.notef(NoteRefusal, t.p.ID, t.rc.ID, "%s: turn %s ran past its timeout (%s): stopping it", t.p.ID, t.rc.ID, t.p.Timeout)
 	} else {
 		t.stopped = true
 	}
@@ -883,7 +877,7 @@ func (d *driver) finish(t *turn) {
 	rc.Events = append([]EventRef{}, evs...)
 	setOutcome(rc, t.err, timedOut, stopped)
 	for _, f := range rc.Refusals {
-		d.out.notef("refusal", rc.Participant, rc.ID, "%s refused: %s", rc.Participant, f)
+		d.out.notef(NoteRefusal, rc.Participant, rc.ID, "%s refused: %s", rc.Participant, f)
 		s := f.String()
 		d.out.update(func(st *status) { st.lastRefusal = rc.Participant + ": " + s })
 	}
@@ -891,16 +885,16 @@ func (d *driver) finish(t *turn) {
 	d.countFailure(rc, t.p.Retries)
 	d.lastError[rc.Participant] = rc.LastError
 	if err := d.recordTurn(rc); err != nil {
-		d.out.notef("info", rc.Participant, rc.ID, "%v", err)
+		d.out.notef(NoteInfo, rc.Participant, rc.ID, "%v", err)
 	}
 	if err := rc.save(d.cfg.Runs); err != nil {
-		d.out.notef("info", rc.Participant, rc.ID, "%v", err)
+		d.out.notef(NoteInfo, rc.Participant, rc.ID, "%v", err)
 	}
 	evText := make([]string, len(rc.Events))
 	for i, e := range rc.Events {
 		evText[i] = fmt.Sprintf("%d %s", e.Seq, e.Type)
 	}
-	d.out.notef("turn_ended", rc.Participant, rc.ID, "turn %s ended: %s, exit %d, appended [%s], %d read(s), %d write(s), %d refusal(s)",
+	d.out.notef(NoteTurnEnded, rc.Participant, rc.ID, "turn %s ended: %s, exit %d, appended [%s], %d read(s), %d write(s), %d refusal(s)",
 		rc.ID, rc.Outcome, rc.Exit, strings.Join(evText, ", "), len(rc.Reads), len(rc.Writes), len(rc.Refusals))
 }
 
@@ -946,7 +940,7 @@ func (d *driver) countFailure(rc *Receipt, retries int) {
 	}
 	d.failures[rc.Participant]++
 	if d.failures[rc.Participant] <= retries {
-		d.out.notef("retry", rc.Participant, rc.ID, "%s appended no accepted event (%s): retry %d of %d, told why", rc.Participant, rc.LastError, d.failures[rc.Participant], retries)
+		d.out.notef(NoteRetry, rc.Participant, rc.ID, "%s appended no accepted event (%s): retry %d of %d, told why", rc.Participant, rc.LastError, d.failures[rc.Participant], retries)
 	}
 }
 
@@ -978,7 +972,7 @@ func (d *driver) audit() (string, string) {
 			// audit exits non-zero for a violated or unverified verdict
 			// and still writes the report.
 			if _, serr := os.Stat(f.out); serr != nil {
-				d.out.notef("audit", "", "", "audit failed: %v", err)
+				d.out.notef(NoteAudit, "", "", "audit failed: %v", err)
 				return "", ""
 			}
 		}
@@ -988,6 +982,6 @@ func (d *driver) audit() (string, string) {
 		Verdict string `json:"verdict"`
 	}
 	_ = json.Unmarshal([]byte(out), &rep)
-	d.out.notef("audit", "", "", "audit: %s (%s, %s)", rep.Verdict, md, html)
+	d.out.notef(NoteAudit, "", "", "audit: %s (%s, %s)", rep.Verdict, md, html)
 	return rep.Verdict, md
 }

@@ -19,10 +19,24 @@ const (
 	ModeJSON  = "json"  // one JSON object per event
 )
 
+// The types of the driver's notes.
+const (
+	NotePhase       = "phase"        // the collaboration moved on
+	NoteTurnStarted = "turn_started" // a participant's turn began
+	NoteTurnEnded   = "turn_ended"   // and ended (or could not start)
+	NoteRefusal     = "refusal"      // a turn was refused something, or overran its timeout
+	NoteOutput      = "output"       // a line a turn's command printed
+	NoteRetry       = "retry"        // a turn appended nothing and runs again
+	NoteGaveUp      = "gave_up"      // a participant's retries are exhausted
+	NoteStopped     = "stopped"      // a signal or the deadline stops the running turns
+	NoteAudit       = "audit"        // the closing audit's verdict
+	NoteInfo        = "info"         // anything else worth a line
+)
+
 // Note is one thing the driver reports.
 type Note struct {
 	At          string `json:"at"`
-	Type        string `json:"type"` // phase, turn_started, turn_ended, refusal, output, retry, gave_up, stopped, audit, info
+	Type        string `json:"type"` // one of the Note* types
 	Participant string `json:"participant,omitempty"`
 	Turn        string `json:"turn,omitempty"`
 	Text        string `json:"text"`
@@ -71,7 +85,7 @@ func (p *progress) note(n Note) {
 }
 
 func plainLine(n Note) string {
-	if n.Type == "output" {
+	if n.Type == NoteOutput {
 		return fmt.Sprintf("  %s| %s", n.Participant, printable(n.Text))
 	}
 	return "acpfs drive: " + printable(n.Text)

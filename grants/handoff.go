@@ -235,9 +235,6 @@ func (r RunDir) storeArtifact(in *os.File) (string, error) {
 	return sum, tmp.Install(dst)
 }
 
-// HashFile returns the lowercase hex SHA-256 of a file's content.
-func HashFile(path string) (string, error) { return digest.File(path) }
-
 // ParseHandoff decodes and checks a handoff record (unknown fields are an
 // error).
 func ParseHandoff(data []byte) (*HandoffArtifact, error) {

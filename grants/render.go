@@ -15,24 +15,46 @@ func renderPrompt(g *Grant) string {
 	if g == nil {
 		return ""
 	}
-	r := newRedactor(g)
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	pw := &promptWriter{g: g, r: newRedactor(g)}
+	pw.header()
+	pw.namedInputs()
+	pw.paths()
+	pw.instructions()
+	pw.howItWorks()
+	return pw.r.text(pw.b.String())
+}
 
-	w("# Context grant %s\n\n", r.text(g.GrantID))
+// promptWriter builds one grant's prompt, a section per method.
+type promptWriter struct {
+	g *Grant
+	r *redactor
+	b strings.Builder
+}
+
+func (pw *promptWriter) w(format string, args ...any) { fmt.Fprintf(&pw.b, format, args...) }
+
+// header names the grant, says whether it is revoked, who the agent is and
+// its objective.
+func (pw *promptWriter) header() {
+	g, r := pw.g, pw.r
+	pw.w("# Context grant %s\n\n", r.text(g.GrantID))
 	if g.Revoked {
-		w("**This grant has been revoked**")
+		pw.w("**This grant has been revoked**")
 		if g.RevokedAt != "" {
-			w(" (%s)", r.text(g.RevokedAt))
+			pw.w(" (%s)", r.text(g.RevokedAt))
 		}
-		w(". The collaboration folder now shows you nothing; stop working.\n\n")
+		pw.w(". The collaboration folder now shows you nothing; stop working.\n\n")
 	}
-	w("You are agent `%s`, working as **%s**. In the collaboration protocol you are participant `%s`.\n\n",
+	pw.w("You are agent `%s`, working as **%s**. In the collaboration protocol you are participant `%s`.\n\n",
 		r.text(g.AgentID), r.text(oneLine(g.Role)), r.text(g.ParticipantID()))
 
-	w("## Objective\n\n%s\n\n", r.text(strings.TrimSpace(g.Objective)))
+	pw.w("## Objective\n\n%s\n\n", r.text(strings.TrimSpace(g.Objective)))
+}
 
-	w("## Named inputs\n\n")
+// namedInputs lists the named input slots that name a path, by slot.
+func (pw *promptWriter) namedInputs() {
+	g := pw.g
+	pw.w("## Named inputs\n\n")
 	slots := make([]string, 0, len(g.NamedInputs))
 	for s, in := range g.NamedInputs {
 		if in.Path != "" {
@@ -41,73 +63,83 @@ func renderPrompt(g *Grant) string {
 	}
 	sort.Strings(slots)
 	if len(slots) == 0 {
-		w("None.\n\n")
-	} else {
-		for _, s := range slots {
-			line := fmt.Sprintf("`%s`: `%s`", s, g.NamedInputs[s].Path)
-			if r.mentions(line) {
-				line = withheldEntry
-			}
-			w("- %s\n", line)
-		}
-		w("\n")
+		pw.w("None.\n\n")
+		return
 	}
+	for _, s := range slots {
+		line := fmt.Sprintf("`%s`: `%s`", s, g.NamedInputs[s].Path)
+		if pw.r.mentions(line) {
+			line = withheldEntry
+		}
+		pw.w("- %s\n", line)
+	}
+	pw.w("\n")
+}
 
-	w("## You may read\n\n")
+// paths lists what the agent may read and what it may write.
+func (pw *promptWriter) paths() {
+	g, r := pw.g, pw.r
+	pw.w("## You may read\n\n")
 	for _, p := range g.MayRead {
-		w("- %s\n", codeEntry(r, p))
+		pw.w("- %s\n", codeEntry(r, p))
 	}
 	for _, p := range g.MayWrite {
 		if !slices.Contains(g.MayRead, p) {
-			w("- %s (writable, so readable)\n", codeEntry(r, p))
+			pw.w("- %s (writable, so readable)\n", codeEntry(r, p))
 		}
 	}
-	w("\nPaths are relative to the collaboration folder. Anything not covered here does not exist in your view of it.\n\n")
+	pw.w("\nPaths are relative to the collaboration folder. Anything not covered here does not exist in your view of it.\n\n")
 
-	w("## You may write\n\n")
+	pw.w("## You may write\n\n")
 	if len(g.MayWrite) == 0 {
-		w("Nothing: your view of the folder is read-only.\n\n")
-	} else {
-		for _, p := range g.MayWrite {
-			w("- %s\n", codeEntry(r, p))
-		}
-		w("\n")
+		pw.w("Nothing: your view of the folder is read-only.\n\n")
+		return
 	}
+	for _, p := range g.MayWrite {
+		pw.w("- %s\n", codeEntry(r, p))
+	}
+	pw.w("\n")
+}
 
-	if len(g.InjectedGuidance) > 0 {
-		w("## Guidance\n\n")
-		for _, s := range g.InjectedGuidance {
-			w("- %s\n", r.text(indentItem(s)))
-		}
-		w("\n")
-	}
-	section := func(title, body string) {
-		if strings.TrimSpace(body) == "" {
-			return
-		}
-		w("## %s\n\n%s\n\n", title, r.text(strings.TrimSpace(body)))
-	}
-	section("Output contract", g.OutputContract)
-	section("Decision authority", g.DecisionAuthority)
-	if len(g.StopConditions) > 0 {
-		w("## Stop conditions\n\n")
-		for _, s := range g.StopConditions {
-			w("- %s\n", r.text(indentItem(s)))
-		}
-		w("\n")
-	}
+// instructions writes the grant's guidance, output contract, decision
+// authority and stop conditions, each section only when the grant has it.
+func (pw *promptWriter) instructions() {
+	g := pw.g
+	pw.list("Guidance", g.InjectedGuidance)
+	pw.section("Output contract", g.OutputContract)
+	pw.section("Decision authority", g.DecisionAuthority)
+	pw.list("Stop conditions", g.StopConditions)
+}
 
-	w("## How this folder works\n\n")
-	w("- The folder you see is a filesystem view bound to this grant; ordinary tools (cat, grep, editors, shell redirection) work on it.\n")
-	w("- Every file you open for reading is recorded, with its content hash, in a tamper-evident ledger that reviewers audit.\n")
-	w("- Writing outside the paths you may write fails with \"permission denied\" and is recorded too.\n")
-	w("- The collaboration protocol is enforced by the filesystem: each line you append to `events.jsonl` is validated against the protocol state machine before it reaches disk, and its `from` must be `%s`. A refused append fails; the reason is in `.acpfs/last-error`.\n", r.text(g.ParticipantID()))
-	w("- `protocol.json` is maintained for you from the events.\n")
-	w("- A frozen deliverable is read-only.\n")
-	w("- `.acpfs/status` shows the phase, whose turn it is and your next action; reading `.acpfs/wait` blocks until it is your turn or the collaboration ends.\n")
-	w("- Information from other agents reaches you only as files and recorded handoffs, never through hidden context.\n")
+func (pw *promptWriter) section(title, body string) {
+	if strings.TrimSpace(body) == "" {
+		return
+	}
+	pw.w("## %s\n\n%s\n\n", title, pw.r.text(strings.TrimSpace(body)))
+}
 
-	return r.text(b.String())
+func (pw *promptWriter) list(title string, items []string) {
+	if len(items) == 0 {
+		return
+	}
+	pw.w("## %s\n\n", title)
+	for _, s := range items {
+		pw.w("- %s\n", pw.r.text(indentItem(s)))
+	}
+	pw.w("\n")
+}
+
+// howItWorks explains the view the agent works in.
+func (pw *promptWriter) howItWorks() {
+	pw.w("## How this folder works\n\n")
+	pw.w("- The folder you see is a filesystem view bound to this grant; ordinary tools (cat, grep, editors, shell redirection) work on it.\n")
+	pw.w("- Every file you open for reading is recorded, with its content hash, in a tamper-evident ledger that reviewers audit.\n")
+	pw.w("- Writing outside the paths you may write fails with \"permission denied\" and is recorded too.\n")
+	pw.w("- The collaboration protocol is enforced by the filesystem: each line you append to `events.jsonl` is validated against the protocol state machine before it reaches disk, and its `from` must be `%s`. A refused append fails; the reason is in `.acpfs/last-error`.\n", pw.r.text(pw.g.ParticipantID()))
+	pw.w("- `protocol.json` is maintained for you from the events.\n")
+	pw.w("- A frozen deliverable is read-only.\n")
+	pw.w("- `.acpfs/status` shows the phase, whose turn it is and your next action; reading `.acpfs/wait` blocks until it is your turn or the collaboration ends.\n")
+	pw.w("- Information from other agents reaches you only as files and recorded handoffs, never through hidden context.\n")
 }
 
 // codeEntry shows a path or pattern as code, unless it names something

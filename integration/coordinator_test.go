@@ -294,9 +294,9 @@ func TestCoordinatorBadGrantCostsOnlyItsAgent(t *testing.T) {
 
 	// Fixed: bob's view is mounted.
 	e.saveGrant(bob)
-	mhEventually(t, func() bool { return e.mounted(reviewer) }, "bob's view is mounted once his grant is fixed")
+	eventually(t, func() bool { return e.mounted(reviewer) }, "bob's view is mounted once his grant is fixed")
 	require.NoError(t, os.Remove(filepath.Join(e.runs, "context_grants", "G-mallory.json")))
-	mhEventually(t, func() bool {
+	eventually(t, func() bool {
 		_, _, code := acpfs(t, "status", "--runs", e.runs)
 		return code == 0
 	}, "status is clean once every grant is fixed")
@@ -306,9 +306,9 @@ func TestCoordinatorBadGrantCostsOnlyItsAgent(t *testing.T) {
 	second := *bob
 	second.GrantID = "G-bob-2"
 	e.saveGrant(&second)
-	mhEventually(t, func() bool { return !e.mounted(reviewer) }, "bob has no view while he has two active grants")
+	eventually(t, func() bool { return !e.mounted(reviewer) }, "bob has no view while he has two active grants")
 	assert.True(t, e.mounted(owner))
 	_, stderr, code := acpfs(t, "grant", "revoke", "--runs", e.runs, "--grant", "G-bob-2")
 	require.Equal(t, 0, code, stderr)
-	mhEventually(t, func() bool { return e.mounted(reviewer) }, "bob's view is mounted again once one grant is left")
+	eventually(t, func() bool { return e.mounted(reviewer) }, "bob's view is mounted again once one grant is left")
 }

@@ -344,10 +344,15 @@ func (c *collab) snapshotFiles() map[string]string {
 	return out
 }
 
-// eventually polls cond for up to two seconds.
+// eventually polls cond until it holds. The deadline only ends a test
+// whose condition never comes: while its watcher sees the folder, a
+// view's cache lasts ten minutes (view.CacheTimeout), so a change shows
+// by invalidation whatever the deadline, and a loaded machine that takes
+// seconds to start a daemon, or a cluster to fail over, does not fail
+// the test.
 func eventually(t testing.TB, cond func() bool, msg string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if cond() {
 			return

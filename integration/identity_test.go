@@ -300,7 +300,7 @@ func TestIdentityStoreNeverSyncsARunDirectory(t *testing.T) {
 	// A document written after the move reaches host b: the sync has
 	// seen the folder since.
 	require.NoError(t, os.WriteFile(filepath.Join(a.folder, "deliverables", "after-the-move.md"), []byte("# after\n"), 0o644))
-	mhEventually(t, func() bool {
+	eventually(t, func() bool {
 		_, err := os.Stat(filepath.Join(b.folder, "deliverables", "after-the-move.md"))
 		return err == nil
 	}, "host b has the document written after the move")

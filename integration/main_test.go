@@ -32,9 +32,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmpRoot)
-	// The CLI's derived-state checkpoints go with the run, not to the
-	// user's cache directory.
-	os.Setenv("ACPFS_CHECKPOINT_DIR", filepath.Join(tmpRoot, "checkpoints"))
+	// The CLI's state caches go with the run, not to the user's cache
+	// directory.
+	os.Setenv("ACPFS_STATE_CACHE_DIR", filepath.Join(tmpRoot, "state-cache"))
 	acpfsBin = filepath.Join(tmpRoot, "acpfs")
 	if err := testutil.InstallCLI(acpfsBin, "../cmd/acpfs"); err != nil {
 		fmt.Fprintln(os.Stderr, "build acpfs:", err)

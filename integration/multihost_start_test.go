@@ -26,7 +26,7 @@ func TestMultiHostSecondHostStartsBeforeTheFirstPublishes(t *testing.T) {
 	mounts, ready, args := b.upArgs()
 	// Started without waiting for its views: they come after host a.
 	b.proc = testutil.StartDaemon(t, testutil.DaemonSpec{Bin: acpfsBin, Args: args, Mounts: mounts})
-	mhEventually(t, func() bool {
+	eventually(t, func() bool {
 		return strings.Contains(b.proc.Output(), "waiting for collaboration mh in the store: no protocol.json and no history (events.jsonl) yet") ||
 			b.proc.Exited()
 	}, "host b says it waits for the store")
@@ -35,7 +35,7 @@ func TestMultiHostSecondHostStartsBeforeTheFirstPublishes(t *testing.T) {
 	require.Error(t, err, "host b serves a view before anything was published")
 
 	a.up()
-	mhEventually(t, func() bool {
+	eventually(t, func() bool {
 		_, err := os.Stat(ready[0])
 		return (err == nil && strings.Contains(b.proc.Output(), " view(s) of ")) || b.proc.Exited()
 	}, "host b comes up once host a has published")
@@ -48,7 +48,7 @@ func TestMultiHostSecondHostStartsBeforeTheFirstPublishes(t *testing.T) {
 	require.Equal(t, designSpec("Draft"), string(spec))
 	require.Zero(t, drafted(a.view("alice"), "after b came up"), lastError(a.view("alice")))
 	waitLines(t, 2, a, b)
-	mhEventually(t, func() bool {
+	eventually(t, func() bool {
 		st, err := os.ReadFile(filepath.Join(b.view("bob"), ".acpfs", "status"))
 		return err == nil && strings.Contains(string(st), "last seq: 2")
 	}, "bob's view on host b shows seq 2")

@@ -126,7 +126,7 @@ func (h *mhHost) grant(agent, participant string, extra ...string) {
 	// the JetStream API on every node yet ("no responders"), or answer
 	// within the CLI's request timeout on a loaded machine ("unreachable"):
 	// the first grant waits for it, any other failure fails.
-	mhEventually(h.env.t, func() bool {
+	eventually(h.env.t, func() bool {
 		_, stderr, code := acpfs(h.env.t, args...)
 		if code != 0 && !strings.Contains(stderr, "no responders") && !strings.Contains(stderr, "the store is unreachable") {
 			h.env.t.Fatalf("grant create: %s", stderr)
@@ -171,7 +171,7 @@ func countLines(b []byte) int { return bytes.Count(b, []byte("\n")) }
 func waitLines(t *testing.T, n int, hosts ...*mhHost) {
 	t.Helper()
 	for _, h := range hosts {
-		mhEventually(t, func() bool { return countLines(h.events()) >= n },
+		eventually(t, func() bool { return countLines(h.events()) >= n },
 			fmt.Sprintf("host %s has %d lines of events.jsonl", h.name, n))
 	}
 }
@@ -219,7 +219,7 @@ func TestMultiHostOneHistory(t *testing.T) {
 
 	require.Zero(t, drafted(a.view("alice"), "from host a"), lastError(a.view("alice")))
 	waitLines(t, 2, a, b)
-	mhEventually(t, func() bool {
+	eventually(t, func() bool {
 		st, err := os.ReadFile(filepath.Join(b.view("bob"), ".acpfs", "status"))
 		return err == nil && strings.Contains(string(st), "last seq: 2")
 	}, "bob's view on host b shows seq 2")
@@ -367,7 +367,7 @@ func TestMultiHostCutOffHostIsReadOnlyAndCatchesUp(t *testing.T) {
 	require.NoError(t, os.Mkdir(filepath.Join(bob, "notes"), 0o755))
 
 	proxy.setCut(true)
-	mhEventually(t, func() bool {
+	eventually(t, func() bool {
 		err := os.WriteFile(filepath.Join(bob, "notes", "probe.md"), []byte("probe\n"), 0o644)
 		return errors.Is(err, syscall.EROFS)
 	}, "host b's view turns read-only once cut off")
@@ -392,7 +392,7 @@ func TestMultiHostCutOffHostIsReadOnlyAndCatchesUp(t *testing.T) {
 	proxy.setCut(false)
 	waitLines(t, 4, b)
 	require.Equal(t, string(a.events()), string(b.events()))
-	mhEventually(t, func() bool {
+	eventually(t, func() bool {
 		return os.WriteFile(filepath.Join(bob, "proposal.md"), []byte("# Proposal\n\nback\n"), 0o644) == nil
 	}, "host b writes again once reconnected")
 }
@@ -411,7 +411,7 @@ func TestMultiHostStalledServerTurnsViewsReadOnly(t *testing.T) {
 	require.NoError(t, os.Mkdir(filepath.Join(alice, "notes"), 0o755))
 
 	proxy.stalled.Store(true)
-	mhEventually(t, func() bool {
+	eventually(t, func() bool {
 		st, err := os.ReadFile(filepath.Join(alice, ".acpfs", "status"))
 		return err == nil && strings.Contains(string(st), "writes: refused with EROFS")
 	}, "the view turns read-only while the server does not answer")
@@ -419,7 +419,7 @@ func TestMultiHostStalledServerTurnsViewsReadOnly(t *testing.T) {
 	require.Equal(t, syscall.EROFS, drafted(alice, "while stalled"))
 
 	proxy.stalled.Store(false)
-	mhEventually(t, func() bool {
+	eventually(t, func() bool {
 		return os.WriteFile(filepath.Join(alice, "notes", "n.md"), []byte("back\n"), 0o644) == nil
 	}, "writes open again once the server answers")
 	require.Zero(t, drafted(alice, "after the stall"), lastError(alice))
@@ -477,7 +477,7 @@ func mhCluster(t *testing.T, dir string) []*mhNode {
 		go func() { defer wg.Done(); nodes[i].start() }() // nodes wait for each other
 	}
 	wg.Wait()
-	mhEventually(t, func() bool {
+	eventually(t, func() bool {
 		leader := false
 		for _, n := range nodes {
 			if !n.srv.JetStreamIsCurrent() {
@@ -659,23 +659,10 @@ func TestMultiHostClusterStress(t *testing.T) {
 		}
 		for _, h := range hosts {
 			p := filepath.Join(h.folder, "notes", w.agent+".md")
-			mhEventually(t, func() bool {
+			eventually(t, func() bool {
 				b, err := os.ReadFile(p)
 				return err == nil && string(b) == w.note
 			}, fmt.Sprintf("%s's last note on host %s: want %q, have %q", w.agent, h.name, w.note, readFile(t, p)))
 		}
-	}
-}
-
-// mhEventually waits for cond like eventually, with room for what crosses
-// hosts on a loaded machine: reconnections, catch-ups, the health check.
-func mhEventually(t testing.TB, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -133,9 +133,9 @@ func (u *rootlessUser) command(script string, args ...string) *exec.Cmd {
 		binds += fmt.Sprintf("mount --bind %q /etc/%s\n", p, name)
 	}
 	wrapper := binds + fmt.Sprintf(`cd %q
-exec setpriv --reuid %d --regid %d --clear-groups -- env -i HOME=%q PATH=%q ACPFS_CHECKPOINT_DIR=%q LANG=C.UTF-8 \
+exec setpriv --reuid %d --regid %d --clear-groups -- env -i HOME=%q PATH=%q ACPFS_STATE_CACHE_DIR=%q LANG=C.UTF-8 \
   /usr/bin/bash -e -o pipefail %q "$@"`, u.home, u.uid, u.uid, u.home,
-		filepath.Join(u.dir, "bin")+":/usr/local/bin:/usr/bin:/bin", filepath.Join(u.home, ".checkpoints"), f.Name())
+		filepath.Join(u.dir, "bin")+":/usr/local/bin:/usr/bin:/bin", filepath.Join(u.home, ".state-cache"), f.Name())
 	return exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-e", "-c", wrapper, "sh"}, args...)...)
 }
 

@@ -132,12 +132,12 @@ func writeBench1M(b *testing.B) (path string, size int64) {
 		r.Path = fmt.Sprintf("deliverables/section-%04d/design-spec.md", i%5000)
 		switch {
 		case i%bench1MCheckpoint == 0 || i == bench1MRecords:
-			r, m = Record{Kind: KindCheckpoint, Detail: "checkpoint"}, sealSig
+			r, m = Record{Kind: KindSignedCheckpoint, Detail: "checkpoint"}, sealSig
 		case i%bench1MBatch == 0:
 			m = sealMAC
 		}
 		rec, line := c.next(r, m)
-		if rec.Kind == KindCheckpoint {
+		if rec.Kind == KindSignedCheckpoint {
 			head = line
 		}
 		_, err := bw.Write(line)

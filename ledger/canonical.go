@@ -2,13 +2,14 @@ package ledger
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
+
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 const (
@@ -22,6 +23,11 @@ const (
 	// timestamps sort as strings.
 	timeLayout = "2006-01-02T15:04:05.000000000Z"
 )
+
+// Stamp renders t as the ledger stamps its records (timeLayout). Whatever
+// else goes into a record's time fields uses it, so that they all sort as
+// strings with the records' own.
+func Stamp(t time.Time) string { return t.UTC().Format(timeLayout) }
 
 // hashTail is how every canonical encoding ends when Hash is empty.
 var hashTail = []byte(`"hash":""}`)
@@ -66,8 +72,7 @@ func (e *encoder) appendLine(dst []byte, r *Record) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
-	sum := sha256.Sum256(b)
-	r.Hash = hex.EncodeToString(sum[:])
+	r.Hash = digest.Bytes(b)
 	dst = append(dst, b[:len(b)-2]...) // up to and including `"hash":"`
 	dst = append(dst, r.Hash...)
 	dst = append(dst, "\"}\n"...)
@@ -82,8 +87,7 @@ func HashRecord(r Record) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
+	return digest.Bytes(b), nil
 }
 
 // sanitize makes every string valid UTF-8 (so that what is hashed is what
@@ -134,8 +138,7 @@ func (e *encoder) checkLine(line []byte) (r Record, problem, reason string) {
 	if err != nil {
 		return r, ProblemGarbage, err.Error()
 	}
-	sum := sha256.Sum256(b)
-	if want := hex.EncodeToString(sum[:]); want != r.Hash {
+	if want := digest.Bytes(b); want != r.Hash {
 		return r, ProblemHash, fmt.Sprintf("hash mismatch: the record was edited (stored %s, computed %s)", short(r.Hash), short(want))
 	}
 	// Same hash, different bytes: duplicated keys, extra spaces, other

@@ -296,7 +296,7 @@ func TestVerifyParity(t *testing.T) {
 		}
 		require.NoError(t, os.WriteFile(path, bytes.Join(lines, nil), 0o600))
 		if rng.IntN(2) == 0 {
-			f.writeHead(path, f.last(KindCheckpoint))
+			f.writeHead(path, f.last(KindSignedCheckpoint))
 		}
 		fast, err := VerifyWith(path, VerifyOptions{})
 		require.NoError(t, err)

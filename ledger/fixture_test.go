@@ -87,7 +87,7 @@ func (f *fixture) reads(n int) *fixture {
 
 // checkpoint adds a signed checkpoint.
 func (f *fixture) checkpoint() *fixture {
-	return f.add(Record{Kind: KindCheckpoint, Detail: "checkpoint"}, sealSig)
+	return f.add(Record{Kind: KindSignedCheckpoint, Detail: "checkpoint"}, sealSig)
 }
 
 // rechain renumbers and relinks every record and recomputes each hash, as

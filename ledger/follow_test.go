@@ -123,7 +123,7 @@ func TestFollowerRefusesForeignRecords(t *testing.T) {
 		before int64 // records handed out before the problem
 	}{
 		{"appended without the key", func(t *testing.T, path string, last Record) {
-			r := Record{Seq: last.Seq + 1, At: last.At, Kind: KindCheckpoint, Key: last.Key, Sig: last.Sig, Prev: last.Hash}
+			r := Record{Seq: last.Seq + 1, At: last.At, Kind: KindSignedCheckpoint, Key: last.Key, Sig: last.Sig, Prev: last.Hash}
 			h, err := HashRecord(r)
 			require.NoError(t, err)
 			r.Hash = h

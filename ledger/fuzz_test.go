@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 // fuzzSeeds are ledger tails a crash, an editor or an attacker could
@@ -147,7 +149,7 @@ func FuzzOpenTail(f *testing.F) {
 			rp, err := decodeLine(bytes.TrimSuffix(lines[0], []byte("\n")))
 			require.NoError(t, err)
 			require.Equal(t, KindRepair, rp.Kind)
-			require.Equal(t, sha256Hex(whole[keep:]), rp.SHA256)
+			require.Equal(t, digest.Bytes(whole[keep:]), rp.SHA256)
 			require.Equal(t, rp.Seq+1, rec.Seq)
 			require.Equal(t, rp.Hash, rec.Prev)
 		} else {

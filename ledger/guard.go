@@ -96,7 +96,7 @@ func (w *Writer) checkFile() (size int64, reason string, err error) {
 // reachable, says why beside the ledger and in the log, and refuses
 // every later Append until the ledger is back.
 func (w *Writer) breakOff(reason string) *Broken {
-	b := &Broken{Reason: reason, Seq: w.seq, Hash: w.hash, At: w.clock().UTC().Format(timeLayout)}
+	b := &Broken{Reason: reason, Seq: w.seq, Hash: w.hash, At: Stamp(w.clock())}
 	if p, ok := w.preserve(); ok {
 		b.Preserved = p
 	}

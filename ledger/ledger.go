@@ -76,19 +76,19 @@ const (
 	KindPanic           Kind = "panic"
 	KindRepair          Kind = "repair"
 
-	KindReadRepeat      Kind = "read_repeat"      // repeats of a read already recorded in full, aggregated
-	KindReadHash        Kind = "read_hash"        // the content hash of an earlier read recorded without one (Detail: "read seq N")
-	KindDeniedRepeat    Kind = "denied_repeat"    // repeats of a refusal already recorded in full, aggregated
-	KindWriteRepeat     Kind = "write_repeat"     // repeats of a no-op change (open for writing, times only) already recorded in full, aggregated
-	KindAppendRecovered Kind = "append_recovered" // an appended line found at start-up without its record
-	KindAppendFailed    Kind = "append_failed"    // an accepted and recorded append whose write then failed
-	KindGrantApplied    Kind = "grant_applied"    // a view applied a grant (SHA256: grants.Grant.Hash)
-	KindCheckpoint      Kind = "checkpoint"       // a signed checkpoint over the chain
-	KindGap             Kind = "gap"              // an operator's acknowledgement of lost records
-	KindSegmentEnd      Kind = "segment_end"      // the last record of a sealed segment
-	KindSegmentStart    Kind = "segment_start"    // the first record of a new segment
-	KindLedgerRecovered Kind = "ledger_recovered" // a writer resumed after an operator restored the ledger
-	KindTurn            Kind = "turn"             // acpfs drive: one participant's turn ended (Detail: a Turn, as JSON)
+	KindReadRepeat       Kind = "read_repeat"      // repeats of a read already recorded in full, aggregated
+	KindReadHash         Kind = "read_hash"        // the content hash of an earlier read recorded without one (Detail: "read seq N")
+	KindDeniedRepeat     Kind = "denied_repeat"    // repeats of a refusal already recorded in full, aggregated
+	KindWriteRepeat      Kind = "write_repeat"     // repeats of a no-op change (open for writing, times only) already recorded in full, aggregated
+	KindAppendRecovered  Kind = "append_recovered" // an appended line found at start-up without its record
+	KindAppendFailed     Kind = "append_failed"    // an accepted and recorded append whose write then failed
+	KindGrantApplied     Kind = "grant_applied"    // a view applied a grant (SHA256: grants.Grant.Hash)
+	KindSignedCheckpoint Kind = "checkpoint"       // a signed checkpoint over the chain
+	KindGap              Kind = "gap"              // an operator's acknowledgement of lost records
+	KindSegmentEnd       Kind = "segment_end"      // the last record of a sealed segment
+	KindSegmentStart     Kind = "segment_start"    // the first record of a new segment
+	KindLedgerRecovered  Kind = "ledger_recovered" // a writer resumed after an operator restored the ledger
+	KindTurn             Kind = "turn"             // acpfs drive: one participant's turn ended (Detail: a Turn, as JSON)
 
 	// The coordinator (`acpfs up`): a view that went away without being
 	// stopped by it (unmounted from outside, its connection aborted, its

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/acpfs/acpfs/internal/atomicfile"
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 // Repair actions, in RepairInfo.Action.
@@ -160,7 +161,7 @@ func (r *repairer) run() (*RepairInfo, error) {
 	if t.seq > 0 && t.last.Sig == "" {
 		// A writer that stopped without signing (killed): its batch MAC
 		// shows the tail is a writer's, so sign over it now.
-		rec := Record{Kind: KindCheckpoint, Detail: fmt.Sprintf("signed by repair: the records up to seq %d carry a writer's seal but no signature (the writer stopped without signing)", t.seq)}
+		rec := Record{Kind: KindSignedCheckpoint, Detail: fmt.Sprintf("signed by repair: the records up to seq %d carry a writer's seal but no signature (the writer stopped without signing)", t.seq)}
 		out, err := r.appendSigned(rec, t.last)
 		if err != nil {
 			return nil, err
@@ -192,7 +193,7 @@ func (r *repairer) cutForeign(size int64) (*RepairInfo, error) {
 		return nil, fmt.Errorf("repair ledger: cut the unsealed records: %w", err)
 	}
 	n := bytes.Count(cut, []byte("\n"))
-	rec := Record{Kind: KindRepair, Op: OpCutForeign, SHA256: sha256Hex(cut),
+	rec := Record{Kind: KindRepair, Op: OpCutForeign, SHA256: digest.Bytes(cut),
 		Detail: fmt.Sprintf("moved %d record(s) after seq %d that no writer sealed (%d bytes) to %s", n, last.Seq, len(cut), aside)}
 	out, err := r.appendSigned(rec, last)
 	if err != nil {
@@ -258,7 +259,7 @@ func (r *repairer) acknowledgeTruncation(t tailInfo) (*RepairInfo, error) {
 // appendSigned seals rec after prev, writes it, and updates the head.
 func (r *repairer) appendSigned(rec Record, prev Record) (Record, error) {
 	rec.Seq, rec.Prev = prev.Seq+1, prev.Hash
-	rec.At = time.Now().UTC().Format(timeLayout)
+	rec.At = Stamp(time.Now())
 	rec.PID = uint32(os.Getpid())
 	sanitize(&rec)
 	if err := r.key.seal(r.enc, &rec, true); err != nil {

@@ -10,7 +10,7 @@ import (
 // Ed25519 signature: they are what a reviewer's trust rests on.
 func signedKind(kind Kind) bool {
 	switch kind {
-	case KindCheckpoint, KindSegmentEnd, KindSegmentStart, KindGap, KindLedgerRecovered:
+	case KindSignedCheckpoint, KindSegmentEnd, KindSegmentStart, KindGap, KindLedgerRecovered:
 		return true
 	}
 	return false
@@ -20,8 +20,32 @@ func signedKind(kind Kind) bool {
 // with the file lock held and the tail in sync. The last record of the
 // batch carries the batch MAC, so that the next writer to take the lock
 // can tell the tail was written by one of the ledger's writers; a
-// checkpoint is added once SignEvery records are unsigned.
+// signed checkpoint is added once SignEvery records are unsigned.
 func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
+	last := refuseKindless(batch)
+	if last < 0 {
+		return 0
+	}
+	start := w.size
+	s := batchSeal{w: w, seq: w.seq, prev: w.hash, signed: w.signedSeq}
+	w.buf = w.buf[:0]
+	n, err := s.sealBatch(batch, last)
+	if err != nil {
+		return fail(err)
+	}
+	if len(w.buf) == 0 {
+		return 0
+	}
+	if err := w.writeSealed(&s, start); err != nil {
+		return fail(err)
+	}
+	w.commitSealed(&s, start)
+	return n
+}
+
+// refuseKindless fails every request whose record has no kind and returns
+// the index of the last one that has, -1 when none has.
+func refuseKindless(batch []*request) int {
 	last := -1
 	for i, q := range batch {
 		if q.rec.Kind == "" {
@@ -30,54 +54,31 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 		}
 		last = i
 	}
-	if last < 0 {
-		return 0
-	}
-	start := w.size
-	seq, prev := w.seq, w.hash
-	signed := w.signedSeq
-	w.buf = w.buf[:0]
-	lineStart := 0
-	var lastKind Kind
-	var headLine []byte
-	add := func(r *Record, mac bool) error {
-		r.Seq, r.Prev, r.Hash = seq+1, prev, ""
-		r.At = w.clock().UTC().Format(timeLayout)
-		sanitize(r)
-		sign := signedKind(r.Kind)
-		if sign && r.Kind == KindCheckpoint {
-			r.Count = r.Seq - 1 - signed
-		}
-		r.Key, r.MAC, r.Sig = "", "", ""
-		// Every file this writer starts states the format it is in.
-		r.Version = 0
-		if r.Seq == 1 || r.Kind == KindSegmentStart {
-			r.Version = CurrentVersion
-		}
-		if sign || mac {
-			if err := w.key.seal(w.enc, r, sign); err != nil {
-				return err
-			}
-		}
-		n := len(w.buf)
-		buf, err := w.enc.appendLine(w.buf, r)
-		if err != nil {
-			return err
-		}
-		w.buf, lineStart = buf, n
-		seq, prev, lastKind = r.Seq, r.Hash, r.Kind
-		if sign {
-			signed = r.Seq
-			if r.Kind != KindSegmentEnd {
-				headLine = w.buf[n:]
-			}
-		}
-		return nil
-	}
+	return last
+}
+
+// batchSeal is the chain's state while one batch is sealed into w.buf:
+// the writer's own state changes only once the batch is on disk.
+type batchSeal struct {
+	w         *Writer
+	seq       int64  // the last sealed record's seq
+	prev      string // and its hash
+	signed    int64  // the seq the last signature covers
+	lineStart int    // where the last line starts in w.buf
+	lastKind  Kind
+	headLine  []byte // the last signed checkpoint's line, for the head file
+}
+
+// sealBatch seals the records of the batch (after a ledger_recovered
+// record when writing resumes after a repair, and before a signed
+// checkpoint when SignEvery records are unsigned). A request whose record
+// cannot be sealed fails alone; the error returned fails the whole batch.
+func (s *batchSeal) sealBatch(batch []*request, last int) (int, error) {
+	w := s.w
 	if b := w.resumed; b != nil {
 		r := Record{Kind: KindLedgerRecovered, Detail: fmt.Sprintf("writing resumed after the ledger was repaired; it had stopped at seq %d: %s", b.Seq, b.Reason)}
-		if err := add(&r, false); err != nil {
-			return fail(fmt.Errorf("append seq %d: %w", seq+1, err))
+		if err := s.add(&r, false); err != nil {
+			return 0, fmt.Errorf("append seq %d: %w", s.seq+1, err)
 		}
 	}
 	n := 0
@@ -86,51 +87,99 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 			continue
 		}
 		r := q.rec
-		if r.Kind == KindCheckpoint && seq == signed {
+		if r.Kind == KindSignedCheckpoint && s.seq == s.signed {
 			continue // nothing left to cover
 		}
-		if err := add(&r, i == last); err != nil {
-			q.err = fmt.Errorf("append seq %d: %w", seq+1, err)
+		if err := s.add(&r, i == last); err != nil {
+			q.err = fmt.Errorf("append seq %d: %w", s.seq+1, err)
 			continue
 		}
 		q.rec, q.written = r, true
 		n++
 	}
-	if n > 0 && seq-signed >= int64(w.opts.SignEvery) {
-		r := Record{Kind: KindCheckpoint}
-		if err := add(&r, false); err != nil {
-			return fail(fmt.Errorf("append checkpoint seq %d: %w", seq+1, err))
+	if n > 0 && s.seq-s.signed >= int64(w.opts.SignEvery) {
+		r := Record{Kind: KindSignedCheckpoint}
+		if err := s.add(&r, false); err != nil {
+			return 0, fmt.Errorf("append checkpoint seq %d: %w", s.seq+1, err)
 		}
 	}
-	if len(w.buf) == 0 {
-		return 0
+	return n, nil
+}
+
+// add links r to the chain, stamps it, seals it (a signature for the
+// signed kinds, the batch MAC when mac is set) and appends its line to
+// w.buf.
+func (s *batchSeal) add(r *Record, mac bool) error {
+	w := s.w
+	r.Seq, r.Prev, r.Hash = s.seq+1, s.prev, ""
+	r.At = Stamp(w.clock())
+	sanitize(r)
+	sign := signedKind(r.Kind)
+	if sign && r.Kind == KindSignedCheckpoint {
+		r.Count = r.Seq - 1 - s.signed
 	}
+	r.Key, r.MAC, r.Sig = "", "", ""
+	// Every file this writer starts states the format it is in.
+	r.Version = 0
+	if r.Seq == 1 || r.Kind == KindSegmentStart {
+		r.Version = CurrentVersion
+	}
+	if sign || mac {
+		if err := w.key.seal(w.enc, r, sign); err != nil {
+			return err
+		}
+	}
+	n := len(w.buf)
+	buf, err := w.enc.appendLine(w.buf, r)
+	if err != nil {
+		return err
+	}
+	w.buf, s.lineStart = buf, n
+	s.seq, s.prev, s.lastKind = r.Seq, r.Hash, r.Kind
+	if sign {
+		s.signed = r.Seq
+		if r.Kind != KindSegmentEnd {
+			s.headLine = w.buf[n:]
+		}
+	}
+	return nil
+}
+
+// writeSealed writes the sealed batch with one write(2), then the head
+// file when the batch holds a signed checkpoint; on failure it cuts the
+// file back to start and marks the writer failing.
+func (w *Writer) writeSealed(s *batchSeal, start int64) error {
 	if _, err := w.f.Write(w.buf); err != nil {
 		w.failing.Store(true)
 		w.rollback(start)
-		return fail(fmt.Errorf("append seq %d..%d to ledger %s: %w", w.seq+1, seq, w.path, err))
+		return fmt.Errorf("append seq %d..%d to ledger %s: %w", w.seq+1, s.seq, w.path, err)
 	}
-	if headLine != nil {
-		// The head must follow every checkpoint: a checkpoint the head
-		// does not know of could be cut off without a trace.
-		if err := w.writeHead(headLine); err != nil {
+	if s.headLine != nil {
+		// The head must follow every signed checkpoint: one the head does
+		// not know of could be cut off without a trace.
+		if err := w.writeHead(s.headLine); err != nil {
 			w.failing.Store(true)
 			w.rollback(start)
-			return fail(fmt.Errorf("append seq %d..%d to ledger %s: the head file cannot follow: %w", w.seq+1, seq, w.path, err))
+			return fmt.Errorf("append seq %d..%d to ledger %s: the head file cannot follow: %w", w.seq+1, s.seq, w.path, err)
 		}
 	}
+	return nil
+}
+
+// commitSealed makes the written batch the writer's state, and arms the
+// signer when records are left unsigned.
+func (w *Writer) commitSealed(s *batchSeal, start int64) {
 	w.resumed = nil
 	w.failing.Store(false)
 	w.size = start + int64(len(w.buf))
-	w.seq, w.hash, w.signedSeq, w.lastKind = seq, prev, signed, lastKind
-	w.lastLine = append(w.lastLine[:0], w.buf[lineStart:]...)
+	w.seq, w.hash, w.signedSeq, w.lastKind = s.seq, s.prev, s.signed, s.lastKind
+	w.lastLine = append(w.lastLine[:0], w.buf[s.lineStart:]...)
 	if cap(w.buf) > 1<<20 {
 		w.buf = nil // do not keep a huge buffer after a burst
 	}
 	if w.signedSeq < w.seq {
 		w.armSigner()
 	}
-	return n
 }
 
 // armSigner makes sure a checkpoint follows within SignAfter, so that no
@@ -148,7 +197,7 @@ func (w *Writer) armSigner() {
 		closed := w.closed
 		w.mu.Unlock()
 		if !closed && w.broken.Load() == nil {
-			_, _ = w.append(Record{Kind: KindCheckpoint})
+			_, _ = w.append(Record{Kind: KindSignedCheckpoint})
 		}
 	})
 }

@@ -105,6 +105,6 @@ func TestInterruptedRotationIsFinished(t *testing.T) {
 	for _, r := range all {
 		kinds = append(kinds, r.Kind)
 	}
-	assert.Equal(t, []Kind{KindRead, KindSegmentEnd, KindSegmentStart, KindRead, KindCheckpoint}, kinds)
+	assert.Equal(t, []Kind{KindRead, KindSegmentEnd, KindSegmentStart, KindRead, KindSignedCheckpoint}, kinds)
 	assert.FileExists(t, filepath.Join(filepath.Dir(path), SegmentName("ledger.jsonl", 1)))
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/acpfs/acpfs/internal/digest"
 	"io"
 	"log/slog"
 	"math"
@@ -110,8 +109,6 @@ func isHexHash(s string) bool {
 	}
 	return true
 }
-
-func sha256Hex(b []byte) string { return digest.Bytes(b) }
 
 // quotePrefix quotes at most n bytes of b (cut at a rune boundary) for a
 // human-readable detail.

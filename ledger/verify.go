@@ -36,7 +36,7 @@ const (
 // alwaysSigned reports whether records of kind must carry a signature.
 func alwaysSigned(kind []byte) bool {
 	switch Kind(kind) {
-	case KindCheckpoint, KindSegmentEnd, KindSegmentStart, KindGap, KindLedgerRecovered:
+	case KindSignedCheckpoint, KindSegmentEnd, KindSegmentStart, KindGap, KindLedgerRecovered:
 		return true
 	}
 	return false
@@ -74,9 +74,9 @@ type Signer struct {
 	// signature covers the chain back to the previous valid signature.
 	FirstSeq int64 `json:"first_seq"`
 	LastSeq  int64 `json:"last_seq"`
-	// Checkpoints counts its valid signatures (checkpoint records, and
-	// segment, gap and recovery records).
-	Checkpoints int `json:"checkpoints"`
+	// SignedCheckpoints counts its valid signatures (checkpoint records,
+	// and segment, gap and recovery records).
+	SignedCheckpoints int `json:"checkpoints"`
 }
 
 // VerifyReport is the result of checking a ledger's chain.
@@ -269,82 +269,20 @@ func (v *verifier) file(f ledgerFile, first bool) error {
 			return err
 		}
 		v.endLine, v.endOffset = n+1, off+int64(len(line))+1
-		bad := func(kind string, found int64, format string, args ...any) error {
-			rep.Problem = &Problem{Seq: want, Found: found, File: f.name, Line: n, Offset: off, Kind: kind, Reason: fmt.Sprintf(format, args...)}
+		at := lineAt{file: f.name, line: n, off: off, want: want}
+		if !complete {
+			rep.Problem = at.problem(ProblemTorn, 0, "the last line has no trailing newline (%d bytes): a write was cut short; `acpfs ledger verify --repair` cuts it and records the repair", len(line))
 			return nil
 		}
-		if !complete {
-			return bad(ProblemTorn, 0, "the last line has no trailing newline (%d bytes): a write was cut short; `acpfs ledger verify --repair` cuts it and records the repair", len(line))
+		p, err := v.record(f, first, line, at)
+		if err != nil {
+			return err
 		}
-		fl := &v.fl
-		var full *Record
-		parsed := !v.slowOnly && parseFast(line, fl)
-		if n == 1 {
-			if err := checkVersion(f.name, line, fl, parsed); err != nil {
-				return err
-			}
+		if p != nil {
+			rep.Problem = p
+			return nil
 		}
-		if !parsed || !v.fh.check(line, fl) {
-			// Not provably canonical at a glance: the slow path decides,
-			// and names the problem.
-			r, kind, reason := v.enc.checkLine(line)
-			if kind != "" {
-				return bad(kind, r.Seq, "%s", reason)
-			}
-			full = &r
-			fl.fromRecord(full)
-		}
-		if fl.seq != want {
-			if n == 1 && f.sealed && rep.Path != "" && f.name == SegmentName(rep.Path, want) {
-				return bad(ProblemSeq, fl.seq, "%s is named for seq %d but starts at seq %d: the segments were renamed, or their contents swapped", f.name, want, fl.seq)
-			}
-			if n == 1 && (!first || fl.seq > want) {
-				segment := "the segment holding them"
-				if rep.Path != "" && fl.seq > want {
-					segment += " (" + filepath.Base(SegmentName(rep.Path, want)) + ")"
-				}
-				return bad(ProblemSeq, fl.seq, "expected seq %d, found %d at the start of %s: the records before it were removed, or %s is missing, or the segments are out of order",
-					want, fl.seq, f.name, segment)
-			}
-			return bad(ProblemSeq, fl.seq, "expected seq %d, found %d: a record was removed, inserted or moved", want, fl.seq)
-		}
-		if !bytes.Equal(fl.str[fPrev], v.lastHash) {
-			return bad(ProblemPrev, fl.seq, "prev is %s but the previous record's hash is %s: a record was removed, inserted or moved", short(string(fl.str[fPrev])), short(string(v.lastHash)))
-		}
-		if fl.num[fVersion] != 0 && n != 1 {
-			return bad(ProblemNonCanonical, fl.seq, "the record states a ledger version (%d) but does not start a file: no writer writes that", fl.num[fVersion])
-		}
-		kind := fl.str[fKind]
-		if n == 1 && !first && Kind(kind) != KindSegmentStart {
-			return bad(ProblemSegment, fl.seq, "%s starts with a %s record, not segment_start: the file was not started by a writer", f.name, kind)
-		}
-		if v.head != nil && fl.seq == v.head.Seq && string(fl.str[fHash]) != v.head.Hash {
-			return bad(ProblemRewritten, fl.seq, "the record at seq %d (hash %s) is not the checkpoint the head records (hash %s): the ledger was rewritten from there or earlier",
-				fl.seq, short(string(fl.str[fHash])), short(v.head.Hash))
-		}
-		if full == nil && (Kind(kind) == KindRepair || (v.keys != nil && (len(fl.str[fSig]) > 0 || alwaysSigned(kind)))) {
-			r := fl.record()
-			full = &r
-		}
-		if v.keys != nil {
-			if fl.seq == rep.SignedThrough+1 {
-				v.unsignedAt.file, v.unsignedAt.line, v.unsignedAt.offs = f.name, n, off
-			}
-			if kind, reason := v.checkSig(full, fl.seq); kind != "" {
-				return bad(kind, fl.seq, "%s", reason)
-			}
-		}
-		rep.Records++
-		rep.LastSeq = fl.seq
-		v.lastHash = append(v.lastHash[:0], fl.str[fHash]...)
-		v.lastAt = append(v.lastAt[:0], fl.str[fAt]...)
-		if rep.Records == 1 {
-			rep.FirstAt = string(fl.str[fAt])
-		}
-		if full != nil && full.Kind == KindRepair {
-			rep.Repairs = append(rep.Repairs, *full)
-		}
-		endsSealed = Kind(kind) == KindSegmentEnd
+		endsSealed = Kind(v.fl.str[fKind]) == KindSegmentEnd
 	}
 	rep.LastHash, rep.LastAt = string(v.lastHash), string(v.lastAt)
 	if f.sealed && !endsSealed {
@@ -352,6 +290,125 @@ func (v *verifier) file(f ledgerFile, first bool) error {
 			Reason: fmt.Sprintf("the sealed segment %s ends at seq %d without a segment_end record: records were removed from its end, or the file was not sealed by a writer", f.name, rep.LastSeq)}
 	}
 	return nil
+}
+
+// lineAt is where a line of a ledger file is, and the seq it should hold.
+type lineAt struct {
+	file      string
+	line, off int64
+	want      int64
+}
+
+// problem reports a problem of the record on this line.
+func (at lineAt) problem(kind string, found int64, format string, args ...any) *Problem {
+	return &Problem{Seq: at.want, Found: found, File: at.file, Line: at.line, Offset: at.off, Kind: kind, Reason: fmt.Sprintf(format, args...)}
+}
+
+// record checks one complete line of f (its form, its place in the chain,
+// its signature) and, when sound, counts it; the record is left in v.fl.
+// It returns the problem found, or an error for what stops the check (a
+// format version it does not know).
+func (v *verifier) record(f ledgerFile, first bool, line []byte, at lineAt) (*Problem, error) {
+	fl := &v.fl
+	full, p, err := v.parse(line, at)
+	if err != nil || p != nil {
+		return p, err
+	}
+	if p := v.checkLink(f, first, at); p != nil {
+		return p, nil
+	}
+	kind := fl.str[fKind]
+	if full == nil && (Kind(kind) == KindRepair || (v.keys != nil && (len(fl.str[fSig]) > 0 || alwaysSigned(kind)))) {
+		r := fl.record()
+		full = &r
+	}
+	if v.keys != nil {
+		if fl.seq == v.rep.SignedThrough+1 {
+			v.unsignedAt.file, v.unsignedAt.line, v.unsignedAt.offs = f.name, at.line, at.off
+		}
+		if kind, reason := v.checkSig(full, fl.seq); kind != "" {
+			return at.problem(kind, fl.seq, "%s", reason), nil
+		}
+	}
+	v.count(full)
+	return nil, nil
+}
+
+// parse reads the line into v.fl: through the fast path when that proves
+// it canonical at a glance, otherwise through the slow path, which decides
+// and names the problem. full is the record when the slow path decoded
+// it.
+func (v *verifier) parse(line []byte, at lineAt) (full *Record, p *Problem, err error) {
+	fl := &v.fl
+	parsed := !v.slowOnly && parseFast(line, fl)
+	if at.line == 1 {
+		if err := checkVersion(at.file, line, fl, parsed); err != nil {
+			return nil, nil, err
+		}
+	}
+	if !parsed || !v.fh.check(line, fl) {
+		r, kind, reason := v.enc.checkLine(line)
+		if kind != "" {
+			return nil, at.problem(kind, r.Seq, "%s", reason), nil
+		}
+		full = &r
+		fl.fromRecord(full)
+	}
+	return full, nil, nil
+}
+
+// checkLink checks the record in v.fl against the chain before it: its
+// seq and prev, a version only where a file starts, a segment_start at the
+// start of every segment but the first file, and the head's signed
+// checkpoint where the head says it is.
+func (v *verifier) checkLink(f ledgerFile, first bool, at lineAt) *Problem {
+	fl, rep, want, n := &v.fl, v.rep, at.want, at.line
+	if fl.seq != want {
+		if n == 1 && f.sealed && rep.Path != "" && f.name == SegmentName(rep.Path, want) {
+			return at.problem(ProblemSeq, fl.seq, "%s is named for seq %d but starts at seq %d: the segments were renamed, or their contents swapped", f.name, want, fl.seq)
+		}
+		if n == 1 && (!first || fl.seq > want) {
+			segment := "the segment holding them"
+			if rep.Path != "" && fl.seq > want {
+				segment += " (" + filepath.Base(SegmentName(rep.Path, want)) + ")"
+			}
+			return at.problem(ProblemSeq, fl.seq, "expected seq %d, found %d at the start of %s: the records before it were removed, or %s is missing, or the segments are out of order",
+				want, fl.seq, f.name, segment)
+		}
+		return at.problem(ProblemSeq, fl.seq, "expected seq %d, found %d: a record was removed, inserted or moved", want, fl.seq)
+	}
+	if !bytes.Equal(fl.str[fPrev], v.lastHash) {
+		return at.problem(ProblemPrev, fl.seq, "prev is %s but the previous record's hash is %s: a record was removed, inserted or moved", short(string(fl.str[fPrev])), short(string(v.lastHash)))
+	}
+	if fl.num[fVersion] != 0 && n != 1 {
+		return at.problem(ProblemNonCanonical, fl.seq, "the record states a ledger version (%d) but does not start a file: no writer writes that", fl.num[fVersion])
+	}
+	kind := fl.str[fKind]
+	if n == 1 && !first && Kind(kind) != KindSegmentStart {
+		return at.problem(ProblemSegment, fl.seq, "%s starts with a %s record, not segment_start: the file was not started by a writer", f.name, kind)
+	}
+	if v.head != nil && fl.seq == v.head.Seq && string(fl.str[fHash]) != v.head.Hash {
+		return at.problem(ProblemRewritten, fl.seq, "the record at seq %d (hash %s) is not the checkpoint the head records (hash %s): the ledger was rewritten from there or earlier",
+			fl.seq, short(string(fl.str[fHash])), short(v.head.Hash))
+	}
+	return nil
+}
+
+// count adds the sound record in v.fl to the report and makes it the one
+// the next record links to. full is the decoded record, when one was
+// needed.
+func (v *verifier) count(full *Record) {
+	fl, rep := &v.fl, v.rep
+	rep.Records++
+	rep.LastSeq = fl.seq
+	v.lastHash = append(v.lastHash[:0], fl.str[fHash]...)
+	v.lastAt = append(v.lastAt[:0], fl.str[fAt]...)
+	if rep.Records == 1 {
+		rep.FirstAt = string(fl.str[fAt])
+	}
+	if full != nil && full.Kind == KindRepair {
+		rep.Repairs = append(rep.Repairs, *full)
+	}
 }
 
 // checkSig checks the signature of a record and, when valid, records who
@@ -376,7 +433,7 @@ func (v *verifier) checkSig(full *Record, seq int64) (kind, reason string) {
 	}
 	s := &rep.Signers[i]
 	s.LastSeq = seq
-	s.Checkpoints++
+	s.SignedCheckpoints++
 	rep.SignedThrough = seq
 	return "", ""
 }

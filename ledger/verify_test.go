@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/ledger golden files")
@@ -135,7 +137,7 @@ func TestRepairTornTail(t *testing.T) {
 	require.NotNil(t, info)
 	assert.Equal(t, int64(len(torn)), info.Bytes)
 	assert.Equal(t, int64(len(before)-len(torn)), info.Offset)
-	assert.Equal(t, sha256Hex([]byte(torn)), info.SHA256)
+	assert.Equal(t, digest.Bytes([]byte(torn)), info.SHA256)
 	assert.Equal(t, KindRepair, info.Record.Kind)
 	assert.Equal(t, int64(7), info.Record.Seq, "after 5 records and the closing checkpoint")
 	assert.Contains(t, info.Record.Detail, fmt.Sprintf("%d bytes", len(torn)))
@@ -240,7 +242,7 @@ func signedFixture(t *testing.T, key *Key) *fixture {
 // writeWithHead writes f's records and a head naming its last checkpoint.
 func writeWithHead(f *fixture, path string) {
 	f.write(path)
-	f.writeHead(path, f.last(KindCheckpoint))
+	f.writeHead(path, f.last(KindSignedCheckpoint))
 }
 
 func TestVerifySignatures(t *testing.T) {
@@ -311,7 +313,7 @@ func TestVerifySignatures(t *testing.T) {
 			return VerifyOptions{}
 		}, ProblemForged, 202, 201, ""},
 		{"truncated at a record boundary, head kept", func(t *testing.T, f *fixture, path string) VerifyOptions {
-			head := f.last(KindCheckpoint)
+			head := f.last(KindSignedCheckpoint)
 			f.recs = f.recs[:202]
 			f.write(path)
 			f.writeHead(path, head)
@@ -323,7 +325,7 @@ func TestVerifySignatures(t *testing.T) {
 			return VerifyOptions{}
 		}, "", 0, 202, "no head file"},
 		{"truncated and rewritten past the head", func(t *testing.T, f *fixture, path string) VerifyOptions {
-			head := f.last(KindCheckpoint)
+			head := f.last(KindSignedCheckpoint)
 			f.recs = f.recs[:202]
 			f.reads(60).rechain().write(path)
 			f.writeHead(path, head)
@@ -331,14 +333,14 @@ func TestVerifySignatures(t *testing.T) {
 		}, ProblemRewritten, 253, 252, ""},
 		{"head forged", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.write(path)
-			head := f.last(KindCheckpoint)
+			head := f.last(KindSignedCheckpoint)
 			head.Sig = f.recs[100].Sig
 			f.writeHead(path, head)
 			return VerifyOptions{}
 		}, ProblemForged, 253, 253, ""},
 		{"head unsigned", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.write(path)
-			head := f.last(KindCheckpoint)
+			head := f.last(KindSignedCheckpoint)
 			head.Sig = ""
 			f.writeHead(path, head)
 			return VerifyOptions{}
@@ -419,8 +421,8 @@ func TestVerifyReportsSigners(t *testing.T) {
 	require.True(t, rep.OK(), "%v", rep.Problem)
 	assert.Equal(t, []string{key.ID(), other.ID()}, rep.Keys)
 	assert.Equal(t, []Signer{
-		{Key: key.ID(), FirstSeq: 1, LastSeq: 253, Checkpoints: 3},
-		{Key: other.ID(), FirstSeq: 254, LastSeq: 264, Checkpoints: 1},
+		{Key: key.ID(), FirstSeq: 1, LastSeq: 253, SignedCheckpoints: 3},
+		{Key: other.ID(), FirstSeq: 254, LastSeq: 264, SignedCheckpoints: 1},
 	}, rep.Signers)
 	assert.Equal(t, int64(264), rep.SignedThrough)
 	assert.Equal(t, int64(3), rep.Unsigned)
@@ -515,7 +517,7 @@ func TestVerifySegments(t *testing.T) {
 			path := f.dir()
 			files := f.writeSegments(path)
 			require.Len(t, files, 3)
-			f.writeHead(path, f.last(KindCheckpoint))
+			f.writeHead(path, f.last(KindSignedCheckpoint))
 			tt.setup(t, f, path, files)
 			rep, err := Verify(path)
 			require.NoError(t, err)
@@ -523,7 +525,7 @@ func TestVerifySegments(t *testing.T) {
 			if tt.kind == "" {
 				require.Nil(t, rep.Problem, "%v", rep.Problem)
 				assert.Equal(t, files, rep.Files)
-				assert.Equal(t, []Signer{{Key: key.ID(), FirstSeq: 1, LastSeq: 127, Checkpoints: 7}}, rep.Signers)
+				assert.Equal(t, []Signer{{Key: key.ID(), FirstSeq: 1, LastSeq: 127, SignedCheckpoints: 7}}, rep.Signers)
 				var seqs []int64
 				require.NoError(t, Scan(path, Filter{}, func(r Record) error { seqs = append(seqs, r.Seq); return nil }))
 				require.Len(t, seqs, 127)
@@ -579,7 +581,7 @@ func TestSignedGoldenLedger(t *testing.T) {
 	dir := filepath.Dir(f.dir())
 	path := filepath.Join(dir, "communication_ledger.jsonl")
 	f.writeSegments(path)
-	f.writeHead(path, f.last(KindCheckpoint))
+	f.writeHead(path, f.last(KindSignedCheckpoint))
 	if *update {
 		require.NoError(t, os.RemoveAll(golden))
 		require.NoError(t, os.CopyFS(golden, os.DirFS(dir)))
@@ -596,6 +598,6 @@ func TestSignedGoldenLedger(t *testing.T) {
 	assert.Equal(t, int64(9), rep.Records)
 	assert.Len(t, rep.Files, 2)
 	assert.Equal(t, int64(9), rep.HeadSeq)
-	assert.Equal(t, []Signer{{Key: f.key.ID(), FirstSeq: 1, LastSeq: 9, Checkpoints: 4}}, rep.Signers)
+	assert.Equal(t, []Signer{{Key: f.key.ID(), FirstSeq: 1, LastSeq: 9, SignedCheckpoints: 4}}, rep.Signers)
 	assert.Empty(t, rep.Warnings)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acpfs/acpfs/internal/atomicfile"
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 // defaultSignAfter is Options.SignAfter's default. A variable so that
@@ -341,7 +342,7 @@ func (w *Writer) repairTail(t tailInfo) error {
 	if rec, keep, ok := w.sealedTorn(t); ok {
 		return w.restoreLineEnd(t, rec, keep)
 	}
-	info := &RepairInfo{Offset: t.end, Bytes: int64(len(t.cut)), SHA256: sha256Hex(t.cut)}
+	info := &RepairInfo{Offset: t.end, Bytes: int64(len(t.cut)), SHA256: digest.Bytes(t.cut)}
 	if err := w.f.Truncate(t.end); err != nil {
 		w.size = -1
 		return fmt.Errorf("repair ledger %s: cut torn line at offset %d: %w", w.path, t.end, err)
@@ -349,7 +350,7 @@ func (w *Writer) repairTail(t tailInfo) error {
 	w.size = t.end
 	r := Record{
 		Seq:    w.seq + 1,
-		At:     w.clock().UTC().Format(timeLayout),
+		At:     Stamp(w.clock()),
 		Kind:   KindRepair,
 		Op:     OpTruncate,
 		PID:    w.pid,
@@ -411,9 +412,9 @@ func (w *Writer) restoreLineEnd(t tailInfo, r Record, keep int) error {
 	if len(stray) > 0 {
 		what = fmt.Sprintf("the newline in place of %s", quotePrefix(stray, 8))
 	}
-	rep := Record{Kind: KindRepair, Op: OpRestoreNewline, PID: w.pid, SHA256: sha256Hex(t.cut),
+	rep := Record{Kind: KindRepair, Op: OpRestoreNewline, PID: w.pid, SHA256: digest.Bytes(t.cut),
 		Detail: fmt.Sprintf("seq %d is a whole record sealed by a writer: restored %s", r.Seq, what)}
-	rep.Seq, rep.Prev, rep.At = r.Seq+1, r.Hash, w.clock().UTC().Format(timeLayout)
+	rep.Seq, rep.Prev, rep.At = r.Seq+1, r.Hash, Stamp(w.clock())
 	sanitize(&rep)
 	if err := w.key.seal(w.enc, &rep, w.signRepairs); err != nil {
 		return err
@@ -538,7 +539,7 @@ func (w *Writer) close() error {
 	// that a stopped ledger has no unauthenticated tail.
 	var errs []error
 	if w.broken.Load() == nil {
-		if _, err := w.append(Record{Kind: KindCheckpoint}); err != nil && !errors.Is(err, ErrClosed) {
+		if _, err := w.append(Record{Kind: KindSignedCheckpoint}); err != nil && !errors.Is(err, ErrClosed) {
 			errs = append(errs, err)
 		}
 	}

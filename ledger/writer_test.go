@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 func TestParseSyncMode(t *testing.T) {
@@ -76,7 +78,7 @@ func TestAppendChain(t *testing.T) {
 	// The chain rule as documented: hash of the line with the hash value emptied.
 	for n, line := range lines {
 		i := strings.LastIndex(line, `"hash":"`) + len(`"hash":"`)
-		assert.Equal(t, line[i:i+64], sha256Hex([]byte(line[:i]+`"}`)), "line %d", n+1)
+		assert.Equal(t, line[i:i+64], digest.Bytes([]byte(line[:i]+`"}`)), "line %d", n+1)
 	}
 	assert.Equal(t, `{"seq":1,"version":2,"at":"2026-03-01T12:00:00.001000000Z","kind":"mount_started","agent":"a","key":"`+r1.Key+`","mac":"`+r1.MAC+`","prev":"","hash":"`+r1.Hash+`"}`, lines[0])
 	assert.Len(t, r1.MAC, 64, "the last record of a batch carries the batch MAC")
@@ -362,7 +364,7 @@ func activity(t testing.TB, path string) int64 {
 	t.Helper()
 	var n int64
 	require.NoError(t, Scan(path, Filter{}, func(r Record) error {
-		if r.Kind != KindCheckpoint {
+		if r.Kind != KindSignedCheckpoint {
 			n++
 		}
 		return nil

@@ -20,6 +20,7 @@ import (
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/atomicfile"
+	"github.com/acpfs/acpfs/internal/procstat"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 	"github.com/acpfs/acpfs/view"
@@ -200,7 +201,8 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 	}
 	c = &Coordinator{cfg: cfg, watcher: w, started: time.Now().UTC(), lock: lock, notify: notify,
 		views: map[string]*coordView{}, done: make(chan struct{}), stop: make(chan struct{}), lost: make(chan lostView, 16)}
-	c.pidStart, _ = procStartTime(os.Getpid())
+	self, _ := procstat.Read(os.Getpid())
+	c.pidStart = self.Start
 	c.bootID = bootID()
 	if err := c.watchRunDir(); err != nil {
 		w.Close()
@@ -407,7 +409,7 @@ func runDirBusy(root, p string, pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("%w: the lock %s is held by a process this host does not show (another pid namespace?); one coordinator per run directory", ErrRunDirBusy, p)
 	}
-	if state, _, err := procStat(pid); err == nil && state == 'Z' {
+	if ps, err := procstat.Read(pid); err == nil && ps.State == 'Z' {
 		return fmt.Errorf("%w: acpfs up (pid %d) on %s has exited but cannot finish (stuck in one of its views); run `acpfs umount --force` on each view under its root", ErrRunDirBusy, pid, root)
 	}
 	if isCoordinator(pid) {
@@ -1021,17 +1023,17 @@ func (st CoordinatorStatus) liveness() (state, detail string) {
 	if !processAlive(st.PID) {
 		return StateDead, fmt.Sprintf("pid %d is not running", st.PID)
 	}
-	pstate, start, err := procStat(st.PID)
+	ps, err := procstat.Read(st.PID)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return StateDead, fmt.Sprintf("pid %d is not running", st.PID)
 		}
 		return StateRunning, ""
 	}
-	if st.PIDStart != 0 && start != st.PIDStart {
+	if st.PIDStart != 0 && ps.Start != st.PIDStart {
 		return StateStale, fmt.Sprintf("pid %d is now another process (the coordinator died and its pid was reused)", st.PID)
 	}
-	if pstate == 'Z' || pstate == 'X' {
+	if ps.Zombie() {
 		return StateDead, fmt.Sprintf("pid %d has exited", st.PID)
 	}
 	return StateRunning, ""

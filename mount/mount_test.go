@@ -18,6 +18,7 @@ import (
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/fsid"
 	"github.com/acpfs/acpfs/internal/mountinfo"
+	"github.com/acpfs/acpfs/internal/procstat"
 )
 
 // TestRelHidden: what no view may show is found inside the folder by
@@ -344,8 +345,9 @@ func TestWriteFileAtomic(t *testing.T) {
 
 func TestStatusLiveness(t *testing.T) {
 	self := os.Getpid()
-	start, err := procStartTime(self)
+	ps, err := procstat.Read(self)
 	require.NoError(t, err)
+	start := ps.Start
 	require.NotZero(t, start)
 
 	st := CoordinatorStatus{PID: self, PIDStart: start, BootID: bootID()}
@@ -397,11 +399,11 @@ func TestProcStartTimeOddName(t *testing.T) {
 	cmd := exec.Command(exe, "5")
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	st, err := procStartTime(cmd.Process.Pid)
+	st, err := procstat.Read(cmd.Process.Pid)
 	require.NoError(t, err)
-	self, err := procStartTime(os.Getpid())
+	self, err := procstat.Read(os.Getpid())
 	require.NoError(t, err)
-	assert.GreaterOrEqual(t, st, self)
+	assert.GreaterOrEqual(t, st.Start, self.Start)
 }
 
 func TestUnmountViewRefusesPlainDirectory(t *testing.T) {

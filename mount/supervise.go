@@ -442,11 +442,11 @@ func (st CoordinatorStatus) Stopped() bool {
 	if st.PID <= 0 {
 		return false
 	}
-	state, start, err := procStat(st.PID)
-	if err != nil || (st.PIDStart != 0 && start != st.PIDStart) {
+	ps, err := procstat.Read(st.PID)
+	if err != nil || (st.PIDStart != 0 && ps.Start != st.PIDStart) {
 		return false
 	}
-	return state == 'T' || state == 't'
+	return ps.State == 'T' || ps.State == 't'
 }
 
 // DaemonDying tells whether the coordinator st names is dying: its pid is
@@ -460,7 +460,7 @@ func (st CoordinatorStatus) DaemonDying() bool {
 	if err != nil || p.Gone || !dying(p) {
 		return false
 	}
-	if _, start, err := procStat(st.PID); err != nil || (st.PIDStart != 0 && start != st.PIDStart) {
+	if ps, err := procstat.Read(st.PID); err != nil || (st.PIDStart != 0 && ps.Start != st.PIDStart) {
 		return false
 	}
 	return true

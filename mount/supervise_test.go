@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/procstat"
 )
 
 // zombieLeaderEnv makes the test binary a process whose leader thread
@@ -197,8 +199,9 @@ func TestSuperviseZombieLeader(t *testing.T) {
 	assert.Equal(t, byte('Z'), p.Leader)
 	// `acpfs status` takes such a coordinator as dying (its views hang),
 	// but not once its pid names another process.
-	_, start, err := procStat(c.Process.Pid)
+	ps, err := procstat.Read(c.Process.Pid)
 	require.NoError(t, err)
+	start := ps.Start
 	assert.True(t, CoordinatorStatus{PID: c.Process.Pid, PIDStart: start}.DaemonDying())
 	assert.False(t, CoordinatorStatus{PID: c.Process.Pid, PIDStart: start + 1}.DaemonDying())
 }

@@ -3,7 +3,6 @@ package mount
 import (
 	"errors"
 	"fmt"
-	"github.com/acpfs/acpfs/internal/procstat"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -315,21 +314,6 @@ func probeMount(p string) int {
 	case <-time.After(deadMountTimeout):
 		return mountHung
 	}
-}
-
-// procStartTime returns the start time of process pid, in clock ticks
-// after boot (field 22 of /proc/PID/stat): with the pid it identifies a
-// process, since pids are reused.
-func procStartTime(pid int) (uint64, error) {
-	_, start, err := procStat(pid)
-	return start, err
-}
-
-// procStat returns the state (field 3 of /proc/PID/stat: R, S, D, Z...)
-// and the start time (field 22) of process pid.
-func procStat(pid int) (state byte, start uint64, err error) {
-	st, err := procstat.Read(pid)
-	return st.State, st.Start, err
 }
 
 // bootID identifies the current boot: a start time only means something

@@ -23,7 +23,7 @@ var benchCycle = []struct{ from, event, doc string }{
 
 func benchLine(seq int, at time.Time) []byte {
 	c := benchCycle[(seq-7)%len(benchCycle)]
-	return encodeLine(Event{Seq: seq, From: c.from, Event: c.event, At: formatTime(at), Summary: "benchmark step", Doc: c.doc, ReplyTo: intp(seq - 1)})
+	return encodeLine(Event{Seq: seq, From: c.from, Event: c.event, At: FormatTime(at), Summary: "benchmark step", Doc: c.doc, ReplyTo: intp(seq - 1)})
 }
 
 // benchFolder builds a valid folder holding n events: the happy path up

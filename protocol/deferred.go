@@ -102,14 +102,14 @@ func (l *Log) ProtocolJSON() ([]byte, error) {
 	if l.proto == nil {
 		return nil, unavailable("protocol-json", "missing protocol.json in %s", l.folder)
 	}
-	if l.historyBad == nil && l.state.phase != "" && !l.derivedMatchesLocked() {
+	if l.historyBad == nil && l.state.Phase != "" && !l.derivedMatchesLocked() {
 		// Lines of other writers came in since the content was last
 		// rendered. Stamped with the last event's time, so that views
 		// of other processes render the same bytes for the same
 		// history; a write of ours still pending now writes this.
 		at := l.now()
-		if l.state.lastAtOK && !l.pw.dirty {
-			at = l.state.lastAt
+		if l.state.LastAtOK && !l.pw.dirty {
+			at = l.state.LastAt
 		}
 		l.renderProtocolLocked(&l.state, at)
 	}
@@ -154,7 +154,7 @@ func (l *Log) afterCatchUpLocked() {
 	if !l.pw.dirty {
 		return
 	}
-	if l.historyBad == nil && l.state.phase != "" && !l.derivedMatchesLocked() {
+	if l.historyBad == nil && l.state.Phase != "" && !l.derivedMatchesLocked() {
 		l.renderProtocolLocked(&l.state, l.now())
 		return
 	}

@@ -9,9 +9,6 @@ import (
 	"github.com/acpfs/acpfs/internal/digest"
 )
 
-// FileSHA256 returns the lowercase hex SHA-256 of a file's content.
-func FileSHA256(path string) (string, error) { return digest.File(path) }
-
 // docChecks applies the rules of an append that depend on documents of
 // the folder rather than on the event history: the frozen deliverable's
 // hash, the readiness gates and the conclusion. It runs only for a new
@@ -30,7 +27,7 @@ func docChecks(folder string, p *Protocol, r *record) []Violation {
 				v("deliverable-doc", "%v", err)
 				return viol
 			}
-			sum, err := FileSHA256(path)
+			sum, err := digest.File(path)
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
 				v("deliverable-missing", "deliverable %s does not exist", r.Doc)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -60,6 +61,7 @@ const (
 // fieldMask records which event fields were present with the right JSON type.
 type fieldMask uint16
 
+// The fields of an event, one bit each, in the order of eventFields.
 const (
 	fSeq fieldMask = 1 << iota
 	fFrom
@@ -71,6 +73,66 @@ const (
 	fRole
 	fSHA
 )
+
+// eventField declares one field of an event line: how it is read from a
+// line and written to one. A field of Event that lines carry is a row of
+// eventFields (and a bit above); parsing, the required-field check and
+// encodeLine all follow the table.
+type eventField struct {
+	bit      fieldMask
+	name     string
+	required bool // a line without it is refused; encodeLine always writes it
+	integer  bool // a JSON integer, otherwise a JSON string
+	// read stores the value of a field present with the right JSON
+	// type: raw is a string's JSON (with its quotes), n an integer.
+	read func(rec *record, raw []byte, n int, in interner)
+	// write appends the value to b and reports whether it is set:
+	// encodeLine leaves out an optional field that is not.
+	write func(b *bytes.Buffer, e *Event) bool
+}
+
+// eventFields lists the fields in the order encodeLine writes them, the
+// order the reference scripts write them; row i holds bit 1<<i.
+var eventFields = [...]eventField{
+	{bit: fSeq, name: "seq", required: true, integer: true,
+		read:  func(rec *record, _ []byte, n int, _ interner) { rec.Seq = n },
+		write: func(b *bytes.Buffer, e *Event) bool { b.WriteString(strconv.Itoa(e.Seq)); return true }},
+	{bit: fFrom, name: "from", required: true,
+		read:  func(rec *record, raw []byte, _ int, in interner) { rec.From = in.get(raw) },
+		write: func(b *bytes.Buffer, e *Event) bool { return writeString(b, e.From) }},
+	{bit: fEvent, name: "event", required: true,
+		read:  func(rec *record, raw []byte, _ int, _ interner) { rec.Event.Event = canonicalEvent(raw) },
+		write: func(b *bytes.Buffer, e *Event) bool { return writeString(b, e.Event) }},
+	{bit: fAt, name: "at", required: true, read: readAt,
+		write: func(b *bytes.Buffer, e *Event) bool { return writeString(b, e.At) }},
+	{bit: fSummary, name: "summary", required: true,
+		read: func(rec *record, raw []byte, _ int, in interner) {
+			if in == nil { // a replay checks the summary but does not keep it
+				rec.Summary = pycompat.DecodeString(raw)
+			}
+		},
+		write: func(b *bytes.Buffer, e *Event) bool { return writeString(b, e.Summary) }},
+	{bit: fDoc, name: "doc",
+		read:  func(rec *record, raw []byte, _ int, _ interner) { rec.Doc = pycompat.DecodeString(raw) },
+		write: func(b *bytes.Buffer, e *Event) bool { return writeString(b, e.Doc) }},
+	{bit: fReplyTo, name: "reply_to", integer: true,
+		read: func(rec *record, _ []byte, n int, _ interner) { rec.ReplyTo = &n },
+		write: func(b *bytes.Buffer, e *Event) bool {
+			if e.ReplyTo == nil {
+				return false
+			}
+			b.WriteString(strconv.Itoa(*e.ReplyTo))
+			return true
+		}},
+	{bit: fRole, name: "role", read: readRole,
+		write: func(b *bytes.Buffer, e *Event) bool { return writeString(b, e.Role) }},
+	{bit: fSHA, name: "sha256",
+		read:  func(rec *record, raw []byte, _ int, _ interner) { rec.SHA256 = pycompat.DecodeString(raw) },
+		write: func(b *bytes.Buffer, e *Event) bool { return writeString(b, e.SHA256) }},
+}
+
+// fieldOf is the row of a field's bit.
+func fieldOf(bit fieldMask) *eventField { return &eventFields[bits.TrailingZeros16(uint16(bit))] }
 
 func (m fieldMask) has(f fieldMask) bool { return m&f != 0 }
 
@@ -208,14 +270,14 @@ func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
 			}
 		}
 		if seen&bit != 0 {
-			rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", fieldNames[bit]))
+			rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", fieldOf(bit).name))
 			continue
 		}
 		seen |= bit
 		rec.setField(bit, kind, raw, lineNo, in)
 	}
-	for _, f := range requiredFields {
-		if seen&f.bit == 0 {
+	for i := range eventFields {
+		if f := &eventFields[i]; f.required && seen&f.bit == 0 {
 			rec.bad = append(rec.bad, malformed(lineNo, "field-missing", "missing required field %q", f.name))
 		}
 	}
@@ -239,110 +301,64 @@ func trimCR(line []byte) []byte {
 	return line
 }
 
-var fieldNames = map[fieldMask]string{fSeq: "seq", fFrom: "from", fEvent: "event", fAt: "at", fSummary: "summary",
-	fDoc: "doc", fReplyTo: "reply_to", fRole: "role", fSHA: "sha256"}
-
 // fieldBit maps a raw JSON key (with its quotes, without escapes) to its
 // field, or 0.
 func fieldBit(raw []byte) fieldMask {
-	switch string(raw) {
-	case `"seq"`:
-		return fSeq
-	case `"from"`:
-		return fFrom
-	case `"event"`:
-		return fEvent
-	case `"at"`:
-		return fAt
-	case `"summary"`:
-		return fSummary
-	case `"doc"`:
-		return fDoc
-	case `"reply_to"`:
-		return fReplyTo
-	case `"role"`:
-		return fRole
-	case `"sha256"`:
-		return fSHA
+	if len(raw) < 2 {
+		return 0
+	}
+	name := raw[1 : len(raw)-1]
+	for i := range eventFields {
+		if string(name) == eventFields[i].name {
+			return eventFields[i].bit
+		}
 	}
 	return 0
 }
 
-var requiredFields = []struct {
-	name string
-	bit  fieldMask
-}{{"seq", fSeq}, {"from", fFrom}, {"event", fEvent}, {"at", fAt}, {"summary", fSummary}}
-
+// setField checks the JSON type of a field's value and, when it is
+// right, marks the field present and reads it.
 func (rec *record) setField(bit fieldMask, kind pycompat.Kind, raw []byte, lineNo int, in interner) {
-	key := fieldNames[bit]
-	isString := func() bool {
-		if kind != pycompat.String {
-			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be a string", key))
-			return false
+	f := fieldOf(bit)
+	n := 0
+	switch {
+	case !f.integer && kind != pycompat.String:
+		rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be a string", f.name))
+		return
+	case f.integer && (kind != pycompat.Number || bytes.ContainsAny(raw, ".eE")):
+		rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be an integer", f.name))
+		return
+	case f.integer:
+		var err error
+		if n, err = strconv.Atoi(string(raw)); err != nil {
+			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q is out of range", f.name))
+			return
 		}
-		rec.has |= bit
-		return true
 	}
-	wantInt := func() (int, bool) {
-		if kind != pycompat.Number || bytes.ContainsAny(raw, ".eE") {
-			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be an integer", key))
-			return 0, false
-		}
-		n, err := strconv.Atoi(string(raw))
-		if err != nil {
-			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q is out of range", key))
-			return 0, false
-		}
-		rec.has |= bit
-		return n, true
+	rec.has |= bit
+	f.read(rec, raw, n, in)
+}
+
+// readAt reads the time of an event, which must parse.
+func readAt(rec *record, raw []byte, _ int, _ interner) {
+	rec.At = pycompat.DecodeString(raw)
+	t, ok := parseTime(rec.At)
+	if !ok {
+		rec.bad = append(rec.bad, malformed(rec.line, "at-format", "at %q is not an ISO-8601 UTC timestamp such as 2026-01-02T03:04:05Z", rec.At))
 	}
-	switch bit {
-	case fSeq:
-		rec.Seq, _ = wantInt()
-	case fFrom:
-		if isString() {
-			rec.From = in.get(raw)
-		}
-	case fEvent:
-		if isString() {
-			rec.Event.Event = canonicalEvent(raw)
-		}
-	case fAt:
-		if isString() {
-			rec.At = pycompat.DecodeString(raw)
-			t, ok := parseTime(rec.At)
-			if !ok {
-				rec.bad = append(rec.bad, malformed(lineNo, "at-format", "at %q is not an ISO-8601 UTC timestamp such as 2026-01-02T03:04:05Z", rec.At))
-			}
-			rec.at, rec.atOK = t, ok
-		}
-	case fSummary:
-		if isString() && in == nil {
-			rec.Summary = pycompat.DecodeString(raw)
-		}
-	case fDoc:
-		if isString() {
-			rec.Doc = pycompat.DecodeString(raw)
-		}
-	case fReplyTo:
-		if n, ok := wantInt(); ok {
-			rec.ReplyTo = &n
-		}
-	case fRole:
-		if isString() {
-			switch string(raw) {
-			case `"primary"`:
-				rec.Role = RolePrimary
-			case `"supporting"`:
-				rec.Role = RoleSupporting
-			default:
-				rec.Role = pycompat.DecodeString(raw)
-			}
-		}
-	case fSHA:
-		if isString() {
-			rec.SHA256 = pycompat.DecodeString(raw)
-		}
+	rec.at, rec.atOK = t, ok
+}
+
+// readRole reads a deliverable's role, without allocating the two that
+// ACP knows.
+func readRole(rec *record, raw []byte, _ int, _ interner) {
+	switch string(raw) {
+	case `"primary"`:
+		rec.Role = RolePrimary
+	case `"supporting"`:
+		rec.Role = RoleSupporting
+	default:
+		rec.Role = pycompat.DecodeString(raw)
 	}
 }
 
@@ -364,32 +380,26 @@ func canonicalEvent(raw []byte) string {
 // order the reference scripts write them and non-ASCII kept as is.
 func encodeLine(e Event) []byte {
 	var b bytes.Buffer
-	b.WriteString(`{"seq":`)
-	b.WriteString(strconv.Itoa(e.Seq))
-	b.WriteString(`,"from":`)
-	pycompat.WriteLineString(&b, e.From)
-	b.WriteString(`,"event":`)
-	pycompat.WriteLineString(&b, e.Event)
-	b.WriteString(`,"at":`)
-	pycompat.WriteLineString(&b, e.At)
-	b.WriteString(`,"summary":`)
-	pycompat.WriteLineString(&b, e.Summary)
-	if e.Doc != "" {
-		b.WriteString(`,"doc":`)
-		pycompat.WriteLineString(&b, e.Doc)
-	}
-	if e.ReplyTo != nil {
-		b.WriteString(`,"reply_to":`)
-		b.WriteString(strconv.Itoa(*e.ReplyTo))
-	}
-	if e.Role != "" {
-		b.WriteString(`,"role":`)
-		pycompat.WriteLineString(&b, e.Role)
-	}
-	if e.SHA256 != "" {
-		b.WriteString(`,"sha256":`)
-		pycompat.WriteLineString(&b, e.SHA256)
+	b.WriteByte('{')
+	for i := range eventFields {
+		f := &eventFields[i]
+		mark := b.Len()
+		if mark > 1 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(f.name)
+		b.WriteString(`":`)
+		if !f.write(&b, &e) && !f.required {
+			b.Truncate(mark)
+		}
 	}
 	b.WriteByte('}')
 	return b.Bytes()
+}
+
+// writeString appends s as a JSON string and reports whether it is set.
+func writeString(b *bytes.Buffer, s string) bool {
+	pycompat.WriteLineString(b, s)
+	return s != ""
 }

@@ -172,7 +172,7 @@ func Init(o InitOptions) (InitResult, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	stamp := formatTime(now)
+	stamp := FormatTime(now)
 	if err := plan.writeProtocol(folder, stamp); err != nil {
 		return res, err
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/digest"
 )
 
 // kit drives a collaboration folder through Init and Append with a
@@ -141,7 +143,7 @@ func (k *kit) defaults(e ev) (string, *int, string, string) {
 			doc = p.PrimaryRef()
 		}
 		if e.event == EvDeliverableFrozen && sha == "" {
-			sum, err := FileSHA256(k.primaryPath())
+			sum, err := digest.File(k.primaryPath())
 			require.NoError(k.t, err)
 			sha = sum
 		}

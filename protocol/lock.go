@@ -44,6 +44,17 @@ const RuleInterrupted = "interrupted"
 // its context ended first.
 var ErrLockInterrupted = errors.New("interrupted while waiting for the events lock")
 
+// RuleStore is the rule of the Unavailable error of an append or a
+// catch-up of a collaboration served from several hosts when the store
+// cannot be reached or did not confirm the line. Views answer it with
+// EROFS.
+const RuleStore = "store"
+
+// RuleRecord is the rule of the Unavailable error of an append whose
+// line was valid but could not be recorded in the communication ledger,
+// so it was not appended. Views answer it with EIO.
+const RuleRecord = "record"
+
 // lockBusy is the error of an append or catch-up that did not get the
 // lock in time.
 func lockBusy() *Error {

@@ -130,7 +130,7 @@ type Log struct {
 
 // OpenLog loads protocol.json and replays events.jsonl. Invalid history is
 // not fatal: state is derived as far as possible and Validate reports it.
-func OpenLog(folder string) (*Log, error) { return OpenLogFrom(folder, "") }
+func OpenLog(folder string) (*Log, error) { return OpenLogCached(folder, "") }
 
 // Folder returns the collaboration folder.
 func (l *Log) Folder() string { return l.folder }
@@ -297,7 +297,7 @@ type Event struct {
 }
 
 // Terminal reports whether phase ends the collaboration.
-func Terminal(phase string) bool { return phase == "completed" || phase == "blocked" }
+func Terminal(phase string) bool { return phase == PhaseCompleted || phase == PhaseBlocked }
 
 // Ready reports whether participant has the turn: it is waited for, or the
 // collaboration has ended. reason is a short human explanation.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acpfs/acpfs/internal/digest"
 	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
@@ -223,7 +224,7 @@ func TestClosedLog(t *testing.T) {
 func intp(n int) *int { return &n }
 
 func mustSHA(t *testing.T, path string) string {
-	sum, err := FileSHA256(path)
+	sum, err := digest.File(path)
 	require.NoError(t, err)
 	return sum
 }

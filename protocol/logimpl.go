@@ -164,7 +164,7 @@ func (l *Log) catchUpLocked(f *os.File, exclusive bool) error {
 func (l *Log) verifyLocked(f *os.File, lines [][]byte, exclusive bool) error {
 	auth, err := l.replica.Since(l.lines)
 	if err != nil {
-		return unavailable("store", "cannot check %s against the store: %v", EventsFile, err)
+		return unavailable(RuleStore, "cannot check %s against the store: %v", EventsFile, err)
 	}
 	for i, line := range lines {
 		if i >= len(auth) || !bytes.Equal(line, auth[i]) {
@@ -222,48 +222,18 @@ func (l *Log) applyHistoryLocked(line []byte, lineNo int) {
 func refuse(v Violation) error { return v.asError() }
 
 // commitLocked checks line as the next event and, if it is accepted,
-// writes it and protocol.json. f is the locked events.jsonl and the state
-// is caught up with it.
+// records it, publishes it to the replica when there is one, and writes
+// it and protocol.json. f is the locked events.jsonl and the state is
+// caught up with it.
 func (l *Log) commitLocked(f *os.File, line []byte, participant string, record func(Event) error) (Event, error) {
 	lineNo := l.lines + 1
-	if l.replica != nil {
-		if err := l.cutTailLocked(f); err != nil {
-			return Event{}, err
-		}
+	rec, next, err := l.admitLocked(f, line, lineNo, participant)
+	if err != nil {
+		return Event{}, err
 	}
-	if l.evID.size != l.offset {
-		return Event{}, &Error{Kind: Unavailable, Line: l.lines + 1, Rule: "partial-line",
-			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before appending", EventsFile, l.offset)}
-	}
-	rec := parseLine(line, lineNo)
-	if len(rec.bad) > 0 {
-		return Event{}, refuse(rec.bad[0])
-	}
-	seq := rec.Seq
-	if participant != "" && rec.From != participant {
-		return Event{}, &Error{Kind: Rejected, Line: lineNo, Seq: seq, Rule: "from-mismatch",
-			Msg: fmt.Sprintf("from is %q but this writer is %q", rec.From, participant)}
-	}
-	if l.historyBad != nil {
-		h := l.historyBad
-		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "history",
-			Msg: fmt.Sprintf("%s has %d problem(s), first at line %d: %s [%s]; repair it before appending", EventsFile, l.historyProblems, h.Line, h.Msg, h.Rule)}
-	}
-	if !l.rules.listed[rec.From] {
-		return Event{}, &Error{Kind: Rejected, Line: lineNo, Seq: seq, Rule: "participant",
-			Msg: fmt.Sprintf("%q is not a participant listed in protocol.json", rec.From)}
-	}
-	viol, next := step(l.rules, &l.state, &l.seen, rec)
-	if len(viol) > 0 {
-		return Event{}, refuse(viol[0])
-	}
-	if viol := docChecks(l.folder, l.proto, rec); len(viol) > 0 {
-		return Event{}, refuse(viol[0])
-	}
-
 	if record != nil {
 		if err := record(rec.Event); err != nil {
-			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "record",
+			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: rec.Seq, Rule: RuleRecord,
 				Msg: fmt.Sprintf("the event was valid but could not be recorded, so it was not appended: %v", err)}
 		}
 	}
@@ -272,6 +242,59 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 			return Event{}, err
 		}
 	}
+	if err := l.writeEventLocked(f, line, lineNo, rec.Seq, &next); err != nil {
+		return Event{}, err
+	}
+	return rec.Event, nil
+}
+
+// admitLocked decides whether line may be appended as event lineNo: the
+// file must end with a whole line and its history be sound, the event be
+// well formed, from participant (when set) and a listed participant, and
+// pass the state machine and the document checks. It returns the event
+// and the state after it.
+func (l *Log) admitLocked(f *os.File, line []byte, lineNo int, participant string) (*record, core, error) {
+	if l.replica != nil {
+		if err := l.cutTailLocked(f); err != nil {
+			return nil, core{}, err
+		}
+	}
+	if l.evID.size != l.offset {
+		return nil, core{}, &Error{Kind: Unavailable, Line: l.lines + 1, Rule: "partial-line",
+			Msg: fmt.Sprintf("%s ends with an incomplete line (no newline after byte %d); repair it before appending", EventsFile, l.offset)}
+	}
+	rec := parseLine(line, lineNo)
+	if len(rec.bad) > 0 {
+		return nil, core{}, refuse(rec.bad[0])
+	}
+	seq := rec.Seq
+	if participant != "" && rec.From != participant {
+		return nil, core{}, &Error{Kind: Rejected, Line: lineNo, Seq: seq, Rule: "from-mismatch",
+			Msg: fmt.Sprintf("from is %q but this writer is %q", rec.From, participant)}
+	}
+	if l.historyBad != nil {
+		h := l.historyBad
+		return nil, core{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "history",
+			Msg: fmt.Sprintf("%s has %d problem(s), first at line %d: %s [%s]; repair it before appending", EventsFile, l.historyProblems, h.Line, h.Msg, h.Rule)}
+	}
+	if !l.rules.listed[rec.From] {
+		return nil, core{}, &Error{Kind: Rejected, Line: lineNo, Seq: seq, Rule: "participant",
+			Msg: fmt.Sprintf("%q is not a participant listed in protocol.json", rec.From)}
+	}
+	viol, next := step(l.rules, &l.state, &l.seen, rec)
+	if len(viol) > 0 {
+		return nil, core{}, refuse(viol[0])
+	}
+	if viol := docChecks(l.folder, l.proto, rec); len(viol) > 0 {
+		return nil, core{}, refuse(viol[0])
+	}
+	return rec, next, nil
+}
+
+// writeEventLocked appends the admitted line to events.jsonl, then writes
+// (or, with deferred writes, renders) protocol.json from next, undoing the
+// line when either fails, and makes next the log's state.
+func (l *Log) writeEventLocked(f *os.File, line []byte, lineNo, seq int, next *core) error {
 	buf := make([]byte, 0, len(line)+1)
 	buf = append(append(buf, line...), '\n')
 	n, err := f.Write(buf)
@@ -280,24 +303,24 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 		if err == nil {
 			err = io.ErrShortWrite
 		}
-		return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", EventsFile, err)}
+		return &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", EventsFile, err)}
 	}
-	if next.phase != "" {
+	if next.Phase != "" {
 		var err error
 		if l.pw.on {
 			// Views serve the new content from memory at once; the file
 			// follows off the critical path (see deferred.go).
-			l.renderProtocolLocked(&next, l.now())
+			l.renderProtocolLocked(next, l.now())
 			l.markDirtyLocked()
 		} else {
-			err = l.writeProtocolLocked(&next)
+			err = l.writeProtocolLocked(next)
 		}
 		if err != nil {
 			l.undoLocked(f)
-			return Event{}, &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", ProtocolFile, err)}
+			return &Error{Kind: Unavailable, Line: lineNo, Seq: seq, Rule: "io", Msg: fmt.Sprintf("write %s: %v", ProtocolFile, err)}
 		}
 	}
-	l.state = next
+	l.state = *next
 	l.seen.add(seq)
 	l.offset += int64(len(buf))
 	l.verified = l.offset // published first when there is a replica
@@ -307,7 +330,7 @@ func (l *Log) commitLocked(f *os.File, line []byte, participant string, record f
 	} else {
 		l.evID.size = l.offset
 	}
-	return rec.Event, nil
+	return nil
 }
 
 // undoLocked removes a partially written line so that a failed append
@@ -346,18 +369,18 @@ func (l *Log) renderProtocolLocked(next *core, at time.Time) {
 	for k, v := range l.proto.Raw {
 		raw[k] = v
 	}
-	raw["currentPhase"] = next.phase
-	if next.ownerSet {
-		raw["proposalOwner"] = next.owner
+	raw["currentPhase"] = next.Phase
+	if next.OwnerSet {
+		raw["proposalOwner"] = next.Owner
 	} else {
 		raw["proposalOwner"] = nil
 	}
-	waiting := make([]any, len(next.waiting))
-	for i, w := range next.waiting {
+	waiting := make([]any, len(next.Waiting))
+	for i, w := range next.Waiting {
 		waiting[i] = w
 	}
 	raw["waitingFor"] = waiting
-	raw["updatedAt"] = formatTime(at)
+	raw["updatedAt"] = FormatTime(at)
 	l.proto.Raw = raw
 	l.protoData = nil
 	l.pw.gen++
@@ -385,10 +408,10 @@ func writeFileAtomic(path string, data []byte) error {
 // current time, never earlier than the previous event.
 func (l *Log) newEventLocked(spec EventSpec) Event {
 	return Event{
-		Seq:     l.state.count + 1,
+		Seq:     l.state.Count + 1,
 		From:    spec.Participant,
 		Event:   spec.Event,
-		At:      eventTime(l.now(), l.state.lastAt, l.state.lastAtOK),
+		At:      eventTime(l.now(), l.state.LastAt, l.state.LastAtOK),
 		Summary: spec.Summary,
 		Doc:     spec.Doc,
 		ReplyTo: spec.ReplyTo,
@@ -400,14 +423,14 @@ func (l *Log) newEventLocked(spec EventSpec) Event {
 // snapshotLocked renders the derived state.
 func (l *Log) snapshotLocked() Snapshot {
 	s := Snapshot{
-		Phase:      l.state.phase,
-		Owner:      l.state.owner,
-		WaitingFor: append([]string{}, l.state.waiting...),
-		LastSeq:    l.state.lastSeq,
-		LastAt:     l.state.lastAtStr,
+		Phase:      l.state.Phase,
+		Owner:      l.state.Owner,
+		WaitingFor: append([]string{}, l.state.Waiting...),
+		LastSeq:    l.state.LastSeq,
+		LastAt:     l.state.LastAtStr,
 		Frozen:     map[string]string{},
 	}
-	for doc, sum := range l.state.frozen {
+	for doc, sum := range l.state.Frozen {
 		s.Frozen[l.frozenKey(doc)] = sum
 	}
 	return s
@@ -492,15 +515,15 @@ func (l *Log) checkProtocolWriteLocked(content []byte) error {
 		return bad("the new protocol.json is not a JSON object")
 	}
 	want := map[string]any{}
-	if l.state.phase != "" {
-		want["currentPhase"] = l.state.phase
-		if l.state.ownerSet {
-			want["proposalOwner"] = l.state.owner
+	if l.state.Phase != "" {
+		want["currentPhase"] = l.state.Phase
+		if l.state.OwnerSet {
+			want["proposalOwner"] = l.state.Owner
 		} else {
 			want["proposalOwner"] = nil
 		}
-		waiting := make([]any, len(l.state.waiting))
-		for i, w := range l.state.waiting {
+		waiting := make([]any, len(l.state.Waiting))
+		for i, w := range l.state.Waiting {
 			waiting[i] = w
 		}
 		want["waitingFor"] = waiting

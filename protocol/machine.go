@@ -28,47 +28,48 @@ func newRules(p *Protocol) *rules {
 // (changes build a new one), so copying a core is O(1) and a step can
 // compute the next state without touching the current one.
 type core struct {
-	count int // events (JSON objects) applied so far
+	Count int `json:"count"` // events (JSON objects) applied so far
 
-	phase    string // "" before any phase-setting event
-	owner    string
-	ownerSet bool
-	waiting  []string
+	Phase    string   `json:"phase"` // "" before any phase-setting event
+	Owner    string   `json:"owner"`
+	OwnerSet bool     `json:"owner_set"`
+	Waiting  []string `json:"waiting"`
 
-	reviewWaiting []string // sorted
-	acceptWaiting []string // sorted
-	acceptedRound []string // accepted since the latest classification, sorted
+	ReviewWaiting []string `json:"review_waiting"` // sorted
+	AcceptWaiting []string `json:"accept_waiting"` // sorted
+	AcceptedRound []string `json:"accepted_round"` // accepted since the latest classification, sorted
 
-	classificationSeq      int
-	latestDecisionInputSeq int
-	readinessPassed        bool
-	primaryDrafted         bool
-	primaryFrozen          bool
+	ClassificationSeq      int  `json:"classification_seq"`
+	LatestDecisionInputSeq int  `json:"latest_decision_input_seq"`
+	ReadinessPassed        bool `json:"readiness_passed"`
+	PrimaryDrafted         bool `json:"primary_drafted"`
+	PrimaryFrozen          bool `json:"primary_frozen"`
 
-	lastSeq   int
-	lastAt    time.Time
-	lastAtOK  bool
-	lastAtStr string
+	LastSeq   int       `json:"last_seq"`
+	LastAt    time.Time `json:"last_at"`
+	LastAtOK  bool      `json:"last_at_ok"`
+	LastAtStr string    `json:"last_at_str"`
 
-	frozen map[string]string // deliverable doc ref -> sha256
+	Frozen map[string]string `json:"frozen"` // deliverable doc ref -> sha256
 
-	hasDecisionAccepted   bool
-	hasReadinessPassed    bool
-	hasCompleted          bool
-	hasPrimaryFrozenEvent bool
+	HasDecisionAccepted   bool `json:"has_decision_accepted"`
+	HasReadinessPassed    bool `json:"has_readiness_passed"`
+	HasCompleted          bool `json:"has_completed"`
+	HasPrimaryFrozenEvent bool `json:"has_primary_frozen_event"`
 
-	last                lastEvent
-	proposalSubmitted   *lastEvent
-	proposalRevised     *lastEvent
-	lastReviewSubmitted *lastEvent
+	Last                lastEvent  `json:"last"`
+	ProposalSubmitted   *lastEvent `json:"proposal_submitted"`
+	ProposalRevised     *lastEvent `json:"proposal_revised"`
+	LastReviewSubmitted *lastEvent `json:"last_review_submitted"`
 }
 
+// lastEvent is what the state keeps of one event.
 type lastEvent struct {
-	seq    int
-	seqOK  bool
-	name   string
-	from   string
-	fromOK bool
+	Seq    int    `json:"seq"`
+	SeqOK  bool   `json:"seq_ok"`
+	Name   string `json:"name"`
+	From   string `json:"from"`
+	FromOK bool   `json:"from_ok"`
 }
 
 // IsSHA256 reports a 64-character lowercase hexadecimal string.
@@ -158,7 +159,7 @@ func (t *transition) validRole() bool { return t.role == RolePrimary || t.role =
 
 // event is the event as later checks (validate, next) remember it.
 func (t *transition) event() lastEvent {
-	return lastEvent{seq: t.r.Seq, seqOK: t.r.has.has(fSeq), name: t.name, from: t.actor, fromOK: t.actorOK}
+	return lastEvent{Seq: t.r.Seq, SeqOK: t.r.has.has(fSeq), Name: t.name, From: t.actor, FromOK: t.actorOK}
 }
 
 // checkShape checks the event's place within the log and its fields,
@@ -169,8 +170,8 @@ func (t *transition) checkShape(seen *seqSet) {
 		t.checkDeliverableFields()
 	}
 	t.checkReplyTo(seen)
-	if t.r.atOK && t.cur.lastAtOK && t.r.at.Before(t.cur.lastAt) {
-		t.violate("at-order", "at %s is earlier than the previous event's %s", t.r.At, t.cur.lastAtStr)
+	if t.r.atOK && t.cur.LastAtOK && t.r.at.Before(t.cur.LastAt) {
+		t.violate("at-order", "at %s is earlier than the previous event's %s", t.r.At, t.cur.LastAtStr)
 	}
 	if isDeliverableEvent(t.name) && t.validRole() && t.r.has.has(fDoc) {
 		if _, why := t.rs.proto.deliverableFile(t.r.Doc, t.role); why != "" {
@@ -180,7 +181,7 @@ func (t *transition) checkShape(seen *seqSet) {
 }
 
 func (t *transition) checkSeq() {
-	expected := t.cur.count + 1
+	expected := t.cur.Count + 1
 	if !t.r.has.has(fSeq) {
 		t.violate("seq-continuous", "expected seq %d, got none", expected)
 	} else if t.r.Seq != expected {
@@ -210,23 +211,23 @@ func (t *transition) checkReplyTo(seen *seqSet) {
 	if r.ReplyTo == nil || seen.has(*r.ReplyTo) {
 		return
 	}
-	if t.cur.count == 0 {
+	if t.cur.Count == 0 {
 		t.violate("reply-to-range", "reply_to %d names no earlier event (the log is empty)", *r.ReplyTo)
 	} else {
-		t.violate("reply-to-range", "reply_to %d names no earlier event (expected 1..%d)", *r.ReplyTo, t.cur.lastSeq)
+		t.violate("reply-to-range", "reply_to %d names no earlier event (expected 1..%d)", *r.ReplyTo, t.cur.LastSeq)
 	}
 }
 
 // bookkeep records what every event leaves behind; it never fails.
 func (t *transition) bookkeep() {
-	t.next.count++
+	t.next.Count++
 	if t.r.has.has(fSeq) {
-		t.next.lastSeq = t.r.Seq
+		t.next.LastSeq = t.r.Seq
 	}
 	if t.r.atOK {
-		t.next.lastAt, t.next.lastAtOK, t.next.lastAtStr = t.r.at, true, t.r.At
+		t.next.LastAt, t.next.LastAtOK, t.next.LastAtStr = t.r.at, true, t.r.At
 	}
-	t.next.last = t.event()
+	t.next.Last = t.event()
 }
 
 func contains(list []string, s string) bool {

@@ -77,77 +77,92 @@ func (l *Log) Status(participant string) (Status, error) {
 	st := &l.state
 	s := Status{
 		Participant: participant,
-		Phase:       st.phase,
-		Owner:       st.owner,
-		WaitingFor:  append([]string{}, st.waiting...),
+		Phase:       st.Phase,
+		Owner:       st.Owner,
+		WaitingFor:  append([]string{}, st.Waiting...),
 	}
-	if st.count > 0 {
-		s.LastEvent = &StatusEvent{Seq: st.last.seq, Event: st.last.name, From: st.last.from}
+	if st.Count > 0 {
+		s.LastEvent = &StatusEvent{Seq: st.Last.Seq, Event: st.Last.Name, From: st.Last.From}
 	}
-	waited := contains(st.waiting, participant)
-	switch st.phase {
+	action, err := l.nextActionLocked(participant)
+	if err != nil {
+		return Status{}, err
+	}
+	s.Action, s.Invalid = action, !knownPhase(st.Phase)
+	return s, nil
+}
+
+// nextActionLocked says what participant should do next in the current
+// phase. Called with l.mu held.
+func (l *Log) nextActionLocked(participant string) (string, error) {
+	st := &l.state
+	waited := contains(st.Waiting, participant)
+	switch st.Phase {
 	case PhaseDrafting:
 		if waited {
-			s.Action = "draft the primary deliverable, append deliverable_drafted (role primary), update proposal.md, then append proposal_submitted"
-		} else {
-			s.Action = "wait until the proposal owner submits the proposal"
+			return "draft the primary deliverable, append deliverable_drafted (role primary), update proposal.md, then append proposal_submitted", nil
 		}
+		return "wait until the proposal owner submits the proposal", nil
 	case PhaseReviewing:
-		proposal := st.proposalSubmitted
+		proposal := st.ProposalSubmitted
 		if proposal == nil {
-			proposal = st.proposalRevised
+			proposal = st.ProposalRevised
 		}
 		switch {
-		case waited && proposal != nil && proposal.from != participant:
-			s.Action = "review proposal.md and the primary deliverable, add your review to review.md (heading '## <UTC time> - " + participant + " - seq <n>', with Review Scope), then append review_submitted"
-		case participant == st.owner:
-			s.Action = "wait for the reviewers; leave proposal.md and the deliverables alone while they review (append blocked if you must stop)"
+		case waited && proposal != nil && proposal.From != participant:
+			return "review proposal.md and the primary deliverable, add your review to review.md (heading '## <UTC time> - " + participant + " - seq <n>', with Review Scope), then append review_submitted", nil
+		case participant == st.Owner:
+			return "wait for the reviewers; leave proposal.md and the deliverables alone while they review (append blocked if you must stop)", nil
 		default:
-			s.Action = "wait for the remaining reviewers to append review_submitted (or blocked)"
+			return "wait for the remaining reviewers to append review_submitted (or blocked)", nil
 		}
 	case PhaseRevising:
-		review := st.lastReviewSubmitted
-		if waited && review != nil && review.from != participant {
-			s.Action = "revise proposal.md and the deliverables, append deliverable_revised if a deliverable changed, then append proposal_revised"
-		} else {
-			s.Action = "wait until the proposal owner has revised the proposal"
+		review := st.LastReviewSubmitted
+		if waited && review != nil && review.From != participant {
+			return "revise proposal.md and the deliverables, append deliverable_revised if a deliverable changed, then append proposal_revised", nil
 		}
+		return "wait until the proposal owner has revised the proposal", nil
 	case PhaseDecisionReview:
-		if waited && !contains(st.acceptedRound, participant) {
-			s.Action = "review decisions.md and append decision_accepted only if every decision is explicit"
-		} else {
-			s.Action = "wait for the remaining participants to accept the decisions"
+		if waited && !contains(st.AcceptedRound, participant) {
+			return "review decisions.md and append decision_accepted only if every decision is explicit", nil
 		}
+		return "wait for the remaining participants to accept the decisions", nil
 	case PhaseReadinessCheck:
-		rd, err := ScanReadiness(l.folder)
-		if err != nil {
-			return Status{}, err
-		}
-		problems, err := ConclusionProblems(l.folder, l.proto)
-		if err != nil {
-			return Status{}, err
-		}
-		switch {
-		case !rd.Clear():
-			s.Action = "classify every question in readiness.md and clear the blockers before readiness_passed"
-		case !rd.ReadyToImplement:
-			s.Action = "work through the final checklist of readiness.md and check '- [x] Ready to implement'"
-		case !st.hasPrimaryFrozenEvent:
-			s.Action = "set the primary deliverable to Status: Frozen, append deliverable_frozen with its sha256, run acpfs validate, then append readiness_passed"
-		case !st.hasReadinessPassed:
-			s.Action = "run acpfs validate, then append readiness_passed"
-		case len(problems) > 0:
-			s.Action = "write conclusion.md: the final outcome, the deliverable receipt, the readiness result and the next action"
-		default:
-			s.Action = "run acpfs validate, then append completed with doc conclusion.md"
-		}
+		return l.readinessActionLocked()
 	case PhaseCompleted:
-		s.Action = "stop; the collaboration is complete"
+		return "stop; the collaboration is complete", nil
 	case PhaseBlocked:
-		s.Action = "resolve the blocker or start a new collaboration round"
+		return "resolve the blocker or start a new collaboration round", nil
 	default:
-		s.Action = "run acpfs validate; the current phase is unknown"
-		s.Invalid = true
+		return "run acpfs validate; the current phase is unknown", nil
 	}
-	return s, nil
+}
+
+// readinessActionLocked is the next action in the readiness check: the
+// first of readiness.md, the freeze, readiness_passed and conclusion.md
+// that is not done yet. Called with l.mu held.
+func (l *Log) readinessActionLocked() (string, error) {
+	st := &l.state
+	rd, err := ScanReadiness(l.folder)
+	if err != nil {
+		return "", err
+	}
+	problems, err := ConclusionProblems(l.folder, l.proto)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case !rd.Clear():
+		return "classify every question in readiness.md and clear the blockers before readiness_passed", nil
+	case !rd.ReadyToImplement:
+		return "work through the final checklist of readiness.md and check '- [x] Ready to implement'", nil
+	case !st.HasPrimaryFrozenEvent:
+		return "set the primary deliverable to Status: Frozen, append deliverable_frozen with its sha256, run acpfs validate, then append readiness_passed", nil
+	case !st.HasReadinessPassed:
+		return "run acpfs validate, then append readiness_passed", nil
+	case len(problems) > 0:
+		return "write conclusion.md: the final outcome, the deliverable receipt, the readiness result and the next action", nil
+	default:
+		return "run acpfs validate, then append completed with doc conclusion.md", nil
+	}
 }

@@ -174,7 +174,7 @@ func parseDeliverable(m map[string]any) Deliverable {
 		_, d.fileOK = f.(string)
 	}
 	d.Frozen = truthy(m["frozen"])
-	if d.Type == "custom" {
+	if d.Type == CustomType {
 		switch c := m["checklist"].(type) {
 		case []any:
 			for _, item := range c {

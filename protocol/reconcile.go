@@ -33,7 +33,7 @@ func (l *Log) Reconcile() (bool, error) {
 	}
 	defer lk.Unlock()
 	removeStaleTemps(l.folder)
-	if l.historyBad != nil || l.state.phase == "" || l.derivedMatchesLocked() {
+	if l.historyBad != nil || l.state.Phase == "" || l.derivedMatchesLocked() {
 		return false, nil
 	}
 	if err := l.writeProtocolLocked(&l.state); err != nil {
@@ -46,19 +46,19 @@ func (l *Log) Reconcile() (bool, error) {
 // fields.
 func (l *Log) derivedMatchesLocked() bool {
 	raw := l.proto.Raw
-	if raw["currentPhase"] != l.state.phase {
+	if raw["currentPhase"] != l.state.Phase {
 		return false
 	}
 	var owner any
-	if l.state.ownerSet {
-		owner = l.state.owner
+	if l.state.OwnerSet {
+		owner = l.state.Owner
 	}
 	if raw["proposalOwner"] != owner {
 		return false
 	}
 	got, err1 := json.Marshal(raw["waitingFor"])
-	want, err2 := json.Marshal(l.state.waiting)
-	if l.state.waiting == nil {
+	want, err2 := json.Marshal(l.state.Waiting)
+	if l.state.Waiting == nil {
 		want = []byte("[]")
 	}
 	return err1 == nil && err2 == nil && string(got) == string(want)

@@ -86,7 +86,7 @@ func (l *Log) Pull() (int, error) {
 func (l *Log) pullLocked(f *os.File) ([][]byte, error) {
 	lines, err := l.replica.Since(l.lines)
 	if err != nil {
-		return nil, unavailable("store", "cannot reach the store to catch up: %v", err)
+		return nil, unavailable(RuleStore, "cannot reach the store to catch up: %v", err)
 	}
 	if len(lines) == 0 {
 		return nil, nil
@@ -107,7 +107,7 @@ func (l *Log) pullLocked(f *os.File) ([][]byte, error) {
 	if err := l.catchUpLocked(f, true); err != nil {
 		return nil, err
 	}
-	if l.state.phase == "" {
+	if l.state.Phase == "" {
 		return lines, nil
 	}
 	if l.pw.on {
@@ -129,7 +129,7 @@ func (l *Log) publishLocked(f *os.File, n int, line []byte) error {
 		return nil
 	}
 	if !errors.Is(err, ErrConflict) {
-		return &Error{Kind: Unavailable, Line: n, Rule: "store",
+		return &Error{Kind: Unavailable, Line: n, Rule: RuleStore,
 			Msg: fmt.Sprintf("the store did not confirm the event, so this host did not append it (if the store took it all the same, it comes back with the next catch-up): %v", err)}
 	}
 	got, err := l.pullLocked(f)

@@ -85,8 +85,9 @@ func parseTime(s string) (time.Time, bool) {
 	return t.UTC(), true
 }
 
-// formatTime renders t in UTC with second precision and a "Z" suffix.
-func formatTime(t time.Time) string {
+// FormatTime renders t as ACP stamps its events and protocol.json: in
+// UTC, to the second, with a "Z" suffix.
+func FormatTime(t time.Time) string {
 	return t.UTC().Truncate(time.Second).Format("2006-01-02T15:04:05Z")
 }
 
@@ -98,9 +99,9 @@ func eventTime(now, prev time.Time, havePrev bool) string {
 	if havePrev && now.Before(prev) {
 		p := prev.UTC()
 		if p.Truncate(time.Second).Equal(p) {
-			return formatTime(p)
+			return FormatTime(p)
 		}
-		return formatTime(p.Truncate(time.Second).Add(time.Second))
+		return FormatTime(p.Truncate(time.Second).Add(time.Second))
 	}
-	return formatTime(now)
+	return FormatTime(now)
 }

@@ -33,9 +33,9 @@ func (t *transition) initialized() {
 	if !t.actorOK || !t.rs.listed[t.actor] {
 		t.violate("participant", "initialized by %s, who is not listed in protocol.json", t.who())
 	}
-	t.next.owner, t.next.ownerSet = "", false
+	t.next.Owner, t.next.OwnerSet = "", false
 	if t.actorOK {
-		t.next.owner, t.next.ownerSet = t.actor, true
+		t.next.Owner, t.next.OwnerSet = t.actor, true
 	}
 	t.enter(PhaseDrafting, t.ownerList())
 }
@@ -48,77 +48,77 @@ func (t *transition) deliverableDrafted() {
 	}
 	t.allowedIn(PhaseDrafting, PhaseRevising, PhaseDecisionReview)
 	t.ownerTurn("drafting the primary deliverable")
-	t.next.primaryDrafted = true
+	t.next.PrimaryDrafted = true
 }
 
 func (t *transition) deliverableRevised() {
 	if t.role != RolePrimary {
 		return
 	}
-	if t.cur.primaryFrozen {
+	if t.cur.PrimaryFrozen {
 		t.violate("revise-after-freeze", "the primary deliverable is frozen and can no longer be revised")
 	}
 	t.allowedIn(PhaseRevising, PhaseDecisionReview)
 	t.ownerTurn("revising the primary deliverable")
-	t.next.primaryDrafted = true
+	t.next.PrimaryDrafted = true
 }
 
 func (t *transition) deliverableFrozen() {
 	if t.role == RolePrimary {
-		if t.cur.primaryFrozen {
+		if t.cur.PrimaryFrozen {
 			t.violate("primary-frozen-once", "the primary deliverable is already frozen")
 		}
 		t.allowedIn(PhaseReadinessCheck)
 		t.ownerTurn("freezing the primary deliverable")
-		t.next.primaryFrozen = true
-		t.next.hasPrimaryFrozenEvent = true
+		t.next.PrimaryFrozen = true
+		t.next.HasPrimaryFrozenEvent = true
 	}
 	if t.validRole() && t.r.has.has(fDoc) && t.hasSHA() {
-		m := make(map[string]string, len(t.cur.frozen)+1)
-		for k, val := range t.cur.frozen {
+		m := make(map[string]string, len(t.cur.Frozen)+1)
+		for k, val := range t.cur.Frozen {
 			m[k] = val
 		}
 		m[t.r.Doc] = t.r.SHA256
-		t.next.frozen = m
+		t.next.Frozen = m
 	}
 }
 
 func (t *transition) proposalSubmitted() {
 	t.allowedIn(PhaseDrafting, PhaseRevising)
-	if !t.cur.primaryDrafted {
+	if !t.cur.PrimaryDrafted {
 		t.violate("primary-draft-required", "proposal_submitted needs an earlier deliverable_drafted of the primary deliverable")
 	}
 	switch {
-	case t.cur.owner != "":
-		t.expectTurn([]string{t.cur.owner}, "submitting the proposal")
+	case t.cur.Owner != "":
+		t.expectTurn([]string{t.cur.Owner}, "submitting the proposal")
 	case t.actorOK:
 	default:
 		t.expectTurn(nil, "submitting the proposal")
 	}
 	if t.actorOK {
-		t.next.owner, t.next.ownerSet = t.actor, true
+		t.next.Owner, t.next.OwnerSet = t.actor, true
 	}
 	var reviewers []string
 	for _, p := range t.rs.participants {
-		if !(t.next.ownerSet && p == t.next.owner) {
+		if !(t.next.OwnerSet && p == t.next.Owner) {
 			reviewers = append(reviewers, p)
 		}
 	}
 	if len(reviewers) == 0 {
 		t.violate("reviewer-required", "proposal_submitted needs at least one other participant to review")
 	}
-	t.next.reviewWaiting = reviewers
+	t.next.ReviewWaiting = reviewers
 	t.enter(PhaseReviewing, reviewers)
 	le := t.event()
-	t.next.proposalSubmitted = &le
+	t.next.ProposalSubmitted = &le
 }
 
 func (t *transition) reviewSubmitted() {
 	t.allowedIn(PhaseReviewing)
-	t.next.reviewWaiting = t.answer(t.cur.reviewWaiting, "submitting a review now")
-	t.untilAllAnswered(t.next.reviewWaiting, PhaseReviewing, PhaseRevising)
+	t.next.ReviewWaiting = t.answer(t.cur.ReviewWaiting, "submitting a review now")
+	t.untilAllAnswered(t.next.ReviewWaiting, PhaseReviewing, PhaseRevising)
 	le := t.event()
-	t.next.lastReviewSubmitted = &le
+	t.next.LastReviewSubmitted = &le
 }
 
 func (t *transition) proposalRevised() {
@@ -126,7 +126,7 @@ func (t *transition) proposalRevised() {
 	t.ownerTurn("revising the proposal")
 	t.newDecisionInput()
 	le := t.event()
-	t.next.proposalRevised = &le
+	t.next.ProposalRevised = &le
 }
 
 func (t *transition) decisionProposed() {
@@ -139,10 +139,10 @@ func (t *transition) decisionProposed() {
 // classified (again) before anyone accepts.
 func (t *transition) newDecisionInput() {
 	if t.r.has.has(fSeq) {
-		t.next.latestDecisionInputSeq = t.r.Seq
+		t.next.LatestDecisionInputSeq = t.r.Seq
 	}
-	t.next.classificationSeq = 0
-	t.next.acceptedRound = nil
+	t.next.ClassificationSeq = 0
+	t.next.AcceptedRound = nil
 	t.enter(PhaseDecisionReview, t.ownerList())
 }
 
@@ -150,53 +150,53 @@ func (t *transition) questionClassified() {
 	t.allowedIn(PhaseDecisionReview)
 	t.ownerTurn("classifying questions")
 	if t.r.has.has(fSeq) {
-		t.next.classificationSeq = t.r.Seq
+		t.next.ClassificationSeq = t.r.Seq
 	}
-	t.next.acceptWaiting = t.rs.participants
-	t.next.acceptedRound = nil
+	t.next.AcceptWaiting = t.rs.participants
+	t.next.AcceptedRound = nil
 	t.enter(PhaseDecisionReview, t.rs.participants)
 }
 
 func (t *transition) decisionAccepted() {
 	t.allowedIn(PhaseDecisionReview)
-	if t.cur.latestDecisionInputSeq != 0 && t.cur.classificationSeq <= t.cur.latestDecisionInputSeq {
-		t.violate("classification-required", "decision_accepted needs a question_classified after the latest proposal_revised or decision_proposed (seq %d)", t.cur.latestDecisionInputSeq)
+	if t.cur.LatestDecisionInputSeq != 0 && t.cur.ClassificationSeq <= t.cur.LatestDecisionInputSeq {
+		t.violate("classification-required", "decision_accepted needs a question_classified after the latest proposal_revised or decision_proposed (seq %d)", t.cur.LatestDecisionInputSeq)
 	}
-	t.next.acceptWaiting = t.answer(t.cur.acceptWaiting, "accepting decisions now")
-	if t.inSet(t.cur.acceptWaiting) {
-		t.next.acceptedRound = withItem(t.cur.acceptedRound, t.actor)
+	t.next.AcceptWaiting = t.answer(t.cur.AcceptWaiting, "accepting decisions now")
+	if t.inSet(t.cur.AcceptWaiting) {
+		t.next.AcceptedRound = withItem(t.cur.AcceptedRound, t.actor)
 	}
-	t.untilAllAnswered(t.next.acceptWaiting, PhaseDecisionReview, PhaseReadinessCheck)
-	t.next.hasDecisionAccepted = true
+	t.untilAllAnswered(t.next.AcceptWaiting, PhaseDecisionReview, PhaseReadinessCheck)
+	t.next.HasDecisionAccepted = true
 }
 
 func (t *transition) readinessPassed() {
 	t.allowedIn(PhaseReadinessCheck)
-	if !t.cur.primaryFrozen {
+	if !t.cur.PrimaryFrozen {
 		t.violate("freeze-required", "readiness_passed needs an earlier deliverable_frozen of the primary deliverable")
 	}
 	t.ownerTurn("passing readiness")
-	t.next.readinessPassed = true
+	t.next.ReadinessPassed = true
 	t.enter(PhaseReadinessCheck, t.ownerList())
-	t.next.hasReadinessPassed = true
+	t.next.HasReadinessPassed = true
 }
 
 func (t *transition) completed() {
-	if t.cur.phase != PhaseReadinessCheck || !t.cur.readinessPassed {
-		t.violate("readiness-passed-required", "completed needs an earlier readiness_passed in phase readiness_check (phase is %s)", phaseName(t.cur.phase))
+	if t.cur.Phase != PhaseReadinessCheck || !t.cur.ReadinessPassed {
+		t.violate("readiness-passed-required", "completed needs an earlier readiness_passed in phase readiness_check (phase is %s)", phaseName(t.cur.Phase))
 	}
 	if !t.r.has.has(fDoc) || t.r.Doc != ConclusionFile {
 		t.violate("completed-doc", "completed must have doc %q", ConclusionFile)
 	}
 	t.ownerTurn("completing the collaboration")
 	t.enter(PhaseCompleted, nil)
-	t.next.hasCompleted = true
+	t.next.HasCompleted = true
 }
 
 // enter moves the collaboration to phase, waiting for waiting.
 func (t *transition) enter(phase string, waiting []string) {
-	t.next.phase = phase
-	t.next.waiting = waiting
+	t.next.Phase = phase
+	t.next.Waiting = waiting
 }
 
 // untilAllAnswered stays in phase while someone is still waited for, and
@@ -222,10 +222,10 @@ func (t *transition) answer(waiting []string, action string) []string {
 // allowedIn refuses the event unless the phase before it is one of
 // allowed.
 func (t *transition) allowedIn(allowed ...string) {
-	if contains(allowed, t.cur.phase) {
+	if contains(allowed, t.cur.Phase) {
 		return
 	}
-	t.violate("phase", "%s is not allowed in phase %s (allowed: %s)", t.name, phaseName(t.cur.phase), strings.Join(allowed, ", "))
+	t.violate("phase", "%s is not allowed in phase %s (allowed: %s)", t.name, phaseName(t.cur.Phase), strings.Join(allowed, ", "))
 }
 
 func (t *transition) inSet(set []string) bool { return t.actorOK && contains(set, t.actor) }
@@ -253,15 +253,15 @@ func (t *transition) expectTurn(allowed []string, action string) {
 // ownerTurn refuses the event unless the proposal owner, if there is one,
 // writes it.
 func (t *transition) ownerTurn(action string) {
-	if t.next.owner != "" {
-		t.expectTurn([]string{t.next.owner}, action)
+	if t.next.Owner != "" {
+		t.expectTurn([]string{t.next.Owner}, action)
 	}
 }
 
 // ownerList is the waiting list of the owner's turn.
 func (t *transition) ownerList() []string {
-	if t.next.owner != "" {
-		return []string{t.next.owner}
+	if t.next.Owner != "" {
+		return []string{t.next.Owner}
 	}
 	return nil
 }

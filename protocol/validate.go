@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/acpfs/acpfs/internal/digest"
 	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
@@ -72,16 +73,7 @@ type frozenEvent struct {
 func validateFolder(folder string) Result {
 	abs := resolvePath(expandHome(folder))
 	v := &validator{folder: abs}
-	for _, name := range requiredFiles {
-		if !exists(filepath.Join(abs, name)) {
-			v.err(name, "required-file", "%s is missing", name)
-		}
-	}
-	for _, name := range forbiddenFiles {
-		if exists(filepath.Join(abs, name)) {
-			v.err(name, "forbidden-file", "%s is not part of ACP schema v2; remove it and use events.jsonl and readiness.md", name)
-		}
-	}
+	v.files()
 	// review.md is read first: the replay notes the events its headings
 	// name. Its findings are reported after protocol.json's, as before.
 	docs := &validator{folder: abs}
@@ -109,40 +101,76 @@ func validateFolder(folder string) Result {
 	v.reviewLinks(p, reviewText, headings, facts)
 	frozenDocs := v.frozenEvents(p, facts.frozenEvents)
 	st := &facts.state
+	v.derivedState(p, st)
 
-	raw := p.Raw
-	if st.phase != "" && raw["currentPhase"] != st.phase {
-		v.err(ProtocolFile, "derived-state", "currentPhase is %s but the events give %s", pyRepr(raw["currentPhase"]), st.phase)
+	readinessText, _ := v.readText(filepath.Join(abs, ReadinessFile), ReadinessFile)
+	rd := scanReadinessText(readinessText)
+	if schemaOK {
+		v.content(p, st, frozenDocs)
 	}
-	if val, ok := raw["proposalOwner"]; ok && st.ownerSet && val != st.owner {
-		v.err(ProtocolFile, "derived-state", "proposalOwner is %s but the events give %q", pyRepr(val), st.owner)
+	v.readiness(rd, st)
+	v.completion(p, rd, st)
+	return v.res
+}
+
+// files checks that the folder holds every required file and none of the
+// files of the schema before v2.
+func (v *validator) files() {
+	for _, name := range requiredFiles {
+		if !exists(filepath.Join(v.folder, name)) {
+			v.err(name, "required-file", "%s is missing", name)
+		}
+	}
+	for _, name := range forbiddenFiles {
+		if exists(filepath.Join(v.folder, name)) {
+			v.err(name, "forbidden-file", "%s is not part of ACP schema v2; remove it and use events.jsonl and readiness.md", name)
+		}
+	}
+}
+
+// derivedState checks the fields of protocol.json the events decide
+// (phase, proposal owner, waiting list) against the replay.
+func (v *validator) derivedState(p *Protocol, st *core) {
+	raw := p.Raw
+	if st.Phase != "" && raw["currentPhase"] != st.Phase {
+		v.err(ProtocolFile, "derived-state", "currentPhase is %s but the events give %s", pyRepr(raw["currentPhase"]), st.Phase)
+	}
+	if val, ok := raw["proposalOwner"]; ok && st.OwnerSet && val != st.Owner {
+		v.err(ProtocolFile, "derived-state", "proposalOwner is %s but the events give %q", pyRepr(val), st.Owner)
 	}
 	if val, ok := raw["waitingFor"]; ok {
-		want := make([]any, len(st.waiting))
-		for i, w := range st.waiting {
+		want := make([]any, len(st.Waiting))
+		for i, w := range st.Waiting {
 			want[i] = w
 		}
 		if !pycompat.Equal(val, want) {
 			v.err(ProtocolFile, "derived-state", "waitingFor is %s but the events give %s", pyRepr(val), pyRepr(want))
 		}
 	}
+}
 
-	readinessText, _ := v.readText(filepath.Join(abs, ReadinessFile), ReadinessFile)
-	rd := scanReadinessText(readinessText)
-	requireFrozen := st.hasPrimaryFrozenEvent || st.hasReadinessPassed || st.hasCompleted
-	if schemaOK {
-		v.primaryContent(p, requireFrozen)
-		v.supportingContent(p, frozenDocs)
-		if text, ok := v.readText(filepath.Join(abs, DecisionsFile), DecisionsFile); !ok {
-			v.err(DecisionsFile, "required-file", "decisions.md is missing")
-		} else {
-			for _, pr := range decisionProblems(text, p) {
-				v.err(DecisionsFile, "decisions", "%s", strings.TrimPrefix(pr, "decisions.md "))
-			}
+// content checks the deliverables' content, decisions.md and the
+// attachments, once the deliverables' declaration is sound; the primary
+// deliverable must be frozen once the events say it was.
+func (v *validator) content(p *Protocol, st *core, frozenDocs map[string]bool) {
+	requireFrozen := st.HasPrimaryFrozenEvent || st.HasReadinessPassed || st.HasCompleted
+	v.primaryContent(p, requireFrozen)
+	v.supportingContent(p, frozenDocs)
+	if text, ok := v.readText(filepath.Join(v.folder, DecisionsFile), DecisionsFile); !ok {
+		v.err(DecisionsFile, "required-file", "decisions.md is missing")
+	} else {
+		for _, pr := range decisionProblems(text, p) {
+			v.err(DecisionsFile, "decisions", "%s", strings.TrimPrefix(pr, "decisions.md "))
 		}
-		v.attachments(p)
 	}
-	if st.hasDecisionAccepted {
+	v.attachments(p)
+}
+
+// readiness checks readiness.md against the milestones the events logged:
+// nothing blocking or unresolved once a decision is accepted, and a
+// checked "Ready to implement" and a frozen primary once readiness passed.
+func (v *validator) readiness(rd Readiness, st *core) {
+	if st.HasDecisionAccepted {
 		if len(rd.Blocking) > 0 {
 			v.err(ReadinessFile, "readiness-blocking", "%d [blocking] item(s) remain after decision_accepted", len(rd.Blocking))
 		}
@@ -153,7 +181,7 @@ func validateFolder(folder string) Result {
 			v.err(ReadinessFile, "readiness-reason", "%d [deferred_nonblocking] item(s) lack \"Reason:\" after decision_accepted", len(rd.DeferredMissingReason))
 		}
 	}
-	if st.hasReadinessPassed || st.hasCompleted {
+	if st.HasReadinessPassed || st.HasCompleted {
 		if len(rd.Blocking) > 0 {
 			v.err(ReadinessFile, "readiness-blocking", "%d [blocking] item(s) remain after readiness_passed or completed", len(rd.Blocking))
 		}
@@ -166,22 +194,27 @@ func validateFolder(folder string) Result {
 		if !rd.ReadyToImplement {
 			v.err(ReadinessFile, "ready-to-implement", "\"- [x] Ready to implement\" must be checked once readiness_passed or completed is logged")
 		}
-		if !st.hasPrimaryFrozenEvent {
+		if !st.HasPrimaryFrozenEvent {
 			v.err(EventsFile, "freeze-required", "readiness_passed or completed is logged but the primary deliverable was never frozen")
 		}
 	}
-	if st.hasCompleted {
+}
+
+// completion checks, once completed is logged, the completion gates and
+// conclusion.md; before that, a deferred item without a reason is only a
+// warning.
+func (v *validator) completion(p *Protocol, rd Readiness, st *core) {
+	if st.HasCompleted {
 		if missing := MissingGates(p, rd.Text); len(missing) > 0 {
 			v.err(ReadinessFile, "completion-gates", "completed is logged but these completion gates are not checked: %s", strings.Join(missing, "; "))
 		}
-		text, _ := v.readText(filepath.Join(abs, ConclusionFile), ConclusionFile)
+		text, _ := v.readText(filepath.Join(v.folder, ConclusionFile), ConclusionFile)
 		for _, pr := range conclusionProblemsText(text, p) {
 			v.err(ConclusionFile, "conclusion", "%s", strings.TrimPrefix(pr, "conclusion.md "))
 		}
 	} else if len(rd.DeferredMissingReason) > 0 {
 		v.warn(ReadinessFile, "readiness-reason", "%d [deferred_nonblocking] item(s) should give a \"Reason:\"", len(rd.DeferredMissingReason))
 	}
-	return v.res
 }
 
 func (v *validator) protocolFields(p *Protocol) {
@@ -232,101 +265,131 @@ func (v *validator) protocolFields(p *Protocol) {
 // whether it is sound enough to check the deliverables' content.
 func (v *validator) deliverablesSchema(p *Protocol) bool {
 	before := len(v.res.Errors)
-	e := func(format string, args ...any) { v.err(ProtocolFile, "deliverables", format, args...) }
 	d, _ := p.Raw["deliverables"].(map[string]any)
 	if len(d) == 0 {
-		e("deliverables.primary is required")
+		v.deliverablesErr("deliverables.primary is required")
 		return false
 	}
 	mode := d["mode"]
 	if mode != "internal" && mode != "external" {
-		e("deliverables.mode must be internal or external")
+		v.deliverablesErr("deliverables.mode must be internal or external")
 	}
 	if _, has := p.Raw["repoRoot"]; mode == "internal" && has {
-		e("repoRoot is only allowed with external deliverables")
+		v.deliverablesErr("repoRoot is only allowed with external deliverables")
 	}
 	if mode == "external" {
-		rr, ok := p.Raw["repoRoot"].(string)
-		switch {
-		case !ok || pycompat.Strip(rr) == "":
-			e("repoRoot is required for external deliverables")
-		case strings.HasPrefix(rr, "/"):
-			e("repoRoot must be relative to the folder")
-		default:
-			resolved := resolvePath(pyJoin(v.folder, rr))
-			fi, err := os.Stat(resolved)
-			switch {
-			case err != nil || !fi.IsDir():
-				e("repoRoot %q does not resolve to an existing directory", rr)
-			case resolved == "/":
-				e("repoRoot %q resolves to the filesystem root", rr)
-			case !isAncestorOrSelf(resolved, v.folder):
-				e("the collaboration folder must be inside repoRoot %q", rr)
-			}
-		}
+		v.repoRoot(p.Raw["repoRoot"])
 	}
 	if dir, ok := d["dir"].(string); !ok || pycompat.Strip(dir) == "" {
-		e("deliverables.dir is required")
+		v.deliverablesErr("deliverables.dir is required")
 	} else if pathEscapes(dir) {
-		e("deliverables.dir must be relative and must not contain ..")
+		v.deliverablesErr("deliverables.dir must be relative and must not contain ..")
 	}
 	prim, ok := d["primary"].(map[string]any)
 	if !ok {
-		e("deliverables.primary is required")
+		v.deliverablesErr("deliverables.primary is required")
 		return false
 	}
-	if t, ok := prim["type"].(string); !ok || !knownType(t) {
-		e("deliverables.primary.type must be one of %s", strings.Join(DeliverableTypes(), ", "))
-	}
-	if f, ok := prim["file"].(string); !ok || !strings.HasSuffix(f, ".md") {
-		e("deliverables.primary.file must be a Markdown (.md) file")
-	} else if pathEscapes(f) {
-		e("deliverables.primary.file must be relative and must not contain ..")
-	}
-	if p.Primary.Type == CustomType && len(p.Primary.Sections()) == 0 {
-		e("a custom primary deliverable needs a checklist")
-	}
-	seen := map[string]bool{}
+	v.primarySchema(p, prim)
 	primFile, primFileOK := prim["file"].(string)
 	if sup, ok := d["supporting"].([]any); ok {
-		for i, item := range sup {
-			m, ok := item.(map[string]any)
-			if !ok {
-				continue
-			}
-			if t, ok := m["type"].(string); !ok || !knownType(t) {
-				e("deliverables.supporting[%d].type is not a deliverable type", i+1)
-			}
-			f, ok := m["file"].(string)
-			switch {
-			case !ok || !strings.HasSuffix(f, ".md"):
-				e("deliverables.supporting[%d].file must be a Markdown (.md) file", i+1)
-			case pathEscapes(f):
-				e("deliverables.supporting[%d].file must be relative and must not contain ..", i+1)
-			case seen[f]:
-				e("deliverables.supporting[%d].file %q is declared twice", i+1, f)
-			case primFileOK && f == primFile:
-				e("deliverables.supporting[%d].file reuses the primary deliverable file", i+1)
-			default:
-				seen[f] = true
-			}
-		}
+		v.supportingSchema(sup, primFile, primFileOK)
 	}
 	if att, ok := d["attachments"].([]any); ok {
-		for i, item := range att {
-			m, ok := item.(map[string]any)
-			if !ok {
-				e("deliverables.attachments[%d] must be an object", i+1)
-				continue
-			}
-			if f, ok := m["file"].(string); !ok || f == "" {
-				e("deliverables.attachments[%d].file is required", i+1)
-			} else if pathEscapes(f) {
-				e("deliverables.attachments[%d].file must be relative and must not contain ..", i+1)
-			}
-		}
+		v.attachmentsSchema(att)
 	}
 	return len(v.res.Errors) == before
+}
+
+// deliverablesErr reports a problem of the deliverables declaration.
+func (v *validator) deliverablesErr(format string, args ...any) {
+	v.err(ProtocolFile, "deliverables", format, args...)
+}
+
+// repoRoot checks the repoRoot of external deliverables: a relative path
+// to an existing directory, not the filesystem root, that holds the
+// collaboration folder.
+func (v *validator) repoRoot(val any) {
+	rr, ok := val.(string)
+	switch {
+	case !ok || pycompat.Strip(rr) == "":
+		v.deliverablesErr("repoRoot is required for external deliverables")
+		return
+	case strings.HasPrefix(rr, "/"):
+		v.deliverablesErr("repoRoot must be relative to the folder")
+		return
+	}
+	resolved := resolvePath(pyJoin(v.folder, rr))
+	fi, err := os.Stat(resolved)
+	switch {
+	case err != nil || !fi.IsDir():
+		v.deliverablesErr("repoRoot %q does not resolve to an existing directory", rr)
+	case resolved == "/":
+		v.deliverablesErr("repoRoot %q resolves to the filesystem root", rr)
+	case !isAncestorOrSelf(resolved, v.folder):
+		v.deliverablesErr("the collaboration folder must be inside repoRoot %q", rr)
+	}
+}
+
+// primarySchema checks the primary deliverable's type and file, and that
+// a custom one has a checklist.
+func (v *validator) primarySchema(p *Protocol, prim map[string]any) {
+	if t, ok := prim["type"].(string); !ok || !knownType(t) {
+		v.deliverablesErr("deliverables.primary.type must be one of %s", strings.Join(DeliverableTypes(), ", "))
+	}
+	if f, ok := prim["file"].(string); !ok || !strings.HasSuffix(f, ".md") {
+		v.deliverablesErr("deliverables.primary.file must be a Markdown (.md) file")
+	} else if pathEscapes(f) {
+		v.deliverablesErr("deliverables.primary.file must be relative and must not contain ..")
+	}
+	if p.Primary.Type == CustomType && len(p.Primary.Sections()) == 0 {
+		v.deliverablesErr("a custom primary deliverable needs a checklist")
+	}
+}
+
+// supportingSchema checks each supporting deliverable's type and file: a
+// Markdown file inside the folder, declared once and not the primary's.
+func (v *validator) supportingSchema(sup []any, primFile string, primFileOK bool) {
+	seen := map[string]bool{}
+	for i, item := range sup {
+		m, ok := item.(map[string]any)
+		if !ok {
+			continue
+		}
+		if t, ok := m["type"].(string); !ok || !knownType(t) {
+			v.deliverablesErr("deliverables.supporting[%d].type is not a deliverable type", i+1)
+		}
+		f, ok := m["file"].(string)
+		switch {
+		case !ok || !strings.HasSuffix(f, ".md"):
+			v.deliverablesErr("deliverables.supporting[%d].file must be a Markdown (.md) file", i+1)
+		case pathEscapes(f):
+			v.deliverablesErr("deliverables.supporting[%d].file must be relative and must not contain ..", i+1)
+		case seen[f]:
+			v.deliverablesErr("deliverables.supporting[%d].file %q is declared twice", i+1, f)
+		case primFileOK && f == primFile:
+			v.deliverablesErr("deliverables.supporting[%d].file reuses the primary deliverable file", i+1)
+		default:
+			seen[f] = true
+		}
+	}
+}
+
+// attachmentsSchema checks that each attachment is an object naming a
+// file inside the folder.
+func (v *validator) attachmentsSchema(att []any) {
+	for i, item := range att {
+		m, ok := item.(map[string]any)
+		if !ok {
+			v.deliverablesErr("deliverables.attachments[%d] must be an object", i+1)
+			continue
+		}
+		if f, ok := m["file"].(string); !ok || f == "" {
+			v.deliverablesErr("deliverables.attachments[%d].file is required", i+1)
+		} else if pathEscapes(f) {
+			v.deliverablesErr("deliverables.attachments[%d].file must be relative and must not contain ..", i+1)
+		}
+	}
 }
 
 func isAncestorOrSelf(dir, path string) bool {
@@ -509,7 +572,7 @@ func (v *validator) frozenEvents(p *Protocol, events []frozenEvent) map[string]b
 		}
 		sum, ok := hashes[path]
 		if !ok {
-			sum, err = FileSHA256(path)
+			sum, err = digest.File(path)
 			if err != nil {
 				sum = "unreadable: " + err.Error()
 			}

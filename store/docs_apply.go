@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/acpfs/acpfs/internal/digest"
 	"github.com/acpfs/acpfs/internal/safeio"
 	"github.com/acpfs/acpfs/ledger"
 )
@@ -238,7 +239,7 @@ func (d *Docs) keepParked() {
 // conflict name, and written beside rel (on every host, through the
 // bucket).
 func (d *Docs) conflict(rel string, data []byte, mode uint32, why string) {
-	sum := sha(data)
+	sum := digest.Bytes(data)
 	name := conflictName(rel, d.s.Host(), sum[:12])
 	slog.Warn("documents: conflicting versions; both kept", "path", rel, "kept_as", name, "why", why)
 	d.record(RecordConflict, rel, why+"; that version is kept as "+name)
@@ -247,7 +248,7 @@ func (d *Docs) conflict(rel string, data []byte, mode uint32, why string) {
 		rev, err := d.s.docs.Create(ctx, keyOf(name), d.encode(name, data, mode, 0, rel))
 		if isCAS(err) {
 			if e, gerr := d.s.docs.Get(ctx, keyOf(name)); gerr == nil {
-				if _, content, derr := decodeDoc(e.Value(), name); derr == nil && sha(content) == sum {
+				if _, content, derr := decodeDoc(e.Value(), name); derr == nil && digest.Bytes(content) == sum {
 					rev, err = e.Revision(), nil
 				}
 			}

@@ -16,7 +16,7 @@ import (
 )
 
 func (d *Docs) encode(rel string, data []byte, mode uint32, base uint64, conflictOf string) []byte {
-	h := docHeader{V: 1, Path: rel, SHA256: sha(data), Host: d.s.Host(), Base: base,
+	h := docHeader{V: 1, Path: rel, SHA256: digest.Bytes(data), Host: d.s.Host(), Base: base,
 		Size: int64(len(data)), Mode: mode & 0o777, ConflictOf: conflictOf, Session: d.session}
 	hb, _ := json.Marshal(h)
 	out := make([]byte, 0, len(hb)+1+len(data))
@@ -43,7 +43,7 @@ func decodeDoc(val []byte, rel string) (docHeader, []byte, error) {
 		return h, nil, fmt.Errorf("the header names %.200q", h.Path)
 	case h.Size != int64(len(content)):
 		return h, nil, fmt.Errorf("%d bytes where the header says %d", len(content), h.Size)
-	case h.SHA256 != sha(content):
+	case h.SHA256 != digest.Bytes(content):
 		return h, nil, fmt.Errorf("the content's SHA-256 is not the header's %.64q", h.SHA256)
 	}
 	return h, content, nil
@@ -77,9 +77,6 @@ func newSession() string {
 	return hex.EncodeToString(b)
 }
 
-// sha is the hex SHA-256 of b.
-func sha(b []byte) string { return digest.Bytes(b) }
-
 // versionDigest identifies a version for comparison: its SHA-256, or for
 // protocol.json that of its static part only, so that the fields every
 // host derives from the history itself never count as a change.
@@ -91,9 +88,9 @@ func versionDigest(rel string, b []byte) string {
 				delete(m, k)
 			}
 			if c, err := json.Marshal(m); err == nil {
-				return "static:" + sha(c)
+				return "static:" + digest.Bytes(c)
 			}
 		}
 	}
-	return sha(b)
+	return digest.Bytes(b)
 }

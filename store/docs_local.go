@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/internal/digest"
 	"github.com/acpfs/acpfs/internal/safeio"
 )
 
@@ -248,8 +249,8 @@ func (d *Docs) local(rel string) {
 	if st.live() && st.digest == dg {
 		return
 	}
-	if sum, ok := d.frozen(rel); ok && sha(data) != sum {
-		d.refuse(RecordFrozen, rel, fmt.Sprintf("the local copy's SHA-256 %s is not the frozen %s; not published", sha(data), sum))
+	if sum, ok := d.frozen(rel); ok && digest.Bytes(data) != sum {
+		d.refuse(RecordFrozen, rel, fmt.Sprintf("the local copy's SHA-256 %s is not the frozen %s; not published", digest.Bytes(data), sum))
 		return
 	}
 	if rel == protocolJSON {

@@ -22,6 +22,7 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
+	"github.com/acpfs/acpfs/internal/digest"
 	"github.com/acpfs/acpfs/internal/natsrv"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
@@ -268,7 +269,7 @@ func TestDocsStaleWriteKeepsBothVersions(t *testing.T) {
 			tt.stale(t, a, b)
 			// The first revision to reach the store keeps the name; the
 			// other version is beside it, on every host.
-			kept := conflictName(rel, "hb", sha([]byte(tt.loser))[:12])
+			kept := conflictName(rel, "hb", digest.Bytes([]byte(tt.loser))[:12])
 			for _, h := range []*docHost{a, b} {
 				eventually(t, func() bool { return h.read(rel) == "v2 by a" && h.read(kept) == tt.loser },
 					"%s: %s=%q, %s=%q", h.name, rel, h.read(rel), kept, h.read(kept))
@@ -288,7 +289,7 @@ func TestDocsFrozenDeliverable(t *testing.T) {
 	a.sync()
 	b.sync()
 	b.mu.Lock()
-	b.frozen[rel] = sha([]byte("frozen text"))
+	b.frozen[rel] = digest.Bytes([]byte("frozen text"))
 	b.mu.Unlock()
 
 	// a has not seen the freeze yet: b refuses its new version.
@@ -704,7 +705,7 @@ func initHosts(t *testing.T, frozen ...string) (a, b *docHost, newHost func(name
 	for _, rel := range frozen {
 		b, err := os.ReadFile(filepath.Join(adir, rel))
 		require.NoError(t, err)
-		sums[rel] = sha(b)
+		sums[rel] = digest.Bytes(b)
 	}
 	newHost = func(name string) *docHost {
 		h := &docHost{t: t, name: name, dir: filepath.Join(base, name), url: url, frozen: map[string]string{}}

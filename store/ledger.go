@@ -436,7 +436,7 @@ type HostLedger struct {
 	// Records counts the record lines downloaded.
 	Records int64
 	// Head: the copy carries a head file (ledger.HeadPath(Path)), the
-	// last checkpoint the store held. Only written when the ledger stream
+	// last signed checkpoint the store held. Only written when the ledger stream
 	// refuses deletes and purges (a setting no one can take back), so that
 	// the store could not have lost the records after it: the copy, kept
 	// with --download and verified later, then shows a cut from its end
@@ -545,8 +545,8 @@ func (s *Store) fetchLedger(ctx context.Context, dir, host string, count, last u
 	if err := out.close(); err != nil {
 		return hl, err
 	}
-	if head && out.checkpoint != nil {
-		if err := atomicfile.WriteFile(ledger.HeadPath(hl.Path), out.checkpoint, 0o600); err != nil {
+	if head && out.signedCheckpoint != nil {
+		if err := atomicfile.WriteFile(ledger.HeadPath(hl.Path), out.signedCheckpoint, 0o600); err != nil {
 			return hl, fmt.Errorf("download ledger: head: %w", err)
 		}
 		hl.Head = true
@@ -584,8 +584,9 @@ type segmentWriter struct {
 	f     *os.File
 	first int64 // seq of the current file's first record (0: unknown)
 	lines int64
-	// checkpoint is the last checkpoint line written, for the head.
-	checkpoint []byte
+	// signedCheckpoint is the last signed checkpoint line written, for
+	// the head.
+	signedCheckpoint []byte
 }
 
 func (w *segmentWriter) write(data []byte) (int64, error) {
@@ -619,8 +620,8 @@ func (w *segmentWriter) write(data []byte) (int64, error) {
 		if w.lines == 1 {
 			w.first = r.Seq
 		}
-		if r.Kind == ledger.KindCheckpoint && bytes.HasSuffix(line, []byte("\n")) {
-			w.checkpoint = append(w.checkpoint[:0], line...)
+		if r.Kind == ledger.KindSignedCheckpoint && bytes.HasSuffix(line, []byte("\n")) {
+			w.signedCheckpoint = append(w.signedCheckpoint[:0], line...)
 		}
 		if r.Kind == ledger.KindSegmentEnd && w.first > 0 {
 			if err := w.seal(); err != nil {

@@ -20,10 +20,9 @@ import (
 // not trust (agents through their views, anyone with access to the
 // folder itself). So no path is ever resolved from "/" and no symlink is
 // ever followed: every name is resolved from a descriptor of the folder
-// root with openat2 and RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-// RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV, and the operation itself is a
-// *at call on the parent directory found that way, with
-// AT_SYMLINK_NOFOLLOW or O_NOFOLLOW. A component swapped for a symlink
+// root by the one resolver beneath a root, internal/safeio.OpenBeneath
+// (which says how), and the operation itself is a *at call on the parent
+// directory found that way, with AT_SYMLINK_NOFOLLOW or O_NOFOLLOW. A component swapped for a symlink
 // between two calls makes the second fail (ELOOP), never leads elsewhere.
 type backing struct {
 	root *os.File // O_PATH descriptor of the view's root

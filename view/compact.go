@@ -304,11 +304,9 @@ func (f *View) FlushRepeats() {
 			sha, _ = f.hashes.get(k.ver)
 		}
 		r := ledger.Record{Kind: kind, Agent: g.AgentID, Grant: g.GrantID, Path: k.path, Op: k.op,
-			SHA256: sha, Count: c.n, First: stamp(c.first), Last: stamp(c.last), Detail: k.why}
+			SHA256: sha, Count: c.n, First: ledger.Stamp(c.first), Last: ledger.Stamp(c.last), Detail: k.why}
 		if _, err := f.ledger.Append(r); err != nil {
 			slog.Error("ledger: cannot record repeats", "path", k.path, "count", c.n, "err", err)
 		}
 	}
 }
-
-func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000000Z") }

@@ -144,7 +144,7 @@ func joinDetail(a, b string) string {
 // pendingDetail names the version whose hash a read_hash will give.
 func pendingDetail(v fileVersion) string {
 	return fmt.Sprintf("sha256 follows in a read_hash record; size=%d mtime=%s ctime=%s inode=%d",
-		v.size, stamp(time.Unix(0, v.mtimeNs)), stamp(time.Unix(0, v.ctimeNs)), v.ino)
+		v.size, ledger.Stamp(time.Unix(0, v.mtimeNs)), ledger.Stamp(time.Unix(0, v.ctimeNs)), v.ino)
 }
 
 // deferHash hashes version v of the open file fd in the background and

@@ -806,7 +806,7 @@ func (f *View) appendLine(ctx context.Context, line []byte) syscall.Errno {
 			// Recorded, then the write failed: say that it did not land.
 			f.record(ctx, ledger.KindAppendFailed, ledger.OpAppend, protocol.EventsFile, "", err.Error())
 		}
-		if protocol.RuleOf(err) == "record" {
+		if protocol.RuleOf(err) == protocol.RuleRecord {
 			f.ledgerDown(ledger.OpAppend, protocol.EventsFile, err)
 			return syscall.EIO
 		}
@@ -827,7 +827,7 @@ func (f *View) refuseAppend(ctx context.Context, err error) syscall.Errno {
 		// that already violates the protocol): not this line's fault.
 		errno = syscall.EIO
 		switch protocol.RuleOf(err) {
-		case "store":
+		case protocol.RuleStore:
 			// The store of a multi-host collaboration did not take
 			// it: nothing changed, and the view is read-only until
 			// the store answers again.

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/digest"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
@@ -218,7 +219,7 @@ func (s acpStep) line(c *collab, seq int) []byte {
 	e := eventLine{Seq: seq, From: s.from, Event: s.event, At: time.Now().UTC().Format(time.RFC3339),
 		Summary: "step " + s.event, Doc: s.doc, ReplyTo: seq - 1, Role: s.role}
 	if s.sha {
-		sum, err := protocol.FileSHA256(c.in(primaryRef))
+		sum, err := digest.File(c.in(primaryRef))
 		require.NoError(c.t, err)
 		e.SHA256 = sum
 	}

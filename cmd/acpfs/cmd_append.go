@@ -16,8 +16,8 @@ machine and the folder's documents, then update protocol.json. A refused
 event changes nothing; the reason (file, line, rule) goes to stderr and
 the exit code is 2.
 
-The state derived from the history is kept between runs in a checkpoint
-($ACPFS_CHECKPOINT_DIR, default acpfs/checkpoints in the user's cache
+The state derived from the history is kept between runs in a state cache
+($ACPFS_STATE_CACHE_DIR, default acpfs/state-cache in the user's cache
 directory), used only while events.jsonl is the same file, ends with the
 same line and protocol.json declares the same collaboration: each run then
 reads only what was appended since the last one.
@@ -78,8 +78,8 @@ func (af *appendFlags) run(cmd *cobra.Command) error {
 	}
 	// One process per event: start from the state the last one derived,
 	// when the folder is still as it left it.
-	ckpt := protocol.DefaultCheckpointPath(dir)
-	l, err := protocol.OpenLogFrom(dir, ckpt)
+	cache := protocol.DefaultStateCachePath(dir)
+	l, err := protocol.OpenLogCached(dir, cache)
 	if err != nil {
 		return withCode(exitFailed, err)
 	}
@@ -93,8 +93,8 @@ func (af *appendFlags) run(cmd *cobra.Command) error {
 		spec.ReplyTo = &af.replyTo
 	}
 	ev, err := l.Append(spec)
-	if cerr := l.SaveCheckpoint(ckpt); cerr != nil {
-		slog.Debug("checkpoint not saved", "path", ckpt, "err", cerr)
+	if cerr := l.SaveStateCache(cache); cerr != nil {
+		slog.Debug("state cache not saved", "path", cache, "err", cerr)
 	}
 	if err != nil {
 		return withCode(exitFailed, err)

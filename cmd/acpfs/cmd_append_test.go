@@ -144,18 +144,18 @@ func TestAppendBinaryRefusal(t *testing.T) {
 	assert.Regexp(t, `^error: events.jsonl line 2: seq 2: .* \[turn\]\n$`, stderr.String())
 }
 
-// TestAppendCommandStartsFromItsCheckpoint: each run leaves a private
-// checkpoint that the next one starts from, and a run after appends made
+// TestAppendCommandStartsFromItsStateCache: each run leaves a private
+// state cache that the next one starts from, and a run after appends made
 // by anyone else (here a long-lived log) still sees the whole history.
-func TestAppendCommandStartsFromItsCheckpoint(t *testing.T) {
+func TestAppendCommandStartsFromItsStateCache(t *testing.T) {
 	dir := protoInitFolder(t)
-	ckpt := protocol.DefaultCheckpointPath(dir)
-	require.NotEmpty(t, ckpt)
+	cache := protocol.DefaultStateCachePath(dir)
+	require.NotEmpty(t, cache)
 	r := runCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "deliverable_drafted",
 		"--summary", "draft", "--doc", "deliverables/design-spec.md", "--reply-to", "1", "--role", "primary")
 	require.Equal(t, exitOK, r.code, "%v", r.err)
-	st, err := os.Stat(ckpt)
-	require.NoError(t, err, "the run leaves a checkpoint")
+	st, err := os.Stat(cache)
+	require.NoError(t, err, "the run leaves a state cache")
 	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
 
 	other, err := protocol.OpenLog(dir)
@@ -166,7 +166,7 @@ func TestAppendCommandStartsFromItsCheckpoint(t *testing.T) {
 
 	r = runCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "proposal_submitted",
 		"--summary", "again", "--doc", "proposal.md", "--reply-to", "3")
-	assert.Equal(t, exitFailed, r.code, "the phase moved on since the checkpoint: %s", r.out)
+	assert.Equal(t, exitFailed, r.code, "the phase moved on since the state was cached: %s", r.out)
 	r = runCLI(t, "append", "--folder", dir, "--participant", "server", "--event", "blocked",
 		"--summary", "stop", "--reply-to", "3")
 	require.Equal(t, exitOK, r.code, "%v", r.err)

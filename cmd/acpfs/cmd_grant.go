@@ -142,9 +142,23 @@ host H mounts it (docs/multihost.md).`,
 }
 
 func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
-	info, err := grantReadProtocol(f.folder)
+	g, err := grantFromFlags(cmd, f)
 	if err != nil {
 		return err
+	}
+	if f.store.set() {
+		return grantCreateInStore(cmd, f.store, g)
+	}
+	return grantCreateInRunDir(cmd, f.runs, g)
+}
+
+// grantFromFlags builds and validates the grant grant create's flags
+// describe, filling what they leave out from the collaboration's protocol
+// and the preset.
+func grantFromFlags(cmd *cobra.Command, f grantCreateFlags) (*grants.Grant, error) {
+	info, err := grantReadProtocol(f.folder)
+	if err != nil {
+		return nil, err
 	}
 	g := &grants.Grant{
 		GrantID:           grants.NormalizeGrantID(f.id),
@@ -163,25 +177,11 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 		g.Participant = ""
 	}
 	if err := grantCheckParticipant(info, f.folder, g.ParticipantID()); err != nil {
-		return err
+		return nil, err
 	}
 	if f.preset != "" {
-		deliv := info.Dir()
-		if info.External() {
-			deliv = externalPresetDir(info)
-			if deliv == "-" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are external to the folder; the preset covers only the protocol files\n")
-			} else {
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are beside the folder (%s/): a view shows them when it is rooted at the repository (--view-root repo)\n", deliv)
-			}
-		}
-		p, err := grants.Preset(f.preset, deliv)
-		if err != nil {
-			return err
-		}
-		g.MayRead, g.MayWrite = p.MayRead, p.MayWrite
-		if g.Role == "" {
-			g.Role = p.Name
+		if err := grantApplyPreset(cmd, info, f.preset, g); err != nil {
+			return nil, err
 		}
 	}
 	g.MayRead = grantAppendNew(g.MayRead, f.mayRead)
@@ -190,30 +190,66 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 		g.Objective = info.Objective()
 	}
 	if g.Role == "" {
-		return errors.New("--role is required without --preset")
+		return nil, errors.New("--role is required without --preset")
 	}
-	if len(f.inputs) > 0 {
-		g.NamedInputs = map[string]grants.NamedInput{}
-		for _, in := range f.inputs {
-			slot, p, ok := strings.Cut(in, "=")
-			if !ok || slot == "" {
-				return fmt.Errorf("--input %q: want slot=path", in)
-			}
-			g.NamedInputs[slot] = grants.NamedInput{Path: p, Required: true}
-		}
+	if g.NamedInputs, err = grantNamedInputs(f.inputs); err != nil {
+		return nil, err
 	}
 	if g.GrantID == "" {
 		if g.GrantID = grants.GrantIDFor(f.agent); g.GrantID == "" {
-			return fmt.Errorf("agent id %q gives no usable grant id: name one with --id", f.agent)
+			return nil, fmt.Errorf("agent id %q gives no usable grant id: name one with --id", f.agent)
 		}
 	}
 	if err := grants.Validate(g); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// grantApplyPreset fills g's may_read, may_write and (when unset) role
+// from the named preset, for the deliverables where the protocol keeps
+// them; deliverables outside the folder are noted on stderr.
+func grantApplyPreset(cmd *cobra.Command, info *protocol.Protocol, preset string, g *grants.Grant) error {
+	deliv := info.Dir()
+	if info.External() {
+		deliv = externalPresetDir(info)
+		if deliv == "-" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are external to the folder; the preset covers only the protocol files\n")
+		} else {
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: the deliverables are beside the folder (%s/): a view shows them when it is rooted at the repository (--view-root repo)\n", deliv)
+		}
+	}
+	p, err := grants.Preset(preset, deliv)
+	if err != nil {
 		return err
 	}
-	if f.store.set() {
-		return grantCreateInStore(cmd, f.store, g)
+	g.MayRead, g.MayWrite = p.MayRead, p.MayWrite
+	if g.Role == "" {
+		g.Role = p.Name
 	}
-	rd := grants.NewRunDir(f.runs)
+	return nil
+}
+
+// grantNamedInputs parses the --input slot=path flags (nil for none).
+func grantNamedInputs(inputs []string) (map[string]grants.NamedInput, error) {
+	if len(inputs) == 0 {
+		return nil, nil
+	}
+	named := map[string]grants.NamedInput{}
+	for _, in := range inputs {
+		slot, p, ok := strings.Cut(in, "=")
+		if !ok || slot == "" {
+			return nil, fmt.Errorf("--input %q: want slot=path", in)
+		}
+		named[slot] = grants.NamedInput{Path: p, Required: true}
+	}
+	return named, nil
+}
+
+// grantCreateInRunDir saves g in the run directory runs, refusing an id in
+// use and a second active grant for the agent, and records its creation.
+func grantCreateInRunDir(cmd *cobra.Command, runs string, g *grants.Grant) error {
+	rd := grants.NewRunDir(runs)
 	existing, _ := rd.LoadGrants() // problems of other grants do not block this one
 	if err := grantCheckNewID(rd, existing, g); err != nil {
 		return err

@@ -46,7 +46,7 @@ func grantLedgerKinds(t *testing.T, runs string) []ledger.Record {
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		var r ledger.Record
 		require.NoError(t, json.Unmarshal([]byte(line), &r))
-		if r.Kind == ledger.KindCheckpoint {
+		if r.Kind == ledger.KindSignedCheckpoint {
 			continue // the writer's own signatures
 		}
 		recs = append(recs, r)

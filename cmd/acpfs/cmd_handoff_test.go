@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/digest"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -39,7 +40,7 @@ func TestHandoffCreateAndVerify(t *testing.T) {
 	rd := grants.NewRunDir(runs)
 	h, err := rd.FindHandoff("H-spec")
 	require.NoError(t, err)
-	sum, err := grants.HashFile(filepath.Join(folder, "deliverables/design-spec.md"))
+	sum, err := digest.File(filepath.Join(folder, "deliverables/design-spec.md"))
 	require.NoError(t, err)
 	assert.Equal(t, sum, h.ArtifactSHA256)
 	assert.Equal(t, "codex", h.ConsumerAgentID)

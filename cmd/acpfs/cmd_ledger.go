@@ -127,19 +127,8 @@ const exitUnchecked = 5
 // maxRepairSteps bounds verify --repair's steps (restore, cut, sign, ...).
 const maxRepairSteps = 5
 
-func newLedgerVerifyCmd() *cobra.Command {
-	var (
-		path    string
-		pubkeys []string
-		live    bool
-		repair  bool
-		asJSON  bool
-		sf      ledgerStoreFlags
-	)
-	cmd := &cobra.Command{
-		Use:   "verify (--ledger L | --store URL --collab C) [--pubkey FILE]... [--live] [--repair] [--json]",
-		Short: "Check the hash chain and its signatures: exit 0 when sound, 2 with the first bad seq, 5 when no key was found",
-		Long: `Verify recomputes every record's hash and checks every seq and prev link,
+// ledgerVerifyLong is the help of acpfs ledger verify.
+const ledgerVerifyLong = `Verify recomputes every record's hash and checks every seq and prev link,
 across the ledger's sealed segments (L's stem.<first seq>.jsonl beside it) and
 then L. It reports the first record that was edited, removed, inserted, moved,
 or is not a record at all, and a torn last line left by a crash.
@@ -179,72 +168,100 @@ prove that. It prints a report per host and fails when any chain does.
 
 Exit status: 0 sound and signed; 2 broken (the first problem is printed);
 5 the chain is sound but no public key was found, so signatures were not
-checked.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			out := cmd.OutOrStdout()
-			remote, err := sf.check(path, "ledger")
-			if err != nil {
-				return withCode(exitFailed, err)
-			}
-			if remote && repair {
-				return withCode(exitFailed, errors.New("--repair repairs a local ledger: run it on the host that writes it"))
-			}
-			var keys []ledger.PublicKey
-			for _, p := range pubkeys {
-				k, err := ledger.LoadPublicKey(p)
-				if err != nil {
-					return withCode(exitFailed, fmt.Errorf("--pubkey: %w", err))
-				}
-				keys = append(keys, k)
-			}
-			if remote {
-				return ledgerVerifyStore(cmd, &sf, keys, live, asJSON)
-			}
-			// Each repair step may uncover the next (a restored copy whose
-			// tail its writer never signed): repeat until nothing is left.
-			for step := 0; repair && step < maxRepairSteps; step++ {
-				info, err := ledger.Repair(path)
-				if err != nil {
-					// Report the damage below; the repair error says why it
-					// could not be repaired.
-					fmt.Fprintf(cmd.ErrOrStderr(), "repair refused: %v\n", err)
-					break
-				}
-				if info == nil {
-					break
-				}
-				fmt.Fprintf(out, "repaired: %s\n", info.Summary())
-			}
-			rep, err := ledger.VerifyWith(path, ledger.VerifyOptions{Keys: keys, AllowUnsignedTail: live})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if err := protoPrintJSON(out, rep); err != nil {
-					return err
-				}
-			} else {
-				ledgerPrintVerify(out, rep)
-			}
-			if p := rep.Problem; p != nil {
-				return withCode(exitFailed, fmt.Errorf("ledger %s is broken: %s", path, p.Error()))
-			}
-			if !rep.SignaturesChecked {
-				return withCode(exitUnchecked, fmt.Errorf("ledger %s: %s beside it: the chain is sound, but anyone who can write the file could have written it; pass --pubkey FILE",
-					path, ledger.WarnNoKey))
-			}
-			return nil
-		},
+checked.`
+
+// ledgerVerifyFlags are acpfs ledger verify's flags.
+type ledgerVerifyFlags struct {
+	path    string
+	pubkeys []string
+	live    bool
+	repair  bool
+	asJSON  bool
+	sf      ledgerStoreFlags
+}
+
+func newLedgerVerifyCmd() *cobra.Command {
+	var vf ledgerVerifyFlags
+	cmd := &cobra.Command{
+		Use:   "verify (--ledger L | --store URL --collab C) [--pubkey FILE]... [--live] [--repair] [--json]",
+		Short: "Check the hash chain and its signatures: exit 0 when sound, 2 with the first bad seq, 5 when no key was found",
+		Long:  ledgerVerifyLong,
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return vf.run(cmd) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&path, "ledger", "", "ledger file (required)")
-	f.StringArrayVar(&pubkeys, "pubkey", nil, "public key file (ledger.pub) to check signatures with; repeatable (default: ledger.pub beside the ledger)")
-	f.BoolVar(&live, "live", false, "the ledger is still being written: records after the last signature are a warning, not a problem")
-	f.BoolVar(&repair, "repair", false, "repair what a crash or tampering left, recording each step, then verify")
-	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	sf.register(cmd)
+	f.StringVar(&vf.path, "ledger", "", "ledger file (required)")
+	f.StringArrayVar(&vf.pubkeys, "pubkey", nil, "public key file (ledger.pub) to check signatures with; repeatable (default: ledger.pub beside the ledger)")
+	f.BoolVar(&vf.live, "live", false, "the ledger is still being written: records after the last signature are a warning, not a problem")
+	f.BoolVar(&vf.repair, "repair", false, "repair what a crash or tampering left, recording each step, then verify")
+	f.BoolVar(&vf.asJSON, "json", false, "print the report as JSON")
+	vf.sf.register(cmd)
 	return cmd
+}
+
+// run verifies a local ledger (repairing it first with --repair) or every
+// host's ledger downloaded from the store.
+func (vf *ledgerVerifyFlags) run(cmd *cobra.Command) error {
+	remote, err := vf.sf.check(vf.path, "ledger")
+	if err != nil {
+		return withCode(exitFailed, err)
+	}
+	if remote && vf.repair {
+		return withCode(exitFailed, errors.New("--repair repairs a local ledger: run it on the host that writes it"))
+	}
+	var keys []ledger.PublicKey
+	for _, p := range vf.pubkeys {
+		k, err := ledger.LoadPublicKey(p)
+		if err != nil {
+			return withCode(exitFailed, fmt.Errorf("--pubkey: %w", err))
+		}
+		keys = append(keys, k)
+	}
+	if remote {
+		return ledgerVerifyStore(cmd, &vf.sf, keys, vf.live, vf.asJSON)
+	}
+	if vf.repair {
+		ledgerRepair(cmd, vf.path)
+	}
+	rep, err := ledger.VerifyWith(vf.path, ledger.VerifyOptions{Keys: keys, AllowUnsignedTail: vf.live})
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if vf.asJSON {
+		if err := protoPrintJSON(out, rep); err != nil {
+			return err
+		}
+	} else {
+		ledgerPrintVerify(out, rep)
+	}
+	if p := rep.Problem; p != nil {
+		return withCode(exitFailed, fmt.Errorf("ledger %s is broken: %s", vf.path, p.Error()))
+	}
+	if !rep.SignaturesChecked {
+		return withCode(exitUnchecked, fmt.Errorf("ledger %s: %s beside it: the chain is sound, but anyone who can write the file could have written it; pass --pubkey FILE",
+			vf.path, ledger.WarnNoKey))
+	}
+	return nil
+}
+
+// ledgerRepair runs verify --repair's steps on the ledger at path,
+// printing each. Each step may uncover the next (a restored copy whose
+// tail its writer never signed): it repeats until nothing is left. A
+// refusal is printed, not returned: the verification that follows reports
+// the damage, the refusal says why it could not be repaired.
+func ledgerRepair(cmd *cobra.Command, path string) {
+	for step := 0; step < maxRepairSteps; step++ {
+		info, err := ledger.Repair(path)
+		if err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "repair refused: %v\n", err)
+			return
+		}
+		if info == nil {
+			return
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "repaired: %s\n", info.Summary())
+	}
 }
 
 func ledgerPrintVerify(w io.Writer, rep *ledger.VerifyReport) {
@@ -261,7 +278,7 @@ func ledgerPrintVerify(w io.Writer, rep *ledger.VerifyReport) {
 		}
 	}
 	for _, s := range rep.Signers {
-		fmt.Fprintf(w, "key %s: signed seq %s–%s in %s checkpoint(s)\n", s.Key, ledgerGroup(s.FirstSeq), ledgerGroup(s.LastSeq), ledgerGroup(int64(s.Checkpoints)))
+		fmt.Fprintf(w, "key %s: signed seq %s–%s in %s checkpoint(s)\n", s.Key, ledgerGroup(s.FirstSeq), ledgerGroup(s.LastSeq), ledgerGroup(int64(s.SignedCheckpoints)))
 	}
 	if rep.SignaturesChecked && rep.Problem == nil {
 		fmt.Fprintf(w, "signatures checked against key(s) %s", strings.Join(rep.Keys, ", "))

@@ -296,7 +296,7 @@ func TestLedgerVerifyJSON(t *testing.T) {
 	var rep ledger.VerifyReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
 	assert.True(t, rep.SignaturesChecked)
-	assert.Equal(t, []ledger.Signer{{Key: "b600306cfa76723f", FirstSeq: 1, LastSeq: 9, Checkpoints: 4}}, rep.Signers)
+	assert.Equal(t, []ledger.Signer{{Key: "b600306cfa76723f", FirstSeq: 1, LastSeq: 9, SignedCheckpoints: 4}}, rep.Signers)
 	assert.Equal(t, []string{ledger.SegmentName(l, 1), l}, rep.Files)
 	assert.Equal(t, int64(9), rep.HeadSeq)
 }
@@ -365,7 +365,7 @@ func TestLedgerAuditNewKinds(t *testing.T) {
 				{Kind: ledger.KindReadRepeat, Agent: "alice", Grant: "G-alice", Path: "docs/brief.md", Count: 41},
 				{Kind: ledger.KindDeniedRepeat, Agent: "alice", Grant: "G-alice", Path: "oracle/answers.md", Op: "create", Count: 2},
 				{Kind: ledger.KindAppendRecovered, Agent: "alice", Grant: "G-alice", Path: "events.jsonl"},
-				{Kind: ledger.KindCheckpoint},
+				{Kind: ledger.KindSignedCheckpoint},
 			},
 			code:   exitOK,
 			outHas: []string{"Verdict: **isolated**", "| docs/brief.md | 42 |", "| oracle/answers.md | 3 |"},

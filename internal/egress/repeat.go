@@ -94,7 +94,7 @@ func (r *repeats) take() map[repeatKey]*repeatCount {
 func (s *Server) flushRepeats() {
 	for k, c := range s.rep.take() {
 		r := ledger.Record{Kind: k.kind, Agent: s.cfg.Agent, Grant: s.cfg.Grant, Op: k.op, Count: c.n,
-			First: stamp(c.first), Last: stamp(c.last), Detail: k.dest + ": repeats of the connection recorded in full before"}
+			First: ledger.Stamp(c.first), Last: ledger.Stamp(c.last), Detail: k.dest + ": repeats of the connection recorded in full before"}
 		if _, err := s.cfg.Ledger.Append(r); err != nil {
 			slog.Error("egress proxy: cannot record repeats", "kind", k.kind, "host", k.dest, "count", c.n, "err", err)
 		}
@@ -117,5 +117,3 @@ func (s *Server) flusher(stop <-chan struct{}) {
 		}
 	}
 }
-
-func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000000Z") }

@@ -1,0 +1,3 @@
+// Package style holds no code: its tests check rules of CONTRIBUTING.md
+// that concern the whole tree rather than one package.
+package style
