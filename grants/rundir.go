@@ -718,3 +718,38 @@ func CoordinatorDirBelow(p string, maxDirs int, except ...string) (found string,
 	}
 	return "", true, nil
 }
+
+// RunDirOfGrant returns the run directory whose context_grants holds the
+// grant file p, found by what the file's directory is on disk rather
+// than by how p spells it: the directory holding that directory (its
+// "..", opened from its descriptor) is a run directory when its
+// context_grants entry is that very directory. A symlink to
+// context_grants, or one named otherwise, leads to the same run
+// directory. It returns "" when the grant's directory is not a run
+// directory's context_grants.
+func RunDirOfGrant(p string) (string, error) {
+	dir, err := unix.Open(filepath.Dir(p), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", &os.PathError{Op: "open", Path: filepath.Dir(p), Err: err}
+	}
+	defer unix.Close(dir)
+	parent, err := unix.Openat(dir, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", &os.PathError{Op: "open", Path: filepath.Join(filepath.Dir(p), ".."), Err: err}
+	}
+	defer unix.Close(parent)
+	var d, g unix.Stat_t
+	if err := unix.Fstat(dir, &d); err != nil {
+		return "", err
+	}
+	if unix.Fstatat(parent, GrantsDirName, &g, unix.AT_SYMLINK_NOFOLLOW) != nil || fsid.OfStat(&d) != fsid.OfStat(&g) {
+		return "", nil
+	}
+	// The path the kernel knows the descriptor by: a directory that is
+	// renamed later is still held by identity by whoever holds it.
+	where, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", parent))
+	if err != nil {
+		return "", fmt.Errorf("run directory of %s: %w", p, err)
+	}
+	return where, nil
+}

@@ -153,9 +153,10 @@ func (mf *mountFlags) hiddenDirs(ledgerPath, grantPath string) []string {
 			h = append(h, filepath.Dir(g), g)
 			// A grant in a run directory's context_grants: that run
 			// directory (its artifacts, handoffs, other grants) is the
-			// coordinator's too, --runs or not.
-			if filepath.Base(filepath.Dir(g)) == grants.GrantsDirName {
-				runs = append(runs, filepath.Dir(filepath.Dir(g)))
+			// coordinator's too, --runs or not, whatever the grant's
+			// directory is called on the way (a symlink to it).
+			if r, err := grants.RunDirOfGrant(g); err == nil && r != "" {
+				runs = append(runs, r)
 			}
 		}
 	}
