@@ -20,6 +20,7 @@ import (
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/atomicfile"
+	"github.com/acpfs/acpfs/internal/fsid"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 	"github.com/acpfs/acpfs/view"
@@ -114,6 +115,10 @@ type Coordinator struct {
 	bootID   string
 	lock     *os.File // flock on LockFile, held until Stop
 	notify   io.Writer
+	// shared is concealed by every view of the coordinator, wherever
+	// it goes: the run directory's entries (grant files, the ledger and
+	// its key, the agents' homes), each view's mountpoint and device.
+	shared *fsid.Set
 
 	mu    sync.Mutex
 	views map[string]*coordView // by agent id
@@ -198,7 +203,7 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Coordinator{cfg: cfg, watcher: w, started: time.Now().UTC(), lock: lock, notify: notify,
+	c = &Coordinator{cfg: cfg, watcher: w, started: time.Now().UTC(), lock: lock, notify: notify, shared: fsid.NewSet(),
 		views: map[string]*coordView{}, done: make(chan struct{}), stop: make(chan struct{}), lost: make(chan lostView, 16)}
 	c.pidStart, _ = procStartTime(os.Getpid())
 	c.bootID = bootID()
@@ -625,6 +630,7 @@ func (c *Coordinator) loop() {
 // or removed ones, saying so on Notify. Mounts made at start are listed
 // by the caller instead.
 func (c *Coordinator) reconcile(starting bool) error {
+	c.holdRunDir()
 	want, fate, problems, errs := c.wanted()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -754,8 +760,50 @@ func (c *Coordinator) startView(mp string, g *grants.Grant, handoffs map[string]
 	}
 	return Start(Config{
 		Options: c.cfg.Options, Folder: c.cfg.Folder, ViewRoot: c.cfg.ViewRoot, Mountpoint: mp, Grant: g, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
-		Hidden: c.concealed(), Conceal: []string{c.cfg.Root}, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
+		Hidden: c.concealed(), Conceal: []string{c.cfg.Root}, Shared: c.shared, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
 	})
+}
+
+// holdRunDir adds to what every view conceals the entries of the run
+// directory, of its grants' directory and of the ledger's: each is
+// concealed where it lies already (its directory is), and by holding it
+// a grant file, the ledger, its key or an agent's home moved out into
+// the folder stays concealed too, whatever it is called there. What was
+// replaced since (a grant rewritten) is let go once it has no name.
+func (c *Coordinator) holdRunDir() {
+	dirs := []string{c.cfg.Runs.Root, c.cfg.Runs.GrantsDir()}
+	if c.cfg.Ledger != nil {
+		dirs = append(dirs, filepath.Dir(c.cfg.Ledger.Path()))
+	}
+	for _, d := range dirs {
+		if err := holdEntries(c.shared, d); err != nil {
+			slog.Warn("hold the run directory's entries", "dir", d, "err", err)
+		}
+	}
+	c.shared.Prune()
+}
+
+// holdEntries adds every entry of the directory d to s, symlinks
+// unfollowed.
+func holdEntries(s *fsid.Set, d string) error {
+	f, err := os.OpenFile(d, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(fsid.MaxSetHeld)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	for _, n := range names {
+		if err := s.HoldAt(int(f.Fd()), n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // prepareMountpoint makes mp, the directory a view covers, the
@@ -1087,6 +1135,7 @@ func (c *Coordinator) Stop() error {
 		delete(c.views, agent)
 	}
 	c.watcher.Close()
+	c.shared.Close()
 	c.removeOwnStatus()
 	errs = append(errs, c.cfg.Ledger.Sync())
 	if c.lock != nil {
