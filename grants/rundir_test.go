@@ -307,3 +307,27 @@ func TestResolve(t *testing.T) {
 	_, err := Resolve(nil, "bob")
 	assert.EqualError(t, err, "grant G-bob not found: there is no grant")
 }
+
+// TestRunDirOfGrant: the run directory of a grant is found by what the
+// grant's directory is, through a symlink to context_grants named
+// otherwise as surely as by its own path; a grant elsewhere has none.
+func TestRunDirOfGrant(t *testing.T) {
+	d := t.TempDir()
+	runs := filepath.Join(d, "runs")
+	require.NoError(t, os.MkdirAll(filepath.Join(runs, GrantsDirName), 0o755))
+	require.NoError(t, os.Symlink(filepath.Join(runs, GrantsDirName), filepath.Join(d, "grants-link")))
+	require.NoError(t, os.MkdirAll(filepath.Join(d, "loose"), 0o755))
+	require.NoError(t, os.Symlink(filepath.Join(d, "loose"), filepath.Join(d, GrantsDirName)))
+	for _, tt := range []struct{ name, grant, want string }{
+		{"its own path", filepath.Join(runs, GrantsDirName, "G-bob.json"), runs},
+		{"a symlink to context_grants", filepath.Join(d, "grants-link", "G-bob.json"), runs},
+		{"a directory that is no run directory's", filepath.Join(d, "loose", "G-bob.json"), ""},
+		{"a symlink named context_grants to it", filepath.Join(d, GrantsDirName, "G-bob.json"), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := RunDirOfGrant(tt.grant)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
