@@ -331,3 +331,33 @@ func TestRunDirOfGrant(t *testing.T) {
 		})
 	}
 }
+
+// TestTighten: a run directory of the caller's that others may read is
+// made 0700 once; a private one, a missing one and (as root) one of
+// another owner are left alone.
+func TestTighten(t *testing.T) {
+	d := t.TempDir()
+	r := NewRunDir(filepath.Join(d, "runs"))
+	_, changed, err := r.Tighten()
+	require.NoError(t, err)
+	assert.False(t, changed, "missing")
+	require.NoError(t, os.Mkdir(r.Root, 0o755))
+	require.NoError(t, os.Chmod(r.Root, 0o755))
+	old, changed, err := r.Tighten()
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.Equal(t, fs.FileMode(0o755), old)
+	fi, err := os.Stat(r.Root)
+	require.NoError(t, err)
+	assert.Equal(t, fs.FileMode(0o700), fi.Mode().Perm())
+	_, changed, err = r.Tighten()
+	require.NoError(t, err)
+	assert.False(t, changed, "already private")
+	if os.Geteuid() == 0 {
+		require.NoError(t, os.Chmod(r.Root, 0o755))
+		require.NoError(t, os.Chown(r.Root, 65533, 65533))
+		_, changed, err = r.Tighten()
+		require.NoError(t, err)
+		assert.False(t, changed, "another owner's")
+	}
+}

@@ -276,3 +276,50 @@ func cliRun(t *testing.T, args ...string) cliResult {
 	out, stderr, code := acpfs(t, args...)
 	return cliResult{out, stderr, code}
 }
+
+// TestLocksOldRunDirectoryMadePrivate: a run directory the caller owns,
+// left 0755 by an older acpfs or made by hand, is made 0700 by grant
+// create, up, mount and run, each saying so once on stderr; up's lock
+// left 0644 is 0600 once up holds it.
+func TestLocksOldRunDirectoryMadePrivate(t *testing.T) {
+	e := newCoordEnv(t)
+	require.NoError(t, os.MkdirAll(e.runs, 0o755))
+	require.NoError(t, os.Chmod(e.runs, 0o755))
+	open := func() { t.Helper(); require.NoError(t, os.Chmod(e.runs, 0o755)) }
+	said := func(t *testing.T, stderr string) {
+		t.Helper()
+		assert.Equal(t, 1, strings.Count(stderr, "was 0755, open to other uids; made it 0700"), stderr)
+		fi, err := os.Stat(e.runs)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+	}
+
+	_, stderr, code := acpfs(t, "grant", "create", "--runs", e.runs, "--folder", e.folder, "--agent", owner, "--id", "G-alice", "--preset", "owner")
+	require.Equal(t, 0, code, stderr)
+	said(t, stderr)
+	e.grant("--agent", reviewer, "--id", "G-bob", "--preset", "reviewer", "--forbid", "oracle/**")
+
+	open()
+	lock := filepath.Join(e.runs, mount.LockFile)
+	require.NoError(t, os.WriteFile(lock, nil, 0o644))
+	require.NoError(t, os.Chmod(lock, 0o644))
+	up := e.up(owner, reviewer)
+	said(t, up.Output())
+	fi, err := os.Stat(lock)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "up's lock")
+	require.NoError(t, up.Stop(), up.Output())
+
+	open()
+	mp := filepath.Join(e.root, "mnt-bob")
+	m := pmStart(t, []string{mp}, []string{filepath.Join(mp, ".acpfs", "status")},
+		"mount", "--folder", e.folder, "--runs", e.runs, "--grant", "G-bob", mustMkdir(t, mp))
+	said(t, m.Output())
+	require.NoError(t, m.Stop(), m.Output())
+
+	open()
+	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", script: "echo RAN"})
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "RAN")
+	said(t, stderr)
+}

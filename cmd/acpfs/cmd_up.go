@@ -87,6 +87,7 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 		return err
 	}
 	rd := grants.NewRunDir(f.runs)
+	privateRunDir(cmd.ErrOrStderr(), f.runs)
 	if err := rd.Init(); err != nil {
 		return err
 	}
