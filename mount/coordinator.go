@@ -152,12 +152,33 @@ type lostView struct {
 // view is checked to still be this process's mount at its mountpoint
 // (an unmount is also seen at once, when the view's serve loop ends);
 // a lost view is mounted again up to maxRemounts times, remountPause
-// apart, then left missing (reported by `acpfs status`).
+// apart. If none succeeds, that is said (stderr, ledger, `acpfs
+// status`) and the view is tried again later, laterRemount first, each
+// wait twice the one before up to maxRemountWait: what kept it from
+// mounting (a mountpoint in use, a full table of mounts) is often fixed
+// by someone later, and the view then comes back by itself within
+// maxRemountWait, while a cause that stays costs one attempt per
+// maxRemountWait.
 const (
 	viewCheckEvery = 2 * time.Second
 	maxRemounts    = 3
 	remountPause   = time.Second
+	laterRemount   = 2 * time.Second
+	maxRemountWait = 2 * time.Minute
 )
+
+// remountWait is how long to wait before the attempt after the attempts
+// tried so far (remountPause for the first maxRemounts).
+func remountWait(attempts int) time.Duration {
+	if attempts < maxRemounts {
+		return remountPause
+	}
+	d := laterRemount
+	for i := maxRemounts; i < attempts && d < maxRemountWait; i++ {
+		d *= 2
+	}
+	return min(d, maxRemountWait)
+}
 
 // StartCoordinator takes the run directory's lock, checks the run
 // directory and the mount root, mounts every active grant and starts
@@ -915,16 +936,7 @@ func (c *Coordinator) recoverView(lv lostView) {
 	v.attempts++
 	m, err := c.startView(mp, g, v.m.cfg.Handoffs)
 	if err != nil {
-		if v.attempts >= maxRemounts {
-			v.lost = fmt.Sprintf("%s; not mounted again after %d attempts: %v", lv.why, v.attempts, err)
-			c.notifyf("could not mount %s's view at %s again (%d attempts): %v; it stays missing", lv.agent, mp, v.attempts, err)
-			if err := c.writeStatus(); err != nil {
-				slog.Warn("write coordinator status", "err", err)
-			}
-			return
-		}
-		old := v.m
-		time.AfterFunc(remountPause, func() { c.reportLost(lostView{agent: lv.agent, m: old, why: lv.why}) })
+		c.remountFailed(lv, v, err)
 		return
 	}
 	v.m, v.lost = m, ""
@@ -936,6 +948,29 @@ func (c *Coordinator) recoverView(lv lostView) {
 		slog.Warn("write coordinator status", "err", err)
 	}
 	c.notifyf("mounted %s's view at %s again (grant %s)", lv.agent, mp, g.GrantID)
+}
+
+// remountFailed schedules the next attempt to mount the lost view v
+// again. Once the first attempts have failed it says so, on stderr, in
+// the ledger and in the status, which keeps saying why and when the
+// next attempt comes. c.mu is held.
+func (c *Coordinator) remountFailed(lv lostView, v *coordView, err error) {
+	wait := remountWait(v.attempts)
+	if v.attempts >= maxRemounts {
+		mp, g := v.m.cfg.Mountpoint, v.m.FS.Grant()
+		v.lost = fmt.Sprintf("%s; not mounted again after %d attempts (%v); next attempt in %v", lv.why, v.attempts, err, wait)
+		if v.attempts == maxRemounts {
+			detail := fmt.Sprintf("not mounted again after %d attempts: %v; tried again in %v, then further apart up to every %v", v.attempts, err, wait, maxRemountWait)
+			c.record(ledger.Record{Kind: ledger.KindViewRemountFailed, Agent: g.AgentID, Grant: g.GrantID, Path: mp, Detail: detail})
+			c.notifyf("could not mount %s's view at %s again (%d attempts): %v; it stays missing and is tried again in %v, then further apart up to every %v",
+				lv.agent, mp, v.attempts, err, wait, maxRemountWait)
+		}
+		if err := c.writeStatus(); err != nil {
+			slog.Warn("write coordinator status", "err", err)
+		}
+	}
+	old := v.m
+	time.AfterFunc(wait, func() { c.reportLost(lostView{agent: lv.agent, m: old, why: lv.why}) })
 }
 
 // record appends one coordinator record to the ledger and flushes it:
