@@ -39,7 +39,8 @@ func imBind(t *testing.T, src, dst string) func() {
 	require.NoError(t, os.Mkdir(dst, 0o755))
 	require.NoError(t, unix.Mount(src, dst, "", unix.MS_BIND, ""))
 	undo := func() {
-		if unix.Unmount(dst, 0) == nil {
+		// Detached: the daemon's folder watcher may be walking it.
+		if unix.Unmount(dst, unix.MNT_DETACH) == nil {
 			os.Remove(dst)
 		}
 	}
