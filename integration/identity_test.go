@@ -47,7 +47,7 @@ func newIDEnv(t *testing.T) *idEnv {
 	require.NoError(t, os.WriteFile(filepath.Join(e.folder, "oracle/answer.md"), []byte("the secret answer\n"), 0o644))
 	require.NoError(t, os.MkdirAll(filepath.Join(e.folder, "ledgers"), 0o700))
 	e.runLink, e.grantsLink, e.ledgerLink = filepath.Join(d, "runs-link"), filepath.Join(d, "grants-link"), filepath.Join(d, "ledger-link")
-	require.NoError(t, os.MkdirAll(filepath.Join(e.runs, "context_grants"), 0o755))
+	mkRunDir(t, e.runs)
 	require.NoError(t, os.Symlink(e.runs, e.runLink))
 	require.NoError(t, os.Symlink(filepath.Join(e.runs, "context_grants"), e.grantsLink))
 	require.NoError(t, os.Symlink(filepath.Join(e.folder, "ledgers"), e.ledgerLink))
