@@ -21,6 +21,7 @@ import (
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/internal/fsid"
+	"github.com/acpfs/acpfs/internal/sandbox"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 	"github.com/acpfs/acpfs/view"
@@ -786,13 +787,14 @@ func (c *Coordinator) startView(mp string, g *grants.Grant, handoffs map[string]
 }
 
 // holdRunDir adds to what every view conceals the entries of the run
-// directory, of its grants' directory and of the ledger's: each is
+// directory, of its grants' directory, of its agents' homes and of the
+// ledger's: each is
 // concealed where it lies already (its directory is), and by holding it
 // a grant file, the ledger, its key or an agent's home moved out into
 // the folder stays concealed too, whatever it is called there. What was
 // replaced since (a grant rewritten) is let go once it has no name.
 func (c *Coordinator) holdRunDir() {
-	dirs := []string{c.cfg.Runs.Root, c.cfg.Runs.GrantsDir()}
+	dirs := []string{c.cfg.Runs.Root, c.cfg.Runs.GrantsDir(), filepath.Join(c.cfg.Runs.Root, sandbox.HomesDir)}
 	if c.cfg.Ledger != nil {
 		dirs = append(dirs, filepath.Dir(c.cfg.Ledger.Path()))
 	}
