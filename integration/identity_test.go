@@ -87,6 +87,7 @@ func TestIdentityRefusesEverySpelling(t *testing.T) {
 		dir  string
 		args []string
 	}{
+		{"mount --runs RUNS (canonical)", "", []string{"mount", "--folder", e.folder, "--runs", e.runs, "--grant", "G-bob", mp}},
 		{"mount --runs LINK", "", []string{"mount", "--folder", e.folder, "--runs", e.runLink, "--grant", "G-bob", mp}},
 		{"mount, relative --runs with --folder .", e.folder, []string{"mount", "--folder", ".", "--runs", "agent_runs", "--grant", "G-bob", mp}},
 		{"mount --grant DIRLINK/G-bob.json (DIRLINK to context_grants)", "", []string{"mount", "--folder", e.folder,
@@ -95,6 +96,7 @@ func TestIdentityRefusesEverySpelling(t *testing.T) {
 			"--grant", filepath.Join(e.runLink, "context_grants", "G-bob.json"), "--ledger", filepath.Join(outside, "communication_ledger.jsonl"), mp}},
 		{"mount --ledger DIRLINK/l.jsonl", "", []string{"mount", "--folder", e.folder, "--grant", outGrant,
 			"--ledger", filepath.Join(e.ledgerLink, "l.jsonl"), mp}},
+		{"run --runs RUNS (canonical)", "", append([]string{"run", "--folder", e.folder, "--runs", e.runs, "--grant", "G-bob"}, probe...)},
 		{"run --runs LINK", "", append([]string{"run", "--folder", e.folder, "--runs", e.runLink, "--grant", "G-bob"}, probe...)},
 		{"run --grant DIRLINK/G-bob.json", "", append([]string{"run", "--folder", e.folder, "--grant", filepath.Join(e.grantsLink, "G-bob.json"),
 			"--ledger", filepath.Join(outside, "communication_ledger.jsonl")}, probe...)},
@@ -105,6 +107,7 @@ func TestIdentityRefusesEverySpelling(t *testing.T) {
 		{"run, relative --runs with --folder .", e.folder, append([]string{"run", "--folder", ".", "--runs", "agent_runs", "--grant", "G-bob"}, probe...)},
 		{"up, relative --runs with --folder .", e.folder, []string{"up", "--folder", ".", "--runs", "agent_runs", "--root", root}},
 		{"up --runs LINK", "", []string{"up", "--folder", e.folder, "--runs", e.runLink, "--root", root}},
+		{"up --runs RUNS (canonical)", "", []string{"up", "--folder", e.folder, "--runs", e.runs, "--root", root}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -138,6 +141,7 @@ func TestIdentityStoreRelativeRuns(t *testing.T) {
 	}{
 		{"relative --runs with --folder .", h.folder, []string{"--runs", "agent_runs", "--folder", "."}},
 		{"--runs LINK", "", []string{"--runs", link, "--folder", h.folder}},
+		{"--runs RUNS (canonical)", "", []string{"--runs", runs, "--folder", h.folder}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, code := sfRunIn(t, tt.dir, append(append([]string(nil), store...), tt.args...)...)
