@@ -222,8 +222,7 @@ func grantCreate(cmd *cobra.Command, f grantCreateFlags) error {
 		return fmt.Errorf("agent %q already has an active grant %s (%s); revoke it first (acpfs grant revoke --runs %s --grant %s)",
 			g.AgentID, gf.Grant.GrantID, gf.Path, rd.Root, gf.Grant.GrantID)
 	}
-	privateRunDir(cmd.ErrOrStderr(), f.runs)
-	if err := rd.Init(); err != nil {
+	if err := initRunDir(cmd.ErrOrStderr(), rd); err != nil {
 		return err
 	}
 	if err := rd.SaveGrant(g); err != nil {

@@ -205,6 +205,13 @@ func privateRunDir(w io.Writer, root string) {
 	}
 }
 
+// initRunDir makes rd private (see privateRunDir), then creates what it
+// lacks.
+func initRunDir(w io.Writer, rd grants.RunDir) error {
+	privateRunDir(w, rd.Root)
+	return rd.Init()
+}
+
 // refuseFolderInRunDir refuses a collaboration folder that is, or lies
 // in, a run or ledger directory (any coordinator's): its views would show
 // that directory's key, grants and agents' homes.
