@@ -788,11 +788,11 @@ func (c *Coordinator) startView(mp string, g *grants.Grant, handoffs map[string]
 
 // holdRunDir adds to what every view conceals the entries of the run
 // directory, of its grants' directory, of its agents' homes and of the
-// ledger's: each is
-// concealed where it lies already (its directory is), and by holding it
-// a grant file, the ledger, its key or an agent's home moved out into
-// the folder stays concealed too, whatever it is called there. What was
-// replaced since (a grant rewritten) is let go once it has no name.
+// ledger's: each is concealed where it lies already (its directory is),
+// and by holding it a grant file, the ledger, its key or an agent's home
+// moved out into the folder stays concealed too, whatever it is called
+// there. What was replaced since (a grant rewritten) is let go once it
+// has no name.
 func (c *Coordinator) holdRunDir() {
 	dirs := []string{c.cfg.Runs.Root, c.cfg.Runs.GrantsDir(), filepath.Join(c.cfg.Runs.Root, sandbox.HomesDir)}
 	if c.cfg.Ledger != nil {

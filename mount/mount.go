@@ -145,6 +145,9 @@ func Start(cfg Config) (*Mount, error) {
 		if m.ownWatch {
 			m.watcher.Close()
 		}
+		if own {
+			cfg.Shared.Close()
+		}
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
 	m.server = server
