@@ -622,7 +622,8 @@ func realAbs(p string) (string, error) {
 // to its owner only (0700): it holds the grants, the coordinator's lock
 // and often the ledger's key, none of which another uid may open (a
 // lock another uid can open is a lock it can hold). An existing run
-// directory keeps its mode.
+// directory keeps its mode here; the commands that use one make it
+// private first (Tighten).
 func (r RunDir) MakeRoot() error {
 	if err := os.MkdirAll(filepath.Dir(r.Root), 0o755); err != nil {
 		return err
@@ -631,6 +632,34 @@ func (r RunDir) MakeRoot() error {
 		return err
 	}
 	return nil
+}
+
+// Tighten makes an existing run directory that the caller owns private
+// (0700): one an older acpfs made, or someone made by hand, with the
+// default 0755 lets every uid read its grants and open the coordinator's
+// lock. It returns the mode it had when it changed it. A directory of
+// another owner, or one that does not exist, is left alone.
+func (r RunDir) Tighten() (old fs.FileMode, changed bool, err error) {
+	fd, err := unix.Open(r.Root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return 0, false, nil
+		}
+		return 0, false, &os.PathError{Op: "open", Path: r.Root, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, false, &os.PathError{Op: "stat", Path: r.Root, Err: err}
+	}
+	old = fs.FileMode(st.Mode & 0o777)
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o077 == 0 {
+		return old, false, nil
+	}
+	if err := unix.Fchmod(fd, 0o700); err != nil {
+		return old, false, &os.PathError{Op: "chmod", Path: r.Root, Err: err}
+	}
+	return old, true, nil
 }
 
 // CoordinatorDirAt returns the run or ledger directory that p is, or lies
@@ -717,4 +746,39 @@ func CoordinatorDirBelow(p string, maxDirs int, except ...string) (found string,
 		}
 	}
 	return "", true, nil
+}
+
+// RunDirOfGrant returns the run directory whose context_grants holds the
+// grant file p, found by what the file's directory is on disk rather
+// than by how p spells it: the directory holding that directory (its
+// "..", opened from its descriptor) is a run directory when its
+// context_grants entry is that very directory. A symlink to
+// context_grants, or one named otherwise, leads to the same run
+// directory. It returns "" when the grant's directory is not a run
+// directory's context_grants.
+func RunDirOfGrant(p string) (string, error) {
+	dir, err := unix.Open(filepath.Dir(p), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", &os.PathError{Op: "open", Path: filepath.Dir(p), Err: err}
+	}
+	defer unix.Close(dir)
+	parent, err := unix.Openat(dir, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", &os.PathError{Op: "open", Path: filepath.Join(filepath.Dir(p), ".."), Err: err}
+	}
+	defer unix.Close(parent)
+	var d, g unix.Stat_t
+	if err := unix.Fstat(dir, &d); err != nil {
+		return "", err
+	}
+	if unix.Fstatat(parent, GrantsDirName, &g, unix.AT_SYMLINK_NOFOLLOW) != nil || fsid.OfStat(&d) != fsid.OfStat(&g) {
+		return "", nil
+	}
+	// The path the kernel knows the descriptor by: a directory that is
+	// renamed later is still held by identity by whoever holds it.
+	where, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", parent))
+	if err != nil {
+		return "", fmt.Errorf("run directory of %s: %w", p, err)
+	}
+	return where, nil
 }

@@ -307,3 +307,57 @@ func TestResolve(t *testing.T) {
 	_, err := Resolve(nil, "bob")
 	assert.EqualError(t, err, "grant G-bob not found: there is no grant")
 }
+
+// TestRunDirOfGrant: the run directory of a grant is found by what the
+// grant's directory is, through a symlink to context_grants named
+// otherwise as surely as by its own path; a grant elsewhere has none.
+func TestRunDirOfGrant(t *testing.T) {
+	d := t.TempDir()
+	runs := filepath.Join(d, "runs")
+	require.NoError(t, os.MkdirAll(filepath.Join(runs, GrantsDirName), 0o755))
+	require.NoError(t, os.Symlink(filepath.Join(runs, GrantsDirName), filepath.Join(d, "grants-link")))
+	require.NoError(t, os.MkdirAll(filepath.Join(d, "loose"), 0o755))
+	require.NoError(t, os.Symlink(filepath.Join(d, "loose"), filepath.Join(d, GrantsDirName)))
+	for _, tt := range []struct{ name, grant, want string }{
+		{"its own path", filepath.Join(runs, GrantsDirName, "G-bob.json"), runs},
+		{"a symlink to context_grants", filepath.Join(d, "grants-link", "G-bob.json"), runs},
+		{"a directory that is no run directory's", filepath.Join(d, "loose", "G-bob.json"), ""},
+		{"a symlink named context_grants to it", filepath.Join(d, GrantsDirName, "G-bob.json"), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := RunDirOfGrant(tt.grant)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// TestTighten: a run directory of the caller's that others may read is
+// made 0700 once; a private one, a missing one and (as root) one of
+// another owner are left alone.
+func TestTighten(t *testing.T) {
+	d := t.TempDir()
+	r := NewRunDir(filepath.Join(d, "runs"))
+	_, changed, err := r.Tighten()
+	require.NoError(t, err)
+	assert.False(t, changed, "missing")
+	require.NoError(t, os.Mkdir(r.Root, 0o755))
+	require.NoError(t, os.Chmod(r.Root, 0o755))
+	old, changed, err := r.Tighten()
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.Equal(t, fs.FileMode(0o755), old)
+	fi, err := os.Stat(r.Root)
+	require.NoError(t, err)
+	assert.Equal(t, fs.FileMode(0o700), fi.Mode().Perm())
+	_, changed, err = r.Tighten()
+	require.NoError(t, err)
+	assert.False(t, changed, "already private")
+	if os.Geteuid() == 0 {
+		require.NoError(t, os.Chmod(r.Root, 0o755))
+		require.NoError(t, os.Chown(r.Root, 65533, 65533))
+		_, changed, err = r.Tighten()
+		require.NoError(t, err)
+		assert.False(t, changed, "another owner's")
+	}
+}

@@ -97,7 +97,7 @@ func newCollab(t testing.TB) *collab {
 	require.Equal(t, 0, code, stderr)
 	require.NoError(t, os.MkdirAll(filepath.Join(c.folder, "oracle"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(c.folder, "oracle", "answer.md"), []byte("the secret answer\n"), 0o644))
-	require.NoError(t, os.MkdirAll(filepath.Join(c.runs, "context_grants"), 0o755))
+	mkRunDir(t, c.runs)
 	var err error
 	c.log, err = protocol.OpenLog(c.folder)
 	require.NoError(t, err)

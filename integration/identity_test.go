@@ -47,7 +47,7 @@ func newIDEnv(t *testing.T) *idEnv {
 	require.NoError(t, os.WriteFile(filepath.Join(e.folder, "oracle/answer.md"), []byte("the secret answer\n"), 0o644))
 	require.NoError(t, os.MkdirAll(filepath.Join(e.folder, "ledgers"), 0o700))
 	e.runLink, e.grantsLink, e.ledgerLink = filepath.Join(d, "runs-link"), filepath.Join(d, "grants-link"), filepath.Join(d, "ledger-link")
-	require.NoError(t, os.MkdirAll(filepath.Join(e.runs, "context_grants"), 0o755))
+	mkRunDir(t, e.runs)
 	require.NoError(t, os.Symlink(e.runs, e.runLink))
 	require.NoError(t, os.Symlink(filepath.Join(e.runs, "context_grants"), e.grantsLink))
 	require.NoError(t, os.Symlink(filepath.Join(e.folder, "ledgers"), e.ledgerLink))
@@ -87,16 +87,27 @@ func TestIdentityRefusesEverySpelling(t *testing.T) {
 		dir  string
 		args []string
 	}{
+		{"mount --runs RUNS (canonical)", "", []string{"mount", "--folder", e.folder, "--runs", e.runs, "--grant", "G-bob", mp}},
 		{"mount --runs LINK", "", []string{"mount", "--folder", e.folder, "--runs", e.runLink, "--grant", "G-bob", mp}},
 		{"mount, relative --runs with --folder .", e.folder, []string{"mount", "--folder", ".", "--runs", "agent_runs", "--grant", "G-bob", mp}},
+		{"mount --grant DIRLINK/G-bob.json (DIRLINK to context_grants)", "", []string{"mount", "--folder", e.folder,
+			"--grant", filepath.Join(e.grantsLink, "G-bob.json"), "--ledger", filepath.Join(outside, "communication_ledger.jsonl"), mp}},
+		{"mount --grant DIRLINK/context_grants/G-bob.json (DIRLINK to the run directory)", "", []string{"mount", "--folder", e.folder,
+			"--grant", filepath.Join(e.runLink, "context_grants", "G-bob.json"), "--ledger", filepath.Join(outside, "communication_ledger.jsonl"), mp}},
+		{"mount --ledger DIRLINK/l.jsonl", "", []string{"mount", "--folder", e.folder, "--grant", outGrant,
+			"--ledger", filepath.Join(e.ledgerLink, "l.jsonl"), mp}},
+		{"run --runs RUNS (canonical)", "", append([]string{"run", "--folder", e.folder, "--runs", e.runs, "--grant", "G-bob"}, probe...)},
 		{"run --runs LINK", "", append([]string{"run", "--folder", e.folder, "--runs", e.runLink, "--grant", "G-bob"}, probe...)},
 		{"run --grant DIRLINK/G-bob.json", "", append([]string{"run", "--folder", e.folder, "--grant", filepath.Join(e.grantsLink, "G-bob.json"),
 			"--ledger", filepath.Join(outside, "communication_ledger.jsonl")}, probe...)},
+		{"run --grant DIRLINK/context_grants/G-bob.json (DIRLINK to the run directory)", "", append([]string{"run", "--folder", e.folder,
+			"--grant", filepath.Join(e.runLink, "context_grants", "G-bob.json"), "--ledger", filepath.Join(outside, "communication_ledger.jsonl")}, probe...)},
 		{"run --ledger DIRLINK/l.jsonl", "", append([]string{"run", "--folder", e.folder, "--grant", outGrant,
 			"--ledger", filepath.Join(e.ledgerLink, "l.jsonl")}, probe...)},
 		{"run, relative --runs with --folder .", e.folder, append([]string{"run", "--folder", ".", "--runs", "agent_runs", "--grant", "G-bob"}, probe...)},
 		{"up, relative --runs with --folder .", e.folder, []string{"up", "--folder", ".", "--runs", "agent_runs", "--root", root}},
 		{"up --runs LINK", "", []string{"up", "--folder", e.folder, "--runs", e.runLink, "--root", root}},
+		{"up --runs RUNS (canonical)", "", []string{"up", "--folder", e.folder, "--runs", e.runs, "--root", root}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,20 +124,35 @@ func TestIdentityRefusesEverySpelling(t *testing.T) {
 }
 
 // TestIdentityStoreRelativeRuns: the same under up --store, with a
-// relative run directory and --folder . on a store host.
+// relative run directory and --folder . on a store host, and with a
+// --runs that is a symlink to a run directory inside the folder.
 func TestIdentityStoreRelativeRuns(t *testing.T) {
 	srv := mhServer(t, -1, newDir(t, "nats"))
 	env := newMHEnv(t, owner, reviewer)
 	h := env.host("ha", srv.url())
 	runs := filepath.Join(h.folder, "agent_runs")
+	link := filepath.Join(env.dir, "runs-link")
+	require.NoError(t, os.Symlink(runs, link))
 	h.grant(reviewer, reviewer, "--may-read", "**")
-	_, stderr, code := sfRunIn(t, h.folder, "up", "--store", h.url, "--collab", mhCollab, "--host", h.name, "--replicas", env.replicas,
-		"--runs", "agent_runs", "--folder", ".", "--root", h.root)
-	assert.Equal(t, 2, code, stderr)
-	assert.Contains(t, stderr, "lies inside the collaboration folder")
-	assert.Empty(t, sfFSTypesAt(filepath.Join(h.root, reviewer)), "nothing may be mounted")
-	_, err := os.Stat(filepath.Join(runs, "ledger.key"))
-	assert.NoError(t, err, "the run directory was made where it was asked for")
+	store := []string{"up", "--store", h.url, "--collab", mhCollab, "--host", h.name, "--replicas", env.replicas, "--root", h.root}
+	for _, tt := range []struct {
+		name, dir string
+		args      []string
+	}{
+		{"relative --runs with --folder .", h.folder, []string{"--runs", "agent_runs", "--folder", "."}},
+		{"--runs LINK", "", []string{"--runs", link, "--folder", h.folder}},
+		{"--runs RUNS (canonical)", "", []string{"--runs", runs, "--folder", h.folder}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stderr, code := sfRunIn(t, tt.dir, append(append([]string(nil), store...), tt.args...)...)
+			assert.Equal(t, 2, code, stderr)
+			assert.Contains(t, stderr, "lies inside the collaboration folder")
+			assert.Contains(t, stderr, "would show it")
+			assert.Empty(t, sfFSTypesAt(filepath.Join(h.root, reviewer)), "nothing may be mounted")
+			_, err := os.Stat(filepath.Join(runs, "ledger.key"))
+			assert.NoError(t, err, "the run directory was made where it was asked for")
+		})
+	}
 }
 
 // TestIdentityConcealedWhereverMoved: a view of a grant that does not
@@ -226,10 +252,15 @@ func TestIdentityGrantOutsideRunsFlag(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(e.runs, "artifacts", "copy"), []byte("a copy of the oracle\n"), 0o444))
 	ledgerOut := filepath.Join(e.dir, "ledg", "l.jsonl")
 	mp := mustMkdir(t, filepath.Join(e.dir, "mnt-bob"))
-	_, stderr, code := sfRun(t, "mount", "--folder", e.folder, "--grant", gp, "--ledger", ledgerOut, mp)
-	assert.Equal(t, 2, code, stderr)
-	assert.Contains(t, stderr, "agent_runs lies inside the collaboration folder")
-	assert.Empty(t, sfFSTypesAt(mp))
+	// The grant by its path, and through a symlink to context_grants
+	// (named otherwise): the run directory holding it is known by what
+	// the grant's directory is, not by its name.
+	for _, spelling := range []string{gp, filepath.Join(e.grantsLink, "G-bob.json")} {
+		_, stderr, code := sfRun(t, "mount", "--folder", e.folder, "--grant", spelling, "--ledger", ledgerOut, mp)
+		assert.Equal(t, 2, code, "%s: %s", spelling, stderr)
+		assert.Contains(t, stderr, "agent_runs lies inside the collaboration folder", spelling)
+		assert.Empty(t, sfFSTypesAt(mp))
+	}
 
 	// The sandbox: the run directory outside the folder, its grant given
 	// by path, its parent shown read-only.

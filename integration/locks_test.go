@@ -276,3 +276,134 @@ func cliRun(t *testing.T, args ...string) cliResult {
 	out, stderr, code := acpfs(t, args...)
 	return cliResult{out, stderr, code}
 }
+
+// TestLocksOldRunDirectoryMadePrivate: a run directory the caller owns,
+// left 0755 by an older acpfs or made by hand, is made 0700 by grant
+// create, up, mount and run, each saying so once on stderr; up's lock
+// left 0644 is 0600 once up holds it.
+func TestLocksOldRunDirectoryMadePrivate(t *testing.T) {
+	e := newCoordEnv(t)
+	require.NoError(t, os.MkdirAll(e.runs, 0o755))
+	require.NoError(t, os.Chmod(e.runs, 0o755))
+	open := func() { t.Helper(); require.NoError(t, os.Chmod(e.runs, 0o755)) }
+	said := func(t *testing.T, stderr string) {
+		t.Helper()
+		assert.Equal(t, 1, strings.Count(stderr, "was 0755, open to other uids; made it 0700"), stderr)
+		fi, err := os.Stat(e.runs)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+	}
+
+	_, stderr, code := acpfs(t, "grant", "create", "--runs", e.runs, "--folder", e.folder, "--agent", owner, "--id", "G-alice", "--preset", "owner")
+	require.Equal(t, 0, code, stderr)
+	said(t, stderr)
+	e.grant("--agent", reviewer, "--id", "G-bob", "--preset", "reviewer", "--forbid", "oracle/**")
+
+	open()
+	lock := filepath.Join(e.runs, mount.LockFile)
+	require.NoError(t, os.WriteFile(lock, nil, 0o644))
+	require.NoError(t, os.Chmod(lock, 0o644))
+	up := e.up(owner, reviewer)
+	said(t, up.Output())
+	fi, err := os.Stat(lock)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "up's lock")
+	require.NoError(t, up.Stop(), up.Output())
+
+	open()
+	mp := filepath.Join(e.root, "mnt-bob")
+	m := pmStart(t, []string{mp}, []string{filepath.Join(mp, ".acpfs", "status")},
+		"mount", "--folder", e.folder, "--runs", e.runs, "--grant", "G-bob", mustMkdir(t, mp))
+	said(t, m.Output())
+	require.NoError(t, m.Stop(), m.Output())
+
+	open()
+	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", script: "echo RAN"})
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "RAN")
+	said(t, stderr)
+}
+
+// lkAppender is a shell that appends one line to a view's events.jsonl
+// with one write(2), started and left waiting for the daemon's answer.
+type lkAppender struct {
+	cmd  *exec.Cmd
+	out  strings.Builder
+	done chan struct{}
+}
+
+// lkStartAppend starts an appender and returns once its write(2), not
+// the open before it, is with the daemon.
+func lkStartAppend(t *testing.T, view, line string) *lkAppender {
+	t.Helper()
+	a := &lkAppender{done: make(chan struct{})}
+	a.cmd = exec.Command("bash", "-c", `printf '%s\n' "$1" >> "$0/events.jsonl"; echo "rc=$?"`, view, line)
+	a.cmd.Stdout, a.cmd.Stderr = &a.out, &a.out
+	require.NoError(t, a.cmd.Start())
+	go func() { a.cmd.Wait(); close(a.done) }()
+	t.Cleanup(func() { a.cmd.Process.Kill(); <-a.done })
+	stack := fmt.Sprintf("/proc/%d/stack", a.cmd.Process.Pid)
+	sysc := fmt.Sprintf("/proc/%d/syscall", a.cmd.Process.Pid)
+	deadline := time.Now().Add(lkDeadline)
+	for {
+		b, _ := os.ReadFile(stack)
+		sc, _ := os.ReadFile(sysc)
+		if strings.Contains(string(b), "request_wait_answer") && strings.HasPrefix(string(sc), fmt.Sprintf("%d ", unix.SYS_WRITE)) {
+			return a
+		}
+		require.False(t, a.exited(), "the append returned before it waited: %s", a.out.String())
+		require.True(t, time.Now().Before(deadline), "the write never reached the daemon")
+		time.Sleep(time.Millisecond) // polling a condition with a deadline
+	}
+}
+
+func (a *lkAppender) exited() bool {
+	select {
+	case <-a.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestLocksOtherViewsAnswerWhileAppendsWait: nothing an append waits
+// for holds up the other views of the coordinator. While an outsider
+// holds an flock on events.jsonl, appends and every view's
+// .acpfs/status answer. While a stuck writer of the coordinator's uid
+// holds the appenders' lock, appends through two views wait for it (and
+// fail after protocol.LockTimeout), and each view's .acpfs/status
+// answers before either of them returns: a status read once waited
+// behind every append queued before it.
+func TestLocksOtherViewsAnswerWhileAppendsWait(t *testing.T) {
+	e := newSfEnv(t)
+	alice, bob := filepath.Join(e.root, owner), filepath.Join(e.root, reviewer)
+	d := pmUp(t, e.runs, e.folder, e.root, []string{owner, reviewer})
+	lkReachable(t, e.folder)
+	o := lkHoldAs(t, freeUID(t), filepath.Join(e.folder, protocol.EventsFile))
+	require.True(t, o.held, o.out)
+	line := pmLine(2, owner, "deliverable_drafted", "drafted", time.Now(), map[string]any{"doc": primary, "role": "primary"})
+	require.Equal(t, syscall.Errno(0), lkWithin(t, "an append", func() syscall.Errno { return pmAppend(filepath.Join(alice, "events.jsonl"), line) }))
+	for _, v := range []string{alice, bob} {
+		st := lkWithin(t, "a status read", func() string { return readFile(t, filepath.Join(v, ".acpfs", "status")) })
+		assert.Contains(t, st, "last seq: 2", v)
+	}
+
+	lock := filepath.Join(e.folder, protocol.LockFile)
+	fd, err := unix.Open(lock, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	require.NoError(t, unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB))
+	first := lkStartAppend(t, alice, pmLine(3, owner, "proposal_submitted", "ready", time.Now(), nil))
+	second := lkStartAppend(t, bob, pmLine(3, reviewer, "blocked", "waiting", time.Now(), nil))
+	for _, v := range []string{bob, alice} {
+		st := lkWithin(t, "a status read behind waiting appends", func() string { return readFile(t, filepath.Join(v, ".acpfs", "status")) })
+		assert.Contains(t, st, "last seq: 2", v)
+		assert.False(t, first.exited(), "the status of %s waited for the first append: %s", v, first.out.String())
+		assert.False(t, second.exited(), "the status of %s waited for an append: %s", v, second.out.String())
+	}
+	<-first.done
+	<-second.done
+	assert.Contains(t, first.out.String(), "busy", "the stuck holder makes the append fail")
+	require.NoError(t, unix.Flock(fd, unix.LOCK_UN))
+	require.Equal(t, syscall.Errno(0), pmAppend(filepath.Join(alice, "events.jsonl"), pmLine(3, owner, "proposal_submitted", "ready", time.Now(), nil)), d.Output())
+}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -16,9 +17,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/audit"
 	"github.com/acpfs/acpfs/internal/natsrv"
 	"github.com/acpfs/acpfs/internal/testutil"
 )
@@ -256,6 +259,10 @@ func TestMultiHostOneHistory(t *testing.T) {
 	require.NotEqual(t, 0, code)
 	require.Contains(t, stderr, "served from a store")
 
+	// Each agent reads through its view, for the audit below.
+	readFile(t, filepath.Join(a.view("alice"), "proposal.md"))
+	readFile(t, filepath.Join(b.view("bob"), "proposal.md"))
+
 	// Each host's ledger is in the store, and verifies from anywhere.
 	require.NoError(t, a.proc.Stop())
 	require.NoError(t, b.proc.Stop())
@@ -266,6 +273,24 @@ func TestMultiHostOneHistory(t *testing.T) {
 	show, _, code := acpfs(t, "ledger", "show", "--store", srv.url(), "--collab", mhCollab, "--host", "hb", "--kind", "append_rejected")
 	require.Equal(t, 0, code)
 	require.Contains(t, show, "from-mismatch")
+
+	// The audit judges each host's records against the grants the store
+	// holds for that host: one report per host, naming only that host's
+	// agents and grants, isolated (signatures checked with the keys each
+	// host published).
+	out = filepath.Join(newDir(t, "audit"), "audit.json")
+	_, stderr, code = acpfs(t, "audit", "--store", srv.url(), "--collab", mhCollab, "--format", "json", "--out", out)
+	require.Equal(t, 0, code, stderr)
+	for host, agent := range map[string]string{"ha": "alice", "hb": "bob"} {
+		var rep audit.Report
+		require.NoError(t, json.Unmarshal([]byte(readFile(t, strings.TrimSuffix(out, ".json")+"."+host+".json")), &rep))
+		assert.Equal(t, audit.VerdictIsolated, rep.Verdict, host)
+		assert.True(t, rep.Chain.SignaturesChecked, host)
+		require.Len(t, rep.Agents, 1, host)
+		assert.Equal(t, agent, rep.Agents[0].Agent, host)
+		assert.Equal(t, []string{"G-" + agent}, rep.Agents[0].Grants, "host %s: only its own grants", host)
+		assert.NotEmpty(t, rep.Agents[0].Reads, host)
+	}
 }
 
 // mhProxy forwards TCP connections to a server until cut: a host behind

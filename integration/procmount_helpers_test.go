@@ -59,8 +59,7 @@ func pmUp(t testing.TB, runs, folder, root string, agents []string) *testutil.Da
 // pmWriteGrant stores g as runs/context_grants/<id>.json and returns the path.
 func pmWriteGrant(t testing.TB, runs string, g *grants.Grant) string {
 	t.Helper()
-	dir := filepath.Join(runs, "context_grants")
-	require.NoError(t, os.MkdirAll(dir, 0o755))
+	dir := mkRunDir(t, runs)
 	b, err := json.MarshalIndent(g, "", "  ")
 	require.NoError(t, err)
 	p := filepath.Join(dir, g.GrantID+".json")
@@ -192,4 +191,18 @@ func pmRequireLedgerValid(t testing.TB, path string) string {
 	out, stderr, code := acpfs(t, "ledger", "verify", "--ledger", path)
 	require.Equal(t, 0, code, "ledger verify: %s%s", out, stderr)
 	return out
+}
+
+// mkRunDir makes the run directory runs and its context_grants, private
+// (0700) as acpfs makes it: the commands make private a run directory of
+// theirs that others may read, and say so. It returns context_grants.
+func mkRunDir(t testing.TB, runs string) string {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(runs), 0o755))
+	if err := os.Mkdir(runs, 0o700); err != nil && !os.IsExist(err) {
+		require.NoError(t, err)
+	}
+	dir := filepath.Join(runs, "context_grants")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	return dir
 }

@@ -118,3 +118,45 @@ func TestViewLostConnectionAbortedIsRemounted(t *testing.T) {
 	assert.Equal(t, 0, code, stderr)
 	assert.Len(t, st.Views, 2)
 }
+
+// TestViewLostGivenUpThenRetried: a lost view that cannot be mounted
+// again (its mountpoint no longer empty) is tried three times; then the
+// coordinator says so on stderr, records view_remount_failed, `acpfs
+// status` exits 2 saying when the next attempt comes, and once the cause
+// is gone a later attempt mounts it again without anyone's help.
+func TestViewLostGivenUpThenRetried(t *testing.T) {
+	e := newSfEnv(t)
+	mp := filepath.Join(e.root, reviewer)
+	d := pmUp(t, e.runs, e.folder, e.root, []string{owner, reviewer})
+	eventually(t, func() bool { return strings.Contains(d.Output(), " view(s) of ") }, "not started: "+d.Output())
+
+	require.NoError(t, syscall.Kill(d.PID(), syscall.SIGSTOP))
+	t.Cleanup(func() { syscall.Kill(d.PID(), syscall.SIGCONT) })
+	_, stderr, code := sfRun(t, "umount", mp)
+	require.Equal(t, 0, code, stderr)
+	blocker := filepath.Join(mp, "left-here")
+	require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o600))
+	t.Cleanup(func() { os.Remove(blocker) })
+	require.NoError(t, syscall.Kill(d.PID(), syscall.SIGCONT))
+
+	gaveUp := "could not mount " + reviewer + "'s view at " + mp + " again (3 attempts)"
+	waitFor(t, func() bool { return strings.Contains(d.Output(), gaveUp) }, "no give-up line: "+d.Output())
+	assert.Contains(t, d.Output(), "tried again in")
+	assert.True(t, vlRecord(pmLedgerRecords(t, e.ledger), ledger.KindViewRemountFailed, reviewer, mp), "no view_remount_failed record")
+	st, stderr, code := sfStatus(t, e.runs)
+	assert.Equal(t, 2, code, "a missing view makes status fail")
+	assert.Contains(t, stderr, mp)
+	for _, v := range st.Views {
+		if v.Agent == reviewer {
+			assert.Contains(t, v.Lost, "not mounted again after")
+			assert.Contains(t, v.Lost, "next attempt in")
+		}
+	}
+
+	require.NoError(t, os.Remove(blocker))
+	waitFor(t, func() bool { return strings.Contains(d.Output(), "mounted "+reviewer+"'s view at "+mp+" again") }, "not retried: "+d.Output())
+	assert.Contains(t, readFile(t, filepath.Join(mp, ".acpfs", "status")), "agent: "+reviewer, "the view serves again")
+	assert.True(t, vlRecord(pmLedgerRecords(t, e.ledger), ledger.KindViewRemounted, reviewer, mp), "no view_remounted record")
+	_, stderr, code = sfStatus(t, e.runs)
+	assert.Equal(t, 0, code, stderr)
+}

@@ -48,7 +48,7 @@ func newExternalCollab(t *testing.T) (*collab, string) {
 		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(repo, p)), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(repo, p), []byte(body), 0o644))
 	}
-	require.NoError(t, os.MkdirAll(filepath.Join(c.runs, "context_grants"), 0o755))
+	mkRunDir(c.t, c.runs)
 	var err error
 	c.log, err = protocol.OpenLog(c.folder)
 	require.NoError(t, err)

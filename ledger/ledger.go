@@ -95,6 +95,10 @@ const (
 	// mountpoint no longer its mount), and the same view mounted again.
 	KindViewLost      Kind = "view_lost"
 	KindViewRemounted Kind = "view_remounted"
+	// KindViewRemountFailed is a lost view that could not be mounted
+	// again in its first attempts (Detail: how many, the last error,
+	// when it is tried again): it is retried, further and further apart.
+	KindViewRemountFailed Kind = "view_remount_failed"
 	// KindGrantRefused is a grant acpfs up refused (Detail says why):
 	// its agent has no view; the others' are served.
 	KindGrantRefused Kind = "grant_refused"

@@ -20,7 +20,9 @@ import (
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/atomicfile"
+	"github.com/acpfs/acpfs/internal/fsid"
 	"github.com/acpfs/acpfs/internal/procstat"
+	"github.com/acpfs/acpfs/internal/sandbox"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 	"github.com/acpfs/acpfs/view"
@@ -115,6 +117,10 @@ type Coordinator struct {
 	bootID   string
 	lock     *os.File // flock on LockFile, held until Stop
 	notify   io.Writer
+	// shared is concealed by every view of the coordinator, wherever
+	// it goes: the run directory's entries (grant files, the ledger and
+	// its key, the agents' homes), each view's mountpoint and device.
+	shared *fsid.Set
 
 	mu    sync.Mutex
 	views map[string]*coordView // by agent id
@@ -148,12 +154,33 @@ type lostView struct {
 // view is checked to still be this process's mount at its mountpoint
 // (an unmount is also seen at once, when the view's serve loop ends);
 // a lost view is mounted again up to maxRemounts times, remountPause
-// apart, then left missing (reported by `acpfs status`).
+// apart. If none succeeds, that is said (stderr, ledger, `acpfs
+// status`) and the view is tried again later, laterRemount first, each
+// wait twice the one before up to maxRemountWait: what kept it from
+// mounting (a mountpoint in use, a full table of mounts) is often fixed
+// by someone later, and the view then comes back by itself within
+// maxRemountWait, while a cause that stays costs one attempt per
+// maxRemountWait.
 const (
 	viewCheckEvery = 2 * time.Second
 	maxRemounts    = 3
 	remountPause   = time.Second
+	laterRemount   = 2 * time.Second
+	maxRemountWait = 2 * time.Minute
 )
+
+// remountWait is how long to wait before the attempt after the attempts
+// tried so far (remountPause for the first maxRemounts).
+func remountWait(attempts int) time.Duration {
+	if attempts < maxRemounts {
+		return remountPause
+	}
+	d := laterRemount
+	for i := maxRemounts; i < attempts && d < maxRemountWait; i++ {
+		d *= 2
+	}
+	return min(d, maxRemountWait)
+}
 
 // StartCoordinator takes the run directory's lock, checks the run
 // directory and the mount root, mounts every active grant and starts
@@ -199,7 +226,7 @@ func StartCoordinator(cfg CoordinatorConfig) (c *Coordinator, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Coordinator{cfg: cfg, watcher: w, started: time.Now().UTC(), lock: lock, notify: notify,
+	c = &Coordinator{cfg: cfg, watcher: w, started: time.Now().UTC(), lock: lock, notify: notify, shared: fsid.NewSet(),
 		views: map[string]*coordView{}, done: make(chan struct{}), stop: make(chan struct{}), lost: make(chan lostView, 16)}
 	self, _ := procstat.Read(os.Getpid())
 	c.pidStart = self.Start
@@ -627,6 +654,7 @@ func (c *Coordinator) loop() {
 // or removed ones, saying so on Notify. Mounts made at start are listed
 // by the caller instead.
 func (c *Coordinator) reconcile(starting bool) error {
+	c.holdRunDir()
 	want, fate, problems, errs := c.wanted()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -756,8 +784,51 @@ func (c *Coordinator) startView(mp string, g *grants.Grant, handoffs map[string]
 	}
 	return Start(Config{
 		Options: c.cfg.Options, Folder: c.cfg.Folder, ViewRoot: c.cfg.ViewRoot, Mountpoint: mp, Grant: g, Log: c.cfg.Log, Ledger: c.cfg.Ledger,
-		Hidden: c.concealed(), Conceal: []string{c.cfg.Root}, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
+		Hidden: c.concealed(), Conceal: []string{c.cfg.Root}, Shared: c.shared, Handoffs: handoffs, Watcher: c.watcher, Gate: c.cfg.Gate,
 	})
+}
+
+// holdRunDir adds to what every view conceals the entries of the run
+// directory, of its grants' directory, of its agents' homes and of the
+// ledger's: each is concealed where it lies already (its directory is),
+// and by holding it a grant file, the ledger, its key or an agent's home
+// moved out into the folder stays concealed too, whatever it is called
+// there. What was replaced since (a grant rewritten) is let go once it
+// has no name.
+func (c *Coordinator) holdRunDir() {
+	dirs := []string{c.cfg.Runs.Root, c.cfg.Runs.GrantsDir(), filepath.Join(c.cfg.Runs.Root, sandbox.HomesDir)}
+	if c.cfg.Ledger != nil {
+		dirs = append(dirs, filepath.Dir(c.cfg.Ledger.Path()))
+	}
+	for _, d := range dirs {
+		if err := holdEntries(c.shared, d); err != nil {
+			slog.Warn("hold the run directory's entries", "dir", d, "err", err)
+		}
+	}
+	c.shared.Prune()
+}
+
+// holdEntries adds every entry of the directory d to s, symlinks
+// unfollowed.
+func holdEntries(s *fsid.Set, d string) error {
+	f, err := os.OpenFile(d, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(fsid.MaxSetHeld)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	for _, n := range names {
+		if err := s.HoldAt(int(f.Fd()), n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // prepareMountpoint makes mp, the directory a view covers, the
@@ -869,16 +940,7 @@ func (c *Coordinator) recoverView(lv lostView) {
 	v.attempts++
 	m, err := c.startView(mp, g, v.m.cfg.Handoffs)
 	if err != nil {
-		if v.attempts >= maxRemounts {
-			v.lost = fmt.Sprintf("%s; not mounted again after %d attempts: %v", lv.why, v.attempts, err)
-			c.notifyf("could not mount %s's view at %s again (%d attempts): %v; it stays missing", lv.agent, mp, v.attempts, err)
-			if err := c.writeStatus(); err != nil {
-				slog.Warn("write coordinator status", "err", err)
-			}
-			return
-		}
-		old := v.m
-		time.AfterFunc(remountPause, func() { c.reportLost(lostView{agent: lv.agent, m: old, why: lv.why}) })
+		c.remountFailed(lv, v, err)
 		return
 	}
 	v.m, v.lost = m, ""
@@ -890,6 +952,29 @@ func (c *Coordinator) recoverView(lv lostView) {
 		slog.Warn("write coordinator status", "err", err)
 	}
 	c.notifyf("mounted %s's view at %s again (grant %s)", lv.agent, mp, g.GrantID)
+}
+
+// remountFailed schedules the next attempt to mount the lost view v
+// again. Once the first attempts have failed it says so, on stderr, in
+// the ledger and in the status, which keeps saying why and when the
+// next attempt comes. c.mu is held.
+func (c *Coordinator) remountFailed(lv lostView, v *coordView, err error) {
+	wait := remountWait(v.attempts)
+	if v.attempts >= maxRemounts {
+		mp, g := v.m.cfg.Mountpoint, v.m.FS.Grant()
+		v.lost = fmt.Sprintf("%s; not mounted again after %d attempts (%v); next attempt in %v", lv.why, v.attempts, err, wait)
+		if v.attempts == maxRemounts {
+			detail := fmt.Sprintf("not mounted again after %d attempts: %v; tried again in %v, then further apart up to every %v", v.attempts, err, wait, maxRemountWait)
+			c.record(ledger.Record{Kind: ledger.KindViewRemountFailed, Agent: g.AgentID, Grant: g.GrantID, Path: mp, Detail: detail})
+			c.notifyf("could not mount %s's view at %s again (%d attempts): %v; it stays missing and is tried again in %v, then further apart up to every %v",
+				lv.agent, mp, v.attempts, err, wait, maxRemountWait)
+		}
+		if err := c.writeStatus(); err != nil {
+			slog.Warn("write coordinator status", "err", err)
+		}
+	}
+	old := v.m
+	time.AfterFunc(wait, func() { c.reportLost(lostView{agent: lv.agent, m: old, why: lv.why}) })
 }
 
 // record appends one coordinator record to the ledger and flushes it:
@@ -1089,6 +1174,7 @@ func (c *Coordinator) Stop() error {
 		delete(c.views, agent)
 	}
 	c.watcher.Close()
+	c.shared.Close()
 	c.removeOwnStatus()
 	errs = append(errs, c.cfg.Ledger.Sync())
 	if c.lock != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	acpfs "github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/grants"
@@ -70,6 +71,13 @@ type Config struct {
 	// may lie in (the coordinator's mount root).
 	Hidden  []string
 	Conceal []string
+	// Shared is concealed by every view given it, and changes while
+	// they serve (see fsid.Set): Start adds the view's mountpoint, its
+	// grant file and, once mounted, its device, so that none of them is
+	// shown by any view of the coordinator wherever it goes (moved into
+	// the folder, bind-mounted there). Without it, the view has a Set of
+	// its own.
+	Shared *fsid.Set
 	// Owner, when set, makes the view serve that one user (see Owner):
 	// it implies AllowOther.
 	Owner    *Owner
@@ -97,6 +105,8 @@ type Mount struct {
 	// mountinfo lists it; dev is the view's device (major:minor), which
 	// tells our mount from anything mounted there later.
 	realMP, dev string
+	// ownShared is set when cfg.Shared is this view's own.
+	ownShared bool
 }
 
 // Start mounts the view and returns once the kernel serves it.
@@ -115,16 +125,28 @@ func Start(cfg Config) (*Mount, error) {
 		return nil, err
 	}
 	readyLog(cfg.Log, folder)
+	own := cfg.Shared == nil
+	if own {
+		cfg.Shared = fsid.NewSet()
+	}
+	holdShared(cfg)
 	m, err := newMount(cfg, root, within)
 	if err != nil {
+		if own {
+			cfg.Shared.Close()
+		}
 		return nil, err
 	}
+	m.ownShared = own
 	server, err := m.serve(fuseOptions(cfg))
 	if err != nil {
 		m.watcher.Remove(m.FS.View)
 		m.FS.Close()
 		if m.ownWatch {
 			m.watcher.Close()
+		}
+		if own {
+			cfg.Shared.Close()
 		}
 		return nil, fmt.Errorf("mount %s: %w", cfg.Mountpoint, err)
 	}
@@ -174,7 +196,7 @@ func readyLog(log *protocol.Log, folder string) {
 // watcher (cfg.Watcher, or one of its own).
 func newMount(cfg Config, root, within string) (*Mount, error) {
 	f, err := acpfs.New(view.Options{
-		Settings: cfg.Settings, Folder: root, Within: within, Grant: cfg.Grant, Hidden: relHidden(cfg.Folder, cfg.Hidden), Conceal: concealList(cfg),
+		Settings: cfg.Settings, Folder: root, Within: within, Grant: cfg.Grant, Hidden: relHidden(cfg.Folder, cfg.Hidden), Conceal: concealList(cfg), Shared: cfg.Shared,
 		Log: cfg.Log, Ledger: cfg.Ledger, Handoffs: cfg.Handoffs, Fault: cfg.Fault, Gate: cfg.Gate,
 	})
 	if err != nil {
@@ -238,6 +260,9 @@ func fuseOptions(cfg Config) *gofs.Options {
 func (m *Mount) started(realMP string) error {
 	if mi, ok, _ := mountAt(realMP); ok && mi.IsView() {
 		m.realMP, m.dev = realMP, mi.Dev
+		if d, ok := devNumber(mi.Dev); ok {
+			m.cfg.Shared.AddDev(d)
+		}
 		// The supervisor aborts this connection if the daemon dies in a
 		// way that would leave the view hanging.
 		superviseConn(mi.Dev, true)
@@ -327,6 +352,12 @@ func (m *Mount) watchGrant() error {
 // ReloadGrant reads the grant file again and applies it. A grant that is
 // gone or no longer valid fails closed: the view shows nothing.
 func (m *Mount) ReloadGrant() {
+	// A rewrite is a new file: conceal it too, and let the one it
+	// replaced go once it has no name left.
+	if err := m.cfg.Shared.Hold(m.cfg.GrantPath); err != nil {
+		slog.Warn("hold the grant file", "grant", m.cfg.GrantPath, "err", err)
+	}
+	m.cfg.Shared.Prune()
 	g, err := grants.Load(m.cfg.GrantPath)
 	if err != nil {
 		slog.Warn("grant reload failed; hiding everything", "grant", m.cfg.GrantPath, "err", err)
@@ -355,12 +386,18 @@ func (m *Mount) Stop() error {
 		}
 		if m.dev != "" {
 			superviseConn(m.dev, false)
+			if d, ok := devNumber(m.dev); ok {
+				m.cfg.Shared.DropDev(d)
+			}
 		}
 		m.watcher.Remove(m.FS.View)
 		if m.ownWatch {
 			m.watcher.Close()
 		}
 		m.FS.Close()
+		if m.ownShared {
+			m.cfg.Shared.Close()
+		}
 		g := m.FS.Grant()
 		if _, err := m.cfg.Ledger.Append(ledger.Record{Kind: ledger.KindMountStopped, Agent: g.AgentID, Grant: g.GrantID, Path: m.cfg.Mountpoint, PID: uint32(os.Getpid())}); err != nil {
 			slog.Error("ledger", "err", err)
@@ -594,6 +631,31 @@ func viewRoot(folder, root string) (string, string, error) {
 		return "", "", fmt.Errorf("the view's root %s does not hold the collaboration folder %s", root, folder)
 	}
 	return abs, filepath.ToSlash(rel), nil
+}
+
+// holdShared adds to cfg.Shared what the view of cfg brings that every
+// view must conceal wherever it goes: its mountpoint, held before the
+// view covers it, and its grant file. Each is concealed by the view
+// itself too (concealList); in Shared, the coordinator's other views
+// conceal it as well, and a grant file rewritten later is added again.
+func holdShared(cfg Config) {
+	for _, p := range []string{cfg.Mountpoint, cfg.GrantPath} {
+		if p == "" {
+			continue
+		}
+		if err := cfg.Shared.Hold(p); err != nil {
+			slog.Warn("hold what no view may show", "path", p, "err", err)
+		}
+	}
+}
+
+// devNumber is the device number of a mountinfo "major:minor".
+func devNumber(majMin string) (uint64, bool) {
+	var maj, mnr uint32
+	if _, err := fmt.Sscanf(majMin, "%d:%d", &maj, &mnr); err != nil {
+		return 0, false
+	}
+	return unix.Mkdev(maj, mnr), true
 }
 
 func concealList(cfg Config) []string {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -470,4 +471,14 @@ func TestCoordinatorStoppedIsTold(t *testing.T) {
 	require.True(t, ws.Stopped())
 	assert.True(t, st.Stopped())
 	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+}
+
+// TestRemountWait: the first attempts are a second apart, the later ones
+// twice as far apart each time, never more than maxRemountWait.
+func TestRemountWait(t *testing.T) {
+	for attempts, want := range map[int]time.Duration{
+		1: remountPause, 2: remountPause, 3: laterRemount, 4: 2 * laterRemount, 5: 4 * laterRemount, 20: maxRemountWait, 1000: maxRemountWait,
+	} {
+		assert.Equal(t, want, remountWait(attempts), "after %d attempts", attempts)
+	}
 }

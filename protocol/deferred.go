@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -285,13 +286,11 @@ func (l *Log) flushRound(data []byte, gen, foreign uint64) error {
 // installProtocol renames tmp (rendered at gen, after foreign loads) over
 // path, unless the file changed hands since. It reports whether it did.
 func (l *Log) installProtocol(path string, tmp *atomicfile.Temp, gen, foreign uint64) (bool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lk, err := l.lockLocked()
+	lk, err := l.lock(context.Background())
 	if err != nil {
 		return false, err
 	}
-	defer lk.Unlock()
+	defer l.unlock(lk)
 	if !l.pw.dirty || l.pw.foreign != foreign {
 		// Someone else wrote protocol.json meanwhile: their content
 		// must not be replaced with what was rendered before it. The

@@ -144,10 +144,16 @@ func (l *Lock) Unlock() error {
 // yet, which a reader does not change): the pair is then read without
 // the lock, as from a writer that does not take it.
 func sharedLock(folder string) (func(), error) {
+	return sharedLockContext(context.Background(), folder)
+}
+
+// sharedLockContext is sharedLock, giving up when ctx is done: the pair
+// is then read without the lock.
+func sharedLockContext(ctx context.Context, folder string) (func(), error) {
 	if onFUSE(folder) {
 		return nil, nil
 	}
-	fd, err := takeLockFile(context.Background(), folder, unix.LOCK_SH, 0)
+	fd, err := takeLockFile(ctx, folder, unix.LOCK_SH, 0)
 	if err != nil {
 		if errors.Is(err, ErrLockBusy) {
 			return nil, err

@@ -167,3 +167,30 @@ func TestLockWaitInterrupted(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, RuleInterrupted, RuleOf(err))
 }
+
+// TestReaderUnderMutexDoesNotWaitForOwnWriter: a writer of this process
+// takes the exclusive lock before the log's mutex; a reader that holds
+// the mutex and wants the shared lock meanwhile does not wait for that
+// writer (which waits for the mutex) until LockTimeout, but reads.
+func TestReaderUnderMutexDoesNotWaitForOwnWriter(t *testing.T) {
+	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
+	_, err := blocked(k) // creates the lock file
+	require.NoError(t, err)
+	l := k.log
+	l.mu.Lock()
+	done := make(chan error, 1)
+	go func() {
+		lk, err := l.lock(context.Background())
+		if err == nil {
+			l.unlock(lk)
+		}
+		done <- err
+	}()
+	release, err := l.sharedLockLocked()
+	require.NoError(t, err, "the reader gave up on its own process's writer")
+	if release != nil {
+		release()
+	}
+	l.mu.Unlock()
+	require.NoError(t, <-done)
+}

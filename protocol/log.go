@@ -97,7 +97,10 @@ type Snapshot struct {
 // rename), before the append returns or, after DeferProtocolWrites, in the
 // background. A refused append changes no byte of either file.
 type Log struct {
-	mu     sync.Mutex
+	mu sync.Mutex
+	// ex tells readers holding mu that a writer of this process holds
+	// the folder's exclusive lock (see exclusive).
+	ex     exclusive
 	folder string
 	now    func() time.Time
 
@@ -165,32 +168,40 @@ func (l *Log) AppendLineRecordedContext(ctx context.Context, line []byte, partic
 	})
 }
 
-// appendLocked runs commit with the log's mutex and the cross-process
-// lock held, the state caught up; f is the locked events.jsonl.
+// appendLocked runs commit with the cross-process lock and the log's
+// mutex held, the state caught up; f is the locked events.jsonl.
 func (l *Log) appendLocked(ctx context.Context, commit func(f *os.File) (Event, error)) (Event, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lk, err := l.lockContextLocked(ctx)
+	lk, err := l.lock(ctx)
 	if err != nil {
 		return Event{}, err
 	}
-	defer lk.Unlock()
+	defer l.unlock(lk)
 	return commit(lk.File())
 }
 
-// lockLocked takes the cross-process lock and catches up under it.
-func (l *Log) lockLocked() (*Lock, error) { return l.lockContextLocked(context.Background()) }
-
-// lockContextLocked is lockLocked, giving up when ctx is done.
-func (l *Log) lockContextLocked(ctx context.Context) (*Lock, error) {
+// lock takes the folder's exclusive lock, then the log's mutex, and
+// catches up with the folder under both. The lock is waited for without
+// the mutex, so that nothing that only reads the state (a view's
+// .acpfs/status, Refresh, Snapshot, another view's listing) waits behind
+// a writer that waits for a stuck holder: a status read once waited
+// behind every append queued before it. Every holder of the exclusive
+// lock in this process takes it before the mutex, never the other way
+// round, and a reader that waits for the shared lock under the mutex
+// stops waiting when one of them holds it (see sharedLockLocked). On
+// success the caller releases both with unlock.
+func (l *Log) lock(ctx context.Context) (*Lock, error) {
+	l.mu.Lock()
 	if l.closed {
+		l.mu.Unlock()
 		return nil, unavailable("closed", "the log of %s is closed", l.folder)
 	}
 	if _, err := os.Lstat(filepath.Join(l.folder, ProtocolFile)); err != nil {
 		// Checked first so that a folder without protocol.json does not
 		// get an events.jsonl created by the lock.
+		defer l.mu.Unlock()
 		return nil, l.loadProtocolLocked()
 	}
+	l.mu.Unlock()
 	lk, err := LockEventsContext(ctx, l.folder)
 	if errors.Is(err, ErrLockBusy) {
 		return nil, lockBusy()
@@ -201,11 +212,24 @@ func (l *Log) lockContextLocked(ctx context.Context) (*Lock, error) {
 	if err != nil {
 		return nil, unavailable("events-lock", "%v", err)
 	}
+	l.ex.take()
+	l.mu.Lock()
+	if l.closed {
+		l.unlock(lk)
+		return nil, unavailable("closed", "the log of %s is closed", l.folder)
+	}
 	if err := l.catchUpLocked(lk.File(), true); err != nil {
-		lk.Unlock()
+		l.unlock(lk)
 		return nil, err
 	}
 	return lk, nil
+}
+
+// unlock releases what lock took.
+func (l *Log) unlock(lk *Lock) {
+	l.ex.release()
+	l.mu.Unlock()
+	lk.Unlock()
 }
 
 // EventSpec is the caller's part of an event that Append builds: who

@@ -484,7 +484,7 @@ func (l *Log) refreshLocked() error {
 	if pfi, err := os.Lstat(filepath.Join(l.folder, ProtocolFile)); err == nil && idOf(pfi) == l.protoID && idOf(fi) == l.evID && !l.needReplay {
 		return nil
 	}
-	release, err := sharedLock(l.folder)
+	release, err := l.sharedLockLocked()
 	if err != nil {
 		return lockBusy()
 	}

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -20,18 +21,16 @@ func (l *Log) Reconcile() (bool, error) {
 	if err := l.flushProtocol(); err != nil {
 		return false, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	lk, err := l.lock(context.Background())
+	if err != nil {
+		return false, err
+	}
+	defer l.unlock(lk)
 	// Judge the file itself, not content rendered in memory for views.
 	l.protoID = fileID{}
 	if err := l.refreshLocked(); err != nil {
 		return false, err
 	}
-	lk, err := l.lockLocked()
-	if err != nil {
-		return false, err
-	}
-	defer lk.Unlock()
 	removeStaleTemps(l.folder)
 	if l.historyBad != nil || l.state.Phase == "" || l.derivedMatchesLocked() {
 		return false, nil

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -67,13 +68,11 @@ func (l *Log) SetReplica(r Replica) {
 // events.jsonl, applies them and updates protocol.json. It returns how
 // many lines it copied. Without a replica it only catches up.
 func (l *Log) Pull() (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lk, err := l.lockLocked()
+	lk, err := l.lock(context.Background())
 	if err != nil {
 		return 0, err
 	}
-	defer lk.Unlock()
+	defer l.unlock(lk)
 	if l.replica == nil {
 		return 0, nil
 	}

@@ -3,6 +3,7 @@ package view
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 
@@ -22,6 +23,11 @@ const whyConcealed = "the coordinator's own (run directory, ledger, grants or a 
 // cannot pass to another file while the view serves.
 type concealed struct {
 	held []*fsid.Held
+	// shared is what changes while the view serves (see
+	// Options.Shared); the view's own staging directories are added to
+	// it.
+	shared    *fsid.Set
+	ownShared bool
 
 	// marks remember what directories were found to be (a run or ledger
 	// directory, a git directory), by identity and change time: a mark
@@ -107,8 +113,11 @@ func (c *concealed) hidesDir(fd int, git bool) bool {
 // holdConcealed holds every path that exists. A path that does not (a
 // ledger directory not made yet) cannot be inside the folder now; its
 // spelling still hides it through the matcher.
-func holdConcealed(paths []string) (*concealed, error) {
-	c := &concealed{}
+func holdConcealed(paths []string, shared *fsid.Set) (*concealed, error) {
+	c := &concealed{shared: shared}
+	if shared == nil {
+		c.shared, c.ownShared = fsid.NewSet(), true
+	}
 	for _, p := range paths {
 		if p == "" {
 			continue
@@ -137,7 +146,7 @@ func (c *concealed) has(st *unix.Stat_t) bool {
 			return true
 		}
 	}
-	return false
+	return c.shared.Has(st)
 }
 
 // drop lets go of the entry st, if held.
@@ -162,6 +171,22 @@ func (c *concealed) close() {
 		h.Close()
 	}
 	c.held = nil
+	if c.ownShared {
+		c.shared.Close()
+	}
+}
+
+// holdStaging adds a staging directory, held by fd, to what the view
+// conceals by identity: renamed on the backing side, it keeps no other
+// view's private files from being shown. A failure leaves it concealed
+// by its reserved name only.
+func (c *concealed) holdStaging(fd int) {
+	if c == nil {
+		return
+	}
+	if err := c.shared.HoldDup(fd); err != nil {
+		slog.Debug("hold the staging directory", "err", err)
+	}
 }
 
 // maxRenameScan bounds how many entries holdsConcealed looks at: past

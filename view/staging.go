@@ -102,6 +102,7 @@ func (f *View) stagingDir() (int, error) {
 			return -1, fmt.Errorf("open %s: %w", StagingDir, err)
 		}
 		defer unix.Close(top)
+		f.conceal.holdStaging(top)
 		var rnd [6]byte
 		rand.Read(rnd[:])
 		id := strconv.Itoa(unix.Getpid()) + "-" + hex.EncodeToString(rnd[:])
@@ -113,6 +114,7 @@ func (f *View) stagingDir() (int, error) {
 			return -1, fmt.Errorf("open staging directory: %w", err)
 		}
 		s.fd, s.id = fd, id
+		f.conceal.holdStaging(fd)
 	}
 	return unix.FcntlInt(uintptr(s.fd), unix.F_DUPFD_CLOEXEC, 0)
 }
@@ -229,6 +231,7 @@ func (f *View) sweepStaging() {
 		return
 	}
 	defer unix.Close(top)
+	f.conceal.holdStaging(top)
 	names, err := readNames(top)
 	if err != nil {
 		return

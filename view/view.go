@@ -30,6 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/fsid"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
@@ -68,6 +69,11 @@ type Options struct {
 	// path, no symlink, bind mount or rename makes it visible. The
 	// folder itself, when listed, is left out.
 	Conceal []string
+	// Shared, when set, is concealed the same way and may change while
+	// the view serves: the coordinator's grant files, its views'
+	// mountpoints and devices, shared by all of its views (see
+	// fsid.Set). The view adds its own staging directories to it.
+	Shared *fsid.Set
 	// Log is the protocol log of Folder. Several filesystems (the
 	// coordinator's mounts) may share one.
 	Log *protocol.Log
@@ -198,7 +204,7 @@ func New(opts Options) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	conceal, err := holdConcealed(opts.Conceal)
+	conceal, err := holdConcealed(opts.Conceal, opts.Shared)
 	if err != nil {
 		b.root.Close()
 		return nil, err

@@ -258,7 +258,7 @@ func grantCreateInRunDir(cmd *cobra.Command, runs string, g *grants.Grant) error
 		return fmt.Errorf("agent %q already has an active grant %s (%s); revoke it first (acpfs grant revoke --runs %s --grant %s)",
 			g.AgentID, gf.Grant.GrantID, gf.Path, rd.Root, gf.Grant.GrantID)
 	}
-	if err := rd.Init(); err != nil {
+	if err := initRunDir(cmd.ErrOrStderr(), rd); err != nil {
 		return err
 	}
 	if err := rd.SaveGrant(g); err != nil {

@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -147,15 +149,31 @@ func (mf *mountFlags) resolve() (folder, ledgerPath string, err error) {
 // the file itself is then.
 func (mf *mountFlags) hiddenDirs(ledgerPath, grantPath string) []string {
 	h := []string{filepath.Dir(ledgerPath), ledgerPath}
-	var runs []string
 	if grantPath != "" {
 		if g, err := filepath.Abs(grantPath); err == nil {
 			h = append(h, filepath.Dir(g), g)
-			// A grant in a run directory's context_grants: that run
-			// directory (its artifacts, handoffs, other grants) is the
-			// coordinator's too, --runs or not.
-			if filepath.Base(filepath.Dir(g)) == grants.GrantsDirName {
-				runs = append(runs, filepath.Dir(filepath.Dir(g)))
+		}
+	}
+	for _, r := range mf.runDirs(grantPath) {
+		// Its parts too, by what they are: one may be a symlink to a
+		// directory elsewhere (inside the folder, say).
+		rd := grants.NewRunDir(r)
+		h = append(h, r, rd.GrantsDir(), rd.HandoffsDir(), rd.ArtifactsDir())
+	}
+	return h
+}
+
+// runDirs are the run directories a view of grantPath uses: --runs, and
+// the run directory whose context_grants holds the grant (its artifacts,
+// handoffs, other grants are the coordinator's too, --runs or not),
+// found by what the grant's directory is, whatever it is called on the
+// way (a symlink to it).
+func (mf *mountFlags) runDirs(grantPath string) []string {
+	var runs []string
+	if grantPath != "" {
+		if g, err := filepath.Abs(grantPath); err == nil {
+			if r, err := grants.RunDirOfGrant(g); err == nil && r != "" {
+				runs = append(runs, r)
 			}
 		}
 	}
@@ -164,13 +182,34 @@ func (mf *mountFlags) hiddenDirs(ledgerPath, grantPath string) []string {
 			runs = append(runs, r)
 		}
 	}
-	for _, r := range runs {
-		// Its parts too, by what they are: one may be a symlink to a
-		// directory elsewhere (inside the folder, say).
-		rd := grants.NewRunDir(r)
-		h = append(h, r, rd.GrantsDir(), rd.HandoffsDir(), rd.ArtifactsDir())
+	return runs
+}
+
+// tightened remembers the run directories said to be made private, so
+// that each is said once.
+var tightened sync.Map
+
+// privateRunDir makes the run directory root private (0700) when the
+// caller owns it and others may read it (made by an older acpfs, or by
+// hand), saying so once on w: its grants, its ledger key and the
+// coordinator's lock are no other uid's to open. A failure is said and
+// the command goes on: what it writes there is 0600 all the same.
+func privateRunDir(w io.Writer, root string) {
+	old, changed, err := grants.NewRunDir(root).Tighten()
+	if err != nil {
+		fmt.Fprintf(w, "acpfs: cannot make the run directory %s private: %v\n", root, err)
+		return
 	}
-	return h
+	if _, said := tightened.LoadOrStore(root, true); changed && !said {
+		fmt.Fprintf(w, "acpfs: the run directory %s was %04o, open to other uids; made it 0700\n", root, uint32(old))
+	}
+}
+
+// initRunDir makes rd private (see privateRunDir), then creates what it
+// lacks.
+func initRunDir(w io.Writer, rd grants.RunDir) error {
+	privateRunDir(w, rd.Root)
+	return rd.Init()
 }
 
 // refuseFolderInRunDir refuses a collaboration folder that is, or lies
@@ -196,8 +235,9 @@ type viewSetup struct {
 	grant *grants.Grant
 }
 
-// prepare checks the machine and the flags, and loads the active grant.
-func (mf *mountFlags) prepare() (viewSetup, error) {
+// prepare checks the machine and the flags, and loads the active grant;
+// the run directories it uses are made private (said on stderr).
+func (mf *mountFlags) prepare(stderr io.Writer) (viewSetup, error) {
 	var v viewSetup
 	d := mount.Check()
 	usable := d.Usable
@@ -227,6 +267,9 @@ func (mf *mountFlags) prepare() (viewSetup, error) {
 	}
 	if v.grant, err = grants.Load(v.grantPath); err != nil {
 		return v, err
+	}
+	for _, r := range mf.runDirs(v.grantPath) {
+		privateRunDir(stderr, r)
 	}
 	if err := refuseStoreFolder(v.folder); err != nil {
 		return v, err
@@ -264,7 +307,13 @@ func openLedger(path, sync string) (*ledger.Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	// The ledger's directory holds its key: private when made here,
+	// like a run directory.
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
 	}
 	return ledger.Open(path, ledger.Options{Sync: mode})
@@ -279,7 +328,7 @@ func newMountCmd() *cobra.Command {
   acpfs mount --folder collab --grant grants/G-owner.json --ledger ledger.jsonl --audit reads /mnt/owner`,
 		Args: oneMountpoint,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := mf.prepare()
+			v, err := mf.prepare(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -147,7 +147,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 // sandbox and its limits, and starts the daemon that mounts the view and
 // runs the command there.
 func (f *runFlags) run(cmd *cobra.Command, args []string) error {
-	v, err := f.mf.prepare()
+	v, err := f.mf.prepare(cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}

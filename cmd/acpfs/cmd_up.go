@@ -87,7 +87,7 @@ func runUp(cmd *cobra.Command, f upFlags) error {
 		return err
 	}
 	rd := grants.NewRunDir(f.runs)
-	if err := rd.Init(); err != nil {
+	if err := initRunDir(cmd.ErrOrStderr(), rd); err != nil {
 		return err
 	}
 	lw, err := openLedger(rd.LedgerPath(), f.sync)

@@ -1,0 +1,59 @@
+package fsid
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+func statOf(t *testing.T, p string) *unix.Stat_t {
+	t.Helper()
+	var st unix.Stat_t
+	require.NoError(t, unix.Lstat(p, &st))
+	return &st
+}
+
+// TestSetKeepsWhatHasAName: a held entry stays in the set wherever it is
+// moved, and is let go by Prune once it has no name left; devices are
+// counted.
+func TestSetKeepsWhatHasAName(t *testing.T) {
+	d := t.TempDir()
+	s := NewSet()
+	defer s.Close()
+	grant := filepath.Join(d, "G-bob.json")
+	require.NoError(t, os.WriteFile(grant, []byte("{}"), 0o644))
+	require.NoError(t, s.Hold(grant))
+	require.NoError(t, s.Hold(filepath.Join(d, "missing")), "a missing path adds nothing")
+	st := statOf(t, grant)
+	assert.True(t, s.Has(st))
+
+	moved := filepath.Join(d, "elsewhere.json")
+	require.NoError(t, os.Rename(grant, moved))
+	s.Prune()
+	assert.True(t, s.Has(statOf(t, moved)), "moved, it is still held")
+
+	require.NoError(t, os.Remove(moved))
+	s.Prune()
+	assert.False(t, s.Has(st), "without a name it is let go")
+
+	dir, err := os.Open(d)
+	require.NoError(t, err)
+	defer dir.Close()
+	require.NoError(t, os.Symlink("nowhere", filepath.Join(d, "link")))
+	require.NoError(t, s.HoldAt(int(dir.Fd()), "link"))
+	assert.True(t, s.Has(statOf(t, filepath.Join(d, "link"))), "the symlink itself, not followed")
+
+	other := &unix.Stat_t{Dev: 12345, Ino: 1}
+	s.AddDev(12345)
+	s.AddDev(12345)
+	s.DropDev(12345)
+	assert.True(t, s.Has(other), "one AddDev is left")
+	s.DropDev(12345)
+	assert.False(t, s.Has(other))
+	var none *Set
+	assert.False(t, none.Has(other))
+}
