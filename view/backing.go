@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/internal/fsid"
 	"github.com/acpfs/acpfs/internal/safeio"
 )
 
@@ -26,6 +27,7 @@ import (
 // between two calls makes the second fail (ELOOP), never leads elsewhere.
 type backing struct {
 	root *os.File // O_PATH descriptor of the view's root
+	id   fsid.ID  // the root's identity
 	// at turns the folder-relative names the view speaks of into paths
 	// below root (see place).
 	at place
@@ -39,10 +41,18 @@ func openBacking(folder string, at place) (*backing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open folder %s: %w", folder, err)
 	}
-	return &backing{root: os.NewFile(uintptr(fd), folder), at: at}, nil
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("stat folder %s: %w", folder, err)
+	}
+	return &backing{root: os.NewFile(uintptr(fd), folder), id: fsid.OfStat(&st), at: at}, nil
 }
 
 func (b *backing) rootFd() int { return int(b.root.Fd()) }
+
+// rootID is the identity of the view's root.
+func (b *backing) rootID() fsid.ID { return b.id }
 
 // open resolves rel (folder-relative, "" for the folder) strictly
 // beneath the root and opens it with flags. O_NOFOLLOW is always added: a

@@ -3,7 +3,6 @@ package view
 import (
 	"context"
 	"fmt"
-	"path"
 	"strings"
 	"syscall"
 
@@ -122,9 +121,9 @@ func (f *View) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
 		// view nothing is there.
 		return nil, errnoOf(err)
 	}
-	if i := strings.LastIndexByte(rel, '/'); i >= 0 && (grants.IsReservedName(path.Base(rel[:i])) || f.conceal.hidesDir(d.fd, !m.NamesGit())) {
-		// rel lies in a directory no view shows (reached through an
-		// entry the kernel kept from before it was one).
+	if i := strings.LastIndexByte(rel, '/'); i >= 0 && f.hiddenParent(d.fd, rel[:i], !m.NamesGit()) {
+		// rel lies in a directory no view shows, or below one (reached
+		// through an entry the kernel kept from before it was one).
 		d.close()
 		return nil, syscall.ENOENT
 	}
@@ -141,6 +140,25 @@ func (f *View) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
 		return nil, errnoOf(err)
 	}
 	return t, 0
+}
+
+// hiddenParent reports whether the directory parent, held by fd, is
+// concealed or lies below a concealed directory.
+func (f *View) hiddenParent(fd int, parent string, git bool) bool {
+	for _, name := range strings.Split(parent, "/") {
+		if grants.IsReservedName(name) {
+			return true
+		}
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || f.conceal.hidesDirOf(fd, &st, git) {
+		return true
+	}
+	if !strings.Contains(parent, "/") && f.loc.up == "" {
+		// A directory of the root: nothing lies between them.
+		return false
+	}
+	return f.conceal.hidesAbove(fd, &st, f.b.rootID(), f.entryGen.Load(), git)
 }
 
 // openSame opens the judged entry relative to its parent and checks that

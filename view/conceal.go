@@ -35,6 +35,7 @@ type concealed struct {
 	// looked at again.
 	mu    sync.Mutex
 	marks [markKinds]map[markKey]bool
+	above map[aboveKey]struct{} // see hidesAbove
 }
 
 // The kinds of mark a directory is cached for.
@@ -104,10 +105,15 @@ func (c *concealed) hidesDir(fd int, git bool) bool {
 	if unix.Fstat(fd, &st) != nil {
 		return true
 	}
-	if c.has(&st) || c.cached(markRunDir, &st, func() bool { return grants.IsCoordinatorDir(fd) }) {
+	return c.hidesDirOf(fd, &st, git)
+}
+
+// hidesDirOf is hidesDir of a directory whose stat is known.
+func (c *concealed) hidesDirOf(fd int, st *unix.Stat_t, git bool) bool {
+	if c.has(st) || c.cached(markRunDir, st, func() bool { return grants.IsCoordinatorDir(fd) }) {
 		return true
 	}
-	return git && c.cached(markGit, &st, func() bool { return grants.IsGitDir(fd) })
+	return git && c.cached(markGit, st, func() bool { return grants.IsGitDir(fd) })
 }
 
 // holdConcealed holds every path that exists. A path that does not (a
@@ -246,4 +252,82 @@ func (f *View) scanConcealed(fd int, rel string, budget *int, depth int) string 
 		}
 	}
 	return ""
+}
+
+// maxAbove bounds the directories whose ancestry hidesAbove remembers;
+// past it, it starts afresh.
+const maxAbove = 1 << 14
+
+// maxDepth bounds the walk up from a directory to the folder root.
+const maxDepth = 256
+
+// aboveKey is a directory whose ancestors were found shown, at a count
+// of name changes in the folder.
+type aboveKey struct {
+	id  fsid.ID
+	gen uint64
+}
+
+// hidesAbove reports whether a directory above the one held by fd (of
+// stat dst), up
+// to the folder root (root), is concealed: hidesDir looks at the parent
+// of a name only, and the kernel may keep a directory of the view (a
+// working directory, say) whose path came to lead, after a rename on
+// the backing side, through a run directory or another concealed
+// entry. A directory that is no longer below the root counts as
+// hidden. What was found shown is remembered per directory and count
+// of name changes (gen): a directory's ancestry changes only by a
+// rename, and the walk costs a few system calls per level.
+func (c *concealed) hidesAbove(fd int, dst *unix.Stat_t, root fsid.ID, gen uint64, git bool) bool {
+	k := aboveKey{id: fsid.OfStat(dst), gen: gen}
+	if k.id == root {
+		return false
+	}
+	if c != nil {
+		c.mu.Lock()
+		_, ok := c.above[k]
+		c.mu.Unlock()
+		if ok {
+			return false
+		}
+	}
+	cur, err := unix.Openat(fd, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true
+	}
+	defer func() { unix.Close(cur) }()
+	var st unix.Stat_t
+	for depth := 0; ; depth++ {
+		if unix.Fstat(cur, &st) != nil || depth > maxDepth {
+			return true
+		}
+		if fsid.OfStat(&st) == root {
+			break
+		}
+		if c.hidesDirOf(cur, &st, git) {
+			return true
+		}
+		up, err := unix.Openat(cur, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return true
+		}
+		var ust unix.Stat_t
+		if unix.Fstat(up, &ust) != nil || fsid.OfStat(&ust) == fsid.OfStat(&st) {
+			// The top of the file system: the directory left the
+			// folder after it was resolved.
+			unix.Close(up)
+			return true
+		}
+		unix.Close(cur)
+		cur = up
+	}
+	if c != nil {
+		c.mu.Lock()
+		if c.above == nil || len(c.above) >= maxAbove {
+			c.above = make(map[aboveKey]struct{})
+		}
+		c.above[k] = struct{}{}
+		c.mu.Unlock()
+	}
+	return false
 }

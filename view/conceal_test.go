@@ -22,6 +22,7 @@ func TestConcealedByIdentity(t *testing.T) {
 	c := newCollab(t)
 	require.NoError(t, os.MkdirAll(c.in("scratch/box/mnt/inner"), 0o755))
 	c.write("scratch/box/mnt/f.md", "f")
+	c.write("scratch/box/mnt/inner/g.md", "g")
 	f := c.newView(ownerGrant(), func(o *Options) {
 		o.Conceal = []string{c.in("scratch/box/mnt"), c.folder, filepath.Join(c.root, "not-made-yet"), "", filepath.Dir(c.ledgerPath)}
 	})
@@ -30,6 +31,7 @@ func TestConcealedByIdentity(t *testing.T) {
 		{"the folder", func() syscall.Errno { _, e := f.Lookup(ctx, ""); return e }, 0, "", "", ""},
 		{"the concealed directory", func() syscall.Errno { _, e := f.Lookup(ctx, "scratch/box/mnt"); return e }, syscall.ENOENT, ledger.KindDenied, ledger.OpLookup, "scratch/box/mnt"},
 		{"an entry in it", func() syscall.Errno { _, e := f.Lookup(ctx, "scratch/box/mnt/f.md"); return e }, syscall.ENOENT, "", "", "scratch/box/mnt/f.md"},
+		{"an entry further below it", func() syscall.Errno { _, e := f.Lookup(ctx, "scratch/box/mnt/inner/g.md"); return e }, syscall.ENOENT, "", "", "scratch/box/mnt/inner/g.md"},
 		{"renamed", func() syscall.Errno {
 			require.NoError(t, os.Rename(c.in("scratch/box/mnt"), c.in("scratch/box/other")))
 			_, e := f.Lookup(ctx, "scratch/box/other")
@@ -43,6 +45,41 @@ func TestConcealedByIdentity(t *testing.T) {
 	rec := recordsOf(c.records(), ledger.KindDenied, "alice", "scratch/box/other", ledger.OpLookup)
 	require.NotEmpty(t, rec)
 	assert.Equal(t, whyConcealed, rec[0].Detail)
+}
+
+// TestConcealedAboveAKeptDirectory: a directory the kernel keeps (an
+// agent's working directory) whose path comes to lead through a run
+// directory, after renames on the backing side, shows nothing of it,
+// however deep; the same path shows the agent's own files again once
+// it leads back to them.
+func TestConcealedAboveAKeptDirectory(t *testing.T) {
+	c := newCollab(t)
+	require.NoError(t, os.MkdirAll(c.in("scratch/y/homes/G-bob"), 0o755))
+	c.write("scratch/y/homes/G-bob/mine.md", "mine")
+	runs := filepath.Join(c.root, "runs")
+	require.NoError(t, os.MkdirAll(filepath.Join(runs, "context_grants"), 0o700))
+	require.NoError(t, os.MkdirAll(filepath.Join(runs, "homes/G-bob"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(runs, "homes/G-bob/secret.md"), []byte("secret"), 0o600))
+	f := c.newView(ownerGrant(), func(o *Options) { o.Conceal = []string{runs} })
+	ctx := context.Background()
+	_, errno := f.Lookup(ctx, "scratch/y/homes/G-bob/mine.md")
+	require.Equal(t, syscall.Errno(0), errno)
+
+	// Swapped on the backing side: scratch/y is now the run directory.
+	require.NoError(t, os.Rename(c.in("scratch/y"), c.in("scratch/away")))
+	require.NoError(t, os.Rename(runs, c.in("scratch/y")))
+	for _, rel := range []string{"scratch/y/homes/G-bob/secret.md", "scratch/y/homes/G-bob", "scratch/y/context_grants"} {
+		_, errno := f.Lookup(ctx, rel)
+		assert.Equal(t, syscall.ENOENT, errno, rel)
+	}
+	_, _, errno = f.Open(ctx, nil, "scratch/y/homes/G-bob/secret.md", syscall.O_RDONLY)
+	assert.Equal(t, syscall.ENOENT, errno)
+
+	// And back: the agent's own files are shown again.
+	require.NoError(t, os.Rename(c.in("scratch/y"), runs))
+	require.NoError(t, os.Rename(c.in("scratch/away"), c.in("scratch/y")))
+	_, errno = f.Lookup(ctx, "scratch/y/homes/G-bob/mine.md")
+	assert.Equal(t, syscall.Errno(0), errno)
 }
 
 // TestConcealedKinds: a hard-linked file, a fifo and symlinks that lead
