@@ -297,12 +297,7 @@ func conflictName(rel, host, tag string) string {
 // inHistory reports whether a version of rel with digest dg is among
 // the revisions the bucket keeps: overwriting it here loses nothing.
 func (d *Docs) inHistory(rel, dg string) bool {
-	if !d.s.Connected() {
-		return false
-	}
-	ctx, cancel := d.s.ctx()
-	defer cancel()
-	hist, err := d.s.docs.History(ctx, keyOf(rel))
+	hist, err := d.history(rel)
 	if err != nil {
 		return false
 	}

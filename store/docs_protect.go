@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -53,11 +54,27 @@ func (d *Docs) restore(rel string) {
 	d.local(rel)
 }
 
+// historyTries paces the attempts to read a key's history: during a
+// failover a request fails until a leader is elected, and a version
+// wrongly thought unknown would be kept as a conflict copy.
+var historyTries = []time.Duration{0, 100 * time.Millisecond, 400 * time.Millisecond, time.Second}
+
 // history is every revision of rel the bucket keeps, oldest first.
 func (d *Docs) history(rel string) ([]jetstream.KeyValueEntry, error) {
-	ctx, cancel := d.s.ctx()
-	defer cancel()
-	hist, err := d.s.docs.History(ctx, keyOf(rel))
+	var hist []jetstream.KeyValueEntry
+	var err error
+	for _, wait := range historyTries {
+		time.Sleep(wait) // a back-off between attempts
+		if !d.s.Connected() {
+			return nil, fmt.Errorf("history of %s: %w", rel, ErrOffline)
+		}
+		ctx, cancel := d.s.ctx()
+		hist, err = d.s.docs.History(ctx, keyOf(rel))
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("history of %s: %w", rel, offline(err))
 	}
