@@ -220,21 +220,25 @@ func (r *repeats) recorded(k repeatKey) {
 	}
 }
 
-// take returns the pending counts and starts new ones.
+// take returns the pending counts of refusals and no-op changes and
+// starts new ones; the count of repeated reads stays.
 func (r *repeats) take() map[repeatKey]*repeatCount {
-	p, _ := r.takeAll()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.pending
+	if len(p) > 0 {
+		r.pending = map[repeatKey]*repeatCount{}
+	}
 	return p
 }
 
 // takeAll returns the pending counts of refusals and no-op changes and
 // the count of repeated reads, and starts new ones.
 func (r *repeats) takeAll() (map[repeatKey]*repeatCount, readCount) {
+	p := r.take()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, reads := r.pending, r.reads
-	if len(p) > 0 {
-		r.pending = map[repeatKey]*repeatCount{}
-	}
+	reads := r.reads
 	r.reads = readCount{}
 	r.interval++
 	return p, reads

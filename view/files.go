@@ -75,7 +75,7 @@ func (f *View) Open(ctx context.Context, n Node, rel string, flags uint32) (File
 		}
 		f.rememberVerdict(n, gv, gen, rel, flags, &o.st)
 	}
-	return f.openHandle(ctx, n, rel, flags, o, gen)
+	return f.openHandle(ctx, n, rel, flags, o)
 }
 
 // opened is a backing file an open reached: its descriptor, which the
@@ -142,8 +142,10 @@ func (f *View) openJudgedName(ctx context.Context, rel string, flags uint32) (op
 
 // openHandle records the read an open makes, when it reads the folder,
 // and hands the descriptor of o over to the handle of the right kind
-// for rel. gen is the entryGen its judgement was made at.
-func (f *View) openHandle(ctx context.Context, n Node, rel string, flags uint32, o opened, gen uint64) (File, Caching, syscall.Errno) {
+// for rel. Its first read checks again that the file is at its name
+// (inPlace): a rename between the open and the read, which the watcher
+// may not have reported yet, must not let the read through.
+func (f *View) openHandle(ctx context.Context, n Node, rel string, flags uint32, o opened) (File, Caching, syscall.Errno) {
 	acc := flags & syscall.O_ACCMODE
 	_, private := f.stagedName(rel)
 	// protocol.json as the history gives it, which the file on disk may
@@ -163,9 +165,6 @@ func (f *View) openHandle(ctx context.Context, n Node, rel string, flags uint32,
 		}
 	}
 	h := f.newHandle(o.fd, rel, n)
-	// The open found the file at its name: its reads need not look again
-	// until a name changes in the folder (see inPlace).
-	h.placeGen.Store(gen + 1)
 	if acc != syscall.O_WRONLY && rel != protocol.EventsFile && pjson == nil && !private {
 		h.readVer = &ver
 	}
