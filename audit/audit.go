@@ -207,6 +207,10 @@ type Agent struct {
 	Noise      []Event  `json:"noise"`   // refusals of temporary/tool noise, not of real paths (see IsToolNoise)
 	Violations []Event  `json:"violations"`
 	Writes     int64    `json:"writes"` // write, append_accepted and append_recovered records, and the repeats write_repeat counts
+	// RepeatedReads counts the reads of content the agent's view had
+	// recorded in full before (reads_repeated records): they teach no
+	// new content, so the ledger keeps their number, not their paths.
+	RepeatedReads int64 `json:"repeated_reads,omitempty"`
 	// NetAllowed and NetRefused count the connections of the agent's
 	// `acpfs run --net allow=` egress proxy (net_allowed, net_refused).
 	NetAllowed int64 `json:"net_allowed,omitempty"`
@@ -485,7 +489,11 @@ func (a *Auditor) grantFor(r ledger.Record) (*Grant, string) {
 // isRepeat reports whether r aggregates repeats of a record already
 // written in full.
 func isRepeat(r ledger.Record) bool {
-	return r.Kind == ledger.KindReadRepeat || r.Kind == ledger.KindDeniedRepeat || r.Kind == ledger.KindWriteRepeat
+	switch r.Kind {
+	case ledger.KindReadRepeat, ledger.KindReadsRepeated, ledger.KindDeniedRepeat, ledger.KindWriteRepeat:
+		return true
+	}
+	return false
 }
 
 // repeats is how many accesses r stands for: its Count for an aggregate
@@ -508,8 +516,21 @@ func latest(r ledger.Record) string {
 
 // judge decides whether r's access was allowed by the grant in force.
 func (a *Auditor) judge(r ledger.Record, g *Grant, wantRead bool) (allowed bool, rule string) {
+	if rule, revoked := a.revoked(r, g); revoked {
+		return false, rule
+	}
+	d := g.Rules.Explain(r.Path)
+	if wantRead {
+		return d.Readable, d.Rule
+	}
+	return d.Visible, d.Rule
+}
+
+// revoked reports whether r stands for an access after g was revoked,
+// and the rule that says so.
+func (a *Auditor) revoked(r ledger.Record, g *Grant) (string, bool) {
 	if rev, ok := a.revokedAt[g.GrantID]; ok && a.afterRevocation(r, rev) {
-		return false, fmt.Sprintf("%s at seq %d", grants.RuleRevoked, rev.seq)
+		return fmt.Sprintf("%s at seq %d", grants.RuleRevoked, rev.seq), true
 	}
 	if g.Revoked && !g.RevokedAt.IsZero() {
 		// A revoked_at written to the second (as acpfs did before it
@@ -520,14 +541,10 @@ func (a *Auditor) judge(r ledger.Record, g *Grant, wantRead bool) (allowed bool,
 			limit = limit.Add(time.Second)
 		}
 		if at, err := time.Parse(time.RFC3339Nano, latest(r)); err == nil && !at.Before(limit) {
-			return false, fmt.Sprintf("%s at %s", grants.RuleRevoked, g.RevokedAt.UTC().Format(time.RFC3339Nano))
+			return fmt.Sprintf("%s at %s", grants.RuleRevoked, g.RevokedAt.UTC().Format(time.RFC3339Nano)), true
 		}
 	}
-	d := g.Rules.Explain(r.Path)
-	if wantRead {
-		return d.Readable, d.Rule
-	}
-	return d.Visible, d.Rule
+	return "", false
 }
 
 // afterRevocation reports whether r, fed after the grant_revoked record
@@ -606,6 +623,8 @@ func (a *Auditor) Add(r ledger.Record) {
 			}
 			ag.hashDue[r.Seq] = r.Path
 		}
+	case ledger.KindReadsRepeated:
+		a.addRepeatedReads(ag, r, g)
 	case ledger.KindReadHash:
 		a.addReadHash(ag, r)
 	case ledger.KindDenied, ledger.KindFrozenRefused, ledger.KindAppendRejected, ledger.KindDeniedRepeat:
@@ -714,6 +733,27 @@ func (a *Auditor) addAccess(ag *Agent, r ledger.Record, g *Grant, why string) {
 	// Repeats of a read join the violation of the read they repeat.
 	key := eventKey{kind: kind, grant: g.GrantID, path: r.Path, rule: rule}
 	ag.violations.add(key, r, n, func() Event { return eventOf(r, g.GrantID, rule, what) })
+}
+
+// addRepeatedReads counts a view's repeated reads (reads_repeated). They
+// name no path: each is of a content the view recorded in full before,
+// where it was judged. What is left to judge is when they happened: a
+// count whose last read is after its grant was revoked is a violation.
+func (a *Auditor) addRepeatedReads(ag *Agent, r ledger.Record, g *Grant) {
+	n := repeats(r)
+	ag.RepeatedReads += n
+	if g == nil {
+		ag.unknown++
+		return
+	}
+	rule, revoked := a.revoked(r, g)
+	if !revoked {
+		return
+	}
+	key := eventKey{kind: r.Kind, grant: g.GrantID, rule: rule}
+	ag.violations.add(key, r, n, func() Event {
+		return eventOf(r, g.GrantID, rule, "read again, after its grant was revoked, content its view had recorded in full before")
+	})
 }
 
 // addRefusal counts a refusal, or repeats of one.

@@ -674,3 +674,87 @@ func withCount(r ledger.Record, n int64) ledger.Record {
 	r.Count = n
 	return r
 }
+
+// readsRepeated is a view's count of n repeated reads of files, between
+// first and last (seconds after noon).
+func readsRepeated(seq int64, agent, grant string, n int64, files, first, last int) ledger.Record {
+	r := rec(seq, ledger.KindReadsRepeated, agent, grant, "")
+	r.Op, r.Count, r.First, r.Last = ledger.OpOpen, n, at(first), at(last)
+	r.Detail = fmt.Sprintf("%d files", files)
+	r.At = at(last + 1)
+	return r
+}
+
+// TestAuditReadsRepeated: a reads_repeated record adds its count to the
+// agent's repeated reads, lists no path, and is judged by when its reads
+// happened: under a grant not given it leaves the agent unverified, and
+// after a revocation it is a violation.
+func TestAuditReadsRepeated(t *testing.T) {
+	revoked := func(sec int) ledger.Record {
+		return withAt(rec(2, ledger.KindGrantRevoked, "alice", "G-alice", ""), at(sec))
+	}
+	tests := []struct {
+		name       string
+		records    []ledger.Record
+		agent      string
+		repeated   int64
+		reads      int
+		verdict    string
+		violations []int64
+	}{
+		{
+			name:     "counted apart from the paths read",
+			records:  []ledger.Record{read(1, "alice", "G-alice", "docs/a.md", "aa"), readsRepeated(2, "alice", "G-alice", 500, 1, 1, 9), readsRepeated(3, "alice", "G-alice", 7, 1, 20, 21)},
+			agent:    "alice",
+			repeated: 507, reads: 1,
+			verdict: VerdictIsolated,
+		},
+		{
+			name:     "a count below one is one repeat",
+			records:  []ledger.Record{readsRepeated(1, "alice", "G-alice", 0, 1, 1, 2)},
+			agent:    "alice",
+			repeated: 1,
+			verdict:  VerdictIsolated,
+		},
+		{
+			name:     "flushed after a revocation, made before it",
+			records:  []ledger.Record{read(1, "alice", "G-alice", "docs/a.md", "aa"), revoked(10), readsRepeated(3, "alice", "G-alice", 3, 1, 1, 9)},
+			agent:    "alice",
+			repeated: 3, reads: 1,
+			verdict: VerdictIsolated,
+		},
+		{
+			name:     "going on after a revocation",
+			records:  []ledger.Record{read(1, "alice", "G-alice", "docs/a.md", "aa"), revoked(10), readsRepeated(3, "alice", "G-alice", 3, 1, 9, 11)},
+			agent:    "alice",
+			repeated: 3, reads: 1,
+			verdict:    VerdictViolated,
+			violations: []int64{3},
+		},
+		{
+			name:     "under a grant not given",
+			records:  []ledger.Record{readsRepeated(1, "dave", "G-dave", 4, 2, 1, 2)},
+			agent:    "dave",
+			repeated: 4,
+			verdict:  VerdictUnverified,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := mustBuild(t, tt.records, fakeGrants(), nil)
+			ag := byAgent(rep)[tt.agent]
+			require.NotNil(t, ag)
+			assert.Equal(t, tt.repeated, ag.RepeatedReads)
+			assert.Len(t, ag.Reads, tt.reads)
+			assert.Equal(t, tt.verdict, ag.Verdict, ag.Reason)
+			var counts []int64
+			for _, v := range ag.Violations {
+				counts = append(counts, v.Count)
+			}
+			assert.Equal(t, tt.violations, counts)
+			var md bytes.Buffer
+			require.NoError(t, rep.Render(&md, "md"))
+			assert.Contains(t, md.String(), fmt.Sprintf("Repeated reads: %d,", tt.repeated))
+		})
+	}
+}

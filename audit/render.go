@@ -136,6 +136,9 @@ func (r *Report) WriteMarkdown(out io.Writer) error {
 	writeTurns(p, r.Turns)
 	for _, ag := range r.Agents {
 		p("\n## Agent %s: %s\n\n%s\n", md(ag.Agent), md(ag.Verdict), md(ag.Reason))
+		if ag.RepeatedReads > 0 {
+			p("\nRepeated reads: %d, of content its view had recorded in full before (counted, not listed by path: see Paths read).\n", ag.RepeatedReads)
+		}
 		if ag.NetAllowed+ag.NetRefused > 0 {
 			p("\nNetwork (egress proxy of `acpfs run --net allow=`): %d connections allowed, %d refused.\n", ag.NetAllowed, ag.NetRefused)
 		}

@@ -195,10 +195,10 @@ func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (res fuse.
 		h.content, h.done = b, true
 	}
 	if off >= int64(len(h.content)) {
-		return fuse.ReadResultData(nil), 0
+		return readResult(nil), 0
 	}
 	end := min(int(off)+len(dest), len(h.content))
-	return fuse.ReadResultData(h.content[off:end]), 0
+	return readResult(h.content[off:end]), 0
 }
 
 // snapshotFile shows a handed-over artifact exactly as it was handed

@@ -20,8 +20,7 @@ import (
 type fileHandle struct {
 	view.File
 	fsys *FS
-	rel  string             // name at open, for the guard's record
-	lk   *gofs.LoopbackFile // locks on the backing file, nothing else
+	rel  string // name at open, for the guard's record
 }
 
 var (
@@ -39,7 +38,16 @@ var (
 )
 
 func newFileHandle(f *FS, rel string, file view.File) *fileHandle {
-	return &fileHandle{File: file, fsys: f, rel: rel, lk: gofs.NewLoopbackFileFromOS(file.Locked())}
+	return &fileHandle{File: file, fsys: f, rel: rel}
+}
+
+// locks is the backing file's lock calls, nothing else; nil once the
+// file is released.
+func (h *fileHandle) locks() *gofs.LoopbackFile {
+	if f := h.File.Locked(); f != nil {
+		return gofs.NewLoopbackFileFromOS(f)
+	}
+	return nil
 }
 
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (res fuse.ReadResult, errno syscall.Errno) {
@@ -48,8 +56,13 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (res fuse
 	if errno != 0 {
 		return nil, errno
 	}
-	return fuse.ReadResultData(b), 0
+	return readResult(b), 0
 }
+
+// readResult is the answer of a read: the bytes, written to the kernel
+// with one writev. (go-fuse first tries to splice any other result
+// through a pipe, seven system calls that fail for bytes in memory.)
+func readResult(b []byte) fuse.ReadResult { return fuse.ReadResultVector([][]byte{b}) }
 
 func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (n uint32, errno syscall.Errno) {
 	defer h.fsys.Guard(ctx, ledger.OpWrite, h.rel, &errno)
@@ -81,15 +94,27 @@ func (h *fileHandle) Lseek(ctx context.Context, off uint64, whence uint32) (uint
 }
 
 func (h *fileHandle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
-	return h.lk.Getlk(ctx, owner, lk, flags, out)
+	l := h.locks()
+	if l == nil {
+		return syscall.EBADF
+	}
+	return l.Getlk(ctx, owner, lk, flags, out)
 }
 
 func (h *fileHandle) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	return h.lk.Setlk(ctx, owner, lk, flags)
+	l := h.locks()
+	if l == nil {
+		return syscall.EBADF
+	}
+	return l.Setlk(ctx, owner, lk, flags)
 }
 
 func (h *fileHandle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	return h.lk.Setlkw(ctx, owner, lk, flags)
+	l := h.locks()
+	if l == nil {
+		return syscall.EBADF
+	}
+	return l.Setlkw(ctx, owner, lk, flags)
 }
 
 // openFlags are the FUSE open flags of the core's caching.

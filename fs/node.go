@@ -95,7 +95,7 @@ func (n *node) child(ctx context.Context, e view.Entry, out *fuse.EntryOut) *gof
 	id := gofs.StableAttr{Mode: e.Attr.Mode & unix.S_IFMT, Ino: e.Attr.Ino}
 	ch := n.NewInode(ctx, &node{fsys: n.fsys}, id)
 	if cn, ok := ch.Operations().(*node); ok {
-		cn.seen.Saw(&e.Attr)
+		cn.seen.Found(&e)
 	}
 	return ch
 }
@@ -168,7 +168,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuse
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	return newFileHandle(f, rel, file), openFlags(caching), 0
+	flagsOut := openFlags(caching)
+	if !file.Flushes() {
+		flagsOut |= fuse.FOPEN_NOFLUSH
+	}
+	return newFileHandle(f, rel, file), flagsOut, 0
 }
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fh gofs.FileHandle, fuseFlags uint32, errno syscall.Errno) {

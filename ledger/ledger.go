@@ -76,7 +76,8 @@ const (
 	KindPanic           Kind = "panic"
 	KindRepair          Kind = "repair"
 
-	KindReadRepeat       Kind = "read_repeat"      // repeats of a read already recorded in full, aggregated
+	KindReadRepeat       Kind = "read_repeat"      // repeats of a read already recorded in full, aggregated per path (written by acpfs before reads_repeated)
+	KindReadsRepeated    Kind = "reads_repeated"   // a view's repeated reads of contents already recorded in full, one count per interval (Detail: "N files")
 	KindReadHash         Kind = "read_hash"        // the content hash of an earlier read recorded without one (Detail: "read seq N")
 	KindDeniedRepeat     Kind = "denied_repeat"    // repeats of a refusal already recorded in full, aggregated
 	KindWriteRepeat      Kind = "write_repeat"     // repeats of a no-op change (open for writing, times only) already recorded in full, aggregated
@@ -132,9 +133,9 @@ type Record struct {
 	Op      Op     `json:"op,omitempty"`   // see Op
 	PID     uint32 `json:"pid,omitempty"`
 	SHA256  string `json:"sha256,omitempty"` // content hash for reads, handoffs
-	Count   int64  `json:"count,omitempty"`  // read_repeat, denied_repeat, write_repeat (and net_allowed, net_refused when set): how many repeats; gap: records lost
-	// First and Last bound the repeats a read_repeat or denied_repeat
-	// record counts (same layout as At).
+	Count   int64  `json:"count,omitempty"`  // read_repeat, reads_repeated, denied_repeat, write_repeat (and net_allowed, net_refused when set): how many repeats; gap: records lost
+	// First and Last bound the repeats a read_repeat, reads_repeated,
+	// denied_repeat or write_repeat record counts (same layout as At).
 	First  string `json:"first,omitempty"`
 	Last   string `json:"last,omitempty"`
 	Detail string `json:"detail,omitempty"`

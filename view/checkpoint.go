@@ -19,6 +19,8 @@ type target struct {
 	rel string
 	d   dir // parent of rel; fd -1 for the root
 	e   entry
+	// opened is the stat of the descriptor openSame returned.
+	opened unix.Stat_t
 }
 
 func (t *target) close() {
@@ -172,12 +174,12 @@ func (t *target) openSame(flags int) (int, error) {
 		}
 		return -1, err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	st := &t.opened
+	if err := unix.Fstat(fd, st); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}
-	if !sameEntry(&st, &t.e.st) {
+	if !sameEntry(st, &t.e.st) {
 		unix.Close(fd)
 		return -1, errReplaced
 	}

@@ -3,11 +3,13 @@ package view
 import (
 	"container/list"
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -16,9 +18,11 @@ const (
 	// AuditCompact records the first read of each (path, content hash),
 	// each distinct refusal and the first no-op change (an open for
 	// writing that wrote nothing, a change of times only) of each path in
-	// full, and counts their repeats in read_repeat, denied_repeat and
-	// write_repeat records. The audit's facts (who read what content,
-	// what was refused, who changed what) are all kept.
+	// full. Repeated reads teach only a count: one reads_repeated record
+	// per view and interval. Repeated refusals and no-op changes are
+	// counted per key in denied_repeat and write_repeat records. The
+	// audit's facts (who read what content, what was refused, who changed
+	// what) are all kept.
 	AuditCompact = ""
 	// AuditOpens records every open in full.
 	AuditOpens = "opens"
@@ -55,6 +59,20 @@ type repeatCount struct {
 	first, last time.Time
 }
 
+// readCount counts the repeated reads of a view between two flushes: how
+// many, of how many distinct contents, when the first and the last came.
+type readCount struct {
+	repeatCount
+	contents int64
+}
+
+// seenEntry is a key recorded in full, with the flush interval in which
+// it was last read again (to count distinct contents per interval).
+type seenEntry struct {
+	key      repeatKey
+	interval uint64
+}
+
 // readPath is a read key without its content: one path read one way.
 type readPath struct {
 	op   ledger.Op
@@ -65,8 +83,13 @@ type readPath struct {
 type repeats struct {
 	mu      sync.Mutex
 	seen    map[repeatKey]*list.Element // of lru
-	lru     *list.List                  // the keys of seen, most recently used first
-	pending map[repeatKey]*repeatCount
+	lru     *list.List                  // the *seenEntry of seen, most recently used first
+	pending map[repeatKey]*repeatCount  // refusals and no-op changes
+	// reads counts repeated reads, whatever their path: a repeat teaches
+	// the reviewer only that the agent read again what it had read.
+	reads readCount
+	// interval counts the flushes (take), for readCount.contents.
+	interval uint64
 	// latest is the one content of each path whose reads count as
 	// repeats. A file rewritten 60,000 times has 60,000 versions, each
 	// read recorded in full as it comes; only the last one can be read
@@ -125,6 +148,10 @@ func (r *repeats) again(k repeatKey, now time.Time) bool {
 	if !r.hasLocked(k) {
 		return false
 	}
+	if k.kind == ledger.KindRead {
+		r.countReadLocked(k, now)
+		return true
+	}
 	c := r.pending[k]
 	if c == nil {
 		c = &repeatCount{first: now}
@@ -139,6 +166,21 @@ func (r *repeats) again(k repeatKey, now time.Time) bool {
 	c.n++
 	c.last = now
 	return true
+}
+
+// countReadLocked counts a repeated read of k, a key recorded in full.
+func (r *repeats) countReadLocked(k repeatKey, now time.Time) {
+	c := &r.reads
+	if c.n == 0 {
+		c.first = now
+	}
+	c.n++
+	c.last = now
+	if e := r.seen[k].Value.(*seenEntry); e.interval != r.interval+1 {
+		// +1: the zero value of a new entry means not read again yet.
+		e.interval = r.interval + 1
+		c.contents++
+	}
 }
 
 // maxRefusalPaths bounds the distinct refusals kept apart per view.
@@ -169,16 +211,17 @@ func (r *repeats) recorded(k repeatKey) {
 		}
 		r.latest[p] = k
 	}
-	r.seen[k] = r.lru.PushFront(k)
+	r.seen[k] = r.lru.PushFront(&seenEntry{key: k})
 	if k.refusal() {
 		r.refusals++
 	}
 	if len(r.seen) > maxRepeatKeys {
-		r.forgetLocked(r.lru.Back().Value.(repeatKey))
+		r.forgetLocked(r.lru.Back().Value.(*seenEntry).key)
 	}
 }
 
-// take returns the pending counts and starts new ones.
+// take returns the pending counts of refusals and no-op changes and
+// starts new ones; the count of repeated reads stays.
 func (r *repeats) take() map[repeatKey]*repeatCount {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -187,6 +230,18 @@ func (r *repeats) take() map[repeatKey]*repeatCount {
 		r.pending = map[repeatKey]*repeatCount{}
 	}
 	return p
+}
+
+// takeAll returns the pending counts of refusals and no-op changes and
+// the count of repeated reads, and starts new ones.
+func (r *repeats) takeAll() (map[repeatKey]*repeatCount, readCount) {
+	p := r.take()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reads := r.reads
+	r.reads = readCount{}
+	r.interval++
+	return p, reads
 }
 
 // recordOnce writes rec unless the same fact was recorded in full before
@@ -281,32 +336,39 @@ func (f *View) stopRepeats() {
 }
 
 // FlushRepeats writes the counts of repeated reads, refusals and no-op
-// changes gathered
-// since the last flush. It runs every repeatFlush and when the view
-// stops.
-func (f *View) FlushRepeats() {
-	p := f.repeats.take()
-	if len(p) == 0 {
-		return
+// changes gathered since the last flush, as records of the grant in
+// force. It runs every repeatFlush, before a grant change (so that no
+// count spans two grants) and when the view stops.
+func (f *View) FlushRepeats() { f.flushRepeatsAs(f.gv.Load().grant) }
+
+// flushRepeatsAs is FlushRepeats for the repeats made under g.
+func (f *View) flushRepeatsAs(g *grants.Grant) {
+	p, reads := f.repeats.takeAll()
+	if reads.n > 0 {
+		r := ledger.Record{Kind: ledger.KindReadsRepeated, Agent: g.AgentID, Grant: g.GrantID, Op: ledger.OpOpen,
+			Count: reads.n, First: ledger.Stamp(reads.first), Last: ledger.Stamp(reads.last), Detail: repeatedDetail(reads.contents)}
+		if _, err := f.ledger.Append(r); err != nil {
+			slog.Error("ledger: cannot record repeated reads", "count", reads.n, "err", err)
+		}
 	}
-	g := f.gv.Load().grant
 	for k, c := range p {
 		kind := ledger.KindDeniedRepeat
-		switch k.kind {
-		case ledger.KindRead:
-			kind = ledger.KindReadRepeat
-		case ledger.KindWrite:
+		if k.kind == ledger.KindWrite {
 			kind = ledger.KindWriteRepeat
 		}
-		sha := k.sha
-		if sha == "" && k.ver != (fileVersion{}) {
-			// Repeats of a read whose hash came after it.
-			sha, _ = f.hashes.get(k.ver)
-		}
 		r := ledger.Record{Kind: kind, Agent: g.AgentID, Grant: g.GrantID, Path: k.path, Op: k.op,
-			SHA256: sha, Count: c.n, First: ledger.Stamp(c.first), Last: ledger.Stamp(c.last), Detail: k.why}
+			Count: c.n, First: ledger.Stamp(c.first), Last: ledger.Stamp(c.last), Detail: k.why}
 		if _, err := f.ledger.Append(r); err != nil {
 			slog.Error("ledger: cannot record repeats", "path", k.path, "count", c.n, "err", err)
 		}
 	}
+}
+
+// repeatedDetail is the detail of a reads_repeated record: how many
+// files (contents, each recorded in full before) its reads opened.
+func repeatedDetail(files int64) string {
+	if files == 1 {
+		return "1 file"
+	}
+	return fmt.Sprintf("%d files", files)
 }

@@ -86,7 +86,13 @@ func (f *View) knownHash(rel string, fd int, v fileVersion) (string, fileVersion
 		return "", v, false, nil
 	}
 	start := time.Now()
-	hv, sha, err := hashFile(fd)
+	// The open's own stat names the version: hashed as it is, it costs
+	// no stat more; one that changed since is hashed as it is now.
+	hv, sha := v, ""
+	var err error
+	if sha, err = hashVersion(fd, v); err == errChanged {
+		hv, sha, err = hashFile(fd)
+	}
 	if err != nil {
 		return "", v, false, err
 	}
@@ -195,10 +201,17 @@ func (f *View) deferHash(fd int, v fileVersion, r pendingRead) {
 // errChanged is the failure of a hash whose file changed meanwhile.
 var errChanged = fmt.Errorf("the file changed while it was hashed: the content read is unknown")
 
+// hashBufs are the read buffers of hashVersion: a hash per new file
+// version must not cost an allocation of its own.
+var hashBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
 // hashVersion hashes fd, which must still be version v when it is done.
 func hashVersion(fd int, v fileVersion) (string, error) {
 	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(fdReader(fd), 0, int64(v.size))); err != nil {
+	bp := hashBufs.Get().(*[]byte)
+	_, err := io.CopyBuffer(h, io.NewSectionReader(fdReader(fd), 0, int64(v.size)), *bp)
+	hashBufs.Put(bp)
+	if err != nil {
 		return "", fmt.Errorf("hash: %w", err)
 	}
 	var st syscall.Stat_t

@@ -22,6 +22,11 @@ type dirEntry struct {
 // and judged like a lookup, so a listing shows exactly the names a
 // lookup would find.
 func (f *View) visibleEntries(rel string) ([]dirEntry, error) {
+	return f.visibleEntriesUnder(f.gv.Load(), rel)
+}
+
+// visibleEntriesUnder is visibleEntries judged under the grant view v.
+func (f *View) visibleEntriesUnder(v *grantView, rel string) ([]dirEntry, error) {
 	fd, err := f.b.open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
@@ -31,7 +36,6 @@ func (f *View) visibleEntries(rel string) ([]dirEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := f.gv.Load()
 	var out []dirEntry
 	for _, name := range names {
 		if rel == "" && (name == ControlDir || name == StagingDir) {
@@ -218,6 +222,10 @@ type Dir struct {
 	entries []dirEntry
 	loaded  bool
 	pos     uint64 // index of the next entry; 0 and 1 are "." and ".."
+	// gv and gen are the grant view and the entryGen the listing was
+	// judged under (see openVerdict).
+	gv  *grantView
+	gen uint64
 }
 
 // Next is the next entry of the listing, and false at its end.
@@ -226,11 +234,12 @@ func (d *Dir) Next(ctx context.Context) (de DirEntry, ok bool, errno syscall.Err
 	defer d.mu.Unlock()
 	if !d.loaded {
 		d.fsys.Enter(ledger.OpReaddir, d.rel)
-		entries, err := d.fsys.visibleEntries(d.rel)
+		gen, gv := d.fsys.entryGen.Load(), d.fsys.gv.Load()
+		entries, err := d.fsys.visibleEntriesUnder(gv, d.rel)
 		if err != nil {
 			return de, false, errnoOf(err)
 		}
-		d.entries, d.loaded = entries, true
+		d.entries, d.loaded, d.gv, d.gen = entries, true, gv, gen
 	}
 	i := d.pos
 	d.pos++
@@ -272,12 +281,17 @@ func (d *Dir) Last(name string) (Entry, bool) {
 	if d.pos >= 3 && d.pos-3 < uint64(len(d.entries)) && d.entries[d.pos-3].name == name {
 		e = &d.entries[d.pos-3]
 	}
+	gv, gen := d.gv, d.gen
 	d.mu.Unlock()
 	rel := d.fsys.loc.join(d.rel, name)
 	if e == nil || e.handoff || !d.fsys.matcher().VisibleEntry(rel, e.st.Mode&unix.S_IFMT == unix.S_IFDIR) {
 		return Entry{}, false
 	}
-	return d.fsys.entryOf(rel, &e.st), true
+	out := d.fsys.entryOf(rel, &e.st)
+	// Judged as a lookup judges it: a read-only open of it need not be
+	// judged again (see openCached).
+	out.open = d.fsys.lookupVerdict(gv, gen, rel, &e.st)
+	return out, true
 }
 
 // Fsync flushes the backing directory.

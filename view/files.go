@@ -3,7 +3,6 @@ package view
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -46,6 +45,12 @@ type File interface {
 	// become; refused, like its reads, once the grant no longer lets the
 	// agent read it.
 	Getattr(ctx context.Context) (unix.Stat_t, syscall.Errno)
+	// Flushes reports whether close(2) of a caller's descriptor must
+	// reach the file (FLUSH): it does what the close means (an event
+	// line left without its newline, a protocol.json rewrite) or reports
+	// what went wrong. A read-only descriptor's close has nothing to do,
+	// so the kernel is told not to ask (FOPEN_NOFLUSH).
+	Flushes() bool
 	// PassthroughFd is the backing descriptor the kernel may read
 	// directly, when the view lets it.
 	PassthroughFd() (int, bool)
@@ -59,23 +64,54 @@ type File interface {
 // none), and implements the open row of the contract for every kind of
 // file.
 func (f *View) Open(ctx context.Context, n Node, rel string, flags uint32) (File, Caching, syscall.Errno) {
-	acc := flags & syscall.O_ACCMODE
-	writing := acc != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
+	// What a judgement depends on, taken before it is made: a change
+	// while it runs leaves a verdict no later open trusts.
+	gv, gen := f.gv.Load(), f.entryGen.Load()
+	o, ok := f.openCached(n, rel, flags)
+	if !ok {
+		var errno syscall.Errno
+		if o, errno = f.openJudgedName(ctx, rel, flags); errno != 0 {
+			return nil, 0, errno
+		}
+		f.rememberVerdict(n, gv, gen, rel, flags, &o.st)
+	}
+	return f.openHandle(ctx, n, rel, flags, o)
+}
+
+// opened is a backing file an open reached: its descriptor, which the
+// caller owns, and what the open learned about it.
+type opened struct {
+	fd int
+	st unix.Stat_t
+	// deferRecord: the open for writing is recorded before its first
+	// change, or at release as a no-op (see recordNoop).
+	deferRecord bool
+}
+
+// openWrites reports whether an open with flags may change the file.
+func openWrites(flags uint32) bool {
+	return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
+}
+
+// openJudgedName judges the open of rel at the checkpoint, records what
+// must be recorded before it, and opens the backing file.
+func (f *View) openJudgedName(ctx context.Context, rel string, flags uint32) (opened, syscall.Errno) {
+	writing := openWrites(flags)
 	o := opOpenRead
 	if writing {
 		o = opOpenWrite
 	}
 	t, errno := f.at(ctx, o, rel)
 	if errno != 0 {
-		return nil, 0, errno
+		return opened{}, errno
 	}
 	if errno := f.handleRoom(ctx, ledger.OpOpen, rel); errno != 0 {
 		t.close()
-		return nil, 0, errno
+		return opened{}, errno
 	}
 	if rel == protocol.EventsFile && flags&syscall.O_TRUNC != 0 && t.e.kind == kindFile {
 		t.close()
-		return nil, 0, f.deny(ctx, ledger.KindAppendRejected, ledger.OpOpen, rel, syscall.EPERM, "events.jsonl is append-only; O_TRUNC refused")
+		return opened{}, f.deny(ctx, ledger.KindAppendRejected, ledger.OpOpen, rel, syscall.EPERM, "events.jsonl is append-only; O_TRUNC refused")
 	}
 	// The protocol files are never opened for writing on the backing
 	// folder: their writes are validated and applied by acpfs.
@@ -87,7 +123,7 @@ func (f *View) Open(ctx context.Context, n Node, rel string, flags uint32) (File
 		// Recorded before the open, which already changes the file.
 		if errno := f.recordChange(ctx, ledger.OpOpen, rel, ""); errno != 0 {
 			t.close()
-			return nil, 0, errno
+			return opened{}, errno
 		}
 	} else if writing {
 		// Recorded before the first change made through the handle, or
@@ -98,10 +134,19 @@ func (f *View) Open(ctx context.Context, n Node, rel string, flags uint32) (File
 	}
 	t, fd, errno := f.openJudged(ctx, t, o, oflags)
 	if errno != 0 {
-		return nil, 0, errno
+		return opened{}, errno
 	}
-	defer t.close()
-	var ver fileVersion
+	t.close()
+	return opened{fd: fd, st: t.opened, deferRecord: deferRecord}, 0
+}
+
+// openHandle records the read an open makes, when it reads the folder,
+// and hands the descriptor of o over to the handle of the right kind
+// for rel. Its first read checks again that the file is at its name
+// (inPlace): a rename between the open and the read, which the watcher
+// may not have reported yet, must not let the read through.
+func (f *View) openHandle(ctx context.Context, n Node, rel string, flags uint32, o opened) (File, Caching, syscall.Errno) {
+	acc := flags & syscall.O_ACCMODE
 	_, private := f.stagedName(rel)
 	// protocol.json as the history gives it, which the file on disk may
 	// not state yet (its rewrite is deferred): what this open reads.
@@ -109,15 +154,17 @@ func (f *View) Open(ctx context.Context, n Node, rel string, flags uint32) (File
 	if rel == protocol.ProtocolFile {
 		pjson = f.protocolContent()
 	}
+	var ver fileVersion
 	// A private temporary file holds only what the agent wrote itself:
 	// reading it back is no read of the folder.
 	if acc != syscall.O_WRONLY && !private {
-		if ver, errno = f.recordOpenRead(ctx, rel, fd, pjson); errno != 0 {
-			unix.Close(fd)
+		var errno syscall.Errno
+		if ver, errno = f.recordOpenRead(ctx, rel, o.fd, &o.st, pjson); errno != 0 {
+			unix.Close(o.fd)
 			return nil, 0, errno
 		}
 	}
-	h := f.newHandle(fd, rel, n)
+	h := f.newHandle(o.fd, rel, n)
 	if acc != syscall.O_WRONLY && rel != protocol.EventsFile && pjson == nil && !private {
 		h.readVer = &ver
 	}
@@ -125,18 +172,10 @@ func (f *View) Open(ctx context.Context, n Node, rel string, flags uint32) (File
 	case rel == protocol.EventsFile:
 		return &eventsFile{handle: f.track(h)}, CacheDirect, 0
 	case rel == protocol.ProtocolFile:
-		pf := &protocolFile{handle: h, content: pjson}
-		if writing {
-			if errno := pf.load(flags&syscall.O_TRUNC != 0); errno != 0 {
-				h.Release(ctx)
-				return nil, 0, errno
-			}
-		}
-		f.track(h)
-		return pf, CacheDirect, 0
-	case writing:
+		return f.openProtocolFile(ctx, h, pjson, flags)
+	case openWrites(flags):
 		h.writable = true
-		h.unrecorded.Store(deferRecord)
+		h.unrecorded.Store(o.deferRecord)
 		h.appending = flags&syscall.O_APPEND != 0
 		if h.appending {
 			// The kernel turns O_APPEND into writes at the size it has
@@ -160,6 +199,113 @@ func (f *View) Open(ctx context.Context, n Node, rel string, flags uint32) (File
 	}
 	keep := keepCache(n, ver, acc != syscall.O_WRONLY && !private)
 	return f.track(h), keep, 0
+}
+
+// openProtocolFile sets up an open protocol.json: the content the open
+// recorded, and for writing the rewrite to judge at flush.
+func (f *View) openProtocolFile(ctx context.Context, h *handle, pjson []byte, flags uint32) (File, Caching, syscall.Errno) {
+	pf := &protocolFile{handle: h, content: pjson}
+	if openWrites(flags) {
+		if errno := pf.load(flags&syscall.O_TRUNC != 0); errno != 0 {
+			h.Release(ctx)
+			return nil, 0, errno
+		}
+	}
+	f.track(h)
+	return pf, CacheDirect, 0
+}
+
+// openVerdict is a node's last judgement of a read-only open: allowed,
+// of the regular file dev/ino found at rel, under the grant view gv, with
+// the folder's names as they were at entryGen gen.
+type openVerdict struct {
+	gv       *grantView
+	gen      uint64
+	rel      string
+	dev, ino uint64
+}
+
+// uncachedOpenFlags are the open flags that make an open more than a read
+// of what was judged before (or fail where it succeeded): such an open is
+// judged in full whatever was judged before. 0x20 is the kernel's
+// __FMODE_EXEC, an open by execve.
+const uncachedOpenFlags = syscall.O_TRUNC | syscall.O_CREAT | syscall.O_EXCL | syscall.O_APPEND | syscall.O_DIRECTORY |
+	unix.O_PATH | unix.O_TMPFILE | syscall.O_ASYNC | 0x20
+
+// cachedOpen reports whether an open with flags may reuse a judgement.
+func cachedOpen(flags uint32) bool {
+	return flags&syscall.O_ACCMODE == syscall.O_RDONLY && flags&uncachedOpenFlags == 0
+}
+
+// rememberVerdict keeps the judgement of a read-only open of a regular
+// file the view reads from the folder, made under gv at gen, for
+// openCached.
+func (f *View) rememberVerdict(n Node, gv *grantView, gen uint64, rel string, flags uint32, st *unix.Stat_t) {
+	if n == nil || !cachedOpen(flags) || managed(rel) || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return
+	}
+	if _, private := f.stagedName(rel); private {
+		return
+	}
+	n.Seen().open.Store(&openVerdict{gv: gv, gen: gen, rel: rel, dev: st.Dev, ino: st.Ino})
+}
+
+// lookupVerdict is the judgement of a read-only open that a lookup (or a
+// listing) of the regular file st at rel, judged visible under gv at gen,
+// makes too: an open adds to a lookup only that the grant lets the agent
+// read the name.
+func (f *View) lookupVerdict(gv *grantView, gen uint64, rel string, st *unix.Stat_t) *openVerdict {
+	if gv == nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 || managed(rel) || !gv.matcher.Readable(rel) {
+		return nil
+	}
+	if _, private := f.stagedName(rel); private {
+		return nil
+	}
+	return &openVerdict{gv: gv, gen: gen, rel: rel, dev: st.Dev, ino: st.Ino}
+}
+
+// openCached opens rel for reading without judging it again when nothing
+// its last judgement depended on can have changed: the same grant view,
+// no name changed in the folder since (entryGen, while the watcher
+// vouches for the whole folder), and the name still leads, beneath the
+// folder and through no symlink, to the same regular file with one name,
+// which the open itself checks. A repeated open (grep -r, a build) then
+// costs an open and a stat of the backing file. It reports false when it
+// cannot vouch for the open; the caller judges it in full.
+func (f *View) openCached(n Node, rel string, flags uint32) (opened, bool) {
+	if n == nil || !cachedOpen(flags) {
+		return opened{}, false
+	}
+	v := n.Seen().open.Load()
+	if v == nil || v.rel != rel || v.gv != f.gv.Load() || v.gen != f.entryGen.Load() || f.cacheTimeout() != CacheTimeout {
+		return opened{}, false
+	}
+	RaiseFileLimit()
+	if f.ledger.Broken() != nil || f.ledger.Failing() || f.openHandles.Load() >= f.maxHandles && f.maxHandles > 0 ||
+		processHandles.Load() >= processMaxHandles.Load() {
+		// The judgement answers these, alike for every name.
+		return opened{}, false
+	}
+	vp, ok := f.loc.viewPath(rel)
+	if !ok {
+		return opened{}, false
+	}
+	// O_NONBLOCK: a FIFO swapped in at the name since (its watcher event
+	// still on its way) must not hold the open.
+	oflags := int(flags) &^ unix.O_NOCTTY
+	fd, err := f.b.openView(vp, oflags|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return opened{}, false
+	}
+	o := opened{fd: fd}
+	if unix.Fstat(fd, &o.st) != nil || o.st.Dev != v.dev || o.st.Ino != v.ino || o.st.Mode&unix.S_IFMT != unix.S_IFREG ||
+		o.st.Nlink > 1 {
+		unix.Close(fd)
+		return opened{}, false
+	}
+	// O_NONBLOCK stays: reads, writes, syncs and locks of a regular file
+	// ignore it, and the descriptor is never polled (see handle).
+	return o, true
 }
 
 // openRetries bounds how often an open judges its name again when the
@@ -197,15 +343,11 @@ func (f *View) openJudged(ctx context.Context, t *target, o op, oflags int) (*ta
 	}
 }
 
-// recordOpenRead records the read an open makes of rel (fd, or pjson
-// for protocol.json as the history gives it) and returns the version of
-// the file read.
-func (f *View) recordOpenRead(ctx context.Context, rel string, fd int, pjson []byte) (fileVersion, syscall.Errno) {
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		return fileVersion{}, errnoOf(err)
-	}
-	ver := versionOf(&st)
+// recordOpenRead records the read an open makes of rel (fd, whose stat
+// the open took, or pjson for protocol.json as the history gives it) and
+// returns the version of the file read.
+func (f *View) recordOpenRead(ctx context.Context, rel string, fd int, st *unix.Stat_t, pjson []byte) (fileVersion, syscall.Errno) {
+	ver := unixVersion(st)
 	if pjson != nil {
 		return ver, f.recordRead(ctx, rel, digest.Bytes(pjson), "")
 	}
@@ -237,7 +379,15 @@ func keepCache(n Node, ver fileVersion, reading bool) Caching {
 // adds to its loopback file one day is not inherited, so no call can
 // reach the backing file without passing a check here.
 type handle struct {
-	file        *os.File
+	// fdMu guards the descriptor against its close at release: withFd
+	// and Locked hold it. Reads take no lock: the kernel sends no request
+	// on a descriptor after its release, and fdNum is atomic.
+	fdMu  sync.RWMutex
+	fdNum atomic.Int32 // -1 once released
+	// lockFile is a duplicate of the descriptor (the same open file
+	// description, so the same locks) for the adapter's locks, made at
+	// the first lock request: most opens never lock.
+	lockFile    *os.File
 	fsys        *View
 	node        Node   // nil for handed-over snapshots
 	rel         string // path at open, for records when the node is gone
@@ -269,9 +419,10 @@ var (
 // newHandle wraps fd, which the caller hands over. The caller sets the
 // handle up, then registers it with FS.track before handing it out.
 func (f *View) newHandle(fd int, rel string, n Node) *handle {
-	file := os.NewFile(uintptr(fd), rel)
 	f.handleOpened()
-	return &handle{file: file, fsys: f, node: n, rel: rel, audit: f.auditReads}
+	h := &handle{fsys: f, node: n, rel: rel, audit: f.auditReads}
+	h.fdNum.Store(int32(fd))
+	return h
 }
 
 // track registers a handle, fully set up, so that grant changes reach
@@ -283,7 +434,7 @@ func (f *View) track(h *handle) *handle {
 
 func (h *handle) base() *handle { return h }
 
-func (h *handle) fd() int { return int(h.file.Fd()) }
+func (h *handle) fd() int { return int(h.fdNum.Load()) }
 
 func (h *handle) path() string {
 	if h.node != nil {
@@ -294,8 +445,18 @@ func (h *handle) path() string {
 	return h.rel
 }
 
-// Locked: see File.
-func (h *handle) Locked() *os.File { return h.file }
+// Locked: see File. nil once the handle is released.
+func (h *handle) Locked() *os.File {
+	h.fdMu.Lock()
+	defer h.fdMu.Unlock()
+	fd := h.fd()
+	if h.lockFile == nil && fd >= 0 {
+		if d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+			h.lockFile = os.NewFile(uintptr(d), h.rel)
+		}
+	}
+	return h.lockFile
+}
 
 func (h *handle) Getattr(ctx context.Context) (unix.Stat_t, syscall.Errno) {
 	if errno := h.readable(ctx); errno != 0 {
@@ -314,6 +475,12 @@ func (h *handle) stat() (unix.Stat_t, syscall.Errno) {
 	}
 	return st, 0
 }
+
+// Flushes: see File. Flush only closes a duplicate of the descriptor,
+// which matters to a descriptor that wrote (its errors), not to one that
+// only read: locks are the backing descriptor's own (OFD) and go at
+// release.
+func (h *handle) Flushes() bool { return h.writable }
 
 func (h *handle) PassthroughFd() (int, bool) {
 	if !h.passthrough {
@@ -570,15 +737,29 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 // withFd runs fn on the descriptor unless the handle was released.
 func (h *handle) withFd(fn func(fd int) error) syscall.Errno {
-	rc, err := h.file.SyscallConn()
-	if err != nil {
-		return errnoOf(err)
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+	h.fdMu.RLock()
+	defer h.fdMu.RUnlock()
+	fd := h.fd()
+	if fd < 0 {
 		return syscall.EBADF
 	}
-	return errnoOf(ferr)
+	return errnoOf(fn(fd))
+}
+
+// closeFd closes the descriptor (and its duplicate for locks) once.
+func (h *handle) closeFd() syscall.Errno {
+	h.fdMu.Lock()
+	defer h.fdMu.Unlock()
+	fd := h.fd()
+	if fd < 0 {
+		return syscall.EBADF
+	}
+	h.fdNum.Store(-1)
+	if h.lockFile != nil {
+		h.lockFile.Close()
+		h.lockFile = nil
+	}
+	return errnoOf(unix.Close(fd))
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
@@ -589,15 +770,13 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 			slog.Error("ledger: cannot record an open for writing", "path", h.rel, "err", err)
 		}
 	}
+	errno := h.closeFd()
+	if errno == syscall.EBADF {
+		return errno // released before
+	}
 	h.fsys.handles.remove(h)
 	h.fsys.handleClosed()
-	if err := h.file.Close(); err != nil {
-		if errors.Is(err, os.ErrClosed) {
-			return syscall.EBADF
-		}
-		return errnoOf(err)
-	}
-	return 0
+	return errno
 }
 
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
@@ -627,6 +806,10 @@ type eventsFile struct {
 }
 
 func (e *eventsFile) PassthroughFd() (int, bool) { return -1, false }
+
+// Flushes: see File. Every close of events.jsonl goes through Flush,
+// which appends or refuses what was left without a newline.
+func (e *eventsFile) Flushes() bool { return true }
 
 // drop forgets the unfinished line and gives its bytes back to the
 // view's budget. Called with mu held.

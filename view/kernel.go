@@ -49,7 +49,12 @@ type Node interface {
 // file changed without an invalidation (a change inotify does not
 // report) and drops the kernel's pages and attributes (see keepCache).
 // Its zero value is ready to use.
-type Seen struct{ v atomic.Pointer[fileVersion] }
+type Seen struct {
+	v atomic.Pointer[fileVersion]
+	// open is the node's last judgement of a read-only open (see
+	// View.openCached).
+	open atomic.Pointer[openVerdict]
+}
 
 // Saw notes the version whose attributes the kernel now holds.
 func (s *Seen) Saw(st *unix.Stat_t) {
@@ -57,6 +62,13 @@ func (s *Seen) Saw(st *unix.Stat_t) {
 		v := unixVersion(st)
 		s.v.Store(&v)
 	}
+}
+
+// Found notes the entry a lookup or a listing handed the kernel for the
+// node: its attributes (Saw) and the judgement an open of it may reuse.
+func (s *Seen) Found(e *Entry) {
+	s.Saw(&e.Attr)
+	s.open.Store(e.open)
 }
 
 // Caller is the process a request comes from, as the kernel names it.
@@ -78,6 +90,9 @@ type Entry struct {
 	// Snapshot is the content-addressed copy of a handed-over artifact
 	// shown in place of the live file ("" for none).
 	Snapshot string
+	// open is the judgement a read-only open of the entry may reuse
+	// (nil for none); the adapter keeps it with the node (Seen.Found).
+	open *openVerdict
 }
 
 // SetAttr is a change of attributes, as setattr(2)'s family asks it.

@@ -40,12 +40,17 @@ func (f *View) Lookup(ctx context.Context, rel string) (Entry, syscall.Errno) {
 		st, errno := SnapshotAttr(snap)
 		return Entry{Attr: st, Snapshot: snap}, errno
 	}
+	gen, gv := f.entryGen.Load(), f.gv.Load()
 	t, errno := f.at(ctx, opLookup, rel)
 	if errno != 0 {
 		return Entry{}, errno
 	}
 	defer t.close()
-	return f.entryOf(rel, &t.e.st), 0
+	e := f.entryOf(rel, &t.e.st)
+	if t.e.kind == kindFile {
+		e.open = f.lookupVerdict(gv, gen, rel, &t.e.st)
+	}
+	return e, 0
 }
 
 // Getattr is the attributes of the entry at rel, or of the open file fh

@@ -156,107 +156,131 @@ func refuse(errno syscall.Errno, kind ledger.Kind, why string) verdict {
 // decide is the access policy of a view, for every op on every kind of
 // entry. It is pure, so the whole table is tested without a mount.
 func decide(o op, rel string, e entry, p policy) verdict {
-	if rel == ControlDir {
-		if o.class() == classRead {
-			return allow // served by the control directory itself
-		}
-		return refuse(syscall.EACCES, ledger.KindDenied, ".acpfs is reserved")
-	}
-	if aboveFolder(rel) {
-		// The folder, and in a view rooted at the repository holding
-		// it the directories above it: every protocol name is reached
-		// through them.
-		if o.class() == classRead {
-			return allow
-		}
-		return refuse(syscall.EACCES, ledger.KindDenied, "the folder root cannot be changed")
-	}
-	if rel == StagingDir || strings.HasPrefix(rel, StagingDir+"/") {
-		// The views' private temporary files: never shown, never
-		// reachable by name.
-		if o.class() == classMake && e.kind == kindAbsent {
-			return refuse(syscall.EACCES, ledger.KindDenied, StagingDir+" is reserved")
-		}
-		return hidden("private temporary files of the views")
-	}
-	if rel == protocol.LockFile {
-		// The appenders' lock: whoever could open it could hold it.
-		if o.class() == classMake && e.kind == kindAbsent {
-			return refuse(syscall.EACCES, ledger.KindDenied, protocol.LockFile+" is reserved")
-		}
-		return hidden("the lock of the folder's appenders")
+	if v, ok := decideReserved(o, rel, e); ok {
+		return v
 	}
 	visible := e.shownBy(p.m, rel)
 	switch o.class() {
 	case classRead:
-		if v, ok := present(e, visible); !ok {
-			return v
-		}
-		switch {
-		case o == opOpenRead && !p.m.Readable(rel):
-			return refuse(syscall.EACCES, ledger.KindDenied, "not readable under the grant")
-		case o == opReadlink && e.kind != kindSymlink:
-			return verdict{errno: syscall.EINVAL}
-		}
-		return allow
+		return decideRead(o, rel, e, visible, p)
 	case classChange:
-		if v, ok := present(e, visible); !ok {
-			return v
-		}
-		if v := checkName(o, rel, p); v.errno != 0 {
-			return v
-		}
-		if managed(rel) && o != opOpenWrite {
-			// Opening is judged by the protocol handles, which accept
-			// appends and identical rewrites only.
-			return managedChange(o, rel)
-		}
-		if o == opRenameFrom && e.kind == kindDir && !p.m.ShowsAll(rel) {
-			// Paths are what the grant judges: moving a directory moves
-			// what lies below it, hidden entries included (another
-			// agent's scratch, the run directory), to paths the grant
-			// may show.
-			return refuse(syscall.EACCES, ledger.KindDenied, "a directory holding entries the view does not show cannot be renamed")
-		}
-		if requiredDocs[rel] && (o == opUnlink || o == opRenameFrom) {
-			// Renaming another file over it (an editor's save) is fine.
-			return refuse(syscall.EPERM, ledger.KindDenied, "a document the protocol requires can be edited, not removed or renamed away")
-		}
-		if (o == opUnlink || o == opRenameFrom || o == opRmdir) && p.deliverable != nil && p.deliverable(rel) {
-			// The same for the deliverables protocol.json names, and the
-			// directories that hold them.
-			return refuse(syscall.EPERM, ledger.KindDenied, "a deliverable protocol.json names can be edited, not removed or renamed away")
-		}
-		return allow
+		return decideChange(o, rel, e, visible, p)
 	default: // classMake
-		if !utf8.ValidString(rel) {
-			return refuse(syscall.EILSEQ, ledger.KindDenied, whyNotUTF8)
-		}
-		if v := checkName(o, rel, p); v.errno != 0 {
-			return v
-		}
-		switch {
-		case grants.IsReservedName(path.Base(rel)):
-			// It would make the directory holding it look like a run
-			// directory, which no view shows: an agent could hide a
-			// folder others need.
-			return refuse(syscall.EACCES, ledger.KindDenied, "a name acpfs reserves for run and ledger directories")
-		case managed(rel) && o == opRenameTo:
-			return refuse(syscall.EPERM, ledger.KindDenied, "protocol files cannot be renamed or replaced")
-		case managed(rel):
-			return refuse(syscall.EPERM, ledger.KindDenied, "protocol files are created by acpfs init")
-		case e.kind == kindConcealed || (e.kind != kindAbsent && !visible):
-			// The name is taken by an entry the agent cannot see.
-			// EEXIST would tell it so; EACCES is what a name it may not
-			// write answers (see docs/threat-model.md).
-			return refuse(syscall.EACCES, ledger.KindDenied, "name held by an entry the view does not show")
-		case o == opLink:
-			return refuse(syscall.EACCES, ledger.KindDenied, "hard links are not allowed in a view; copy the file instead")
-		case e.kind != kindAbsent && o != opRenameTo:
-			return verdict{errno: syscall.EEXIST}
-		}
-		return allow
+		return decideMake(o, rel, e, visible, p)
 	}
+}
+
+// decideReserved answers ops on the names a view reserves, whatever the
+// grant says: the control directory, the folder root and the directories
+// above it, the private temporary files and the appenders' lock. ok is
+// false for any other name.
+func decideReserved(o op, rel string, e entry) (verdict, bool) {
+	switch {
+	case rel == ControlDir:
+		if o.class() == classRead {
+			return allow, true // served by the control directory itself
+		}
+		return refuse(syscall.EACCES, ledger.KindDenied, ".acpfs is reserved"), true
+	case aboveFolder(rel):
+		// The folder, and in a view rooted at the repository holding
+		// it the directories above it: every protocol name is reached
+		// through them.
+		if o.class() == classRead {
+			return allow, true
+		}
+		return refuse(syscall.EACCES, ledger.KindDenied, "the folder root cannot be changed"), true
+	case rel == StagingDir || strings.HasPrefix(rel, StagingDir+"/"):
+		// The views' private temporary files: never shown, never
+		// reachable by name.
+		if o.class() == classMake && e.kind == kindAbsent {
+			return refuse(syscall.EACCES, ledger.KindDenied, StagingDir+" is reserved"), true
+		}
+		return hidden("private temporary files of the views"), true
+	case rel == protocol.LockFile:
+		// The appenders' lock: whoever could open it could hold it.
+		if o.class() == classMake && e.kind == kindAbsent {
+			return refuse(syscall.EACCES, ledger.KindDenied, protocol.LockFile+" is reserved"), true
+		}
+		return hidden("the lock of the folder's appenders"), true
+	}
+	return verdict{}, false
+}
+
+// decideRead judges an op that reads what exists.
+func decideRead(o op, rel string, e entry, visible bool, p policy) verdict {
+	if v, ok := present(e, visible); !ok {
+		return v
+	}
+	switch {
+	case o == opOpenRead && !p.m.Readable(rel):
+		return refuse(syscall.EACCES, ledger.KindDenied, "not readable under the grant")
+	case o == opReadlink && e.kind != kindSymlink:
+		return verdict{errno: syscall.EINVAL}
+	}
+	return allow
+}
+
+// decideChange judges an op that changes what exists.
+func decideChange(o op, rel string, e entry, visible bool, p policy) verdict {
+	if v, ok := present(e, visible); !ok {
+		return v
+	}
+	if v := checkName(o, rel, p); v.errno != 0 {
+		return v
+	}
+	if managed(rel) && o != opOpenWrite {
+		// Opening is judged by the protocol handles, which accept
+		// appends and identical rewrites only.
+		return managedChange(o, rel)
+	}
+	if o == opRenameFrom && e.kind == kindDir && !p.m.ShowsAll(rel) {
+		// Paths are what the grant judges: moving a directory moves
+		// what lies below it, hidden entries included (another
+		// agent's scratch, the run directory), to paths the grant
+		// may show.
+		return refuse(syscall.EACCES, ledger.KindDenied, "a directory holding entries the view does not show cannot be renamed")
+	}
+	if requiredDocs[rel] && (o == opUnlink || o == opRenameFrom) {
+		// Renaming another file over it (an editor's save) is fine.
+		return refuse(syscall.EPERM, ledger.KindDenied, "a document the protocol requires can be edited, not removed or renamed away")
+	}
+	if (o == opUnlink || o == opRenameFrom || o == opRmdir) && p.deliverable != nil && p.deliverable(rel) {
+		// The same for the deliverables protocol.json names, and the
+		// directories that hold them.
+		return refuse(syscall.EPERM, ledger.KindDenied, "a deliverable protocol.json names can be edited, not removed or renamed away")
+	}
+	return allow
+}
+
+// decideMake judges an op that makes a new name.
+func decideMake(o op, rel string, e entry, visible bool, p policy) verdict {
+	if !utf8.ValidString(rel) {
+		return refuse(syscall.EILSEQ, ledger.KindDenied, whyNotUTF8)
+	}
+	if v := checkName(o, rel, p); v.errno != 0 {
+		return v
+	}
+	switch {
+	case grants.IsReservedName(path.Base(rel)):
+		// It would make the directory holding it look like a run
+		// directory, which no view shows: an agent could hide a
+		// folder others need.
+		return refuse(syscall.EACCES, ledger.KindDenied, "a name acpfs reserves for run and ledger directories")
+	case managed(rel) && o == opRenameTo:
+		return refuse(syscall.EPERM, ledger.KindDenied, "protocol files cannot be renamed or replaced")
+	case managed(rel):
+		return refuse(syscall.EPERM, ledger.KindDenied, "protocol files are created by acpfs init")
+	case e.kind == kindConcealed || (e.kind != kindAbsent && !visible):
+		// The name is taken by an entry the agent cannot see.
+		// EEXIST would tell it so; EACCES is what a name it may not
+		// write answers (see docs/threat-model.md).
+		return refuse(syscall.EACCES, ledger.KindDenied, "name held by an entry the view does not show")
+	case o == opLink:
+		return refuse(syscall.EACCES, ledger.KindDenied, "hard links are not allowed in a view; copy the file instead")
+	case e.kind != kindAbsent && o != opRenameTo:
+		return verdict{errno: syscall.EEXIST}
+	}
+	return allow
 }
 
 // whyNotUTF8 is why a name that is not valid UTF-8 is never shown or

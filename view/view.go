@@ -292,6 +292,11 @@ func (f *View) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("compile grant %s: %w", g.GrantID, err)
 	}
+	if cur := f.gv.Load(); cur != nil {
+		// The repeats counted so far were judged under the grant in
+		// force until now: its records say so.
+		f.flushRepeatsAs(cur.grant)
+	}
 	old := f.gv.Swap(&grantView{grant: g, matcher: m, handoffs: handoffs})
 	// What a directory shows (its listing, size and times) follows the
 	// grant: cached summaries are stale.

@@ -7,13 +7,21 @@
 // mount and the kernel checks their permissions (default_permissions),
 // as with acpfs mount --allow-other; the conformance run needs it.
 //
-// Usage: loopback [-no-passthrough] [-allow-other] ORIG MOUNTPOINT
+// With -keep, the kernel keeps everything a loopback may let it keep:
+// entries and attributes for an hour, listings (FOPEN_CACHE_DIR) and
+// pages (FOPEN_KEEP_CACHE) between opens, and no flush at close
+// (FOPEN_NOFLUSH). What is left of a warm `grep -r` is then one round
+// trip per open and opendir: the floor of any filesystem whose daemon
+// answers each open.
+//
+// Usage: loopback [-no-passthrough] [-allow-other] [-keep] ORIG MOUNTPOINT
 //
 // It prints "ready" once the kernel serves the mount and unmounts on
 // SIGINT or SIGTERM.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log"
@@ -29,9 +37,10 @@ import (
 func main() {
 	noPassthrough := flag.Bool("no-passthrough", false, "disable FUSE passthrough, so every read reaches the daemon")
 	allowOther := flag.Bool("allow-other", false, "let other uids use the mount (with default_permissions, as acpfs --allow-other)")
+	keep := flag.Bool("keep", false, "let the kernel keep entries, attributes, listings and pages, and skip the flush at close")
 	flag.Parse()
 	if flag.NArg() != 2 {
-		fmt.Fprintln(os.Stderr, "usage: loopback [-no-passthrough] [-allow-other] ORIG MOUNTPOINT")
+		fmt.Fprintln(os.Stderr, "usage: loopback [-no-passthrough] [-allow-other] [-keep] ORIG MOUNTPOINT")
 		os.Exit(2)
 	}
 	root, err := fs.NewLoopbackRoot(flag.Arg(0))
@@ -41,6 +50,15 @@ func main() {
 	// The same values fs.Mount and fuse.NewServer use for nil options;
 	// only DirectMount is added.
 	sec := time.Second
+	if *keep {
+		sec = time.Hour
+		lr := root.(*fs.LoopbackNode).RootData
+		lr.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+			return &keepNode{LoopbackNode: fs.LoopbackNode{RootData: r}}
+		}
+		root = lr.NewNode(lr, nil, "", nil)
+		lr.RootNode = root
+	}
 	opts := &fs.Options{
 		EntryTimeout: &sec,
 		AttrTimeout:  &sec,
@@ -80,4 +98,18 @@ func main() {
 		os.Exit(1)
 	}()
 	server.Wait()
+}
+
+// keepNode is a loopback node whose opens let the kernel keep what it
+// has (see -keep).
+type keepNode struct{ fs.LoopbackNode }
+
+func (n *keepNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
+	return fh, fl | fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, errno
+}
+
+func (n *keepNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	fh, fl, errno := n.LoopbackNode.OpendirHandle(ctx, flags)
+	return fh, fl | fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, errno
 }

@@ -475,10 +475,11 @@ every refused attempt, and checks each read against its grant as the grant
 files in DIR (G-*.json) say now. An agent is "isolated" when its grant allowed
 every read and listing, "violated" when it read or listed something its grant
 does not allow, "unverified" when a record names a grant that is not in DIR
-or records were acknowledged lost. Aggregated repeats (read_repeat,
-denied_repeat) count as the reads and refusals they repeat: each path is
-listed once with its count. The HTML report is one self-contained page with
-an agent × file matrix.
+or records were acknowledged lost. Aggregated repeats (denied_repeat, and
+read_repeat of older ledgers) count as the reads and refusals they repeat:
+each path is listed once with its count. Repeated reads (reads_repeated)
+are counted per agent, judged by when they happened. The HTML report is one
+self-contained page with an agent × file matrix.
 
 ` + ledgerAuditSigs + ledgerAuditStore + ledgerAuditExit,
 		Example: `  acpfs ledger audit --ledger agent_runs/communication_ledger.jsonl --grants agent_runs/context_grants --format html --out audit.html`,

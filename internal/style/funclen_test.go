@@ -20,8 +20,6 @@ const maxFuncLines = 80
 // module's root) and name, each with the reason.
 var longFuncs = map[string]string{
 	"internal/sandbox/init_linux.go start": "the sandbox's linear setup: one step after another, in the order the kernel needs",
-	"view/policy.go decide":                "split by the hot-path work",
-	"view/files.go Open":                   "split by the hot-path work",
 }
 
 // TestNoLongFunctions fails for a function (or function literal) of
