@@ -983,11 +983,14 @@ func (d *driver) countFailure(rc *Receipt, retries int) {
 }
 
 // lastErrorOf is what the next attempt is told about this one: its last
-// refusal, else why it ended.
+// refusal its own view told it (as .acpfs/last-error did), else why it
+// ended. A hidden name's refusal is never told: the agent saw the name
+// as missing, and must not learn otherwise from its next prompt.
 func (d *driver) lastErrorOf(rc *Receipt, t *turn) string {
+	told := slices.DeleteFunc(slices.Clone(rc.Refusals), func(r Refusal) bool { return !r.Told() })
 	switch {
-	case len(rc.Refusals) > 0:
-		return rc.Refusals[len(rc.Refusals)-1].String()
+	case len(told) > 0:
+		return told[len(told)-1].String()
 	case slices.Contains(rc.Limits, "timeout"):
 		return fmt.Sprintf("the turn ran past its timeout (%s) and was stopped", t.p.Timeout)
 	case t.err != nil:
