@@ -64,23 +64,39 @@ func (r *driveRun) requireKilled(t *testing.T, since time.Time) {
 }
 
 // requireViewsAnswer requires every view left under the kit's root to
-// answer ENOTCONN or ECONNABORTED within supervisorAnswer of since: no
-// caller of a dead driver's views may block.
-func (k *driveKit) requireViewsAnswer(since time.Time) {
+// answer ENOTCONN or ECONNABORTED within supervisorAnswer of since (no
+// caller of a dead driver's views may block), and returns how many
+// there were.
+func (k *driveKit) requireViewsAnswer(since time.Time) int {
 	k.t.Helper()
 	entries, err := os.ReadDir(k.root)
 	if errors.Is(err, os.ErrNotExist) {
-		return
+		return 0
 	}
 	require.NoError(k.t, err)
+	n := 0
 	for _, e := range entries {
 		mp := filepath.Join(k.root, e.Name())
-		if len(testutil.FUSEMounts(mp)) == 0 {
+		if !testutil.Mounted(mp) {
 			continue
 		}
+		n++
 		err, ok := answers(time.Until(since.Add(supervisorAnswer)), func() error { return sfReaches(mp) })
-		require.True(k.t, ok, "the view %s hangs after acpfs drive was killed", mp)
+		if !ok {
+			k.abortViews()
+			k.t.Fatalf("the view %s hangs after acpfs drive was killed", mp)
+		}
 		require.True(k.t, errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED), "view %s: %v", mp, err)
+	}
+	return n
+}
+
+// abortViews aborts the connections of the views under the kit's root
+// after a failure, so that no caller stays blocked on them and the
+// kit's cleanup can detach them.
+func (k *driveKit) abortViews() {
+	if err := testutil.AbortMounts(testutil.FUSEMounts(k.root)); err != nil {
+		k.t.Logf("abort the views: %v", err)
 	}
 }
 
@@ -198,9 +214,11 @@ func TestDriveKilledUnderLoadViewsAnswer(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(supervisorAnswer):
-		t.Fatalf("callers of the views still blocked %s after acpfs drive was killed\n%s", supervisorAnswer, describeProcess(run.cmd.Process.Pid))
+		diag := describeProcess(run.cmd.Process.Pid)
+		k.abortViews()
+		t.Fatalf("callers of the views still blocked %s after acpfs drive was killed\n%s", supervisorAnswer, diag)
 	}
-	k.requireViewsAnswer(killed)
+	require.Equal(t, 2, k.requireViewsAnswer(killed), "both views were left, dead")
 	run.requireKilled(t, killed)
 	waitFor(t, func() bool { return !processWithArgs("sleep 86395") }, "the sandbox dies with the driver")
 	require.NoError(t, os.Remove(big))
