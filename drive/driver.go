@@ -54,7 +54,7 @@ const (
 	FailGranted     = "granted"     // a participant's grant was created, the next ones not yet
 	FailReceipt     = "receipt"     // a turn's receipt is on disk (running), its sandbox not started
 	FailRecorded    = "recorded"    // a turn's record is in the ledger, its receipt still says running
-	FailEnded       = "ended"       // a turn's receipt says done, the next turn not started
+	FailEnded       = "ended"       // a turn's receipt says done (a turn its events woke may have started already)
 	FailBlocking    = "blocking"    // blocked is about to be appended on a participant's behalf
 	FailBlocked     = "blocked"     // blocked was appended on a participant's behalf, not yet noted
 )
