@@ -108,7 +108,7 @@ func (k *driveKit) requireTurnsOnce(runs ...[]drive.Note) {
 	started := map[string]int{}
 	for _, notes := range runs {
 		for _, n := range notes {
-			if n.Type == "turn_started" {
+			if n.Type == drive.NoteTurnStarted {
 				started[n.Turn]++
 			}
 		}

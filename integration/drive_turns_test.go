@@ -239,7 +239,7 @@ func TestDriveAgentAppendsBlocked(t *testing.T) {
 	notes, errOut, code := k.drive()
 	assert.Equal(t, 2, code, "%s\n%s", notesText(notes), errOut)
 	assert.Contains(t, errOut, "did not complete: blocked")
-	assert.NotContains(t, notesText(notes), "gave_up")
+	assert.NotContains(t, notesText(notes), drive.NoteGaveUp+" ")
 	require.Equal(t, protocol.PhaseBlocked, k.phase())
 	k.requireSound()
 	rc := k.receipts()["000003-bob-1"]
