@@ -41,7 +41,23 @@ type Options struct {
 	// Grace is how long a stopped turn has between SIGTERM and SIGKILL
 	// (default 5s).
 	Grace time.Duration
+	// Failpoint, for crash tests, names the moment at which the driver
+	// kills itself with SIGKILL, as a kill -9 landing there would:
+	// POINT or POINT:PARTICIPANT, POINT one of the Fail* names, reached
+	// the first time (by that participant). Empty: never.
+	Failpoint string
 }
+
+// The moments a Failpoint may name.
+const (
+	FailInitialized = "initialized" // the folder was initialized, no grant created yet
+	FailGranted     = "granted"     // a participant's grant was created, the next ones not yet
+	FailReceipt     = "receipt"     // a turn's receipt is on disk (running), its sandbox not started
+	FailRecorded    = "recorded"    // a turn's record is in the ledger, its receipt still says running
+	FailEnded       = "ended"       // a turn's receipt says done (a turn its events woke may have started already)
+	FailBlocking    = "blocking"    // blocked is about to be appended on a participant's behalf
+	FailBlocked     = "blocked"     // blocked was appended on a participant's behalf, not yet noted
+)
 
 // Result is how a drive ended.
 type Result struct {
@@ -158,6 +174,21 @@ func lockDriver(runs string) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
+// reach kills the driver with SIGKILL when the Failpoint names point
+// (for participant), and never returns then.
+func (d *driver) reach(point, participant string) {
+	if d.opts.Failpoint == "" {
+		return
+	}
+	p, who, _ := strings.Cut(d.opts.Failpoint, ":")
+	if p != point || (who != "" && who != participant) {
+		return
+	}
+	slog.Debug("failpoint reached: SIGKILL", "point", point, "participant", participant)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal ends the process before anything else runs here
+}
+
 // acpfs runs an acpfs command to its end and returns its output.
 func (d *driver) acpfs(args ...string) (string, error) {
 	c := exec.Command(d.opts.Self, args...)
@@ -219,6 +250,7 @@ func (d *driver) prepareFolder() error {
 		return err
 	}
 	d.out.notef(NoteInfo, "", "", "initialized %s (%s owns the proposal)", c.Folder, c.Participants[0].ID)
+	d.reach(FailInitialized, "")
 	return nil
 }
 
@@ -313,6 +345,7 @@ func (d *driver) prepareGrants() error {
 			id = grants.GrantIDFor(p.ID)
 		}
 		d.grantIDs[p.ID] = id
+		d.reach(FailGranted, p.ID)
 	}
 	return nil
 }
@@ -534,7 +567,9 @@ func (d *driver) giveUp(id string) string {
 	n := d.failures[id]
 	if p.OnExhausted == ExhaustedBlocked {
 		summary := fmt.Sprintf("acpfs drive for %s: %d turn(s) in a row appended no accepted event; last: %s", id, n, why)
+		d.reach(FailBlocking, id)
 		if err := d.appendBlocked(id, summary); err == nil {
+			d.reach(FailBlocked, id)
 			d.out.notef(NoteGaveUp, id, "", "%s: %d turn(s) appended nothing: appended blocked on its behalf, through its own view (on_exhausted: blocked)", id, n)
 			d.failures[id] = 0
 			return ""
@@ -685,6 +720,7 @@ func (d *driver) prepareTurn(w Wake, p *Participant) (*Receipt, []string, []stri
 	if err := rc.save(d.cfg.Runs); err != nil {
 		return rc, nil, nil, err
 	}
+	d.reach(FailReceipt, p.ID)
 	return rc, argv, env, nil
 }
 
@@ -887,9 +923,11 @@ func (d *driver) finish(t *turn) {
 	if err := d.recordTurn(rc); err != nil {
 		d.out.notef(NoteInfo, rc.Participant, rc.ID, "%v", err)
 	}
+	d.reach(FailRecorded, rc.Participant)
 	if err := rc.save(d.cfg.Runs); err != nil {
 		d.out.notef(NoteInfo, rc.Participant, rc.ID, "%v", err)
 	}
+	d.reach(FailEnded, rc.Participant)
 	evText := make([]string, len(rc.Events))
 	for i, e := range rc.Events {
 		evText[i] = fmt.Sprintf("%d %s", e.Seq, e.Type)
@@ -945,11 +983,14 @@ func (d *driver) countFailure(rc *Receipt, retries int) {
 }
 
 // lastErrorOf is what the next attempt is told about this one: its last
-// refusal, else why it ended.
+// refusal its own view told it (as .acpfs/last-error did), else why it
+// ended. A hidden name's refusal is never told: the agent saw the name
+// as missing, and must not learn otherwise from its next prompt.
 func (d *driver) lastErrorOf(rc *Receipt, t *turn) string {
+	told := slices.DeleteFunc(slices.Clone(rc.Refusals), func(r Refusal) bool { return !r.Told() })
 	switch {
-	case len(rc.Refusals) > 0:
-		return rc.Refusals[len(rc.Refusals)-1].String()
+	case len(told) > 0:
+		return told[len(told)-1].String()
 	case slices.Contains(rc.Limits, "timeout"):
 		return fmt.Sprintf("the turn ran past its timeout (%s) and was stopped", t.p.Timeout)
 	case t.err != nil:

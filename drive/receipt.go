@@ -260,10 +260,18 @@ func (s *ledgerScan) fill(rc *Receipt, end string) {
 				writes[r.Path] = true
 				rc.Writes = append(rc.Writes, r.Path)
 			}
-		default:
+		case ledger.KindDenied, ledger.KindDeniedRepeat, ledger.KindAppendRejected, ledger.KindFrozenRefused, ledger.KindNetRefused:
 			rc.Refusals = append(rc.Refusals, Refusal{Seq: r.Seq, Kind: r.Kind, Op: r.Op, Path: r.Path, Detail: r.Detail})
 		}
 	}
+}
+
+// Told reports whether the agent itself was told of the refusal: its
+// view answers a name the grant hides (a lookup refused) as if it did
+// not exist, leaving .acpfs/last-error alone so that the agent does not
+// learn the name is there. Such a refusal is for the coordinator only.
+func (r Refusal) Told() bool {
+	return r.Op != ledger.OpLookup
 }
 
 // maxHistory bounds the events.jsonl the driver reads for a receipt.

@@ -1,6 +1,7 @@
 package drive
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/ledger"
 )
 
 func TestEventsFrom(t *testing.T) {
@@ -37,4 +40,38 @@ func TestEventsFromHostileFolder(t *testing.T) {
 			assert.Error(t, err)
 		})
 	}
+}
+
+// TestFillSortsRecords: a turn's receipt takes the reads, writes and
+// refusals of its grant within the turn, and nothing else as a refusal
+// (an allowed connection, a mount's records); only the refusals the
+// agent's view told it are told to its next attempt.
+func TestFillSortsRecords(t *testing.T) {
+	at := func(s int) string { return fmt.Sprintf("2026-01-01T00:00:%02dZ", s) }
+	recs := []ledger.Record{
+		{Seq: 1, At: at(0), Kind: ledger.KindDenied, Op: ledger.OpLookup, Path: "before"},
+		{Seq: 2, At: at(2), Kind: ledger.KindMountStarted},
+		{Seq: 3, At: at(2), Kind: ledger.KindGrantApplied},
+		{Seq: 4, At: at(3), Kind: ledger.KindRead, Op: ledger.OpOpen, Path: "proposal.md"},
+		{Seq: 5, At: at(3), Kind: ledger.KindNetAllowed, Op: ledger.OpConnect, Detail: "api.test:443: resolved"},
+		{Seq: 6, At: at(4), Kind: ledger.KindAppendAccepted, Op: ledger.OpAppend, Path: "events.jsonl"},
+		{Seq: 7, At: at(4), Kind: ledger.KindDenied, Op: ledger.OpOpen, Path: "proposal.md", Detail: "not writable under the grant"},
+		{Seq: 8, At: at(5), Kind: ledger.KindNetRefused, Op: ledger.OpConnect, Detail: "other.test:443: not in the allow-list"},
+		{Seq: 9, At: at(5), Kind: ledger.KindDenied, Op: ledger.OpLookup, Path: "oracle", Detail: "hidden by grant"},
+		{Seq: 10, At: at(9), Kind: ledger.KindDenied, Op: ledger.OpLookup, Path: "after"},
+	}
+	s := &ledgerScan{byGrant: map[string][]ledger.Record{"G-bob": recs}}
+	rc := &Receipt{Grant: "G-bob", Start: at(1)}
+	s.fill(rc, at(6))
+	assert.Equal(t, []string{"proposal.md"}, rc.Reads)
+	assert.Equal(t, []string{"events.jsonl"}, rc.Writes)
+	var refused, told []int64
+	for _, r := range rc.Refusals {
+		refused = append(refused, r.Seq)
+		if r.Told() {
+			told = append(told, r.Seq)
+		}
+	}
+	assert.Equal(t, []int64{7, 8, 9}, refused)
+	assert.Equal(t, []int64{7, 8}, told, "a hidden name's refusal is not the agent's to know")
 }

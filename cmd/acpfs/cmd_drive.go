@@ -45,6 +45,10 @@ that was running is closed as interrupted and never run again.
 Exit status: 0 completed, 2 anything else (blocked, stopped, invalid
 file), 3 the views could not be served, 4 FUSE unusable.`
 
+// driveFailpointEnv names a moment at which acpfs drive kills itself
+// with SIGKILL (drive.Options.Failpoint): crash tests only.
+const driveFailpointEnv = "ACPFS_DRIVE_FAILPOINT"
+
 // driveFlags are the flags of acpfs drive.
 type driveFlags struct{ check, asJSON, plain bool }
 
@@ -87,7 +91,13 @@ func runDrive(cmd *cobra.Command, path string, f driveFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	res, err := drive.Drive(ctx, cfg, drive.Options{Out: cmd.OutOrStdout(), Mode: f.mode(cmd)})
+	// The driver serves the views itself: like acpfs up, it has a
+	// supervisor, so that a driver killed while its views are busy never
+	// leaves them hanging.
+	if err := startSupervisor(); err != nil {
+		return err
+	}
+	res, err := drive.Drive(ctx, cfg, drive.Options{Out: cmd.OutOrStdout(), Mode: f.mode(cmd), Failpoint: os.Getenv(driveFailpointEnv)})
 	if err != nil {
 		return withCode(exitFailed, err)
 	}

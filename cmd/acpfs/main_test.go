@@ -9,6 +9,7 @@ import (
 // TestMain keeps the state caches of `acpfs append` (see
 // protocol.DefaultStateCachePath) in a directory of the test run.
 func TestMain(m *testing.M) {
+	restartChild()
 	dir, err := os.MkdirTemp("", "acpfs-cmd-state-cache-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -279,6 +279,11 @@ func fuseConns(mounts []string) []string {
 	return out
 }
 
+// AbortMounts aborts the FUSE connections of the given mountpoints: a
+// test's last resort when a daemon it killed leaves them hanging, so
+// that its callers return and its cleanup can detach them.
+func AbortMounts(mounts []string) error { return abortConns(fuseConns(mounts)) }
+
 // abortConns aborts the given FUSE connections through fusectl, mounting
 // it for the time needed when it is not mounted.
 func abortConns(conns []string) error {
