@@ -20,7 +20,7 @@ func TestRootlessUIDRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := rootlessUID(tt.uid, tt.allowRoot, t.TempDir(), "G-bob")
+			_, _, err := rootlessUID(tt.uid, "", tt.allowRoot, t.TempDir(), "G-bob")
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
 		})
