@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,9 +22,7 @@ import (
 // environment (the caller's shell).
 func (e *coordEnv) sandboxWithEnv(r sbxRun, extra ...string) (string, string, int) {
 	e.t.Helper()
-	cmd := exec.Command(acpfsBin, e.runArgs(r)...)
-	cmd.Env = append(os.Environ(), extra...)
-	return runCmd(e.t, cmd)
+	return runCmd(e.t, e.command(r, extra...))
 }
 
 // TestRunEnvironmentIsChosen: a credential in the caller's environment

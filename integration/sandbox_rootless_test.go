@@ -26,10 +26,11 @@ import (
 
 // rootlessUser is an unprivileged user with a home of its own.
 type rootlessUser struct {
-	t    *testing.T
-	uid  int
-	dir  string // root's: the device node, the binary, the /etc copies
-	home string // the user's, mode 0700
+	t      *testing.T
+	scheme string
+	uid    int
+	dir    string // root's: the device node, the binary, the /etc copies
+	home   string // the user's, mode 0700
 	// etc are the files bound over /etc/<name> in the namespace.
 	etc map[string]string
 }
@@ -65,7 +66,7 @@ func newRootlessUser(t *testing.T, scheme string) *rootlessUser {
 			}
 		}
 	}
-	u := &rootlessUser{t: t, uid: freeUID(t), etc: map[string]string{}}
+	u := &rootlessUser{t: t, scheme: scheme, uid: freeUID(t), etc: map[string]string{}}
 	// The uid is this test's alone: a process of it still running at the
 	// end (a failed test's sandbox) is the test's, and is ended.
 	t.Cleanup(func() {
@@ -137,6 +138,35 @@ exec setpriv --reuid %d --regid %d --clear-groups -- env -i HOME=%q PATH=%q ACPF
   /usr/bin/bash -e -o pipefail %q "$@"`, u.home, u.uid, u.uid, u.home,
 		filepath.Join(u.dir, "bin")+":/usr/local/bin:/usr/bin:/bin", filepath.Join(u.home, ".checkpoints"), f.Name())
 	return exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-e", "-c", wrapper, "sh"}, args...)...)
+}
+
+// run is the command that runs argv as the user in dir (cd'd into as
+// root: the user need not be able to reach it), with the environment of
+// sh plus extraEnv.
+func (u *rootlessUser) run(dir string, extraEnv []string, argv ...string) *exec.Cmd {
+	u.t.Helper()
+	binds := fmt.Sprintf("mount --bind %q /dev/fuse\n", filepath.Join(u.dir, "fuse"))
+	for name, p := range u.etc {
+		binds += fmt.Sprintf("mount --bind %q /etc/%s\n", p, name)
+	}
+	env := []string{"HOME=" + u.home, "PATH=" + filepath.Join(u.dir, "bin") + ":/usr/local/bin:/usr/bin:/bin",
+		"ACPFS_CHECKPOINT_DIR=" + filepath.Join(u.home, ".checkpoints"), "LANG=C.UTF-8"}
+	wrapper := binds + fmt.Sprintf(`cd %q
+exec setpriv --reuid %d --regid %d --clear-groups -- env -i "$@"`, dir, u.uid, u.uid)
+	args := []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-e", "-c", wrapper, "sh"}
+	args = append(append(append(args, env...), extraEnv...), argv...)
+	return exec.Command("unshare", args...)
+}
+
+// chownAll gives the tree at p to the user.
+func (u *rootlessUser) chownAll(p string) {
+	u.t.Helper()
+	require.NoError(u.t, filepath.WalkDir(p, func(path string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, u.uid, u.uid)
+	}))
 }
 
 // collab makes, as the user, the collaboration of newSandboxEnv in its
