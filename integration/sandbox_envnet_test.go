@@ -92,9 +92,13 @@ func (e *coordEnv) netRecords() []ledger.Record {
 // API's name on another port, a wildcard's name that leads to loopback,
 // and any direct connection (to the host's
 // loopback, or to any address) fail; every connection through the proxy
-// is in the ledger with its host name.
+// is in the ledger with its host name. Without root too, in both uid
+// schemes: the proxy runs in the daemon, on the host's network.
 func TestRunNetAllowReachesNamedHostsOnly(t *testing.T) {
-	e := newSandboxEnv(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxNetAllow(t, newSandboxEnvAs(t, m)) })
+}
+
+func sbxNetAllow(t *testing.T, e *coordEnv) {
 	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "model-api:"+r.URL.Path)
 	}))
@@ -163,7 +167,7 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 	assert.Equal(t, []string{fmt.Sprintf("connect other.test:%d", port), fmt.Sprintf("connect x.wild.test:%d", port),
 		fmt.Sprintf("connect api.test:%d", plainPort)}, refused)
 	// The audit takes them, and counts them for bob.
-	out, stderr, code = acpfs(t, "audit", "--runs", e.runs, "--format", "json")
+	out, stderr, code = e.acpfs("audit", "--runs", e.runs, "--format", "json")
 	require.Equal(t, 0, code, stderr)
 	var rep struct {
 		Agents []struct {

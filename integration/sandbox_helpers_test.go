@@ -56,16 +56,21 @@ func eachMode(t *testing.T, modes []sbxMode, f func(t *testing.T, m sbxMode)) {
 // collaboration, in its home, as on a desktop.
 func newSandboxEnvAs(t *testing.T, m sbxMode) *coordEnv {
 	t.Helper()
+	e := newCoordEnvAs(t, m)
+	sandboxGrants(e)
+	return e
+}
+
+// newCoordEnvAs is newCoordEnv set up by m's user (see newSandboxEnvAs).
+func newCoordEnvAs(t *testing.T, m sbxMode) *coordEnv {
+	t.Helper()
 	if m == asRoot {
-		return newSandboxEnv(t)
+		return newCoordEnv(t)
 	}
 	u := newRootlessUser(t, string(m))
 	d := filepath.Join(u.home, "coord")
 	require.NoError(t, os.Mkdir(d, 0o700))
-	u.chownAll(d)
-	e := newCoordEnvIn(t, d, u)
-	sandboxGrants(e)
-	return e
+	return newCoordEnvIn(t, d, u)
 }
 
 // own gives the collaboration's directory, whole, to the unprivileged
