@@ -45,6 +45,13 @@ const (
 // subordinate ids (subuid), or a bare uid (single).
 func newRootlessUser(t *testing.T, scheme string) *rootlessUser {
 	t.Helper()
+	return newRootlessUserRange(t, scheme, 65536)
+}
+
+// newRootlessUserRange is newRootlessUser with subCount subordinate ids
+// (subuid scheme).
+func newRootlessUserRange(t *testing.T, scheme string, subCount int) *rootlessUser {
+	t.Helper()
 	testutil.RequireFUSE(t)
 	if os.Geteuid() != 0 {
 		t.Skip("the rootless tests need root to make their unprivileged user")
@@ -92,7 +99,7 @@ func newRootlessUser(t *testing.T, scheme string) *rootlessUser {
 	if scheme == schemeSubUID {
 		name := fmt.Sprintf("acpfs-rl%d", u.uid)
 		// Subordinate ids far above any account, one range per test uid.
-		sub := fmt.Sprintf("%s:%d:65536\n", name, 1<<22+(u.uid%1000)*65536)
+		sub := fmt.Sprintf("%s:%d:%d\n", name, 1<<22+(u.uid%1000)*65536, subCount)
 		for f, add := range map[string]string{
 			"passwd": fmt.Sprintf("%s:x:%d:%d::%s:/bin/sh\n", name, u.uid, u.uid, u.home),
 			"group":  fmt.Sprintf("%s:x:%d:\n", name, u.uid),
@@ -393,12 +400,17 @@ wait || true`, out, pidFile)
 
 // TestSandboxRootlessTwoCollaborations: the same grant id of two
 // collaborations of one user runs at once, as two host uids (with the
-// subuid scheme), each stable from run to run.
+// subuid scheme), each stable from run to run. The uids come from the
+// user's own registry, not from a hash of the run directory and grant
+// into the range: with three subordinate uids, three grants of two
+// collaborations run one after another get three uids (a hash into three
+// slots gives two of them one uid more often than not), and keep them.
 func TestSandboxRootlessTwoCollaborations(t *testing.T) {
-	u := newRootlessUser(t, schemeSubUID)
+	u := newRootlessUserRange(t, schemeSubUID, 3)
 	_, stderr, code := u.sh(`for c in a b; do mkdir $c; cd $c
 acpfs init --folder collab --participant alice --participant bob --objective o --completion c --primary-deliverable-type design-spec >/dev/null
 acpfs grant create --runs agent_runs --folder collab --agent bob --id G-bob --preset reviewer >/dev/null
+acpfs grant create --runs agent_runs --folder collab --agent alice --id G-alice --preset owner >/dev/null
 cd ..; done`)
 	require.Equal(t, 0, code, stderr)
 	out := filepath.Join(u.home, "a.out")
@@ -417,15 +429,62 @@ cd ..; done`)
 		require.NotNil(t, m, stderr)
 		return m[1]
 	}
-	_, stderrB, code := u.sh(`cd b && acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits -- /usr/bin/true`)
-	require.Equal(t, 0, code, "the same grant id of another collaboration must run beside the first: %s", stderrB)
+	run := func(dir, grant string) string {
+		_, stderr, code := u.sh(`cd ` + dir + ` && acpfs run --folder collab --runs agent_runs --grant ` + grant + ` --no-limits -- /usr/bin/true`)
+		require.Equal(t, 0, code, "%s of %s: %s", grant, dir, stderr)
+		return hostUID(stderr)
+	}
+	bobB := run("b", "G-bob")
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)
-	assert.NotEqual(t, hostUID(string(b)), hostUID(stderrB))
+	bobA := hostUID(string(b))
+	assert.NotEqual(t, bobA, bobB, "the same grant id of another collaboration runs beside the first, as another uid")
 	stdin.Close()
 	<-done
 	require.NoError(t, waitErr)
-	_, again, code := u.sh(`cd a && acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits -- /usr/bin/true`)
-	require.Equal(t, 0, code, again)
-	assert.Equal(t, hostUID(string(b)), hostUID(again), "a grant keeps its host uid")
+
+	aliceA := run("a", "G-alice")
+	assert.NotContains(t, []string{bobA, bobB}, aliceA, "a third grant shares no grant's uid")
+	first := 1<<22 + (u.uid%1000)*65536
+	for _, got := range []string{bobA, bobB, aliceA} {
+		assert.GreaterOrEqual(t, atoi(t, got), first)
+		assert.Less(t, atoi(t, got), first+3, "the user's own range")
+	}
+	assert.Equal(t, bobA, run("a", "G-bob"), "a grant keeps its host uid")
+	assert.Equal(t, bobB, run("b", "G-bob"), "a grant keeps its host uid")
+	assert.Equal(t, aliceA, run("a", "G-alice"), "a grant keeps its host uid")
+}
+
+// TestSandboxRootlessRWOfTheCallers: without root, in the subuid scheme,
+// a --rw or --home directory of the caller's would need an idmapped
+// mount, which only root may make of a host directory: the run refuses,
+// in one line before the command starts, naming the way out; it never
+// shows it read-only. In the single scheme (chosen with --uid-scheme, the
+// way out) the agent is the caller's uid and writes it as it is.
+func TestSandboxRootlessRWOfTheCallers(t *testing.T) {
+	u := newRootlessUser(t, schemeSubUID)
+	u.collab()
+	for _, flag := range []string{"--rw", "--home"} {
+		out, stderr, code := u.sh(`mkdir -p .claude && acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits ` + flag + ` .claude -- /usr/bin/bash -c 'echo COMMAND-RAN'`)
+		assert.Equal(t, 3, code, stderr)
+		assert.NotContains(t, out, "COMMAND-RAN", "the command must not start")
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		require.Len(t, lines, 1, "one line: %q", stderr)
+		for _, want := range []string{flag + " " + u.home + "/.claude: owned by you", "idmapped mount", "agent_runs/homes/G-bob", "--uid-scheme single"} {
+			assert.Contains(t, lines[0], want)
+		}
+	}
+	out, stderr, code := u.sh(`acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits --uid-scheme single --rw .claude -- /usr/bin/bash -c 'touch ~/.claude/x && echo touched'`)
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "touched\n", out)
+	m := schemeLine.FindStringSubmatch(strings.SplitN(stderr, "\n", 2)[0])
+	require.NotNil(t, m, stderr)
+	assert.Equal(t, schemeSingle, m[1])
+	var st syscall.Stat_t
+	require.NoError(t, syscall.Lstat(filepath.Join(u.home, ".claude", "x"), &st))
+	assert.Equal(t, uint32(u.uid), st.Uid, "the caller's own file")
+
+	_, stderr, code = u.sh(`acpfs run --folder collab --runs agent_runs --grant G-bob --uid-scheme bogus -- /usr/bin/true`)
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "--uid-scheme")
 }

@@ -111,6 +111,9 @@ func (r SubIDRange) pick(inside uint32) uint32 {
 // SetAgent.
 func ProbeUserNS(want string) (UserNS, error) {
 	u := UserNS{CallerUID: uint32(os.Getuid()), CallerGID: uint32(os.Getgid())}
+	if want != "" && want != SchemeSubUID && want != SchemeSingle {
+		return u, fmt.Errorf("--uid-scheme %q: want %s or %s", want, SchemeSubUID, SchemeSingle)
+	}
 	name := ""
 	if me, err := user.LookupId(strconv.Itoa(os.Getuid())); err == nil {
 		name, u.home = me.Username, me.HomeDir
