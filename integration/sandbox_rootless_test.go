@@ -402,12 +402,13 @@ wait || true`, out, pidFile)
 // collaborations of one user runs at once, as two host uids (with the
 // subuid scheme), each stable from run to run. The uids come from the
 // user's own registry, not from a hash of the run directory and grant
-// into the range: with three subordinate uids, three grants of two
-// collaborations run one after another get three uids (a hash into three
-// slots gives two of them one uid more often than not), and keep them.
+// into the range: with six subordinate uids, six grants of three
+// collaborations run one after another get six uids (a hash into six
+// slots gives two of them one uid 98 times in 100), and keep them.
 func TestSandboxRootlessTwoCollaborations(t *testing.T) {
-	u := newRootlessUserRange(t, schemeSubUID, 3)
-	_, stderr, code := u.sh(`for c in a b; do mkdir $c; cd $c
+	const n = 6
+	u := newRootlessUserRange(t, schemeSubUID, n)
+	_, stderr, code := u.sh(`for c in a b c; do mkdir $c; cd $c
 acpfs init --folder collab --participant alice --participant bob --objective o --completion c --primary-deliverable-type design-spec >/dev/null
 acpfs grant create --runs agent_runs --folder collab --agent bob --id G-bob --preset reviewer >/dev/null
 acpfs grant create --runs agent_runs --folder collab --agent alice --id G-alice --preset owner >/dev/null
@@ -443,16 +444,20 @@ cd ..; done`)
 	<-done
 	require.NoError(t, waitErr)
 
-	aliceA := run("a", "G-alice")
-	assert.NotContains(t, []string{bobA, bobB}, aliceA, "a third grant shares no grant's uid")
+	got := map[string]string{bobA: "a/G-bob", bobB: "b/G-bob"}
 	first := 1<<22 + (u.uid%1000)*65536
-	for _, got := range []string{bobA, bobB, aliceA} {
-		assert.GreaterOrEqual(t, atoi(t, got), first)
-		assert.Less(t, atoi(t, got), first+3, "the user's own range")
+	for _, g := range []string{"a/G-alice", "b/G-alice", "c/G-alice", "c/G-bob"} {
+		dir, grant, _ := strings.Cut(g, "/")
+		uid := run(dir, grant)
+		assert.NotContains(t, got, uid, "%s shares a uid with %s", g, got[uid])
+		got[uid] = g
+	}
+	for uid := range got {
+		assert.GreaterOrEqual(t, atoi(t, uid), first)
+		assert.Less(t, atoi(t, uid), first+n, "the user's own range")
 	}
 	assert.Equal(t, bobA, run("a", "G-bob"), "a grant keeps its host uid")
 	assert.Equal(t, bobB, run("b", "G-bob"), "a grant keeps its host uid")
-	assert.Equal(t, aliceA, run("a", "G-alice"), "a grant keeps its host uid")
 }
 
 // TestSandboxRootlessRWOfTheCallers: without root, in the subuid scheme,
