@@ -222,7 +222,11 @@ func TestAgentClaudeCodeREADME(t *testing.T) {
 		}
 
 		flags, _, _ := strings.Cut(line, " -- ")
-		check := flags + ` -- sh -c 'cat collab/oracle/answer.md 2>/dev/null && echo ORACLE-READ; test -s ~/.claude.json && echo kept'`
+		// The caller's registry of subordinate uids lies in the ~/.local
+		// the line shows: masked.
+		check := flags + ` -- sh -c 'cat collab/oracle/answer.md 2>/dev/null && echo ORACLE-READ
+ls -A ~/.local/state/acpfs/uids 2>/dev/null | grep . && echo REGISTRY-SHOWN
+test -s ~/.claude.json && echo kept'`
 		out, stderr, code = run(check)
 		require.Equal(t, 0, code, "%s\n%s%s", check, out, stderr)
 		assert.Equal(t, "kept\n", out)
