@@ -88,10 +88,15 @@ a limit, run says which on stderr and exits with status 6.
 Without root, run builds the same sandbox in a user namespace (when
 /dev/fuse is usable and user namespaces are on; acpfs doctor tells). Its
 first line on stderr names the uid scheme: subuid (a subordinate uid of
-yours, from /etc/subuid through newuidmap) or single (your own uid on the
-host, as uid 0 without capabilities in the namespace). Limits then need a
-delegated cgroup v2 subtree: without one, --memory, --pids and --cpu are
-refused (pass --no-limits) and the defaults are dropped with one line.
+yours, from /etc/subuid through newuidmap, handed out per grant by your
+own registry, ~/.local/state/acpfs/uids) or single (your own uid on the
+host, as uid 0 without capabilities in the namespace; --uid-scheme single
+chooses it). The agent's home is kept in RUNS/homes/<grant id> in both; in
+the subuid scheme a --rw or --home directory of yours is refused (showing
+it as the agent's takes an idmapped mount, which needs root). Limits then
+need a delegated cgroup v2 subtree: without one, --memory, --pids and
+--cpu are refused (pass --no-limits) and the defaults are dropped with one
+line.
 
 run exits with the command's status (128+n for signal n); SIGINT,
 SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`
