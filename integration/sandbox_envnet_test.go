@@ -143,7 +143,13 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 		assert.True(t, strings.HasPrefix(lines[refused], "failed"), "%s: %s", refused, lines[refused])
 	}
 	assert.Contains(t, out, "proxy=http://127.0.0.1:3128 all=socks5h://127.0.0.1:3128 no=localhost,127.0.0.1,::1")
+	assertNetAllowRecords(t, e, port, plainPort)
+}
 
+// assertNetAllowRecords checks the ledger and the audit of sbxNetAllow's
+// run: each proxied connection is a record with its host name, counted
+// for bob.
+func assertNetAllowRecords(t *testing.T, e *coordEnv, port, plainPort int) {
 	recs := e.netRecords()
 	var allowed, refused []string
 	for _, r := range recs {
@@ -167,7 +173,7 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 	assert.Equal(t, []string{fmt.Sprintf("connect other.test:%d", port), fmt.Sprintf("connect x.wild.test:%d", port),
 		fmt.Sprintf("connect api.test:%d", plainPort)}, refused)
 	// The audit takes them, and counts them for bob.
-	out, stderr, code = e.acpfs("audit", "--runs", e.runs, "--format", "json")
+	out, stderr, code := e.acpfs("audit", "--runs", e.runs, "--format", "json")
 	require.Equal(t, 0, code, stderr)
 	var rep struct {
 		Agents []struct {
