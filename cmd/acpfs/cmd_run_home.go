@@ -15,13 +15,13 @@ func init() {
 	commands = append(commands, newRunUsernsCmd)
 }
 
-// homeHelp says where the agent's home is and who sees it.
 // uidSchemeHelp says what each uid scheme of a run without root gives.
 const uidSchemeHelp = "without root: how the agent's uid is mapped. " + sandbox.SchemeSubUID + ": a subordinate uid of yours " +
 	"(/etc/subuid, newuidmap), another uid on the host, to which your files are closed; " + sandbox.SchemeSingle + ": your own uid, " +
 	"kept from your files by the namespaces and Landlock alone, which can write a --rw directory of yours as it is. " +
 	"Default: " + sandbox.SchemeSubUID + " where the host offers it"
 
+// homeHelp says where the agent's home is and who sees it.
 const homeHelp = "the agent's home, shown at $HOME (the caller's HOME path) and owned by the agent's uid: by default " +
 	"RUNS/" + sandbox.HomesDir + "/<grant id>, made at the first run and kept between runs (logins, sessions and settings " +
 	"of agent CLIs live there); no other agent can reach it. A DIR of yours is shown owned by the agent (idmapped; without root, only in the " + sandbox.SchemeSingle + " uid scheme); " +
