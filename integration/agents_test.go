@@ -174,10 +174,10 @@ cat collab/oracle/answer.md 2>/dev/null && echo ORACLE-READ`
 // key: Claude starts and says it is not logged in (no model API is
 // reachable here), keeps its state in the agent's home, owned by the
 // agent's uid on the host; a run with the same flags cannot read the
-// oracle. TestAgentRecipes takes Claude Code through the proxy to a fake
-// model API. Before the home was
-// given to rootless runs, Claude kept nothing without root; before
-// idmapped --rw, the README's --rw ~/.claude was refused its writes.
+// oracle (nor, without root, the caller's uid registry in the ~/.local it
+// shows). TestAgentRecipes takes Claude Code through the proxy to a fake
+// model API. Before the home was given to rootless runs, Claude kept
+// nothing without root.
 func TestAgentClaudeCodeREADME(t *testing.T) {
 	line := readmeAgentLine(t)
 	eachMode(t, allModes, func(t *testing.T, m sbxMode) {
@@ -217,6 +217,12 @@ func TestAgentClaudeCodeREADME(t *testing.T) {
 		state := filepath.Join(e.runs, sandbox.HomesDir, "G-bob", ".claude.json")
 		var st syscall.Stat_t
 		require.NoError(t, syscall.Lstat(state, &st), "Claude Code's state is in the agent's home: %s", stderr)
+		var dir syscall.Stat_t
+		require.NoError(t, syscall.Lstat(filepath.Dir(state), &dir))
+		assert.Equal(t, dir.Uid, st.Uid, "the agent's, as its home")
+		if m != asSingle {
+			assert.NotEqual(t, e.callerUID(), st.Uid, "not the caller's")
+		}
 		if m != asRoot {
 			assert.Equal(t, uint32(e.hostUID(stderr, 0)), st.Uid, "the agent's on the host")
 		}
