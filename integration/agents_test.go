@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acpfs/acpfs/internal/sandbox"
+	"github.com/acpfs/acpfs/ledger"
 )
 
 // agentCLI is an agent CLI of docs/agents.md, as npm installs it. The
@@ -91,154 +93,231 @@ func installCLI(t *testing.T, c agentCLI) (string, string) {
 	return prefix, bin
 }
 
-// TestAgentClaudeCode: Claude Code, as docs/agents.md starts it, runs in
-// the sandbox, keeps its state in the agent's home between runs, and
-// cannot read the oracle. No model API is reachable: it stops at
-// start-up, not logged in, after writing its state.
-func TestAgentClaudeCode(t *testing.T) {
-	e := newSandboxEnv(t)
-	prefix, claude := installCLI(t, claudeCode)
-	flags := []string{"--ro", prefix, "--net", "none"}
-	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: flags, script: `
-		export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1
-		"$1" --version || echo VERSION-FAILED
-		"$1" -p "review the design" </dev/null 2>&1 || echo "stopped at start-up"
-		test -s "$HOME/.claude.json" && echo state-written
-		cat "$0/oracle/answer.md" 2>/dev/null && echo ORACLE-READ
-		true`, args: []string{claude}})
-	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, out, "(Claude Code)")
-	assert.NotContains(t, out, "VERSION-FAILED")
-	assert.Contains(t, out, "stopped at start-up")
-	assert.Contains(t, out, "state-written", out)
-	assert.NotContains(t, out, "ORACLE-READ")
-	assert.NotContains(t, out, sbxSecret)
-
-	home := filepath.Join(e.runs, sandbox.HomesDir, "G-bob")
-	var st syscall.Stat_t
-	require.NoError(t, syscall.Lstat(filepath.Join(home, ".claude.json"), &st), "Claude Code's state is in the agent's home")
-	var dir syscall.Stat_t
-	require.NoError(t, syscall.Lstat(home, &dir))
-	assert.Equal(t, dir.Uid, st.Uid, "and the agent's")
-
-	out, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: flags, script: `test -s "$HOME/.claude.json" && echo kept`})
-	require.Equal(t, 0, code, stderr)
-	assert.Equal(t, "kept\n", out, "the next run finds it")
+// recipeCase is one recipe of docs/agents.md: the CLI, the directory of
+// ~/agents it is installed in, its model API, the variable its key is in,
+// and what it keeps in the agent's home.
+type recipeCase struct {
+	cli         agentCLI
+	dir, api    string
+	key, state  string
+	modelPrefix string // the path of its model requests
 }
 
-// TestAgentCodex: Codex CLI runs in the sandbox and keeps its state
-// (CODEX_HOME, ~/.codex) in the agent's home. Its own sandbox cannot
-// start inside acpfs run (Landlock and the seccomp filter refuse the
-// namespaces and mounts bwrap needs); with docs/agents.md's recipe,
-// sandbox_mode="danger-full-access" (-s danger-full-access), it runs its
-// commands directly, inside acpfs run's sandbox, which still keeps
-// the oracle out.
-func TestAgentCodex(t *testing.T) {
-	e := newSandboxEnv(t)
-	prefix, codex := installCLI(t, codexCLI)
-	flags := []string{"--ro", prefix, "--net", "none"}
-	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: flags, script: `
-		"$1" --version || echo VERSION-FAILED
-		"$1" login status 2>&1 || echo "stopped at start-up"
-		test -d "$HOME/.codex" && echo state-written
-		"$1" sandbox -- true 2>&1 && echo OWN-SANDBOX-RAN
-		cat "$0/oracle/answer.md" 2>/dev/null && echo ORACLE-READ
-		true`, args: []string{codex}})
-	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, out, "codex-cli "+codexCLI.version)
-	assert.NotContains(t, out, "VERSION-FAILED")
-	assert.Contains(t, out, "Not logged in")
-	assert.Contains(t, out, "state-written")
-	assert.Contains(t, out, "bwrap", "Codex's own sandbox fails inside acpfs run: %s", out)
-	assert.NotContains(t, out, "OWN-SANDBOX-RAN")
-	assert.NotContains(t, out, "ORACLE-READ")
-
-	// The next run finds its state; with the recipe, Codex runs commands
-	// without its own sandbox, and acpfs run's still hides the oracle.
-	out, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: flags, script: `
-		test -d "$HOME/.codex" && echo kept
-		"$1" sandbox -c 'sandbox_mode="danger-full-access"' -- sh -c 'echo command ran; cat "$0/oracle/answer.md" 2>/dev/null && echo ORACLE-READ; true' "$0" 2>&1`,
-		args: []string{codex}})
-	require.Equal(t, 0, code, stderr+out)
-	assert.Contains(t, out, "kept\n")
-	assert.Contains(t, out, "command ran")
-	assert.NotContains(t, out, "ORACLE-READ")
-	assert.NotContains(t, out, sbxSecret)
+var recipeCases = []recipeCase{
+	{claudeCode, "claude", anthropicAPI, "ANTHROPIC_API_KEY", ".claude.json", "/v1/messages"},
+	{codexCLI, "codex", openaiAPI, "CODEX_API_KEY", ".codex", "/v1/responses"},
+	{geminiCLI, "gemini", geminiAPI, "GEMINI_API_KEY", ".gemini", "/v1beta/models/"},
+	{opencode, "opencode", anthropicAPI, "ANTHROPIC_API_KEY", ".local/share/opencode", "/v1/messages"},
 }
 
-// TestAgentClaudeCodeREADME: the README's form, `--ro ~/.local --rw
-// ~/.claude -- claude -p ...`, with the caller's ~/.claude (root's here):
-// Claude Code writes its state there, shown owned by the agent, and on
-// the host it stays the caller's. Before idmapped --rw, every write there
-// was refused (Permission denied) and Claude kept nothing.
-func TestAgentClaudeCodeREADME(t *testing.T) {
+// TestAgentRecipes runs each recipe of docs/agents.md as it is written
+// there (read from the page), with the CLI installed in ~/agents/<dir>
+// and a made-up key in the caller's environment, against a fake model
+// API on this machine's loopback: the test adds only --resolve to it and
+// its CA. The CLI prints the fake model's answer, so its key, the proxy
+// and the allow-list all worked; the API got the key; the ledger has the
+// connection. A second run with the recipe's flags finds the CLI's state
+// in the agent's home and cannot read the oracle.
+func TestAgentRecipes(t *testing.T) {
 	e := newSandboxEnv(t)
-	prefix, claude := installCLI(t, claudeCode)
-	home := newDir(t, "caller-home")
-	require.NoError(t, os.Chmod(home, 0o755))
-	local := filepath.Join(home, ".local")
-	require.NoError(t, os.MkdirAll(filepath.Join(local, "bin"), 0o755))
-	require.NoError(t, os.Symlink(claude, filepath.Join(local, "bin", "claude")))
-	state := filepath.Join(home, ".claude")
-	require.NoError(t, os.Mkdir(state, 0o755))
+	api := startFakeModelAPI(t, caDirFor(t, e))
+	for _, rc := range recipeCases {
+		t.Run(rc.dir, func(t *testing.T) {
+			prefix, _ := installCLI(t, rc.cli)
+			recipe := docRecipe(t, filepath.Join("..", "docs", "agents.md"), "/node_modules/.bin/"+rc.cli.bin+" ")
+			home := newDir(t, "caller-home")
+			require.NoError(t, os.Chmod(home, 0o755))
+			agents := filepath.Join(home, "agents", rc.dir)
+			require.NoError(t, os.MkdirAll(agents, 0o755))
+			key := "sk-acpfs-test-" + rc.dir
+			line := withFlags(recipe, api.caFlags(rc.api)...)
+			env := append(readmeEnv(t), "HOME="+home, rc.key+"="+key)
+			run := func(script string) (string, string, int) {
+				return runCmd(t, bindCommand([][2]string{{prefix, agents}}, filepath.Dir(e.folder), env, "bash", "-c", script))
+			}
+			out, stderr, code := run(line)
+			require.Equal(t, 0, code, "%s\n%s%s", line, out, stderr)
+			assert.Contains(t, out, fakeReply, "the CLI got the model's answer")
+			var keyed bool
+			for _, r := range api.requests() {
+				keyed = keyed || r.host == rc.api && strings.HasPrefix(r.path, rc.modelPrefix) && r.key == key
+			}
+			assert.True(t, keyed, "the fake %s got no model request with the key: %v", rc.api, api.requests())
+			assert.True(t, hasNetRecord(e.netRecords(), ledger.KindNetAllowed, rc.api+":443"), "no net_allowed record for %s", rc.api)
 
-	args := e.runArgs(sbxRun{grant: "G-bob", flags: []string{"--ro", local, "--rw", state, "--ro", prefix, "--net", "none"}, script: `
-		export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1
-		claude -p "review the design" </dev/null 2>&1 || echo "stopped at start-up"
-		touch ~/.claude/x && echo touched
-		cat "$0/oracle/answer.md" 2>/dev/null && echo ORACLE-READ
-		true`})
-	cmd := exec.Command(acpfsBin, args...)
-	cmd.Env = append(os.Environ(), "HOME="+home, "PATH="+filepath.Join(local, "bin")+":"+os.Getenv("PATH"))
-	out, stderr, code := runCmd(t, cmd)
-	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, out, "stopped at start-up")
-	assert.Contains(t, out, "touched", "~/.claude must be writable by the agent: %s", out)
-	assert.NotContains(t, out, "ORACLE-READ")
-	ents, err := os.ReadDir(state)
-	require.NoError(t, err)
-	var names []string
-	for _, ent := range ents {
-		names = append(names, ent.Name())
-		var st syscall.Stat_t
-		require.NoError(t, syscall.Lstat(filepath.Join(state, ent.Name()), &st))
-		assert.Equal(t, uint32(0), st.Uid, "%s is the caller's on the host", ent.Name())
-	}
-	assert.Contains(t, names, "x")
-	assert.Greater(t, len(names), 1, "Claude Code wrote its state into ~/.claude: %v", names)
-}
-
-// TestAgentGeminiAndOpencode: Gemini CLI and opencode, as docs/agents.md
-// starts them, run in the sandbox, write their state into the agent's
-// home, find it at the next run, and cannot read the oracle.
-func TestAgentGeminiAndOpencode(t *testing.T) {
-	for _, tc := range []struct {
-		cli     agentCLI
-		version string // what --version prints
-		state   string // below $HOME
-	}{
-		{geminiCLI, geminiCLI.version, ".gemini"},
-		{opencode, opencode.version, ".local/share/opencode"},
-	} {
-		t.Run(tc.cli.bin, func(t *testing.T) {
-			e := newSandboxEnv(t)
-			prefix, bin := installCLI(t, tc.cli)
-			flags := []string{"--ro", prefix, "--net", "none"}
-			out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: flags, script: `
-				"$1" --version </dev/null || echo VERSION-FAILED
-				test -d "$HOME/$2" && echo state-written
-				cat "$0/oracle/answer.md" 2>/dev/null && echo ORACLE-READ
-				true`, args: []string{bin, tc.state}})
-			require.Equal(t, 0, code, stderr)
-			assert.Contains(t, out, tc.version)
-			assert.NotContains(t, out, "VERSION-FAILED")
-			assert.Contains(t, out, "state-written", out)
+			// The recipe's flags, another command: the state is kept, the
+			// oracle is out of reach (and Codex's own sandbox cannot start).
+			flags, _, _ := strings.Cut(line, " -- ")
+			script := `test -e "$HOME/` + rc.state + `" && echo state-kept
+cat collab/oracle/answer.md 2>/dev/null && echo ORACLE-READ`
+			if rc.dir == "codex" {
+				script += `
+"$0" sandbox -- true 2>&1 | grep -q bwrap && echo OWN-SANDBOX-REFUSED`
+			}
+			check := flags + ` -- sh -c '` + script + `; true' ` + filepath.Join(agents, "node_modules", ".bin", rc.cli.bin)
+			out, stderr, code = run(check)
+			require.Equal(t, 0, code, "%s\n%s%s", check, out, stderr)
+			assert.Contains(t, out, "state-kept", "%s in the agent's home", rc.state)
 			assert.NotContains(t, out, "ORACLE-READ")
-			assert.DirExists(t, filepath.Join(e.runs, sandbox.HomesDir, "G-bob", tc.state))
-
-			out, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: flags, script: `test -d "$HOME/$1" && echo kept`, args: []string{tc.state}})
-			require.Equal(t, 0, code, stderr)
-			assert.Equal(t, "kept\n", out)
+			assert.NotContains(t, out, sbxSecret)
+			if rc.dir == "codex" {
+				assert.Contains(t, out, "OWN-SANDBOX-REFUSED", "Codex's own sandbox cannot start inside acpfs run")
+			}
+			assert.DirExists(t, filepath.Join(e.runs, sandbox.HomesDir, "G-bob"))
 		})
 	}
+}
+
+// TestAgentClaudeCodeREADME runs the README's agent example, read from
+// the README, as root and without root in both uid schemes, with Claude
+// Code installed in ~/.local (as its native installer puts it) and no
+// key: Claude starts and says it is not logged in (no model API is
+// reachable here), keeps its state in the agent's home, owned by the
+// agent's uid on the host; a run with the same flags cannot read the
+// oracle (nor, without root, the caller's uid registry in the ~/.local it
+// shows). TestAgentRecipes takes Claude Code through the proxy to a fake
+// model API. Before the home was given to rootless runs, Claude kept
+// nothing without root.
+func TestAgentClaudeCodeREADME(t *testing.T) {
+	line := readmeAgentLine(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) {
+		e := newSandboxEnvAs(t, m)
+		prefix, _ := installCLI(t, claudeCode)
+		home := e.homeAt()
+		if e.user == nil {
+			home = newDir(t, "caller-home")
+			require.NoError(t, os.Chmod(home, 0o755))
+		}
+		lib := filepath.Join(home, ".local", "lib", "claude")
+		require.NoError(t, os.MkdirAll(lib, 0o755))
+		require.NoError(t, os.MkdirAll(filepath.Join(home, ".local", "bin"), 0o755))
+		require.NoError(t, os.Symlink("../lib/claude/node_modules/.bin/claude", filepath.Join(home, ".local", "bin", "claude")))
+		if e.user != nil {
+			e.user.chownAll(filepath.Join(home, ".local"))
+		}
+		run := func(script string) (string, string, int) {
+			binds := [][2]string{{prefix, lib}}
+			dir := filepath.Dir(e.folder)
+			if e.user != nil {
+				e.user.binds = binds
+				path := filepath.Join(home, ".local", "bin") + ":" + filepath.Join(e.user.dir, "bin") + ":/usr/local/bin:/usr/bin:/bin"
+				return runCmd(t, e.user.run(dir, []string{"PATH=" + path}, "bash", "-c", script))
+			}
+			env := append(readmeEnv(t), "HOME="+home)
+			for i, kv := range env {
+				if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+					env[i] = "PATH=" + filepath.Join(home, ".local", "bin") + ":" + p
+				}
+			}
+			return runCmd(t, bindCommand(binds, dir, env, "bash", "-c", script))
+		}
+		out, stderr, code := run(line)
+		assert.Equal(t, 1, code, "Claude's own status: not logged in\n%s%s", out, stderr)
+		assert.Contains(t, out+stderr, "Not logged in")
+		state := filepath.Join(e.runs, sandbox.HomesDir, "G-bob", ".claude.json")
+		var st syscall.Stat_t
+		require.NoError(t, syscall.Lstat(state, &st), "Claude Code's state is in the agent's home: %s", stderr)
+		var dir syscall.Stat_t
+		require.NoError(t, syscall.Lstat(filepath.Dir(state), &dir))
+		assert.Equal(t, dir.Uid, st.Uid, "the agent's, as its home")
+		if m != asSingle {
+			assert.NotEqual(t, e.callerUID(), st.Uid, "not the caller's")
+		}
+		if m != asRoot {
+			assert.Equal(t, uint32(e.hostUID(stderr, 0)), st.Uid, "the agent's on the host")
+		}
+
+		flags, _, _ := strings.Cut(line, " -- ")
+		// The caller's registry of subordinate uids lies in the ~/.local
+		// the line shows: masked.
+		check := flags + ` -- sh -c 'cat collab/oracle/answer.md 2>/dev/null && echo ORACLE-READ
+ls -A ~/.local/state/acpfs/uids 2>/dev/null | grep . && echo REGISTRY-SHOWN
+test -s ~/.claude.json && echo kept'`
+		out, stderr, code = run(check)
+		require.Equal(t, 0, code, "%s\n%s%s", check, out, stderr)
+		assert.Equal(t, "kept\n", out)
+	})
+}
+
+// hasNetRecord says whether recs hold a record of kind for host:port.
+func hasNetRecord(recs []ledger.Record, kind ledger.Kind, hostPort string) bool {
+	for _, r := range recs {
+		if r.Kind == kind && strings.HasPrefix(r.Detail, hostPort+":") {
+			return true
+		}
+	}
+	return false
+}
+
+// caDirFor is a directory for the fake API's CA that e's user may show
+// its sandbox: readable by every uid.
+func caDirFor(t *testing.T, e *coordEnv) string {
+	t.Helper()
+	d := e.newDir("fake-api-ca")
+	require.NoError(t, os.Chmod(d, 0o755))
+	return d
+}
+
+// bindCommand runs argv as root in dir, with env, in a private mount
+// namespace where each bind's source is mounted at its target (an
+// installation at the path a recipe names), so that nothing of the host
+// changes.
+func bindCommand(binds [][2]string, dir string, env []string, argv ...string) *exec.Cmd {
+	script := ""
+	for _, b := range binds {
+		script += fmt.Sprintf("mount --bind %q %q\n", b[0], b[1])
+	}
+	script += fmt.Sprintf("cd %q\nexec \"$@\"", dir)
+	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-e", "-c", script, "sh"}, argv...)...)
+	cmd.Env = env
+	return cmd
+}
+
+// docRecipe is the acpfs run command of a Markdown file's code blocks
+// whose command runs want, its continuation lines joined: a recipe as
+// the page gives it.
+func docRecipe(t *testing.T, path, want string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var found []string
+	in := false
+	var cur strings.Builder
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "```") {
+			in = !in
+			continue
+		}
+		if !in {
+			continue
+		}
+		if cur.Len() == 0 && !strings.HasPrefix(l, "acpfs run ") {
+			continue
+		}
+		line, more := strings.CutSuffix(strings.TrimRight(l, " "), "\\")
+		cur.WriteString(strings.TrimSpace(line) + " ")
+		if !more {
+			if cmd := strings.TrimSpace(cur.String()); strings.Contains(cmd+" ", want) {
+				found = append(found, cmd)
+			}
+			cur.Reset()
+		}
+	}
+	require.Len(t, found, 1, "%s: want one acpfs run command that runs %q", path, want)
+	return found[0]
+}
+
+// readmeAgentLine is the README's agent CLI example.
+func readmeAgentLine(t *testing.T) string {
+	t.Helper()
+	return docRecipe(t, filepath.Join("..", "README.md"), " -- claude -p ")
+}
+
+// withFlags puts flags before the " -- " of an acpfs run command line.
+func withFlags(line string, flags ...string) string {
+	var quoted []string
+	for _, f := range flags {
+		quoted = append(quoted, "'"+f+"'")
+	}
+	return strings.Replace(line, " -- ", " "+strings.Join(quoted, " ")+" -- ", 1)
 }

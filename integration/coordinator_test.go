@@ -26,23 +26,42 @@ type coordEnv struct {
 	folder string
 	runs   string
 	root   string
+	// user, when set, is the unprivileged user that owns the
+	// collaboration and starts acpfs run (see newSandboxEnvAs).
+	user *rootlessUser
 }
 
 func newCoordEnv(t *testing.T) *coordEnv {
 	testutil.RequireFUSE(t)
-	d := newDir(t, "coord")
-	e := &coordEnv{t: t, folder: filepath.Join(d, "collab"), runs: filepath.Join(d, "agent_runs"), root: filepath.Join(d, "mnt")}
-	_, stderr, code := acpfs(t, "init", "--folder", e.folder, "--participant", owner, "--participant", reviewer,
+	return newCoordEnvIn(t, newDir(t, "coord"), nil)
+}
+
+// newCoordEnvIn is newCoordEnv in the directory d, set up by u (root's
+// when nil).
+func newCoordEnvIn(t *testing.T, d string, u *rootlessUser) *coordEnv {
+	e := &coordEnv{t: t, folder: filepath.Join(d, "collab"), runs: filepath.Join(d, "agent_runs"), root: filepath.Join(d, "mnt"), user: u}
+	e.own()
+	_, stderr, code := e.acpfs("init", "--folder", e.folder, "--participant", owner, "--participant", reviewer,
 		"--objective", "Design the cache layer", "--completion", "Cache design reviewed", "--primary-deliverable-type", "design-spec")
 	require.Equal(t, 0, code, stderr)
 	require.NoError(t, os.MkdirAll(filepath.Join(e.folder, "oracle"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(e.folder, "oracle/answer.md"), []byte("the secret answer\n"), 0o644))
+	e.own()
 	return e
+}
+
+// acpfs runs the CLI as e's user.
+func (e *coordEnv) acpfs(args ...string) (string, string, int) {
+	e.t.Helper()
+	if e.user == nil {
+		return acpfs(e.t, args...)
+	}
+	return runCmd(e.t, e.user.run(e.user.dir, nil, append([]string{"acpfs"}, args...)...))
 }
 
 func (e *coordEnv) grant(args ...string) {
 	e.t.Helper()
-	_, stderr, code := acpfs(e.t, append([]string{"grant", "create", "--runs", e.runs, "--folder", e.folder}, args...)...)
+	_, stderr, code := e.acpfs(append([]string{"grant", "create", "--runs", e.runs, "--folder", e.folder}, args...)...)
 	require.Equal(e.t, 0, code, stderr)
 }
 

@@ -88,15 +88,22 @@ func TestGitHiddenUnlessNamed(t *testing.T) {
 // safe.directory, no --rw of .git (the view shows the repository owned
 // by the agent, on one file system). And such a grant gives away what
 // docs/sandbox.md says: every committed file (the oracle's too), and the
-// files the view hides look deleted to git.
+// files the view hides look deleted to git. Without root too, in both
+// uid schemes.
 func TestGitInsideRunWhenNamed(t *testing.T) {
-	e := newCoordEnv(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { gitInsideRun(t, newCoordEnvAs(t, m)) })
+}
+
+func gitInsideRun(t *testing.T, e *coordEnv) {
 	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.email=c@example.test", "-c", "user.name=c", "commit", "-qm", "start"}} {
-		cmd := exec.Command("git", args...)
+		// The coordinator's own git, as root in a rootless user's folder:
+		// safe.directory for it alone, never for the agent below.
+		cmd := exec.Command("git", append([]string{"-c", "safe.directory=*"}, args...)...)
 		cmd.Dir = e.folder
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%v: %s", args, out)
 	}
+	e.own()
 	e.grant("--agent", owner, "--id", "G-alice", "--preset", "owner", "--may-read", "**", "--may-read", ".git/**",
 		"--may-write", ".git/**", "--may-write", "src/**", "--forbid", "oracle/**")
 	out, stderr, code := e.sandbox(sbxRun{grant: "G-alice", script: `set -e

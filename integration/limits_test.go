@@ -61,10 +61,15 @@ func TestRunRefusesBadLimits(t *testing.T) {
 // TestSandboxClosesWhatAnAttackerFound covers what a tester found open:
 // listening on the host's network without bind, set-ID bits in --rw
 // directories, the write quota under run, and a host process that shares
-// the agent's uid.
+// the agent's uid. Without root, in the subuid scheme, such a process
+// makes the run take another subordinate uid (the agent's home follows
+// it); in the single scheme every process of the caller's shares the
+// agent's uid, as docs/sandbox.md says, and that part does not apply.
 func TestSandboxClosesWhatAnAttackerFound(t *testing.T) {
-	e := newSandboxEnv(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxClosesWhatAnAttackerFound(t, newSandboxEnvAs(t, m), m) })
+}
 
+func sbxClosesWhatAnAttackerFound(t *testing.T, e *coordEnv, m sbxMode) {
 	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", script: `python3 -c '
 import socket
 s = socket.socket()
@@ -76,7 +81,7 @@ except OSError as err:
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "refused", "no listening socket on the host's network")
 
-	rw := t.TempDir()
+	rw := e.newDir("rw")
 	require.NoError(t, os.Chmod(rw, 0o777))
 	_, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--rw", rw}, script: `cp /usr/bin/id "$1/id" && chmod 4755 "$1/id"`, args: []string{rw}})
 	assert.NotEqual(t, 0, code, "chmod to set-uid is refused: %s", stderr)
@@ -89,12 +94,33 @@ except OSError as err:
 	assert.NotEqual(t, 0, code, "the write quota holds under run")
 	assert.Contains(t, stderr, "quota")
 
-	hostUID := strconv.Itoa(freeUID(t))
-	host := exec.Command("setpriv", "--reuid", hostUID, "--regid", hostUID, "--clear-groups", "sleep", "60")
-	require.NoError(t, host.Start())
-	t.Cleanup(func() { _ = host.Process.Kill(); _ = host.Wait() })
-	waitFor(t, func() bool { return len(uidProcs(t, atoi(t, hostUID))) > 0 }, "the host process runs as uid "+hostUID)
-	_, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", hostUID}, script: "true"})
+	switch m {
+	case asSingle:
+		return
+	case asSubUID:
+		_, stderr, code = e.sandbox(sbxRun{grant: "G-bob", script: `echo kept > ~/state`})
+		require.Equal(t, 0, code, stderr)
+		taken := e.hostUID(stderr, 0)
+		hostProcess(t, taken)
+		out, stderr, code = e.sandbox(sbxRun{grant: "G-bob", script: `cat ~/state`})
+		require.Equal(t, 0, code, stderr)
+		assert.NotEqual(t, taken, e.hostUID(stderr, 0), "the run took the uid a host process uses")
+		assert.Equal(t, "kept\n", out, "the home followed the grant to its new uid")
+		return
+	}
+	hostUID := freeUID(t)
+	hostProcess(t, hostUID)
+	_, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", strconv.Itoa(hostUID)}, script: "true"})
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, stderr, "in use on the host")
+}
+
+// hostProcess runs a process as uid outside every sandbox until the
+// test ends.
+func hostProcess(t *testing.T, uid int) {
+	t.Helper()
+	host := exec.Command("setpriv", "--reuid", strconv.Itoa(uid), "--regid", strconv.Itoa(uid), "--clear-groups", "sleep", "60")
+	require.NoError(t, host.Start())
+	t.Cleanup(func() { _ = host.Process.Kill(); _ = host.Wait() })
+	waitFor(t, func() bool { return len(uidProcs(t, uid)) > 0 }, "the host process runs as uid "+strconv.Itoa(uid))
 }

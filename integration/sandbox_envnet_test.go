@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,9 +22,7 @@ import (
 // environment (the caller's shell).
 func (e *coordEnv) sandboxWithEnv(r sbxRun, extra ...string) (string, string, int) {
 	e.t.Helper()
-	cmd := exec.Command(acpfsBin, e.runArgs(r)...)
-	cmd.Env = append(os.Environ(), extra...)
-	return runCmd(e.t, cmd)
+	return runCmd(e.t, e.command(r, extra...))
 }
 
 // TestRunEnvironmentIsChosen: a credential in the caller's environment
@@ -95,9 +92,13 @@ func (e *coordEnv) netRecords() []ledger.Record {
 // API's name on another port, a wildcard's name that leads to loopback,
 // and any direct connection (to the host's
 // loopback, or to any address) fail; every connection through the proxy
-// is in the ledger with its host name.
+// is in the ledger with its host name. Without root too, in both uid
+// schemes: the proxy runs in the daemon, on the host's network.
 func TestRunNetAllowReachesNamedHostsOnly(t *testing.T) {
-	e := newSandboxEnv(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxNetAllow(t, newSandboxEnvAs(t, m)) })
+}
+
+func sbxNetAllow(t *testing.T, e *coordEnv) {
 	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "model-api:"+r.URL.Path)
 	}))
@@ -142,7 +143,13 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 		assert.True(t, strings.HasPrefix(lines[refused], "failed"), "%s: %s", refused, lines[refused])
 	}
 	assert.Contains(t, out, "proxy=http://127.0.0.1:3128 all=socks5h://127.0.0.1:3128 no=localhost,127.0.0.1,::1")
+	assertNetAllowRecords(t, e, port, plainPort)
+}
 
+// assertNetAllowRecords checks the ledger and the audit of sbxNetAllow's
+// run: each proxied connection is a record with its host name, counted
+// for bob.
+func assertNetAllowRecords(t *testing.T, e *coordEnv, port, plainPort int) {
 	recs := e.netRecords()
 	var allowed, refused []string
 	for _, r := range recs {
@@ -166,7 +173,7 @@ echo "proxy=$HTTPS_PROXY all=$ALL_PROXY no=$NO_PROXY"
 	assert.Equal(t, []string{fmt.Sprintf("connect other.test:%d", port), fmt.Sprintf("connect x.wild.test:%d", port),
 		fmt.Sprintf("connect api.test:%d", plainPort)}, refused)
 	// The audit takes them, and counts them for bob.
-	out, stderr, code = acpfs(t, "audit", "--runs", e.runs, "--format", "json")
+	out, stderr, code := e.acpfs("audit", "--runs", e.runs, "--format", "json")
 	require.Equal(t, 0, code, stderr)
 	var rep struct {
 		Agents []struct {

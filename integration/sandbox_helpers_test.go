@@ -26,6 +26,112 @@ const sbxSecret = "the secret answer"
 // and both may read and write scratch/shared/.
 func newSandboxEnv(t *testing.T) *coordEnv {
 	e := newCoordEnv(t)
+	sandboxGrants(e)
+	return e
+}
+
+// sbxMode is who starts acpfs run: root, or an unprivileged user whose
+// sandbox is built in a user namespace with one of the two uid schemes.
+type sbxMode string
+
+const (
+	asRoot   sbxMode = "root"
+	asSubUID sbxMode = schemeSubUID
+	asSingle sbxMode = schemeSingle
+)
+
+// allModes are where the root sandbox's isolation checks run: as root,
+// and without root in both uid schemes.
+var allModes = []sbxMode{asRoot, asSubUID, asSingle}
+
+// eachMode runs f as one subtest per mode.
+func eachMode(t *testing.T, modes []sbxMode, f func(t *testing.T, m sbxMode)) {
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) { f(t, m) })
+	}
+}
+
+// newSandboxEnvAs is newSandboxEnv whose acpfs run m's user starts: as
+// root, or as an unprivileged user (newRootlessUser) that owns the
+// collaboration, in its home, as on a desktop.
+func newSandboxEnvAs(t *testing.T, m sbxMode) *coordEnv {
+	t.Helper()
+	e := newCoordEnvAs(t, m)
+	sandboxGrants(e)
+	return e
+}
+
+// newCoordEnvAs is newCoordEnv set up by m's user (see newSandboxEnvAs).
+func newCoordEnvAs(t *testing.T, m sbxMode) *coordEnv {
+	t.Helper()
+	if m == asRoot {
+		return newCoordEnv(t)
+	}
+	u := newRootlessUser(t, string(m))
+	d := filepath.Join(u.home, "coord")
+	require.NoError(t, os.Mkdir(d, 0o700))
+	return newCoordEnvIn(t, d, u)
+}
+
+// own gives the collaboration's directory, whole, to the unprivileged
+// user of a rootless env (the test makes its files as root).
+func (e *coordEnv) own() {
+	e.t.Helper()
+	if e.user != nil {
+		e.user.chownAll(filepath.Dir(e.folder))
+	}
+}
+
+// newDir is newDir for e's user: a directory it owns and can reach.
+func (e *coordEnv) newDir(name string) string {
+	e.t.Helper()
+	if e.user == nil {
+		return newDir(e.t, name)
+	}
+	d, err := os.MkdirTemp(e.user.home, name+"-")
+	require.NoError(e.t, err)
+	e.user.chownAll(d)
+	return d
+}
+
+// command is the acpfs run of r, started by e's user, with extra
+// variables in acpfs run's own environment; not started.
+func (e *coordEnv) command(r sbxRun, extraEnv ...string) *exec.Cmd {
+	e.t.Helper()
+	if e.user != nil {
+		dir := r.dir
+		if dir == "" {
+			dir = e.user.dir // not shown in the sandbox, as the root tests' own
+		}
+		return e.user.run(dir, extraEnv, append([]string{"acpfs"}, e.runArgs(r)...)...)
+	}
+	cmd := exec.Command(acpfsBin, e.runArgs(r)...)
+	cmd.Dir = r.dir
+	if len(extraEnv) > 0 {
+		cmd.Env = append(os.Environ(), extraEnv...)
+	}
+	return cmd
+}
+
+// hostUID is the uid the host knows the agent of a run by: as root, the
+// uid it runs as in the sandbox (inside); without root, the caller's in
+// the single scheme, else the one the run's first line names (stderr).
+func (e *coordEnv) hostUID(stderr string, inside int) int {
+	e.t.Helper()
+	switch {
+	case e.user == nil:
+		return inside
+	case e.user.scheme == schemeSingle:
+		return e.user.uid
+	}
+	m := hostUIDLine.FindStringSubmatch(stderr)
+	require.NotNil(e.t, m, "no host uid in %q", stderr)
+	return atoi(e.t, m[1])
+}
+
+// sandboxGrants makes newSandboxEnv's grants and scratch directories.
+func sandboxGrants(e *coordEnv) {
+	t := e.t
 	e.grant("--agent", owner, "--id", "G-alice", "--preset", "owner",
 		"--may-read", "oracle/**", "--may-read", "scratch/alice/**", "--may-write", "scratch/alice/**",
 		"--may-read", "scratch/shared/**", "--may-write", "scratch/shared/**")
@@ -33,7 +139,7 @@ func newSandboxEnv(t *testing.T) *coordEnv {
 		"--may-read", "scratch/shared/**", "--may-write", "scratch/shared/**")
 	require.NoError(t, os.MkdirAll(filepath.Join(e.folder, "scratch", "alice"), 0o755))
 	require.NoError(t, os.MkdirAll(filepath.Join(e.folder, "scratch", "shared"), 0o755))
-	return e
+	e.own()
 }
 
 // sbxRun is one `acpfs run`: grant, extra flags, a bash script and its
@@ -56,9 +162,7 @@ func (e *coordEnv) runArgs(r sbxRun) []string {
 // status.
 func (e *coordEnv) sandbox(r sbxRun) (string, string, int) {
 	e.t.Helper()
-	cmd := exec.Command(acpfsBin, e.runArgs(r)...)
-	cmd.Dir = r.dir
-	return runCmd(e.t, cmd)
+	return runCmd(e.t, e.command(r))
 }
 
 // sbxProc is an `acpfs run` left running: its script prints READY when
@@ -83,8 +187,7 @@ func (e *coordEnv) startSandbox(r sbxRun) *sbxProc {
 	e.t.Helper()
 	p := &sbxProc{t: e.t, ready: make(chan struct{}), exited: make(chan struct{})}
 	r.script += sbxReadyLine
-	p.cmd = exec.Command(acpfsBin, e.runArgs(r)...)
-	p.cmd.Dir = r.dir
+	p.cmd = e.command(r)
 	var err error
 	p.stdin, err = p.cmd.StdinPipe()
 	require.NoError(e.t, err)

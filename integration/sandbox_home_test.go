@@ -28,28 +28,49 @@ func callerHome(t *testing.T) string {
 	return h
 }
 
+// homeAt is where e's sandboxes show the agent's home: the HOME path of
+// whoever starts acpfs run.
+func (e *coordEnv) homeAt() string {
+	if e.user != nil {
+		return e.user.home
+	}
+	return callerHome(e.t)
+}
+
+// callerUID is the uid that starts e's acpfs run.
+func (e *coordEnv) callerUID() uint32 {
+	if e.user != nil {
+		return uint32(e.user.uid)
+	}
+	return 0
+}
+
 // TestSandboxHomePersists: the agent's home is at $HOME (the caller's
 // HOME path), owned by its uid, in RUNS/homes/<grant>, and what one run
-// writes there the next run finds.
+// writes there the next run finds; without root too, in both uid schemes
+// (the subuid scheme's home is given to the agent's subordinate uid).
 func TestSandboxHomePersists(t *testing.T) {
-	e := newSandboxEnv(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxHomePersists(t, newSandboxEnvAs(t, m)) })
+}
+
+func sbxHomePersists(t *testing.T, e *coordEnv) {
 	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", script: `set -e
 		printf '%s\n' "$HOME"; id -u; stat -c %u "$HOME"
 		mkdir -p "$HOME/.agent" && echo "logged in" > "$HOME/.agent/session"`})
 	require.Equal(t, 0, code, stderr)
 	f := strings.Fields(out)
 	require.Len(t, f, 3, out)
-	assert.Equal(t, callerHome(t), f[0], "HOME is the caller's HOME path")
+	assert.Equal(t, e.homeAt(), f[0], "HOME is the caller's HOME path")
 	assert.Equal(t, f[1], f[2], "the home is the agent's own")
-	uid := atoi(t, f[1])
+	uid := e.hostUID(stderr, atoi(t, f[1]))
 
 	home := filepath.Join(e.runs, sandbox.HomesDir, "G-bob")
 	var st syscall.Stat_t
 	require.NoError(t, syscall.Lstat(home, &st))
-	assert.Equal(t, uint32(uid), st.Uid)
+	assert.Equal(t, uint32(uid), st.Uid, "the agent's uid on the host")
 	assert.Equal(t, uint32(0o700), st.Mode&0o7777)
 	require.NoError(t, syscall.Lstat(filepath.Dir(home), &st))
-	assert.Equal(t, uint32(0), st.Uid)
+	assert.Equal(t, e.callerUID(), st.Uid)
 	assert.Equal(t, uint32(0o700), st.Mode&0o7777, "RUNS/homes keeps each home from other uids")
 	assert.Equal(t, "logged in\n", readFile(t, filepath.Join(home, ".agent", "session")))
 
@@ -57,17 +78,28 @@ func TestSandboxHomePersists(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, "logged in\n", out, "the next run finds the state of the last")
 
-	// --home none: the old behaviour, HOME in the private /tmp.
-	out, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--home", "none"}, script: `printf '%s' "$HOME"`})
+	// --home none: no home of its own; HOME is the private /tmp, or the
+	// caller's HOME path where the sandbox shows it (the way to a folder
+	// below it).
+	out, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--home", "none"}, script: `printf '%s' "$HOME"; ls -A "$HOME" | grep -q .agent && echo LEAK; true`})
 	require.Equal(t, 0, code, stderr)
-	assert.Equal(t, "/tmp", out)
+	want := "/tmp"
+	if e.user != nil {
+		want = e.homeAt()
+	}
+	assert.Equal(t, want, out)
 }
 
 // TestSandboxHomeOthersCannotReach: another grant's run has a home of its
 // own, cannot reach the first one's through the run directory, and its
-// uid cannot enter it on the host either.
+// uid cannot enter it on the host either (in the single scheme without
+// root both agents are the caller's uid on the host, which has no
+// second uid to refuse).
 func TestSandboxHomeOthersCannotReach(t *testing.T) {
-	e := newSandboxEnv(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxHomeOthersCannotReach(t, newSandboxEnvAs(t, m), m) })
+}
+
+func sbxHomeOthersCannotReach(t *testing.T, e *coordEnv, m sbxMode) {
 	_, stderr, code := e.sandbox(sbxRun{grant: "G-alice", script: `echo "alice's token" > "$HOME/token"`})
 	require.Equal(t, 0, code, stderr)
 	aliceHome := filepath.Join(e.runs, sandbox.HomesDir, "G-alice")
@@ -82,8 +114,10 @@ func TestSandboxHomeOthersCannotReach(t *testing.T) {
 		true`, args: []string{aliceHome, filepath.Dir(aliceHome)}})
 	require.Equal(t, 0, code, stderr)
 	assert.NotContains(t, out, "LEAK")
-	bobUID := atoi(t, strings.Fields(out)[0])
-
+	if m == asSingle {
+		return
+	}
+	bobUID := e.hostUID(stderr, atoi(t, strings.Fields(out)[0]))
 	hostOut, hostCode := asUID(t, bobUID, `cat "$1/token"`, aliceHome)
 	assert.NotEqual(t, 0, hostCode, "bob's uid read alice's home on the host: %s", hostOut)
 }

@@ -26,12 +26,16 @@ import (
 
 // rootlessUser is an unprivileged user with a home of its own.
 type rootlessUser struct {
-	t    *testing.T
-	uid  int
-	dir  string // root's: the device node, the binary, the /etc copies
-	home string // the user's, mode 0700
+	t      *testing.T
+	scheme string
+	uid    int
+	dir    string // root's: the device node, the binary, the /etc copies
+	home   string // the user's, mode 0700
 	// etc are the files bound over /etc/<name> in the namespace.
 	etc map[string]string
+	// binds are further binds (source, target) of the namespace, made
+	// before the user's command runs: an installation at a recipe's path.
+	binds [][2]string
 }
 
 // The uid schemes, as the first line of a rootless run names them.
@@ -43,6 +47,13 @@ const (
 // newRootlessUser makes an unprivileged user for scheme: with a name and
 // subordinate ids (subuid), or a bare uid (single).
 func newRootlessUser(t *testing.T, scheme string) *rootlessUser {
+	t.Helper()
+	return newRootlessUserRange(t, scheme, 65536)
+}
+
+// newRootlessUserRange is newRootlessUser with subCount subordinate ids
+// (subuid scheme).
+func newRootlessUserRange(t *testing.T, scheme string, subCount int) *rootlessUser {
 	t.Helper()
 	testutil.RequireFUSE(t)
 	if os.Geteuid() != 0 {
@@ -65,7 +76,7 @@ func newRootlessUser(t *testing.T, scheme string) *rootlessUser {
 			}
 		}
 	}
-	u := &rootlessUser{t: t, uid: freeUID(t), etc: map[string]string{}}
+	u := &rootlessUser{t: t, scheme: scheme, uid: freeUID(t), etc: map[string]string{}}
 	// The uid is this test's alone: a process of it still running at the
 	// end (a failed test's sandbox) is the test's, and is ended.
 	t.Cleanup(func() {
@@ -91,7 +102,7 @@ func newRootlessUser(t *testing.T, scheme string) *rootlessUser {
 	if scheme == schemeSubUID {
 		name := fmt.Sprintf("acpfs-rl%d", u.uid)
 		// Subordinate ids far above any account, one range per test uid.
-		sub := fmt.Sprintf("%s:%d:65536\n", name, 1<<22+(u.uid%1000)*65536)
+		sub := fmt.Sprintf("%s:%d:%d\n", name, 1<<22+(u.uid%1000)*65536, subCount)
 		for f, add := range map[string]string{
 			"passwd": fmt.Sprintf("%s:x:%d:%d::%s:/bin/sh\n", name, u.uid, u.uid, u.home),
 			"group":  fmt.Sprintf("%s:x:%d:\n", name, u.uid),
@@ -137,6 +148,38 @@ exec setpriv --reuid %d --regid %d --clear-groups -- env -i HOME=%q PATH=%q ACPF
   /usr/bin/bash -e -o pipefail %q "$@"`, u.home, u.uid, u.uid, u.home,
 		filepath.Join(u.dir, "bin")+":/usr/local/bin:/usr/bin:/bin", filepath.Join(u.home, ".state-cache"), f.Name())
 	return exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-e", "-c", wrapper, "sh"}, args...)...)
+}
+
+// run is the command that runs argv as the user in dir (cd'd into as
+// root: the user need not be able to reach it), with the environment of
+// sh plus extraEnv.
+func (u *rootlessUser) run(dir string, extraEnv []string, argv ...string) *exec.Cmd {
+	u.t.Helper()
+	binds := fmt.Sprintf("mount --bind %q /dev/fuse\n", filepath.Join(u.dir, "fuse"))
+	for name, p := range u.etc {
+		binds += fmt.Sprintf("mount --bind %q /etc/%s\n", p, name)
+	}
+	for _, b := range u.binds {
+		binds += fmt.Sprintf("mount --bind %q %q\n", b[0], b[1])
+	}
+	env := []string{"HOME=" + u.home, "PATH=" + filepath.Join(u.dir, "bin") + ":/usr/local/bin:/usr/bin:/bin",
+		"ACPFS_CHECKPOINT_DIR=" + filepath.Join(u.home, ".checkpoints"), "LANG=C.UTF-8"}
+	wrapper := binds + fmt.Sprintf(`cd %q
+exec setpriv --reuid %d --regid %d --clear-groups -- env -i "$@"`, dir, u.uid, u.uid)
+	args := []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-e", "-c", wrapper, "sh"}
+	args = append(append(append(args, env...), extraEnv...), argv...)
+	return exec.Command("unshare", args...)
+}
+
+// chownAll gives the tree at p to the user.
+func (u *rootlessUser) chownAll(p string) {
+	u.t.Helper()
+	require.NoError(u.t, filepath.WalkDir(p, func(path string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, u.uid, u.uid)
+	}))
 }
 
 // collab makes, as the user, the collaboration of newSandboxEnv in its
@@ -296,7 +339,8 @@ func TestSandboxRootlessLimits(t *testing.T) {
 }
 
 // TestSandboxRootlessReadme: the README's quick start and its `acpfs run`
-// block, verbatim, work for an unprivileged user.
+// blocks (the agents' work, the agent's home kept between runs),
+// verbatim, work for an unprivileged user.
 func TestSandboxRootlessReadme(t *testing.T) {
 	u := newRootlessUser(t, schemeSubUID)
 	data, err := os.ReadFile(filepath.Join("..", "README.md"))
@@ -310,7 +354,9 @@ func TestSandboxRootlessReadme(t *testing.T) {
 			if b.mode == readmeRunIt && strings.Contains(b.script, want) {
 				script.WriteString(b.script)
 				found = true
-				break
+				if !strings.HasPrefix(want, "acpfs run") {
+					break // every acpfs run block, the first of the others
+				}
 			}
 		}
 		require.True(t, found, "no README block runs %q", want)
@@ -318,6 +364,7 @@ func TestSandboxRootlessReadme(t *testing.T) {
 	out, stderr, code := u.sh(script.String())
 	require.Equal(t, 0, code, "%s%s", out, stderr)
 	assert.Contains(t, out, "no oracle here")
+	assert.Contains(t, out, "logged in\n", "the home example: the next run finds the state of the last")
 	assert.Contains(t, readFile(t, filepath.Join(u.home, "collab", "review.md")), "burst handling needs a number")
 	assert.Contains(t, readFile(t, filepath.Join(u.home, "collab", "events.jsonl")), `"from":"bob","event":"review_submitted"`)
 }
@@ -363,12 +410,18 @@ wait || true`, out, pidFile)
 
 // TestSandboxRootlessTwoCollaborations: the same grant id of two
 // collaborations of one user runs at once, as two host uids (with the
-// subuid scheme), each stable from run to run.
+// subuid scheme), each stable from run to run. The uids come from the
+// user's own registry, not from a hash of the run directory and grant
+// into the range: with six subordinate uids, six grants of three
+// collaborations run one after another get six uids (a hash into six
+// slots gives two of them one uid 98 times in 100), and keep them.
 func TestSandboxRootlessTwoCollaborations(t *testing.T) {
-	u := newRootlessUser(t, schemeSubUID)
-	_, stderr, code := u.sh(`for c in a b; do mkdir $c; cd $c
+	const n = 6
+	u := newRootlessUserRange(t, schemeSubUID, n)
+	_, stderr, code := u.sh(`for c in a b c; do mkdir $c; cd $c
 acpfs init --folder collab --participant alice --participant bob --objective o --completion c --primary-deliverable-type design-spec >/dev/null
 acpfs grant create --runs agent_runs --folder collab --agent bob --id G-bob --preset reviewer >/dev/null
+acpfs grant create --runs agent_runs --folder collab --agent alice --id G-alice --preset owner >/dev/null
 cd ..; done`)
 	require.Equal(t, 0, code, stderr)
 	out := filepath.Join(u.home, "a.out")
@@ -387,15 +440,66 @@ cd ..; done`)
 		require.NotNil(t, m, stderr)
 		return m[1]
 	}
-	_, stderrB, code := u.sh(`cd b && acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits -- /usr/bin/true`)
-	require.Equal(t, 0, code, "the same grant id of another collaboration must run beside the first: %s", stderrB)
+	run := func(dir, grant string) string {
+		_, stderr, code := u.sh(`cd ` + dir + ` && acpfs run --folder collab --runs agent_runs --grant ` + grant + ` --no-limits -- /usr/bin/true`)
+		require.Equal(t, 0, code, "%s of %s: %s", grant, dir, stderr)
+		return hostUID(stderr)
+	}
+	bobB := run("b", "G-bob")
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)
-	assert.NotEqual(t, hostUID(string(b)), hostUID(stderrB))
+	bobA := hostUID(string(b))
+	assert.NotEqual(t, bobA, bobB, "the same grant id of another collaboration runs beside the first, as another uid")
 	stdin.Close()
 	<-done
 	require.NoError(t, waitErr)
-	_, again, code := u.sh(`cd a && acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits -- /usr/bin/true`)
-	require.Equal(t, 0, code, again)
-	assert.Equal(t, hostUID(string(b)), hostUID(again), "a grant keeps its host uid")
+
+	got := map[string]string{bobA: "a/G-bob", bobB: "b/G-bob"}
+	first := 1<<22 + (u.uid%1000)*65536
+	for _, g := range []string{"a/G-alice", "b/G-alice", "c/G-alice", "c/G-bob"} {
+		dir, grant, _ := strings.Cut(g, "/")
+		uid := run(dir, grant)
+		assert.NotContains(t, got, uid, "%s shares a uid with %s", g, got[uid])
+		got[uid] = g
+	}
+	for uid := range got {
+		assert.GreaterOrEqual(t, atoi(t, uid), first)
+		assert.Less(t, atoi(t, uid), first+n, "the user's own range")
+	}
+	assert.Equal(t, bobA, run("a", "G-bob"), "a grant keeps its host uid")
+	assert.Equal(t, bobB, run("b", "G-bob"), "a grant keeps its host uid")
+}
+
+// TestSandboxRootlessRWOfTheCallers: without root, in the subuid scheme,
+// a --rw or --home directory of the caller's would need an idmapped
+// mount, which only root may make of a host directory: the run refuses,
+// in one line before the command starts, naming the way out; it never
+// shows it read-only. In the single scheme (chosen with --uid-scheme, the
+// way out) the agent is the caller's uid and writes it as it is.
+func TestSandboxRootlessRWOfTheCallers(t *testing.T) {
+	u := newRootlessUser(t, schemeSubUID)
+	u.collab()
+	for _, flag := range []string{"--rw", "--home"} {
+		out, stderr, code := u.sh(`mkdir -p .claude && acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits ` + flag + ` .claude -- /usr/bin/bash -c 'echo COMMAND-RAN'`)
+		assert.Equal(t, 3, code, stderr)
+		assert.NotContains(t, out, "COMMAND-RAN", "the command must not start")
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		require.Len(t, lines, 1, "one line: %q", stderr)
+		for _, want := range []string{flag + " " + u.home + "/.claude: owned by you", "idmapped mount", "agent_runs/homes/G-bob", "--uid-scheme single"} {
+			assert.Contains(t, lines[0], want)
+		}
+	}
+	out, stderr, code := u.sh(`acpfs run --folder collab --runs agent_runs --grant G-bob --no-limits --uid-scheme single --rw .claude -- /usr/bin/bash -c 'touch ~/.claude/x && echo touched'`)
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "touched\n", out)
+	m := schemeLine.FindStringSubmatch(strings.SplitN(stderr, "\n", 2)[0])
+	require.NotNil(t, m, stderr)
+	assert.Equal(t, schemeSingle, m[1])
+	var st syscall.Stat_t
+	require.NoError(t, syscall.Lstat(filepath.Join(u.home, ".claude", "x"), &st))
+	assert.Equal(t, uint32(u.uid), st.Uid, "the caller's own file")
+
+	_, stderr, code = u.sh(`acpfs run --folder collab --runs agent_runs --grant G-bob --uid-scheme bogus -- /usr/bin/true`)
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "--uid-scheme")
 }

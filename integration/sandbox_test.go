@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,24 +27,35 @@ import (
 // the first one runs as (as an old README example did) is refused, since
 // a uid is never shared by two grants; running as its own, it cannot see
 // the first one's processes, nor reach its view through /proc/PID/root,
-// by any pid the host knows them by.
+// by any pid the host knows them by. Without root, in the single scheme
+// (no --uid to give), both agents are the caller's uid on the host: the
+// PID namespaces alone part them, and do.
 func TestSandboxProcShowsOnlyItself(t *testing.T) {
-	e := newSandboxEnv(t)
-	uid := strconv.Itoa(freeUID(t))
-	a := e.startSandbox(sbxRun{grant: "G-alice", flags: []string{"--uid", uid},
-		script: `cat "$0/oracle/answer.md" >/dev/null || exit 9`})
-	hostPids := uidProcs(t, atoi(t, uid))
-	require.NotEmpty(t, hostPids, "alice's command is not running as "+uid)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) {
+		e := newSandboxEnvAs(t, m)
+		var flags []string
+		uid := strconv.Itoa(62000)
+		if m == asRoot {
+			uid = strconv.Itoa(freeUID(t))
+		}
+		if m != asSingle {
+			flags = []string{"--uid", uid}
+		}
+		a := e.startSandbox(sbxRun{grant: "G-alice", flags: flags, script: `cat "$0/oracle/answer.md" >/dev/null || exit 9`})
+		hostPids := uidProcs(t, e.hostUID(a.out.String(), atoi(t, uid)))
+		require.NotEmpty(t, hostPids, "alice's command is not running: %s", a.out.String())
 
-	var args []string
-	for _, p := range hostPids {
-		args = append(args, strconv.Itoa(p))
-	}
-	_, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--uid", uid}, script: "true"})
-	assert.Equal(t, 3, code, stderr)
-	assert.Contains(t, stderr, "uid "+uid+" is in use by the sandbox of grant G-alice")
+		var args []string
+		for _, p := range hostPids {
+			args = append(args, strconv.Itoa(p))
+		}
+		if m != asSingle {
+			_, stderr, code := e.sandbox(sbxRun{grant: "G-bob", flags: flags, script: "true"})
+			assert.Equal(t, 3, code, stderr)
+			assert.Contains(t, stderr, " is in use by the sandbox of grant G-alice")
+		}
 
-	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", args: args, script: `
+		out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", args: args, script: `
 F=$0
 for p in "$@" /proc/[0-9]*; do p=${p#/proc/}
   cat "/proc/$p/root$F/oracle/answer.md" 2>/dev/null
@@ -53,23 +63,24 @@ for p in "$@" /proc/[0-9]*; do p=${p#/proc/}
   ls -l "/proc/$p/fd/" 2>/dev/null | grep -q /dev/fuse && echo FUSE-FD
 done
 echo PS; ps -e -o pid=,args=`})
-	require.Equal(t, 0, code, stderr)
-	assert.NotContains(t, out, sbxSecret)
-	assert.NotContains(t, out, "FUSE-FD")
-	ps := strings.TrimSpace(out[strings.Index(out, "PS")+2:])
-	lines := strings.Split(ps, "\n")
-	// The sandbox's first process, the shell and ps itself: nothing else.
-	assert.LessOrEqual(t, len(lines), 4, "ps inside the sandbox:\n%s", ps)
-	for _, l := range lines {
-		f := strings.Fields(l)
-		require.NotEmpty(t, f)
-		assert.Less(t, atoi(t, f[0]), 100, "a pid from outside the sandbox: %s", l)
-		assert.NotContains(t, l, "run-daemon")
-		assert.NotContains(t, l, "oracle")
-	}
-	assert.Contains(t, lines[0], "run-init", "pid 1 is the sandbox's own first process")
-	_, code = a.finish()
-	assert.Equal(t, 0, code)
+		require.Equal(t, 0, code, stderr)
+		assert.NotContains(t, out, sbxSecret)
+		assert.NotContains(t, out, "FUSE-FD")
+		ps := strings.TrimSpace(out[strings.Index(out, "PS")+2:])
+		lines := strings.Split(ps, "\n")
+		// The sandbox's first process, the shell and ps itself: nothing else.
+		assert.LessOrEqual(t, len(lines), 4, "ps inside the sandbox:\n%s", ps)
+		for _, l := range lines {
+			f := strings.Fields(l)
+			require.NotEmpty(t, f)
+			assert.Less(t, atoi(t, f[0]), 100, "a pid from outside the sandbox: %s", l)
+			assert.NotContains(t, l, "run-daemon")
+			assert.NotContains(t, l, "oracle")
+		}
+		assert.Contains(t, lines[0], "run-init", "pid 1 is the sandbox's own first process")
+		_, code = a.finish()
+		assert.Equal(t, 0, code)
+	})
 }
 
 // TestSandboxOtherViewsUnreachable: another agent's view, mounted with
@@ -99,7 +110,10 @@ grep -c fuse /proc/self/mountinfo`})
 // it in /tmp, /var/tmp or /dev/shm for one that may not; nothing reaches
 // the host's either.
 func TestSandboxPrivateTmp(t *testing.T) {
-	e := newSandboxEnv(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxPrivateTmp(t, newSandboxEnvAs(t, m)) })
+}
+
+func sbxPrivateTmp(t *testing.T, e *coordEnv) {
 	tag := fmt.Sprintf("acpfs-leak-%d", time.Now().UnixNano())
 	a := e.startSandbox(sbxRun{grant: "G-alice", args: []string{tag}, script: `
 for d in /tmp /var/tmp /dev/shm; do cp "$0/oracle/answer.md" "$d/$1" || exit 9; done`})
@@ -119,10 +133,14 @@ for d in /tmp /var/tmp /dev/shm; do cat "$d/$1"; ls -A "$d"; done; true`})
 // show (hidden by the grant, the run directory, a directory elsewhere)
 // becomes the folder, with a note; it never stays the real directory.
 func TestSandboxWorkingDirectory(t *testing.T) {
-	e := newSandboxEnv(t)
-	elsewhere := newDir(t, "elsewhere")
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxWorkingDirectory(t, newSandboxEnvAs(t, m)) })
+}
+
+func sbxWorkingDirectory(t *testing.T, e *coordEnv) {
+	elsewhere := e.newDir("elsewhere")
 	require.NoError(t, os.WriteFile(filepath.Join(elsewhere, "answer.md"), []byte(sbxSecret), 0o644))
 	require.NoError(t, os.MkdirAll(filepath.Join(e.folder, "deliverables"), 0o755))
+	e.own()
 	tests := []struct {
 		name, dir, want string
 		moved           bool
@@ -267,13 +285,19 @@ id -u`})
 // TCP sockets, its own files, signals) the other cannot reach, with the
 // host's network or without. The one file both grants show does pass,
 // and the ledger says who wrote it and who read it.
+//
+// Without root, in the single uid scheme, both agents are the caller's
+// uid on the host: the namespaces, Landlock's scopes and the private
+// directories alone must keep them apart.
 func TestSandboxTwoAgentsCannotTalk(t *testing.T) {
-	for _, net := range []string{"none", "host", "allow=api.example.com"} {
-		t.Run("net "+net, func(t *testing.T) {
-			e := newSandboxEnv(t)
-			sbxNoTalk(t, e, []string{"--net", net})
-		})
-	}
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) {
+		for _, net := range []string{"none", "host", "allow=api.example.com"} {
+			t.Run("net "+net, func(t *testing.T) {
+				e := newSandboxEnvAs(t, m)
+				sbxNoTalk(t, e, []string{"--net", net})
+			})
+		}
+	})
 }
 
 func sbxNoTalk(t *testing.T, e *coordEnv, flags []string) {
@@ -341,7 +365,10 @@ true`})
 // TestSandboxNetwork: --net none has no route out (only its own
 // loopback); --net host has the host's, but no agent may listen on it.
 func TestSandboxNetwork(t *testing.T) {
-	e := newSandboxEnv(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxNetwork(t, newSandboxEnvAs(t, m)) })
+}
+
+func sbxNetwork(t *testing.T, e *coordEnv) {
 	probe := `
 /usr/bin/python3 -c '
 import socket
@@ -369,7 +396,10 @@ awk 'NR>2 {print $1}' /proc/net/dev`
 
 // TestSandboxWalls: what the command runs under, seen from inside.
 func TestSandboxWalls(t *testing.T) {
-	e := newSandboxEnv(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxWalls(t, newSandboxEnvAs(t, m)) })
+}
+
+func sbxWalls(t *testing.T, e *coordEnv) {
 	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", script: `
 grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd):' /proc/self/status | tr -s '\t ' ' '
 ls / >/dev/null 2>&1 || echo "root listing refused"
@@ -398,15 +428,24 @@ echo x > /tmp/x && cat /tmp/x`})
 // TestSandboxPrivateParent: a folder under a directory only root may
 // enter works; shown as it is (--ro of that directory), it fails with one
 // line before the command starts.
+//
+// Without root, in the single uid scheme, the agent is the directory's
+// owner, so the second half does not apply.
 func TestSandboxPrivateParent(t *testing.T) {
-	e := newSandboxEnv(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxPrivateParent(t, newSandboxEnvAs(t, m), m) })
+}
+
+func sbxPrivateParent(t *testing.T, e *coordEnv, m sbxMode) {
 	home := filepath.Dir(e.folder)
 	require.NoError(t, os.Chmod(home, 0o700))
 	out, stderr, code := e.sandbox(sbxRun{grant: "G-bob", script: `cat "$0/proposal.md" >/dev/null && echo READ`})
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, "READ\n", out)
+	if m == asSingle {
+		return
+	}
 
-	outside := newDir(t, "tools")
+	outside := e.newDir("tools")
 	out, stderr, code = e.sandbox(sbxRun{grant: "G-bob", flags: []string{"--ro", outside, "--ro", home}, script: `echo STARTED`})
 	assert.NotEqual(t, 0, code)
 	assert.Empty(t, out, "the command must not start")
@@ -417,7 +456,10 @@ func TestSandboxPrivateParent(t *testing.T) {
 // TestSandboxRefusesBadPaths: --ro and --rw that would undo the sandbox
 // are refused before anything starts.
 func TestSandboxRefusesBadPaths(t *testing.T) {
-	e := newSandboxEnv(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxRefusesBadPaths(t, newSandboxEnvAs(t, m)) })
+}
+
+func sbxRefusesBadPaths(t *testing.T, e *coordEnv) {
 	for _, tt := range []struct{ flag, path, msg string }{
 		{"--ro", "/", "not /"},
 		{"--rw", "/tmp", "its own, empty /tmp"},
@@ -493,7 +535,7 @@ func TestSandboxOwnerOnly(t *testing.T) {
 
 func ledgerRecords(t *testing.T, e *coordEnv) []ledger.Record {
 	t.Helper()
-	out, stderr, code := acpfs(t, "ledger", "show", "--ledger", filepath.Join(e.runs, "communication_ledger.jsonl"), "--json")
+	out, stderr, code := e.acpfs("ledger", "show", "--ledger", filepath.Join(e.runs, "communication_ledger.jsonl"), "--json")
 	require.Equal(t, 0, code, stderr)
 	var recs []ledger.Record
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -518,8 +560,11 @@ func hasRecord(recs []ledger.Record, kind ledger.Kind, path, agent string) bool 
 // another mount of the folder (or of part of it, or of the run
 // directory) would lead around the view and the masks: nothing starts.
 func TestSandboxRefusesSecondRoutes(t *testing.T) {
-	e := newSandboxEnv(t)
-	shown := newDir(t, "shown")
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxRefusesSecondRoutes(t, newSandboxEnvAs(t, m)) })
+}
+
+func sbxRefusesSecondRoutes(t *testing.T, e *coordEnv) {
+	shown := e.newDir("shown")
 	for _, src := range []string{e.folder, filepath.Join(e.folder, "oracle"), e.runs} {
 		t.Run(filepath.Base(src), func(t *testing.T) {
 			alias := filepath.Join(shown, "alias")
@@ -537,17 +582,29 @@ func TestSandboxRefusesSecondRoutes(t *testing.T) {
 // TestSandboxInheritedDescriptors: a descriptor acpfs run inherits from
 // whatever started it (a pipe to the outside) reaches neither the
 // command nor, for a root command to take, the sandbox's first process.
+//
+// Without root there is no root command (--allow-root is refused): the
+// command's own descriptors are checked, and the first process's where
+// the command may read them.
 func TestSandboxInheritedDescriptors(t *testing.T) {
-	e := newSandboxEnv(t)
+	eachMode(t, allModes, func(t *testing.T, m sbxMode) { sbxInheritedDescriptors(t, newSandboxEnvAs(t, m), m) })
+}
+
+func sbxInheritedDescriptors(t *testing.T, e *coordEnv, m sbxMode) {
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
 	defer r.Close()
 	defer w.Close()
-	cmd := exec.Command(acpfsBin, e.runArgs(sbxRun{grant: "G-bob", flags: []string{"--allow-root"},
-		script: `for p in self 1; do for f in /proc/$p/fd/*; do echo "$p ${f##*/} $(readlink $f)"; done; done`})...)
+	var flags []string
+	if m == asRoot {
+		flags = []string{"--allow-root"}
+	}
+	cmd := e.command(sbxRun{grant: "G-bob", flags: flags,
+		script: `for p in self 1; do for f in /proc/$p/fd/*; do echo "$p ${f##*/} $(readlink $f)"; done; done`})
 	cmd.ExtraFiles = []*os.File{w}
 	out, err := cmd.Output()
 	require.NoError(t, err)
+	assert.Contains(t, string(out), "self 0 ", "the command lists its own descriptors")
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(l)
 		if len(f) < 3 || f[0] == "1" && strings.HasPrefix(f[2], "/cpu.") {

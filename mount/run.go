@@ -58,6 +58,11 @@ type RunConfig struct {
 	// which the daemon must not outlive.
 	UserNS    *sandbox.UserNS `json:"userns,omitempty"`
 	ParentPID int             `json:"parent_pid,omitempty"`
+	// GiveHome, when set, is the agent's home that a rootless run's
+	// daemon gives to the command's uid and gid before anything else: in
+	// its user namespace both the caller's ids and the agent's are mapped,
+	// which they are nowhere else.
+	GiveHome string `json:"give_home,omitempty"`
 }
 
 // LimitHit is returned by Run when the command ended after running into
@@ -93,6 +98,11 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 	defer signal.Stop(sig)
 	if cfg.UserNS != nil {
 		if err := keepParent(cfg.ParentPID); err != nil {
+			return 0, err
+		}
+	}
+	if cfg.GiveHome != "" {
+		if err := sandbox.GiveHome(cfg.GiveHome, cfg.Sandbox.UID, cfg.Sandbox.GID); err != nil {
 			return 0, err
 		}
 	}

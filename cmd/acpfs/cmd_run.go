@@ -88,10 +88,15 @@ a limit, run says which on stderr and exits with status 6.
 Without root, run builds the same sandbox in a user namespace (when
 /dev/fuse is usable and user namespaces are on; acpfs doctor tells). Its
 first line on stderr names the uid scheme: subuid (a subordinate uid of
-yours, from /etc/subuid through newuidmap) or single (your own uid on the
-host, as uid 0 without capabilities in the namespace). Limits then need a
-delegated cgroup v2 subtree: without one, --memory, --pids and --cpu are
-refused (pass --no-limits) and the defaults are dropped with one line.
+yours, from /etc/subuid through newuidmap, handed out per grant by your
+own registry, ~/.local/state/acpfs/uids) or single (your own uid on the
+host, as uid 0 without capabilities in the namespace; --uid-scheme single
+chooses it). The agent's home is kept in RUNS/homes/<grant id> in both; in
+the subuid scheme a --rw or --home directory of yours is refused (showing
+it as the agent's takes an idmapped mount, which needs root). Limits then
+need a delegated cgroup v2 subtree: without one, --memory, --pids and
+--cpu are refused (pass --no-limits) and the defaults are dropped with one
+line.
 
 run exits with the command's status (128+n for signal n); SIGINT,
 SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`
@@ -99,7 +104,7 @@ SIGTERM and SIGHUP reach the command. See docs/sandbox.md.`
 // runFlags are the flags of acpfs run.
 type runFlags struct {
 	mf                   mountFlags
-	uid, home            string
+	uid, home, scheme    string
 	en                   runEnvNet
 	allowRoot, noLimits  bool
 	ro, rw               []string
@@ -132,6 +137,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	_ = cmd.Flags().MarkHidden("passthrough")
 	cmd.Flags().StringVar(&f.uid, "uid", "", "run the command as this uid (and gid: U:G) instead of its grant's own")
 	cmd.Flags().BoolVar(&f.allowRoot, "allow-root", false, allowRootHelp)
+	cmd.Flags().StringVar(&f.scheme, "uid-scheme", "", uidSchemeHelp)
 	cmd.Flags().StringArrayVar(&f.ro, "ro", nil, "also show this host path, read-only (repeatable)")
 	cmd.Flags().StringArrayVar(&f.rw, "rw", nil, "also show this host path, writable (repeatable); one of yours that the agent's uid does not own is shown owned by it (idmapped mount), or refused before the command starts where the file system cannot")
 	cmd.Flags().StringVar(&f.home, "home", "", homeHelp)
@@ -187,7 +193,12 @@ func (f *runFlags) run(cmd *cobra.Command, args []string) error {
 	// The lease keeps the uid this run's until acpfs run ends.
 	defer lease.Release()
 	hidden := f.mf.hiddenDirs(v.ledgerPath, v.grantPath)
-	binds, masks, homeAt, err := f.plan(rootless, shown, runDir, v, hidden, ids)
+	if reg, err := ids.ns.Registry(); err == nil {
+		// The caller's registry of subordinate uids is no agent's to read
+		// (a --ro of ~/.local would show it).
+		hidden = append(hidden, reg.Dir)
+	}
+	p, err := f.plan(rootless, shown, runDir, v, hidden, &ids)
 	if err != nil {
 		return err
 	}
@@ -204,9 +215,9 @@ func (f *runFlags) run(cmd *cobra.Command, args []string) error {
 	}
 	cfg := mount.RunConfig{
 		Options: f.mf.opts, Folder: folder, ViewRoot: v.root, GrantPath: v.grantPath, LedgerPath: v.ledgerPath, LedgerSync: sync,
-		Limits: lim, NoLimits: noLimits, CgroupParent: cgroupParent, Hidden: hidden,
+		Limits: lim, NoLimits: noLimits, CgroupParent: cgroupParent, Hidden: hidden, GiveHome: p.giveHome,
 		Egress:  egressPolicy,
-		Sandbox: sandbox.Spec{Folder: shown, Binds: binds, Masks: masks, Net: net, Env: env, UID: ids.u, GID: ids.g, UserNS: ids.ns.Scheme, Cwd: workDir(), Args: args, Home: homeAt},
+		Sandbox: sandbox.Spec{Folder: shown, Binds: p.binds, Masks: p.masks, Net: net, Env: env, UID: ids.u, GID: ids.g, UserNS: ids.ns.Scheme, Cwd: workDir(), Args: args, Home: p.homeAt},
 	}
 	if !noLimits && lim.Memory > 0 && limits.V1() {
 		// v1 leaves socket buffers out of --memory: say what holds them.
@@ -247,7 +258,7 @@ func (f *runFlags) identity(rootless bool, runDir, grantID string) (runIDs, *san
 	var lease *sandbox.Lease
 	var err error
 	if rootless {
-		if ids.ns, err = rootlessUID(f.uid, f.allowRoot, runDir, grantID); err != nil {
+		if ids.ns, lease, err = rootlessUID(f.uid, f.scheme, f.allowRoot, runDir, grantID); err != nil {
 			return ids, nil, err
 		}
 		ids.u, ids.g = ids.ns.AgentUID, ids.ns.AgentGID
@@ -256,6 +267,9 @@ func (f *runFlags) identity(rootless bool, runDir, grantID string) (runIDs, *san
 			ids.hostU, ids.hostG = ids.ns.CallerUID, ids.ns.CallerGID
 		}
 	} else {
+		if f.scheme != "" {
+			return ids, nil, errors.New("--uid-scheme: a run as root gives each grant a uid of its own; the uid schemes are those of a run without root")
+		}
 		if ids.u, ids.g, lease, err = runUID(f.uid, f.allowRoot, runDir, grantID); err != nil {
 			return ids, nil, err
 		}
@@ -270,32 +284,35 @@ func (f *runFlags) identity(rootless bool, runDir, grantID string) (runIDs, *san
 	return ids, lease, nil
 }
 
-// plan lays out what the sandbox shows beside the view (--ro, --rw, the
-// agent's home) and refuses a layout that would show a run directory or
-// that the agent's host ids could not reach.
-func (f *runFlags) plan(rootless bool, shown, runDir string, v viewSetup, hidden []string, ids runIDs) ([]sandbox.Bind, []string, string, error) {
-	binds, masks, err := sandbox.Plan(sandbox.PlanOptions{Folder: shown, RO: f.ro, RW: f.rw, Masks: hidden})
-	if err != nil {
-		return nil, nil, "", err
+// runPlan is what the sandbox shows beside the view: binds (--ro, --rw,
+// the agent's home), masks, where the home is shown ("" for none), and
+// the home a rootless run's daemon gives to the agent ("" for none).
+type runPlan struct {
+	binds            []sandbox.Bind
+	masks            []string
+	homeAt, giveHome string
+}
+
+// plan lays out what the sandbox shows beside the view and refuses a
+// layout that would show a run directory or that the agent's host ids
+// could not reach. A rootless run's plan may map one more id in ids.ns
+// (see rootlessHome).
+func (f *runFlags) plan(rootless bool, shown, runDir string, v viewSetup, hidden []string, ids *runIDs) (runPlan, error) {
+	var p runPlan
+	var err error
+	if p.binds, p.masks, err = sandbox.Plan(sandbox.PlanOptions{Folder: shown, RO: f.ro, RW: f.rw, Masks: hidden}); err != nil {
+		return p, err
 	}
-	home := f.home
-	if rootless && home == "" {
-		// The home in the run directory is made for the agent's uid,
-		// which takes root; without root, a home is only one given with
-		// --home (docs/sandbox.md, "Without root").
-		home = sandbox.HomeNone
+	if p.binds, p.homeAt, p.giveHome, err = planRunHome(f.home, runDir, v.grant.GrantID, shown, p.masks, p.binds, ids, rootless); err != nil {
+		return p, err
 	}
-	binds, homeAt, err := planRunHome(home, runDir, v.grant.GrantID, shown, masks, binds, ids.hostU, ids.hostG)
-	if err != nil {
-		return nil, nil, "", err
+	if err := refuseRunDirsShown(f.ro, f.rw, f.home, runDir, filepath.Dir(v.ledgerPath)); err != nil {
+		return p, err
 	}
-	if err := refuseRunDirsShown(f.ro, f.rw, home, runDir, filepath.Dir(v.ledgerPath)); err != nil {
-		return nil, nil, "", err
+	if err := sandbox.CheckReach(shown, p.binds, ids.hostU, ids.hostG); err != nil {
+		return p, err
 	}
-	if err := sandbox.CheckReach(shown, binds, ids.hostU, ids.hostG); err != nil {
-		return nil, nil, "", err
-	}
-	return binds, masks, homeAt, nil
+	return p, nil
 }
 
 // workDir is the caller's working directory, symbolic links resolved;

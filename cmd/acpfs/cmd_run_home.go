@@ -15,37 +15,56 @@ func init() {
 	commands = append(commands, newRunUsernsCmd)
 }
 
+// uidSchemeHelp says what each uid scheme of a run without root gives.
+const uidSchemeHelp = "without root: how the agent's uid is mapped. " + sandbox.SchemeSubUID + ": a subordinate uid of yours " +
+	"(/etc/subuid, newuidmap), another uid on the host, to which your files are closed; " + sandbox.SchemeSingle + ": your own uid, " +
+	"kept from your files by the namespaces and Landlock alone, which can write a --rw directory of yours as it is. " +
+	"Default: " + sandbox.SchemeSubUID + " where the host offers it"
+
 // homeHelp says where the agent's home is and who sees it.
 const homeHelp = "the agent's home, shown at $HOME (the caller's HOME path) and owned by the agent's uid: by default " +
 	"RUNS/" + sandbox.HomesDir + "/<grant id>, made at the first run and kept between runs (logins, sessions and settings " +
-	"of agent CLIs live there); no other agent can reach it. A DIR of yours is shown owned by the agent (idmapped); " +
+	"of agent CLIs live there); no other agent can reach it. A DIR of yours is shown owned by the agent (idmapped; without root, only in the " + sandbox.SchemeSingle + " uid scheme); " +
 	"'" + sandbox.HomeNone + "': no home of its own (HOME is /tmp unless the sandbox shows the caller's)"
 
 // planRunHome adds the agent's home to binds (at its sorted place) and
-// gives each writable bind the agent's uid does not own an idmapping; it
-// returns the binds and the home's path in the sandbox ("" for none).
-func planRunHome(flag, runDir, grantID, folder string, masks []string, binds []sandbox.Bind, uid, gid uint32) ([]sandbox.Bind, string, error) {
-	at := ""
+// gives each writable bind the agent's uid does not own an idmapping
+// (refused without root); it returns the binds, the home's path in the
+// sandbox ("" for none) and the home a rootless run's daemon gives to the
+// agent ("" for none).
+func planRunHome(flag, runDir, grantID, folder string, masks []string, binds []sandbox.Bind, ids *runIDs, rootless bool) ([]sandbox.Bind, string, string, error) {
+	at, give := "", ""
 	if flag != sandbox.HomeNone {
 		o := sandbox.HomeOptions{Dir: flag, At: os.Getenv("HOME"), Folder: folder, Masks: masks, Binds: binds}
 		if flag == "" {
 			o.Dir, o.Default = sandbox.DefaultHome(runDir, grantID), true
-			if err := sandbox.EnsureHome(o.Dir, uid, gid); err != nil {
-				return nil, "", withCode(exitMount, err)
+			var err error
+			if rootless {
+				give, err = rootlessHome(o.Dir, &ids.ns)
+			} else if err = sandbox.EnsureHome(o.Dir, ids.hostU, ids.hostG); err != nil {
+				err = withCode(exitMount, err)
+			}
+			if err != nil {
+				return nil, "", "", err
 			}
 		}
 		b, err := sandbox.PlanHome(o)
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 		binds = append(binds, b)
 		sort.SliceStable(binds, func(i, j int) bool { return binds[i].Path < binds[j].Path })
 		at = b.Path
 	}
-	if err := sandbox.MapWritable(binds, uint32(os.Getuid()), uid, gid); err != nil {
-		return nil, "", withCode(exitMount, err)
+	if err := sandbox.MapWritable(binds, uint32(os.Getuid()), ids.hostU, ids.hostG); err != nil {
+		return nil, "", "", withCode(exitMount, err)
 	}
-	return binds, at, nil
+	if rootless {
+		if err := refuseRootlessIDMaps(binds, runDir, grantID); err != nil {
+			return nil, "", "", err
+		}
+	}
+	return binds, at, give, nil
 }
 
 // newRunUsernsCmd is the helper that holds a user namespace while the

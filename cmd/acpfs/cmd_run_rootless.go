@@ -52,33 +52,122 @@ func rootlessReady() error {
 	return nil
 }
 
-// rootlessUID chooses, for a run without root, the uid scheme and the
-// command's uid and gid in the user namespace.
-func rootlessUID(uid string, allowRoot bool, runDir, grantID string) (sandbox.UserNS, error) {
+// rootlessUID chooses, for a run without root, the uid scheme (scheme:
+// --uid-scheme, "" for the best the host offers) and the command's uid
+// and gid in the user namespace. In the subuid scheme the agent's host
+// uid is leased from the caller's own registry of its subordinate uids,
+// so that no two grants of any of the caller's collaborations share one;
+// the lease, nil in the single scheme, is the caller's to release.
+func rootlessUID(uid, scheme string, allowRoot bool, runDir, grantID string) (sandbox.UserNS, *sandbox.Lease, error) {
 	if allowRoot {
-		return sandbox.UserNS{}, errors.New("--allow-root: a sandbox built without root has no root to give (its uid 0 has no capability)")
+		return sandbox.UserNS{}, nil, errors.New("--allow-root: a sandbox built without root has no root to give (its uid 0 has no capability)")
 	}
 	inU, inG := sandbox.UIDSlot(grantID), sandbox.UIDSlot(grantID)
-	// The grant's own host uid comes from its key; a --uid's from the uid.
-	key, err := sandbox.GrantKey(runDir, grantID)
-	if err != nil && uid == "" {
-		return sandbox.UserNS{}, err
-	}
 	if uid != "" {
 		u, g, err := parseUID(uid)
 		if err != nil {
-			return sandbox.UserNS{}, err
+			return sandbox.UserNS{}, nil, err
 		}
 		if u == 0 {
-			return sandbox.UserNS{}, errors.New("--uid 0: a sandbox built without root runs no command as root")
+			return sandbox.UserNS{}, nil, errors.New("--uid 0: a sandbox built without root runs no command as root")
 		}
-		inU, inG, key = u, g, ""
+		inU, inG = u, g
 	}
-	ns := sandbox.PlanUserNS(inU, inG, key)
-	if ns.Scheme == sandbox.SchemeSingle && uid != "" {
-		return ns, fmt.Errorf("--uid %s: without subordinate uids the command can only run as your own uid (%s)", uid, ns.Why)
+	ns, err := sandbox.ProbeUserNS(scheme)
+	if err != nil {
+		return ns, nil, err
 	}
-	return ns, nil
+	if ns.Scheme == sandbox.SchemeSingle {
+		if uid != "" {
+			return ns, nil, fmt.Errorf("--uid %s: without subordinate uids the command can only run as your own uid (%s)", uid, ns.Why)
+		}
+		return ns, nil, nil
+	}
+	reg, err := ns.Registry()
+	if err != nil {
+		return ns, nil, withCode(exitMount, err)
+	}
+	h, err := sandbox.HolderOf(runDir, grantID)
+	if err != nil {
+		return ns, nil, withCode(exitMount, err)
+	}
+	var lease *sandbox.Lease
+	if uid != "" {
+		host := ns.ChosenHostUID(inU)
+		if lease, err = reg.AcquireUID(h, host); err != nil {
+			return ns, nil, withCode(exitMount, fmt.Errorf("--uid %s runs as your subordinate uid %d on the host: %w", uid, host, err))
+		}
+	} else {
+		// The owner of the grant's home is the uid it had: asked for first,
+		// so that a lost registry does not move the grant to another.
+		var prefer uint32
+		var st syscall.Stat_t
+		if syscall.Lstat(sandbox.DefaultHome(runDir, grantID), &st) == nil && ns.OwnsSub(st.Uid) {
+			prefer = st.Uid
+		}
+		if lease, err = reg.Acquire(h, prefer); err != nil {
+			return ns, nil, withCode(exitMount, err)
+		}
+	}
+	ns.SetAgent(inU, inG, lease.UID)
+	return ns, lease, nil
+}
+
+// rootlessHome readies the agent's default home of a rootless run: made
+// by the caller, and given to the agent's ids by the daemon, in its user
+// namespace (it returns the directory to give, "" for none). A home left
+// owned by another subordinate uid of the caller's (the grant had
+// another) is mapped too, so that the daemon may take it back; one owned
+// by any other uid is refused with what to do.
+func rootlessHome(dir string, ns *sandbox.UserNS) (string, error) {
+	if err := sandbox.MakeHome(dir); err != nil {
+		return "", withCode(exitMount, err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(dir, &st); err != nil {
+		return "", withCode(exitMount, fmt.Errorf("the agent's home: %w", err))
+	}
+	switch {
+	case ns.Scheme == sandbox.SchemeSingle && st.Uid == ns.CallerUID:
+		return "", nil // the agent is the caller's uid: the home is its already
+	case ns.Scheme == sandbox.SchemeSingle:
+	case st.Uid == ns.HostUID || st.Uid == ns.CallerUID:
+		return dir, nil
+	case ns.OwnsSub(st.Uid):
+		ns.FormerUID, ns.FormerGID = st.Uid, ns.SubGIDOf(st.Uid)
+		return dir, nil
+	}
+	return "", withCode(exitMount, fmt.Errorf("the agent's home %s is owned by uid %d, which this run (uid scheme %s, agent uid %d on the host) cannot give to the agent: "+
+		"remove it, or run with the scheme that made it", dir, st.Uid, ns.Scheme, agentHostUID(*ns)))
+}
+
+// agentHostUID is the agent's uid on the host in either scheme.
+func agentHostUID(ns sandbox.UserNS) uint32 {
+	if ns.Scheme == sandbox.SchemeSingle {
+		return ns.CallerUID
+	}
+	return ns.HostUID
+}
+
+// refuseRootlessIDMaps refuses, before anything starts, a --rw or --home
+// directory that would need an idmapped mount in a run without root: the
+// kernel lets only root over the host's file system idmap a host
+// directory, and showing it read-only instead would lose the agent's
+// writes in silence.
+func refuseRootlessIDMaps(binds []sandbox.Bind, runDir, grantID string) error {
+	for _, b := range binds {
+		if b.IDMap == nil {
+			continue
+		}
+		what := "--rw " + b.Path
+		if b.Source != "" {
+			what = "--home " + b.Source
+		}
+		return withCode(exitMount, fmt.Errorf("%s: owned by you (uid %d), and the agent runs as your subordinate uid %d: showing it as the agent's takes an idmapped mount, "+
+			"which a run without root may not make of a host directory; keep the agent's state in its own home (leave the flag out: $HOME is %s), "+
+			"or pass --uid-scheme %s to run the agent as your own uid", what, b.IDMap.UID, b.IDMap.ToUID, sandbox.DefaultHome(runDir, grantID), sandbox.SchemeSingle))
+	}
+	return nil
 }
 
 // rootlessLimits decides the limits of a run without root: those of a

@@ -28,9 +28,11 @@ func doctorRun(out io.Writer, d mount.Doctor) {
 	} else {
 		fmt.Fprintln(out, "run: ready without root (in a user namespace)")
 	}
-	ns := sandbox.PlanUserNS(sandbox.UIDMin, sandbox.UIDMin, "")
-	if ns.Scheme == sandbox.SchemeSubUID {
-		fmt.Fprintf(out, "run uid scheme: subuid (each grant gets a subordinate uid of uid %d, through newuidmap: it cannot open your files)\n", os.Getuid())
+	ns, _ := sandbox.ProbeUserNS("")
+	if reg, err := ns.Registry(); err == nil {
+		fmt.Fprintf(out, "run uid scheme: subuid (each grant gets a subordinate uid of uid %d, %d-%d, through newuidmap: it cannot open your files; registry %s)\n", os.Getuid(), reg.Min, reg.Max, reg.Dir)
+	} else if ns.Scheme == sandbox.SchemeSubUID {
+		fmt.Fprintf(out, "run uid scheme: none: %v\n", err)
 	} else {
 		fmt.Fprintf(out, "run uid scheme: single (%s): the agent runs as your own uid %d, kept from your files by the namespaces and Landlock alone; "+
 			"give this user a range in /etc/subuid and /etc/subgid and install newuidmap for a uid of its own\n", ns.Why, os.Getuid())

@@ -124,15 +124,22 @@ func PlanHome(o HomeOptions) (Bind, error) {
 	if !fi.IsDir() {
 		return Bind{}, fmt.Errorf("--home %s: not a directory", o.Dir)
 	}
-	return Bind{Path: at, Source: src, Write: true}, nil
+	return Bind{Path: at, Source: src, Write: true, Agent: o.Default}, nil
 }
 
-// EnsureHome makes dir, a grant's DefaultHome, if it is not there: mode
-// 0700 and owned by the agent's uid and gid, below a RUNS/homes of the
-// caller's at 0700. A home left owned by another uid (the grant's uid
-// was given up and allocated anew) is given to uid, whole: nothing runs
-// as the new uid yet, and no other uid can enter RUNS/homes.
+// EnsureHome makes dir, a grant's DefaultHome, if it is not there
+// (MakeHome), and gives it to uid and gid (GiveHome).
 func EnsureHome(dir string, uid, gid uint32) error {
+	if err := MakeHome(dir); err != nil {
+		return err
+	}
+	return GiveHome(dir, uid, gid)
+}
+
+// MakeHome makes dir, a grant's DefaultHome, if it is not there: mode
+// 0700, below a RUNS/homes of the caller's at 0700, which it refuses
+// otherwise.
+func MakeHome(dir string) error {
 	parent := filepath.Dir(dir)
 	for _, d := range []string{parent, dir} {
 		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -154,6 +161,16 @@ func EnsureHome(dir string, uid, gid uint32) error {
 		return fmt.Errorf("the agent's home: %s must be the caller's (uid %d) at mode 0700, not uid %d at %04o: it keeps each agent's home from the others",
 			parent, os.Geteuid(), st.Uid, st.Mode&0o7777)
 	}
+	return nil
+}
+
+// GiveHome gives dir, whole, to uid and gid, unless they own it already:
+// a home made by the caller, or left owned by another uid (the grant's
+// uid was given up and allocated anew). Nothing runs as uid yet, and no
+// other uid can enter RUNS/homes. A rootless run's daemon calls it in its
+// user namespace, where the caller's and the agent's ids are both mapped.
+func GiveHome(dir string, uid, gid uint32) error {
+	var st syscall.Stat_t
 	if err := syscall.Lstat(dir, &st); err != nil {
 		return fmt.Errorf("the agent's home: %w", err)
 	}
@@ -184,8 +201,8 @@ func MapWritable(binds []Bind, caller, uid, gid uint32) error {
 	}
 	for i := range binds {
 		b := &binds[i]
-		if !b.Write || b.Link != "" {
-			continue
+		if !b.Write || b.Link != "" || b.Agent {
+			continue // the agent's own home is given to it (GiveHome)
 		}
 		src := b.Path
 		if b.Source != "" {
@@ -211,21 +228,29 @@ func MapWritable(binds []Bind, caller, uid, gid uint32) error {
 
 // statShown stats d as a bind shows it in the sandbox: the home's
 // directories are its source's (one not made yet will be made by the
-// sandbox, open to all), and an idmapped bind's owners are mapped.
-func statShown(b Bind, d string) (*syscall.Stat_t, error) {
+// sandbox, open to all), the home itself is the agent's, uid and gid,
+// and an idmapped bind's owners are mapped.
+func statShown(b Bind, d string, uid, gid uint32) (*syscall.Stat_t, error) {
 	p := d
 	if b.Source != "" {
 		p = filepath.Join(b.Source, strings.TrimPrefix(d, b.Path))
 	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(p, &st); err != nil {
-		if b.Source != "" && errors.Is(err, fs.ErrNotExist) {
+		// Inside the agent's own home, which a rootless caller may not
+		// enter once the agent owns it, a directory is one the sandbox
+		// makes or the agent did: the agent's to enter either way.
+		if b.Source != "" && (errors.Is(err, fs.ErrNotExist) || b.Agent && errors.Is(err, fs.ErrPermission)) {
 			return &syscall.Stat_t{Mode: syscall.S_IFDIR | 0o755}, nil
 		}
 		return nil, err
 	}
 	if m := b.IDMap; m != nil {
 		st.Uid, st.Gid = mapID(st.Uid, m.UID, m.ToUID), mapID(st.Gid, m.GID, m.ToGID)
+	}
+	if b.Agent && d == b.Path {
+		// Given to the agent before the sandbox starts (GiveHome).
+		st.Uid, st.Gid = uid, gid
 	}
 	return &st, nil
 }

@@ -125,6 +125,10 @@ type Registry struct {
 	// Dir holds the registry; it must be a directory of this process's
 	// uid that nobody else may enter (made 0700 when missing).
 	Dir string
+	// Min and Max bound the uids it hands out: UIDMin-UIDMax when both
+	// are 0 (the host's registry); a rootless run's registry hands out
+	// the caller's subordinate uids.
+	Min, Max uint32
 	// ProcessUIDs lists the uids any process of the host (any PID
 	// namespace) runs with; nil scans /proc.
 	ProcessUIDs func() map[uint32]bool
@@ -135,6 +139,20 @@ type Registry struct {
 
 // HostRegistry is the registry every `acpfs run` of the host consults.
 func HostRegistry() *Registry { return &Registry{Dir: HostRegistryDir} }
+
+// bounds is the range r hands out.
+func (r *Registry) bounds() (uint32, uint32) {
+	if r.Min == 0 && r.Max == 0 {
+		return UIDMin, UIDMax
+	}
+	return r.Min, r.Max
+}
+
+// inRange says whether r may hand out u.
+func (r *Registry) inRange(u uint32) bool {
+	min, max := r.bounds()
+	return u >= min && u <= max
+}
 
 // Lease is a uid held for one run: Release, or the end of the process,
 // gives it back.
@@ -169,6 +187,11 @@ func (r *Registry) Acquire(h Holder, prefer uint32) (*Lease, error) {
 				continue
 			}
 			id := parseUIDKey(key)
+			if !r.inRange(id) {
+				// The range changed (a new /etc/subuid line): given up.
+				delete(rec.UIDs, key)
+				continue
+			}
 			holder, live := st.lease(id)
 			switch {
 			case live && holder.same(h):
@@ -195,7 +218,8 @@ func (r *Registry) Acquire(h Holder, prefer uint32) (*Lease, error) {
 				u, ok = st.free(rec, h, prefer)
 			}
 			if !ok {
-				return fmt.Errorf("every uid of %d-%d is held (%s)", UIDMin, UIDMax, filepath.Join(r.Dir, registryFile))
+				min, max := r.bounds()
+				return fmt.Errorf("every uid of %d-%d is held (%s)", min, max, filepath.Join(r.Dir, registryFile))
 			}
 			rec.UIDs[strconv.FormatUint(uint64(u), 10)] = regEntry{Holder: h, LastUsed: time.Now().UTC()}
 		}
@@ -336,7 +360,8 @@ func (st *regState) read() (*regRecord, error) {
 // internal/atomicfile, by last name inside the registry directory held
 // open.
 func (st *regState) write(rec *regRecord) error {
-	rec.Range = fmt.Sprintf("%d-%d", UIDMin, UIDMax)
+	min, max := st.r.bounds()
+	rec.Range = fmt.Sprintf("%d-%d", min, max)
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
@@ -468,10 +493,11 @@ func (st *regState) free(rec *regRecord, h Holder, prefer uint32) (uint32, bool)
 			used[u] = true
 		}
 	}
-	if prefer >= UIDMin && prefer <= UIDMax && !used[prefer] {
+	if st.r.inRange(prefer) && !used[prefer] {
 		return prefer, true
 	}
-	return freeUID(UIDSlot(h.Grant), used)
+	min, max := st.r.bounds()
+	return freeUID(slotIn(h.Grant, min, max), min, max, used)
 }
 
 func (st *regState) procs() map[uint32]bool {

@@ -309,3 +309,32 @@ func TestRegistryFullGivesUpTheOldestReservation(t *testing.T) {
 	assert.Equal(t, "G-carol", after.UIDs[itoa(want)].Grant)
 	assert.Equal(t, "G-bob", after.UIDs[itoa(live.UID)].Grant, "a live reservation is never given up")
 }
+
+// TestRegistryOwnRange: a registry of a user's subordinate uids hands
+// out that range only, one uid per grant of any run directory, where a
+// hash into the range would have given two grants one uid; a
+// reservation out of the range (the range changed) is given up.
+func TestRegistryOwnRange(t *testing.T) {
+	r, _ := testRegistry(t)
+	r.Min, r.Max = 500000, 500002
+	seen := map[uint32]string{}
+	for _, grant := range []string{"G-alice", "G-bob", "G-carol"} {
+		h, _ := newHolder(t, grant)
+		l := acquire(t, r, h)
+		assert.GreaterOrEqual(t, l.UID, uint32(500000))
+		assert.LessOrEqual(t, l.UID, uint32(500002))
+		assert.NotContains(t, seen, l.UID, "%s and %s share a uid", grant, seen[l.UID])
+		seen[l.UID] = grant
+	}
+	d, _ := newHolder(t, "G-dave")
+	_, err := r.Acquire(d, 0)
+	assert.ErrorContains(t, err, "every uid of 500000-500002 is held")
+
+	r2 := &Registry{Dir: r.Dir, Min: 600000, Max: 600009, ProcessUIDs: r.ProcessUIDs, Accounts: r.Accounts}
+	rec := readRegistry(t, r2)
+	assert.Len(t, rec.UIDs, 3)
+	h, _ := newHolder(t, "G-erin")
+	l := acquire(t, r2, h)
+	assert.GreaterOrEqual(t, l.UID, uint32(600000))
+	assert.Equal(t, "600000-600009", readRegistry(t, r2).Range)
+}

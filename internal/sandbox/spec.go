@@ -77,6 +77,10 @@ type Bind struct {
 	// IDMap, when set, shows the bind through an idmapped mount: files
 	// of one owner appear as the agent's (see MapWritable).
 	IDMap *IDMap `json:"idmap,omitempty"`
+	// Agent says the bind is the agent's own home, which is the agent's
+	// uid's when the sandbox starts (GiveHome); a rootless run's daemon
+	// gives it, after acpfs run checked the layout.
+	Agent bool `json:"agent,omitempty"`
 }
 
 // Network modes.
@@ -227,7 +231,7 @@ func CheckReach(folder string, binds []Bind, uid, gid uint32) error {
 	}
 	for d := filepath.Dir(folder); ; d = filepath.Dir(d) {
 		if b, ok := holder(d, binds); ok {
-			st, err := statShown(b, d)
+			st, err := statShown(b, d, uid, gid)
 			if err != nil {
 				return fmt.Errorf("%s: %w", d, err)
 			}

@@ -123,13 +123,13 @@ func TestCheckReach(t *testing.T) {
 
 func TestFreeUIDWraps(t *testing.T) {
 	used := map[uint32]bool{UIDMax: true}
-	u, ok := freeUID(UIDMax, used)
+	u, ok := freeUID(UIDMax, UIDMin, UIDMax, used)
 	require.True(t, ok)
 	assert.Equal(t, uint32(UIDMin), u)
 	for i := uint32(UIDMin); i <= UIDMax; i++ {
 		used[i] = true
 	}
-	_, ok = freeUID(UIDMin+5, used)
+	_, ok = freeUID(UIDMin+5, UIDMin, UIDMax, used)
 	assert.False(t, ok)
 }
 

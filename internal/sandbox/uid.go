@@ -45,10 +45,13 @@ type uidRecord struct {
 
 // UIDSlot is where a grant's uid is looked for first: its id hashed into
 // the range.
-func UIDSlot(grantID string) uint32 {
+func UIDSlot(grantID string) uint32 { return slotIn(grantID, UIDMin, UIDMax) }
+
+// slotIn is grantID hashed into min-max.
+func slotIn(grantID string, min, max uint32) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(grantID))
-	return UIDMin + h.Sum32()%(UIDMax-UIDMin+1)
+	return min + h.Sum32()%(max-min+1)
 }
 
 // recordedUID is the uid runDir/uids.json records for grantID.
@@ -105,11 +108,11 @@ func recordUID(runDir, grantID string, uid uint32) error {
 	return nil
 }
 
-// freeUID probes the range from slot on, wrapping around.
-func freeUID(slot uint32, used map[uint32]bool) (uint32, bool) {
-	n := uint32(UIDMax - UIDMin + 1)
+// freeUID probes min-max from slot on, wrapping around.
+func freeUID(slot, min, max uint32, used map[uint32]bool) (uint32, bool) {
+	n := max - min + 1
 	for i := uint32(0); i < n; i++ {
-		u := UIDMin + (slot-UIDMin+i)%n
+		u := min + (slot-min+i)%n
 		if !used[u] {
 			return u, true
 		}

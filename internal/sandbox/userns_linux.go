@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"os/exec"
 	"os/user"
@@ -47,8 +46,19 @@ type UserNS struct {
 	// HostUID and HostGID are the agent's on the host.
 	HostUID uint32 `json:"host_uid"`
 	HostGID uint32 `json:"host_gid"`
+	// FormerUID and FormerGID, when set, are subordinate ids of the
+	// caller's that own the agent's home from an earlier run: they are
+	// mapped too (at FormerInside), so that the daemon may give the home
+	// to the agent's ids.
+	FormerUID uint32 `json:"former_uid,omitempty"`
+	FormerGID uint32 `json:"former_gid,omitempty"`
 	// Why says, for SchemeSingle, why no subordinate uid could be had.
 	Why string `json:"why,omitempty"`
+
+	// subUID and subGID are the caller's subordinate ranges (SchemeSubUID);
+	// home is the caller's home directory of /etc/passwd.
+	subUID, subGID SubIDRange
+	home           string
 }
 
 // SubIDRange is one line of /etc/subuid or /etc/subgid.
@@ -82,16 +92,6 @@ func parseSubIDs(b []byte, name string, id uint32) (SubIDRange, bool) {
 	return SubIDRange{}, false
 }
 
-// pickKey is the subordinate id of a grant: its key (the run directory's
-// identity and the grant id) hashed into the range, so that the same
-// grant of two collaborations, which has one uid inside, gets two host
-// uids, and every run of one grant the same.
-func (r SubIDRange) pickKey(key string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return r.Start + h.Sum32()%r.Count
-}
-
 // pick is the subordinate id a chosen uid inside (--uid) maps to: its
 // offset in the range grant uids are taken from.
 func (r SubIDRange) pick(inside uint32) uint32 {
@@ -102,52 +102,98 @@ func (r SubIDRange) pick(inside uint32) uint32 {
 	return r.Start + off%r.Count
 }
 
-// PlanUserNS chooses the uid scheme of a rootless run for the calling
-// user: a subordinate uid when /etc/subuid and /etc/subgid give the
-// caller a range and newuidmap and newgidmap are installed, the single
-// mapping otherwise. agentUID is the agent's uid in the namespace (the
-// grant's slot, or --uid); key, when set, chooses the host uid instead of
-// agentUID (see GrantKey).
-func PlanUserNS(agentUID, agentGID uint32, key string) UserNS {
+// ProbeUserNS chooses the uid scheme of a rootless run for the calling
+// user. With want "" it is SchemeSubUID when /etc/subuid and /etc/subgid
+// give the caller a range and newuidmap and newgidmap are installed,
+// SchemeSingle otherwise; want SchemeSingle chooses the single mapping
+// whatever the host offers, and want SchemeSubUID fails, saying why,
+// where subordinate ids cannot be had. The agent's ids are set with
+// SetAgent.
+func ProbeUserNS(want string) (UserNS, error) {
 	u := UserNS{CallerUID: uint32(os.Getuid()), CallerGID: uint32(os.Getgid())}
+	if want != "" && want != SchemeSubUID && want != SchemeSingle {
+		return u, fmt.Errorf("--uid-scheme %q: want %s or %s", want, SchemeSubUID, SchemeSingle)
+	}
 	name := ""
 	if me, err := user.LookupId(strconv.Itoa(os.Getuid())); err == nil {
-		name = me.Username
+		name, u.home = me.Username, me.HomeDir
 	}
-	su, okU := SubIDs("/etc/subuid", name, u.CallerUID)
-	sg, okG := SubIDs("/etc/subgid", name, u.CallerUID)
+	var okU, okG bool
+	u.subUID, okU = SubIDs("/etc/subuid", name, u.CallerUID)
+	u.subGID, okG = SubIDs("/etc/subgid", name, u.CallerUID)
 	_, errU := exec.LookPath("newuidmap")
 	_, errG := exec.LookPath("newgidmap")
+	why := ""
 	switch {
 	case name == "":
-		u.Why = fmt.Sprintf("uid %d has no name in /etc/passwd, which newuidmap needs", u.CallerUID)
+		why = fmt.Sprintf("uid %d has no name in /etc/passwd, which newuidmap needs", u.CallerUID)
 	case !okU || !okG:
-		u.Why = fmt.Sprintf("/etc/subuid and /etc/subgid give %s no subordinate ids", name)
+		why = fmt.Sprintf("/etc/subuid and /etc/subgid give %s no subordinate ids", name)
 	case errU != nil || errG != nil:
-		u.Why = "newuidmap and newgidmap are not installed (Debian: apt-get install uidmap)"
+		why = "newuidmap and newgidmap are not installed (Debian: apt-get install uidmap)"
 	}
-	if u.Why != "" {
-		u.Scheme = SchemeSingle
-		return u
+	switch {
+	case want == SchemeSingle:
+		u.Scheme, u.Why = SchemeSingle, "chosen with --uid-scheme "+SchemeSingle
+	case why == "":
+		u.Scheme = SchemeSubUID
+	case want == SchemeSubUID:
+		return u, fmt.Errorf("--uid-scheme %s: %s", SchemeSubUID, why)
+	default:
+		u.Scheme, u.Why = SchemeSingle, why
 	}
-	u.Scheme = SchemeSubUID
-	u.AgentUID, u.AgentGID = agentUID, agentGID
-	u.HostUID, u.HostGID = su.pick(agentUID), sg.pick(agentGID)
-	if key != "" {
-		u.HostUID, u.HostGID = su.pickKey(key), sg.pickKey(key)
-	}
-	return u
+	return u, nil
 }
 
-// GrantKey names a grant of a run directory by what the directory is on
-// disk (device, inode, birth), as the host registry does, whatever path
-// reaches it.
-func GrantKey(runDir, grantID string) (string, error) {
-	h, err := HolderOf(runDir, grantID)
-	if err != nil {
-		return "", err
+// SetAgent gives the agent, in the subuid scheme, the uid inU and gid
+// inG in the namespace and the subordinate uid hostU on the host; its
+// host gid is the subordinate gid at the same offset.
+func (u *UserNS) SetAgent(inU, inG, hostU uint32) {
+	u.AgentUID, u.AgentGID, u.HostUID = inU, inG, hostU
+	u.HostGID = u.subGID.Start + (hostU-u.subUID.Start)%u.subGID.Count
+}
+
+// ChosenHostUID is the subordinate uid a chosen uid in the namespace
+// (--uid) runs as on the host: its offset in the caller's range.
+func (u UserNS) ChosenHostUID(inside uint32) uint32 { return u.subUID.pick(inside) }
+
+// OwnsSub says whether uid is one of the caller's subordinate uids.
+func (u UserNS) OwnsSub(uid uint32) bool {
+	return u.subUID.Count > 0 && uid >= u.subUID.Start && uid-u.subUID.Start < u.subUID.Count
+}
+
+// SubGIDOf is the subordinate gid at the offset of the subordinate uid
+// uid.
+func (u UserNS) SubGIDOf(uid uint32) uint32 {
+	return u.subGID.Start + (uid-u.subUID.Start)%u.subGID.Count
+}
+
+// UserRegistrySub is where a user's registry of subordinate uids lives,
+// below the home directory /etc/passwd gives it (not $HOME, which another
+// environment may spell otherwise): one registry per user, whatever the
+// collaboration.
+const UserRegistrySub = ".local/state/acpfs/uids"
+
+// Registry is the registry that hands out the caller's subordinate uids
+// to its grants, so that no two grants of any of its collaborations
+// share one: the range is the caller's alone, so the registry is too.
+func (u UserNS) Registry() (*Registry, error) {
+	if u.Scheme != SchemeSubUID || u.subUID.Count == 0 {
+		return nil, errors.New("uid registry: only the subuid scheme hands out uids")
 	}
-	return fmt.Sprintf("%d:%d:%d:%s", h.Dev, h.Ino, h.Birth, h.Grant), nil
+	if u.home == "" || !filepath.IsAbs(u.home) || u.home == "/" {
+		return nil, fmt.Errorf("uid registry: uid %d has no home directory in /etc/passwd to keep its registry in", u.CallerUID)
+	}
+	return &Registry{Dir: filepath.Join(u.home, UserRegistrySub), Min: u.subUID.Start, Max: u.subUID.Start + u.subUID.Count - 1}, nil
+}
+
+// FormerInside is the uid in the namespace that FormerUID is mapped to:
+// one nothing else there uses.
+func (u UserNS) FormerInside() uint32 {
+	if u.AgentUID == 1 || u.AgentGID == 1 {
+		return 2
+	}
+	return 1
 }
 
 // Describe is the first line a rootless run prints: which scheme, and
@@ -166,10 +212,13 @@ func (u UserNS) Describe() string {
 func (u UserNS) Map(pid int) error {
 	if u.Scheme == SchemeSubUID {
 		for _, m := range []struct {
-			tool              string
-			caller, in, agent uint32
-		}{{"newuidmap", u.CallerUID, u.AgentUID, u.HostUID}, {"newgidmap", u.CallerGID, u.AgentGID, u.HostGID}} {
+			tool                      string
+			caller, in, agent, former uint32
+		}{{"newuidmap", u.CallerUID, u.AgentUID, u.HostUID, u.FormerUID}, {"newgidmap", u.CallerGID, u.AgentGID, u.HostGID, u.FormerGID}} {
 			args := []string{strconv.Itoa(pid), "0", fmt.Sprint(m.caller), "1", fmt.Sprint(m.in), fmt.Sprint(m.agent), "1"}
+			if m.former != 0 && m.former != m.agent {
+				args = append(args, fmt.Sprint(u.FormerInside()), fmt.Sprint(m.former), "1")
+			}
 			if out, err := exec.Command(m.tool, args...).CombinedOutput(); err != nil {
 				return fmt.Errorf("%s %s: %w: %s", m.tool, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 			}

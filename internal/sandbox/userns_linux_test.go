@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,16 +41,34 @@ func TestSubIDPick(t *testing.T) {
 	assert.Equal(t, uint32(100000+UIDMax-UIDMin), r.pick(UIDMax))
 	assert.NotEqual(t, r.pick(UIDSlot("G-alice")), r.pick(UIDSlot("G-bob")), "two grants, two host uids")
 	assert.Equal(t, uint32(100000+4242), r.pick(4242), "a --uid outside the grant range")
-	a, b := r.pickKey("1:2:3:G-bob"), r.pickKey("1:9:3:G-bob")
-	assert.NotEqual(t, a, b, "one grant id in two run directories, two host uids")
-	assert.Equal(t, a, r.pickKey("1:2:3:G-bob"), "stable")
 	small := SubIDRange{Start: 500, Count: 10}
 	for _, in := range []uint32{UIDMin, UIDMax, 4242, 1 << 31} {
-		for _, got := range []uint32{small.pick(in), small.pickKey(fmt.Sprint(in))} {
-			assert.GreaterOrEqual(t, got, uint32(500))
-			assert.Less(t, got, uint32(510), "stays in the range")
-		}
+		got := small.pick(in)
+		assert.GreaterOrEqual(t, got, uint32(500))
+		assert.Less(t, got, uint32(510), "stays in the range")
 	}
+}
+
+// TestUserNSSubIDs: the agent's host gid sits at its host uid's offset;
+// the registry hands out exactly the caller's range, kept below the home
+// /etc/passwd gives.
+func TestUserNSSubIDs(t *testing.T) {
+	u := UserNS{Scheme: SchemeSubUID, CallerUID: 1000, subUID: SubIDRange{100000, 65536}, subGID: SubIDRange{300000, 100}, home: "/home/alice"}
+	u.SetAgent(62000, 62001, 100150)
+	assert.Equal(t, uint32(300050), u.HostGID)
+	assert.True(t, u.OwnsSub(100000))
+	assert.True(t, u.OwnsSub(165535))
+	assert.False(t, u.OwnsSub(165536))
+	assert.False(t, u.OwnsSub(99999))
+	r, err := u.Registry()
+	require.NoError(t, err)
+	assert.Equal(t, &Registry{Dir: "/home/alice/" + UserRegistrySub, Min: 100000, Max: 165535}, r)
+	assert.Equal(t, uint32(1), u.FormerInside())
+	_, err = UserNS{Scheme: SchemeSingle}.Registry()
+	assert.Error(t, err)
+	u.home = "/"
+	_, err = u.Registry()
+	assert.ErrorContains(t, err, "no home directory")
 }
 
 func TestUserNSDescribe(t *testing.T) {
