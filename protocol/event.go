@@ -88,6 +88,7 @@ type record struct {
 	// define, in line order. They are kept in the file as written (other
 	// ACP tools may add fields) and only reported by the validator.
 	unknown []string
+	members []pycompat.Member // the parse's scratch, empty between parses
 }
 
 // Violation is one broken rule, as found by a replay, an append check or
@@ -163,57 +164,28 @@ func (in interner) get(raw []byte) string {
 // parseLineInto is parseLine into a reused record. With a non-nil
 // interner (history replays) the summary is checked but not kept.
 func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
-	bad, unknown := rec.bad[:0], rec.unknown[:0]
+	bad, unknown, members := rec.bad[:0], rec.unknown[:0], rec.members[:0]
 	*rec = record{line: lineNo, bad: bad, unknown: unknown}
 	line = trimCR(line)
 	if !utf8.Valid(line) {
 		rec.bad = append(rec.bad, malformed(lineNo, "utf8", "line is not valid UTF-8"))
 		return
 	}
-	if pycompat.IsBlank(line) {
-		rec.bad = append(rec.bad, malformed(lineNo, "empty-line", "line is empty"))
-		return
-	}
-	if !json.Valid(line) {
-		rec.bad = append(rec.bad, malformed(lineNo, "json", "line is not one JSON value"))
-		return
-	}
-	s := pycompat.NewScanner(line)
-	if !s.Open() {
-		rec.bad = append(rec.bad, malformed(lineNo, "json-object", "line is a JSON value but not an object"))
-		return
+	// Nearly every line is a flat object read in one pass; the others
+	// (and every invalid one) take the general path, which decides.
+	members, flat := pycompat.ScanFlat(line, members)
+	if !flat {
+		if members, flat = rec.scanGeneral(line, lineNo, members); !flat {
+			return
+		}
 	}
 	rec.object = true
-	if r := pycompat.LineBreakRune(line); r != 0 {
-		rec.bad = append(rec.bad, malformed(lineNo, "line-break", "line contains a raw line-separator character (U+%04X)", r))
-	}
 	var seen fieldMask
-	for {
-		keyRaw, kind, raw, ok := s.Member()
-		if !ok {
-			break
-		}
-		bit := fieldBit(keyRaw)
-		if bit == 0 {
-			key := pycompat.DecodeString(keyRaw)
-			if bit = fieldBit([]byte(`"` + key + `"`)); bit == 0 {
-				if contains(rec.unknown, key) {
-					rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", key))
-					continue
-				}
-				// Kept for forward compatibility with other writers;
-				// the validator mentions it as a warning.
-				rec.unknown = append(rec.unknown, key)
-				continue
-			}
-		}
-		if seen&bit != 0 {
-			rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", fieldNames[bit]))
-			continue
-		}
-		seen |= bit
-		rec.setField(bit, kind, raw, lineNo, in)
+	for _, m := range members {
+		seen = rec.member(seen, m, lineNo, in)
 	}
+	clear(members) // keep no line alive through the reused record
+	rec.members = members[:0]
 	for _, f := range requiredFields {
 		if seen&f.bit == 0 {
 			rec.bad = append(rec.bad, malformed(lineNo, "field-missing", "missing required field %q", f.name))
@@ -227,6 +199,61 @@ func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
 			rec.bad[i].Seq = rec.Seq
 		}
 	}
+}
+
+// scanGeneral reads a line ScanFlat did not: it reports a blank line,
+// invalid JSON, a JSON value that is not an object or a raw line break,
+// and appends the members of an object to members. ok is false when the
+// line is not an object (it then counts as no event).
+func (rec *record) scanGeneral(line []byte, lineNo int, members []pycompat.Member) ([]pycompat.Member, bool) {
+	if pycompat.IsBlank(line) {
+		rec.bad = append(rec.bad, malformed(lineNo, "empty-line", "line is empty"))
+		return members, false
+	}
+	if !json.Valid(line) {
+		rec.bad = append(rec.bad, malformed(lineNo, "json", "line is not one JSON value"))
+		return members, false
+	}
+	s := pycompat.NewScanner(line)
+	if !s.Open() {
+		rec.bad = append(rec.bad, malformed(lineNo, "json-object", "line is a JSON value but not an object"))
+		return members, false
+	}
+	if r := pycompat.LineBreakRune(line); r != 0 {
+		rec.bad = append(rec.bad, malformed(lineNo, "line-break", "line contains a raw line-separator character (U+%04X)", r))
+	}
+	for {
+		key, kind, raw, ok := s.Member()
+		if !ok {
+			return members, true
+		}
+		members = append(members, pycompat.Member{Key: key, Kind: kind, Raw: raw})
+	}
+}
+
+// member applies one member of the line's object, given the fields seen
+// before it, and returns the fields seen with it.
+func (rec *record) member(seen fieldMask, m pycompat.Member, lineNo int, in interner) fieldMask {
+	bit := fieldBit(m.Key)
+	if bit == 0 {
+		key := pycompat.DecodeString(m.Key)
+		if bit = fieldBit([]byte(`"` + key + `"`)); bit == 0 {
+			if contains(rec.unknown, key) {
+				rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", key))
+				return seen
+			}
+			// Kept for forward compatibility with other writers;
+			// the validator mentions it as a warning.
+			rec.unknown = append(rec.unknown, key)
+			return seen
+		}
+	}
+	if seen&bit != 0 {
+		rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", fieldNames[bit]))
+		return seen
+	}
+	rec.setField(bit, m.Kind, m.Raw, lineNo, in)
+	return seen | bit
 }
 
 // trimCR removes the "\r" of a CRLF line ending from a line whose "\n"
@@ -274,76 +301,95 @@ var requiredFields = []struct {
 }{{"seq", fSeq}, {"from", fFrom}, {"event", fEvent}, {"at", fAt}, {"summary", fSummary}}
 
 func (rec *record) setField(bit fieldMask, kind pycompat.Kind, raw []byte, lineNo int, in interner) {
-	key := fieldNames[bit]
-	isString := func() bool {
-		if kind != pycompat.String {
-			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be a string", key))
-			return false
-		}
-		rec.has |= bit
-		return true
-	}
-	wantInt := func() (int, bool) {
-		if kind != pycompat.Number || bytes.ContainsAny(raw, ".eE") {
-			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be an integer", key))
-			return 0, false
-		}
-		n, err := strconv.Atoi(string(raw))
-		if err != nil {
-			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q is out of range", key))
-			return 0, false
-		}
-		rec.has |= bit
-		return n, true
-	}
 	switch bit {
 	case fSeq:
-		rec.Seq, _ = wantInt()
+		rec.Seq, _ = rec.intField(bit, kind, raw, lineNo)
+		return
+	case fReplyTo:
+		if n, ok := rec.intField(bit, kind, raw, lineNo); ok {
+			rec.ReplyTo = &n
+		}
+		return
+	}
+	// Every other field is a string.
+	if kind != pycompat.String {
+		rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be a string", fieldNames[bit]))
+		return
+	}
+	rec.has |= bit
+	switch bit {
 	case fFrom:
-		if isString() {
-			rec.From = in.get(raw)
-		}
+		rec.From = in.get(raw)
 	case fEvent:
-		if isString() {
-			rec.Event.Event = canonicalEvent(raw)
-		}
+		rec.Event.Event = canonicalEvent(raw)
 	case fAt:
-		if isString() {
-			rec.At = pycompat.DecodeString(raw)
-			t, ok := parseTime(rec.At)
-			if !ok {
-				rec.bad = append(rec.bad, malformed(lineNo, "at-format", "at %q is not an ISO-8601 UTC timestamp such as 2026-01-02T03:04:05Z", rec.At))
-			}
-			rec.at, rec.atOK = t, ok
+		rec.At = pycompat.DecodeString(raw)
+		t, ok := parseTime(rec.At)
+		if !ok {
+			rec.bad = append(rec.bad, malformed(lineNo, "at-format", "at %q is not an ISO-8601 UTC timestamp such as 2026-01-02T03:04:05Z", rec.At))
 		}
+		rec.at, rec.atOK = t, ok
 	case fSummary:
-		if isString() && in == nil {
+		if in == nil {
 			rec.Summary = pycompat.DecodeString(raw)
 		}
 	case fDoc:
-		if isString() {
-			rec.Doc = pycompat.DecodeString(raw)
-		}
-	case fReplyTo:
-		if n, ok := wantInt(); ok {
-			rec.ReplyTo = &n
-		}
+		rec.Doc = pycompat.DecodeString(raw)
 	case fRole:
-		if isString() {
-			switch string(raw) {
-			case `"primary"`:
-				rec.Role = RolePrimary
-			case `"supporting"`:
-				rec.Role = RoleSupporting
-			default:
-				rec.Role = pycompat.DecodeString(raw)
-			}
+		switch string(raw) {
+		case `"primary"`:
+			rec.Role = RolePrimary
+		case `"supporting"`:
+			rec.Role = RoleSupporting
+		default:
+			rec.Role = pycompat.DecodeString(raw)
 		}
 	case fSHA:
-		if isString() {
-			rec.SHA256 = pycompat.DecodeString(raw)
+		rec.SHA256 = pycompat.DecodeString(raw)
+	}
+}
+
+// intField reads the integer value of field bit, or reports why it is
+// not one.
+func (rec *record) intField(bit fieldMask, kind pycompat.Kind, raw []byte, lineNo int) (int, bool) {
+	if kind != pycompat.Number || bytes.ContainsAny(raw, ".eE") {
+		rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be an integer", fieldNames[bit]))
+		return 0, false
+	}
+	n, ok := smallInt(raw)
+	if !ok {
+		var err error
+		if n, err = strconv.Atoi(string(raw)); err != nil {
+			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q is out of range", fieldNames[bit]))
+			return 0, false
 		}
 	}
+	rec.has |= bit
+	return n, true
+}
+
+// smallInt reads a JSON integer of at most 18 digits, which no int64
+// overflows, without the allocation of strconv.Atoi(string(raw)); ok is
+// false for anything else.
+func smallInt(raw []byte) (int, bool) {
+	digits := raw
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if len(digits) < len(raw) {
+		n = -n
+	}
+	return n, true
 }
 
 // canonicalEvent returns the constant for a known event name, avoiding an
