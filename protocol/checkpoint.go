@@ -283,29 +283,55 @@ func (l *Log) restoreLocked(path string) bool {
 // OpenLogFrom). It writes nothing while the history has a problem or is
 // empty.
 func (l *Log) SaveCheckpoint(path string) error {
+	b, err := l.checkpointData(path)
+	if b == nil || err != nil {
+		return err
+	}
+	return writePrivate(path, b)
+}
+
+// StartCheckpoint is SaveCheckpoint of the state as it is now, written
+// while the caller goes on (an append, whose protocol.json write then
+// syncs to disk at the same time as the checkpoint); wait returns the
+// error of the write once it is done. A checkpoint of the state before
+// an append still fits the folder after it: the next process applies
+// that append's line on top of it.
+func (l *Log) StartCheckpoint(path string) (wait func() error) {
+	b, err := l.checkpointData(path)
+	if b == nil || err != nil {
+		return func() error { return err }
+	}
+	done := make(chan error, 1)
+	go func() { done <- writePrivate(path, b) }()
+	return func() error { return <-done }
+}
+
+// checkpointData renders the checkpoint of the state derived so far, or
+// nil when none is to be written.
+func (l *Log) checkpointData(path string) ([]byte, error) {
 	if path == "" {
-		return nil
+		return nil, nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || l.historyBad != nil || l.offset == 0 || l.proto == nil {
-		return nil
+		return nil, nil
 	}
 	static, err := staticHash(l.proto.Raw)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f, id, err := openEvents(l.folder)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	if id.dev != l.evID.dev || id.ino != l.evID.ino || id.size < l.offset {
-		return nil // replaced since: the next process replays
+		return nil, nil // replaced since: the next process replays
 	}
 	last, err := lastLine(f, l.offset)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cp := checkpointFile{
 		Version: checkpointVersion, Folder: l.folder, Static: static,
@@ -315,11 +341,7 @@ func (l *Log) SaveCheckpoint(path string) error {
 	for s := range l.seen.extra {
 		cp.Extra = append(cp.Extra, s)
 	}
-	b, err := json.Marshal(&cp)
-	if err != nil {
-		return err
-	}
-	return writePrivate(path, b)
+	return json.Marshal(&cp)
 }
 
 // openEvents opens folder's events.jsonl for reading, without following

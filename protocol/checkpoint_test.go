@@ -158,3 +158,34 @@ func TestCheckpointCatchesUp(t *testing.T) {
 	assert.Equal(t, PhaseRevising, again.Snapshot().Phase)
 	assert.Equal(t, 4, again.Snapshot().LastSeq)
 }
+
+// A checkpoint started before an append (as acpfs append saves it while
+// it appends) describes the folder after that append too: the next log
+// starts from it and applies the appended line.
+func TestCheckpointStartedBeforeAnAppend(t *testing.T) {
+	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
+	k.must(ev{from: "server", event: EvDeliverableDrafted})
+	ckpt := filepath.Join(t.TempDir(), "ckpt", "c.json")
+	wait := k.log.StartCheckpoint(ckpt)
+	rt := 2
+	_, err := k.log.Append(EventSpec{Participant: "server", Event: EvProposalSubmitted, Summary: "proposal", Doc: ProposalFile, ReplyTo: &rt})
+	require.NoError(t, err)
+	require.NoError(t, wait())
+
+	probe := &Log{folder: k.dir}
+	require.NoError(t, probe.loadProtocolLocked())
+	require.True(t, probe.restoreLocked(ckpt), "the checkpoint does not fit the folder")
+	assert.Equal(t, 2, probe.lines, "the checkpoint is of the state before the append")
+
+	l, err := OpenLogFrom(k.dir, ckpt)
+	require.NoError(t, err)
+	defer l.Close()
+	fresh, err := OpenLog(k.dir)
+	require.NoError(t, err)
+	defer fresh.Close()
+	assert.Equal(t, fresh.Snapshot(), l.Snapshot())
+	assert.Equal(t, 3, l.Snapshot().LastSeq)
+
+	wait = fresh.StartCheckpoint("")
+	assert.NoError(t, wait(), "no path: nothing to write")
+}

@@ -167,14 +167,14 @@ func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
 	bad, unknown, members := rec.bad[:0], rec.unknown[:0], rec.members[:0]
 	*rec = record{line: lineNo, bad: bad, unknown: unknown}
 	line = trimCR(line)
-	if !utf8.Valid(line) {
-		rec.bad = append(rec.bad, malformed(lineNo, "utf8", "line is not valid UTF-8"))
-		return
-	}
 	// Nearly every line is a flat object read in one pass; the others
 	// (and every invalid one) take the general path, which decides.
 	members, flat := pycompat.ScanFlat(line, members)
 	if !flat {
+		if !utf8.Valid(line) {
+			rec.bad = append(rec.bad, malformed(lineNo, "utf8", "line is not valid UTF-8"))
+			return
+		}
 		if members, flat = rec.scanGeneral(line, lineNo, members); !flat {
 			return
 		}
@@ -352,12 +352,15 @@ func (rec *record) setField(bit fieldMask, kind pycompat.Kind, raw []byte, lineN
 // intField reads the integer value of field bit, or reports why it is
 // not one.
 func (rec *record) intField(bit fieldMask, kind pycompat.Kind, raw []byte, lineNo int) (int, bool) {
-	if kind != pycompat.Number || bytes.ContainsAny(raw, ".eE") {
-		rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be an integer", fieldNames[bit]))
-		return 0, false
+	n, ok := 0, false
+	if kind == pycompat.Number {
+		n, ok = smallInt(raw)
 	}
-	n, ok := smallInt(raw)
 	if !ok {
+		if kind != pycompat.Number || bytes.ContainsAny(raw, ".eE") {
+			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be an integer", fieldNames[bit]))
+			return 0, false
+		}
 		var err error
 		if n, err = strconv.Atoi(string(raw)); err != nil {
 			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q is out of range", fieldNames[bit]))

@@ -195,7 +195,7 @@ func (l *Log) verifyLocked(f *os.File, lines [][]byte, exclusive bool) error {
 // the first problem is remembered: new appends are refused until the
 // history is repaired.
 func (l *Log) applyHistoryLocked(line []byte, lineNo int) {
-	if utf8.Valid(line) && pycompat.IsBlank(line) {
+	if pycompat.IsBlank(line) && utf8.Valid(line) {
 		return
 	}
 	rec := &l.scratch

@@ -92,8 +92,11 @@ func (af *appendFlags) run(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("reply-to") {
 		spec.ReplyTo = &af.replyTo
 	}
+	// The state as read is saved while the append runs: the two synced
+	// writes (checkpoint, protocol.json) reach the disk together.
+	saved := l.StartCheckpoint(ckpt)
 	ev, err := l.Append(spec)
-	if cerr := l.SaveCheckpoint(ckpt); cerr != nil {
+	if cerr := saved(); cerr != nil {
 		slog.Debug("checkpoint not saved", "path", ckpt, "err", cerr)
 	}
 	if err != nil {

@@ -1,5 +1,11 @@
 package pycompat
 
+import (
+	"encoding/binary"
+	"math/bits"
+	"unicode/utf8"
+)
+
 // Member is one member of a JSON object, as Scanner.Member returns it:
 // the key as a raw string (quotes and escapes included), the kind of the
 // value and the value's raw bytes.
@@ -11,18 +17,36 @@ type Member struct {
 
 // ScanFlat reads b in one pass when it is the common shape of an event
 // line: one JSON object whose values are strings, numbers, true, false
-// or null, with only spaces and tabs between tokens, and without the
-// lead bytes (0xC2, 0xE2) of the characters U+0085, U+2028 and U+2029.
-// It appends the members to out and returns ok; then json.Valid(b) holds,
-// LineBreakRune(b) is 0 and out holds what Scanner.Member returns, in
-// order. For anything else (nested values, a CR, non-ASCII text that may
-// hold a line separator, invalid JSON) it returns ok false and out as it
-// was: the caller then takes the general path, which decides.
+// or null, with only spaces and tabs between tokens, in valid UTF-8
+// without the lead bytes (0xC2, 0xE2) of the characters U+0085, U+2028
+// and U+2029. It appends the members to out and returns ok; then
+// utf8.Valid(b) and json.Valid(b) hold, LineBreakRune(b) is 0 and out
+// holds what Scanner.Member returns, in order. For anything else (nested
+// values, a CR, text that may hold a line separator, invalid JSON or
+// UTF-8) it returns ok false and out as it was: the caller then takes
+// the general path, which decides.
 func ScanFlat(b []byte, out []Member) ([]Member, bool) {
+	f := flat{b: b}
 	n0 := len(out)
+	out, ok := f.object(out)
+	// Only a line with a byte >= 0x80 can be invalid UTF-8.
+	if !ok || f.high && !utf8.Valid(b) {
+		return out[:n0], false
+	}
+	return out, true
+}
+
+// flat is the state of one ScanFlat.
+type flat struct {
+	b    []byte
+	high bool // a byte >= 0x80 was seen (in a string: anywhere else is invalid)
+}
+
+func (f *flat) object(out []Member) ([]Member, bool) {
+	b := f.b
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return out[:n0], false
+		return out, false
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
@@ -30,35 +54,32 @@ func ScanFlat(b []byte, out []Member) ([]Member, bool) {
 	}
 	for {
 		ks := i
-		ke, ok := flatString(b, i)
+		ke, ok := f.str(i)
 		if !ok {
-			return out[:n0], false
+			return out, false
 		}
 		i = skipSpace(b, ke)
 		if i >= len(b) || b[i] != ':' {
-			return out[:n0], false
+			return out, false
 		}
 		i = skipSpace(b, i+1)
 		vs := i
-		kind, ve, ok := flatValue(b, i)
+		kind, ve, ok := f.value(i)
 		if !ok {
-			return out[:n0], false
+			return out, false
 		}
 		out = append(out, Member{Key: b[ks:ke], Kind: kind, Raw: b[vs:ve]})
 		i = skipSpace(b, ve)
 		if i >= len(b) {
-			return out[:n0], false
+			return out, false
 		}
 		switch b[i] {
 		case ',':
 			i = skipSpace(b, i+1)
 		case '}':
-			if skipSpace(b, i+1) != len(b) {
-				return out[:n0], false
-			}
-			return out, true
+			return out, skipSpace(b, i+1) == len(b)
 		default:
-			return out[:n0], false
+			return out, false
 		}
 	}
 }
@@ -73,68 +94,106 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// plain marks the bytes a string may hold as they are, in ScanFlat's
-// shape: not a control character, a quote, a backslash, or the lead byte
-// of U+0085 (0xC2) or U+2028/U+2029 (0xE2).
+// plain marks the bytes a string may hold as they are and that the
+// byte loop of str passes: ASCII, not a control character, a quote or a
+// backslash.
 var plain = func() (t [256]bool) {
-	for c := 0x20; c < 256; c++ {
-		t[c] = c != '"' && c != '\\' && c != 0xC2 && c != 0xE2
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
 	}
 	return t
 }()
 
-// flatString returns the index just past the JSON string at b[i], and
-// whether it is one that ScanFlat accepts.
-func flatString(b []byte, i int) (int, bool) {
+// Eight bytes at a time: ones has 0x01 in every byte, highs 0x80.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// special marks the bytes of x that are not plain with their high bit;
+// the lowest mark is exact (a borrow only spreads above a byte that
+// matched): a byte below 0x20, a quote, a backslash, a byte >= 0x80.
+func special(x uint64) uint64 {
+	ctl := (x - 0x20*ones) &^ x
+	q := x ^ '"'*ones
+	q = (q - ones) &^ q
+	bs := x ^ '\\'*ones
+	bs = (bs - ones) &^ bs
+	return (ctl | q | bs | x) & highs
+}
+
+// str returns the index just past the JSON string at b[i], and whether
+// it is one that ScanFlat accepts.
+func (f *flat) str(i int) (int, bool) {
+	b := f.b
 	if i >= len(b) || b[i] != '"' {
 		return 0, false
 	}
 	i++
 	for {
-		for i < len(b) && plain[b[i]] {
+		for i+8 <= len(b) {
+			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		for i < len(b) && plain[b[i]] { // the last bytes of the line
 			i++
 		}
 		if i >= len(b) {
 			return 0, false
 		}
-		switch b[i] {
-		case '"':
+		switch c := b[i]; {
+		case c == '"':
 			return i + 1, true
-		case '\\':
-			if i+1 >= len(b) {
+		case c == '\\':
+			n := escapeLen(b[i:])
+			if n == 0 {
 				return 0, false
 			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
-					return 0, false
-				}
-				i += 6
-			default:
-				return 0, false
-			}
+			i += n
+		case c >= 0x80 && c != 0xC2 && c != 0xE2:
+			f.high = true
+			i++
 		default:
 			return 0, false
 		}
 	}
 }
 
+// escapeLen is the length of the JSON escape at the start of e, 0 when
+// it is not one.
+func escapeLen(e []byte) int {
+	if len(e) < 2 {
+		return 0
+	}
+	switch e[1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return 2
+	case 'u':
+		if len(e) >= 6 && isHex(e[2]) && isHex(e[3]) && isHex(e[4]) && isHex(e[5]) {
+			return 6
+		}
+	}
+	return 0
+}
+
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-// flatValue returns the kind of the scalar JSON value at b[i] and the
+// value returns the kind of the scalar JSON value at b[i] and the
 // index just past it; ok is false for an object, an array or anything
 // that is not a JSON value.
-func flatValue(b []byte, i int) (Kind, int, bool) {
+func (f *flat) value(i int) (Kind, int, bool) {
+	b := f.b
 	if i >= len(b) {
 		return 0, 0, false
 	}
 	switch c := b[i]; {
 	case c == '"':
-		end, ok := flatString(b, i)
+		end, ok := f.str(i)
 		return String, end, ok
 	case c == '-' || isDigit(c):
 		end, ok := flatNumber(b, i)

@@ -3,6 +3,7 @@ package pycompat
 import (
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -42,6 +43,14 @@ var flatSeeds = []struct {
 	{"literal suffix", `{"a":truex}`, false},
 	{"unquoted key", `{a:1}`, false},
 	{"empty", ``, false},
+	{"invalid UTF-8", "{\"a\":\"abc\xffdef\"}", false},
+	{"truncated UTF-8", "{\"a\":\"abcdefgh\xc3\"}", false},
+	{"long strings", `{"summary":"a string longer than eight bytes, twice over","k":"0123456789abcdef"}`, true},
+	{"quote at each offset", `{"a":"01234567","b":"0123456","c":"012345678"}`, true},
+	{"escape after a long run", `{"a":"0123456789abcdef\"ghij"}`, true},
+	{"control after a long run", "{\"a\":\"0123456789abcdef\x1fghij\"}", false},
+	{"DEL is plain", "{\"a\":\"0123456789\x7f\"}", true},
+	{"non-ASCII after a long run", `{"a":"0123456789abcdefé日本語"}`, true},
 }
 
 // checkFlat is the contract of ScanFlat against the general path.
@@ -51,6 +60,7 @@ func checkFlat(t *testing.T, line []byte) bool {
 		assert.Empty(t, out)
 		return false
 	}
+	require.True(t, utf8.Valid(line), "ScanFlat accepted invalid UTF-8 %q", line)
 	require.True(t, json.Valid(line), "ScanFlat accepted invalid JSON %q", line)
 	require.Zero(t, LineBreakRune(line), "ScanFlat accepted a line break in %q", line)
 	s := NewScanner(line)
