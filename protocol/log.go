@@ -126,6 +126,7 @@ type Log struct {
 	resolvedFolder string
 	frozenKeys     map[string]string // doc reference -> Snapshot.Frozen key
 	closed         bool
+	held           heldFiles // the lock file and events.jsonl, kept open between locks
 }
 
 // OpenLog loads protocol.json and replays events.jsonl. Invalid history is
@@ -191,7 +192,7 @@ func (l *Log) lockContextLocked(ctx context.Context) (*Lock, error) {
 		// get an events.jsonl created by the lock.
 		return nil, l.loadProtocolLocked()
 	}
-	lk, err := LockEventsContext(ctx, l.folder)
+	lk, err := l.held.lock(ctx, l.folder)
 	if errors.Is(err, ErrLockBusy) {
 		return nil, lockBusy()
 	}
@@ -278,6 +279,7 @@ func (l *Log) Close() error {
 	err := l.flushProtocol()
 	l.mu.Lock()
 	l.closed = true
+	l.held.close()
 	l.mu.Unlock()
 	return err
 }
