@@ -117,6 +117,7 @@ type Log struct {
 	historyBad      *Violation // first problem of the history, nil when clean
 	historyProblems int
 	scratch         record   // reused by replays
+	stepped         core     // likewise: the state after the line being applied
 	intern          interner // participant ids seen in the history
 
 	replica Replica // the authority when several hosts serve the folder

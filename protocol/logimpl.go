@@ -202,9 +202,8 @@ func (l *Log) applyHistoryLocked(line []byte, lineNo int) {
 	parseLineInto(rec, line, lineNo, l.intern)
 	problems := rec.bad
 	if rec.object {
-		viol, next := step(l.rules, &l.state, &l.seen, rec)
-		problems = append(problems, viol...)
-		l.state = next
+		problems = append(problems, stepInto(l.rules, &l.state, &l.seen, rec, &l.stepped)...)
+		l.state = l.stepped
 		if rec.has.has(fSeq) {
 			l.seen.add(rec.Seq)
 		}

@@ -78,7 +78,11 @@ func parseTime(s string) (time.Time, bool) {
 	if month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || sec > 59 {
 		return time.Time{}, false
 	}
-	t := time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.FixedZone("", offset))
+	loc := time.UTC // the zone of nearly every event: no Location to allocate
+	if offset != 0 {
+		loc = time.FixedZone("", offset)
+	}
+	t := time.Date(year, time.Month(month), day, hour, minute, sec, nsec, loc)
 	if t.Day() != day { // e.g. February 30th
 		return time.Time{}, false
 	}

@@ -88,7 +88,8 @@ func (f *flat) object(out []Member) ([]Member, bool) {
 // not a space or a tab. CR and LF, JSON whitespace too, split lines for
 // the reference's reader: ScanFlat leaves them to the general path.
 func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
+	// Most tokens follow each other directly: one comparison then.
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\t') {
 		i++
 	}
 	return i
