@@ -823,7 +823,9 @@ func (c *Coordinator) reportLost(lv lostView) {
 // view).
 func (c *Coordinator) checkViews() {
 	// One read of the mount table for every view: it lists them all, and
-	// reading it once per view made each check quadratic in the views.
+	// reading it once per view made each check quadratic in the views. A
+	// view mounted after that read is not in it: one missing is looked
+	// up again, in a table read after its mount.
 	mis, err := readMountInfo()
 	if err != nil {
 		slog.Warn("check views: read the mount table", "err", err)
@@ -832,7 +834,7 @@ func (c *Coordinator) checkViews() {
 	c.mu.Lock()
 	var gone []lostView
 	for agent, v := range c.views {
-		if v.lost == "" && v.m.dev != "" && !v.m.Unmounted() && !v.m.mountedIn(mis) {
+		if v.lost == "" && v.m.dev != "" && !v.m.Unmounted() && !v.m.mountedIn(mis) && !v.m.stillMounted() {
 			gone = append(gone, lostView{agent: agent, m: v.m, why: "its mountpoint no longer holds it"})
 		}
 	}
