@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -208,4 +209,40 @@ func TestLockWaitInterrupted(t *testing.T) {
 	_, err = k.log.AppendLineRecordedContext(ctx, line, k.owner(), nil)
 	require.Error(t, err)
 	assert.Equal(t, RuleInterrupted, RuleOf(err))
+}
+
+// TestRefreshWithoutTheLock: a log that found the files unchanged answers
+// Refresh and FrozenNow without its lock, and still follows every change
+// another writer makes, and a close.
+func TestRefreshWithoutTheLock(t *testing.T) {
+	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
+	other, err := OpenLog(k.dir)
+	require.NoError(t, err)
+	defer other.Close()
+	for _, step := range k.happySteps() {
+		step() // through k.log
+		require.NoError(t, other.Refresh())
+		assert.Equal(t, k.log.Snapshot(), other.Snapshot())
+		frozen, err := other.FrozenNow()
+		require.NoError(t, err)
+		assert.Equal(t, other.Snapshot().Frozen, frozen)
+		require.NotNil(t, other.current(), "caught up and published")
+	}
+	assert.NotEmpty(t, other.Snapshot().Frozen, "the happy path freezes the primary deliverable")
+
+	// protocol.json rewritten with another declaration: replayed.
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(k.read(ProtocolFile)), &m))
+	m["objective"] = "Another objective"
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	k.write(ProtocolFile, string(b))
+	assert.Nil(t, other.current(), "protocol.json changed")
+	require.NoError(t, other.Refresh())
+	assert.Equal(t, PhaseCompleted, other.Snapshot().Phase)
+
+	require.NoError(t, other.Close())
+	assert.Error(t, other.Refresh(), "a closed log")
+	_, err = other.FrozenNow()
+	assert.Error(t, err)
 }

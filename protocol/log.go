@@ -11,7 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrorKind separates lines that are not events at all from events that
@@ -128,6 +131,7 @@ type Log struct {
 	frozenKeys     map[string]string // doc reference -> Snapshot.Frozen key
 	closed         bool
 	held           heldFiles // the lock file and events.jsonl, kept open between locks
+	fresh          atomic.Pointer[upToDate]
 }
 
 // OpenLog loads protocol.json and replays events.jsonl. Invalid history is
@@ -185,6 +189,7 @@ func (l *Log) lockLocked() (*Lock, error) { return l.lockContextLocked(context.B
 
 // lockContextLocked is lockLocked, giving up when ctx is done.
 func (l *Log) lockContextLocked(ctx context.Context) (*Lock, error) {
+	l.fresh.Store(nil) // what follows changes the state
 	if l.closed {
 		return nil, unavailable("closed", "the log of %s is closed", l.folder)
 	}
@@ -234,14 +239,82 @@ func (l *Log) Append(spec EventSpec) (Event, error) {
 }
 
 // Refresh catches up with lines appended by other processes. It is cheap
-// when nothing changed (one fstat).
+// when nothing changed: two lstats, without the log's lock, which the
+// views of a daemon share (every open for writing refreshes).
 func (l *Log) Refresh() error {
+	if l.current() != nil {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return unavailable("closed", "the log of %s is closed", l.folder)
 	}
 	return l.refreshLocked()
+}
+
+// FrozenNow is Snapshot().Frozen after a Refresh, without copying it: the
+// map is shared and must not be modified. The error is the Refresh's;
+// the map is then the state as far as it got.
+func (l *Log) FrozenNow() (map[string]string, error) {
+	if u := l.current(); u != nil {
+		return u.frozen, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return l.snapshotLocked().Frozen, unavailable("closed", "the log of %s is closed", l.folder)
+	}
+	err := l.refreshLocked()
+	if u := l.fresh.Load(); u != nil && err == nil {
+		return u.frozen, nil
+	}
+	return l.snapshotLocked().Frozen, err
+}
+
+// upToDate is the state a refresh found caught up with the files: the
+// files it saw, and what Refresh's callers ask of the state then.
+// Published under the log's lock at the end of a refresh, read without
+// it; any path that changes the state unpublishes it first.
+type upToDate struct {
+	ev, proto fileID
+	frozen    map[string]string // Snapshot().Frozen; never modified
+}
+
+// current returns the published state when events.jsonl and
+// protocol.json are still the files it was derived from, else nil.
+func (l *Log) current() *upToDate {
+	u := l.fresh.Load()
+	if u == nil {
+		return nil
+	}
+	ev, ok := lstatID(filepath.Join(l.folder, EventsFile))
+	if !ok || ev != u.ev {
+		return nil
+	}
+	if pj, ok := lstatID(filepath.Join(l.folder, ProtocolFile)); !ok || pj != u.proto {
+		return nil
+	}
+	return u
+}
+
+// lstatID identifies the file at path (not following a symlink).
+func lstatID(path string) (fileID, bool) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return fileID{}, false
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}, true
+}
+
+// publishFreshLocked publishes the state as caught up with the files last
+// seen, unless a replay is due.
+func (l *Log) publishFreshLocked() {
+	if l.closed || l.needReplay || l.proto == nil {
+		l.fresh.Store(nil)
+		return
+	}
+	l.fresh.Store(&upToDate{ev: l.evID, proto: l.protoID, frozen: l.snapshotLocked().Frozen})
 }
 
 // Snapshot returns the current derived state (after a Refresh).
@@ -280,6 +353,7 @@ func (l *Log) Close() error {
 	err := l.flushProtocol()
 	l.mu.Lock()
 	l.closed = true
+	l.fresh.Store(nil)
 	l.held.close()
 	l.mu.Unlock()
 	return err

@@ -445,7 +445,8 @@ func (l *Log) resolveFrozenKey(doc string) string {
 }
 
 // refreshLocked catches up with other writers when the files changed.
-func (l *Log) refreshLocked() error {
+func (l *Log) refreshLocked() (err error) {
+	l.fresh.Store(nil) // published again once caught up
 	path := filepath.Join(l.folder, EventsFile)
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -458,8 +459,14 @@ func (l *Log) refreshLocked() error {
 		return unavailable("events-read", "cannot stat %s: %v", EventsFile, err)
 	}
 	if pfi, err := os.Lstat(filepath.Join(l.folder, ProtocolFile)); err == nil && idOf(pfi) == l.protoID && idOf(fi) == l.evID && !l.needReplay {
+		l.publishFreshLocked()
 		return nil
 	}
+	defer func() {
+		if err == nil {
+			l.publishFreshLocked()
+		}
+	}()
 	release, err := sharedLock(l.folder)
 	if err != nil {
 		return lockBusy()
