@@ -203,3 +203,56 @@ func TestNewUnderWritesV2Files(t *testing.T) {
 		}
 	})
 }
+
+// v2Mount is a cgroup v2 hierarchy of this machine: /sys/fs/cgroup on a
+// unified system, /sys/fs/cgroup/unified on a hybrid one; "" for none.
+func v2Mount() string {
+	for _, p := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st syscall.Statfs_t
+		if syscall.Statfs(p, &st) == nil && st.Type == 0x63677270 {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestV2GroupKillsAndRemoves makes a real cgroup v2 group (without
+// limits, which a hybrid system's v2 hierarchy cannot set), puts a
+// process in it and deletes it: the process is killed and the group
+// removed.
+func TestV2GroupKillsAndRemoves(t *testing.T) {
+	requireCgroups(t)
+	mnt := v2Mount()
+	if mnt == "" {
+		t.Skip("no cgroup v2 hierarchy on this machine")
+	}
+	old := cgroupRoot
+	cgroupRoot = mnt
+	t.Cleanup(func() { cgroupRoot = old })
+	own, err := ownV2Group()
+	require.NoError(t, err)
+	name := fmt.Sprintf("acpfs-limits-v2-%d", os.Getpid())
+	g, err := NewUnder(own, name, Limits{})
+	require.NoError(t, err)
+	removed := false
+	t.Cleanup(func() {
+		if !removed {
+			_ = g.Delete()
+		}
+	})
+	cmd := exec.Command("sleep", "30")
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	require.NoError(t, g.Add(cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cmd.Process.Pid))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "0::"+filepath.Join(own, name)+"\n")
+	assert.Empty(t, g.Hit())
+
+	require.NoError(t, g.Delete())
+	removed = true
+	assert.Error(t, <-done, "the process in the group was killed")
+	_, err = os.Stat(filepath.Join(mnt, own, name))
+	assert.True(t, os.IsNotExist(err), "the group is removed: %v", err)
+}
