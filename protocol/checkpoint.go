@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -347,7 +346,7 @@ func (l *Log) checkpointData(path string) ([]byte, error) {
 // openEvents opens folder's events.jsonl for reading, without following
 // a symlink in its place, and identifies the file it opened.
 func openEvents(folder string) (*os.File, fileID, error) {
-	f, err := os.OpenFile(filepath.Join(folder, EventsFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := openFile(filepath.Join(folder, EventsFile), unix.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fileID{}, err
 	}
@@ -391,7 +390,7 @@ func readPrivate(path string) ([]byte, error) {
 			return nil, fmt.Errorf("%s is not private to uid %d", p, os.Geteuid())
 		}
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := openFile(path, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}

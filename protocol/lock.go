@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -84,7 +83,7 @@ func LockEventsContext(ctx context.Context, folder string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(folder, EventsFile), os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	f, err := openFile(filepath.Join(folder, EventsFile), unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
@@ -93,7 +92,7 @@ func LockEventsContext(ctx context.Context, folder string) (*Lock, error) {
 }
 
 func lockViewEvents(ctx context.Context, folder string) (*Lock, error) {
-	f, err := os.OpenFile(filepath.Join(folder, EventsFile), os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	f, err := openFile(filepath.Join(folder, EventsFile), unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
 	}
@@ -216,18 +215,16 @@ func (h *heldFiles) eventsFile(folder string) (*os.File, error) {
 		h.events.Close()
 		h.events = nil
 	}
-	// Opened with open(2) and wrapped: os.OpenFile would try (and fail)
-	// to register a regular file with the poller, four more syscalls.
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	f, err := openFile(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", EventsFile, &os.PathError{Op: "open", Path: path, Err: err})
+		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
 		return nil, fmt.Errorf("stat %s: %w", EventsFile, err)
 	}
-	h.events, h.eventsID = os.NewFile(uintptr(fd), path), keyOf(&st)
+	h.events, h.eventsID = f, keyOf(&st)
 	return h.events, nil
 }
 
@@ -362,6 +359,22 @@ func waitFlock(ctx context.Context, fd, how int, timeout time.Duration) error {
 			pause *= 2
 		}
 		tick.Reset(pause)
+	}
+}
+
+// openFile is os.OpenFile for the folder's regular files: os.OpenFile
+// tries (and fails) to register each with the poller, four syscalls more
+// per open, and an append opens several.
+func openFile(path string, flags int, perm uint32) (*os.File, error) {
+	for {
+		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, perm)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return os.NewFile(uintptr(fd), path), nil
 	}
 }
 
