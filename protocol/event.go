@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -88,7 +89,7 @@ type record struct {
 	// define, in line order. They are kept in the file as written (other
 	// ACP tools may add fields) and only reported by the validator.
 	unknown []string
-	members []pycompat.Member // the parse's scratch, empty between parses
+	members []pycompat.Member // the parse's scratch
 }
 
 // Violation is one broken rule, as found by a replay, an append check or
@@ -182,9 +183,8 @@ func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
 	rec.object = true
 	var seen fieldMask
 	for _, m := range members {
-		seen = rec.member(seen, m, lineNo, in)
+		seen = rec.member(seen, m.Key(line), m.Kind, m.Raw(line), lineNo, in)
 	}
-	clear(members) // keep no line alive through the reused record
 	rec.members = members[:0]
 	for _, f := range requiredFields {
 		if seen&f.bit == 0 {
@@ -214,6 +214,10 @@ func (rec *record) scanGeneral(line []byte, lineNo int, members []pycompat.Membe
 		rec.bad = append(rec.bad, malformed(lineNo, "json", "line is not one JSON value"))
 		return members, false
 	}
+	if len(line) > math.MaxInt32 { // members are int32 offsets
+		rec.bad = append(rec.bad, malformed(lineNo, "line-length", "line is longer than 2 GiB"))
+		return members, false
+	}
 	s := pycompat.NewScanner(line)
 	if !s.Open() {
 		rec.bad = append(rec.bad, malformed(lineNo, "json-object", "line is a JSON value but not an object"))
@@ -223,20 +227,20 @@ func (rec *record) scanGeneral(line []byte, lineNo int, members []pycompat.Membe
 		rec.bad = append(rec.bad, malformed(lineNo, "line-break", "line contains a raw line-separator character (U+%04X)", r))
 	}
 	for {
-		key, kind, raw, ok := s.Member()
+		m, ok := s.Next()
 		if !ok {
 			return members, true
 		}
-		members = append(members, pycompat.Member{Key: key, Kind: kind, Raw: raw})
+		members = append(members, m)
 	}
 }
 
 // member applies one member of the line's object, given the fields seen
 // before it, and returns the fields seen with it.
-func (rec *record) member(seen fieldMask, m pycompat.Member, lineNo int, in interner) fieldMask {
-	bit := fieldBit(m.Key)
+func (rec *record) member(seen fieldMask, keyRaw []byte, kind pycompat.Kind, raw []byte, lineNo int, in interner) fieldMask {
+	bit := fieldBit(keyRaw)
 	if bit == 0 {
-		key := pycompat.DecodeString(m.Key)
+		key := pycompat.DecodeString(keyRaw)
 		if bit = fieldBit([]byte(`"` + key + `"`)); bit == 0 {
 			if contains(rec.unknown, key) {
 				rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", key))
@@ -252,7 +256,7 @@ func (rec *record) member(seen fieldMask, m pycompat.Member, lineNo int, in inte
 		rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", fieldNames[bit]))
 		return seen
 	}
-	rec.setField(bit, m.Kind, m.Raw, lineNo, in)
+	rec.setField(bit, kind, raw, lineNo, in)
 	return seen | bit
 }
 

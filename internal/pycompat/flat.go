@@ -6,14 +6,24 @@ import (
 	"unicode/utf8"
 )
 
-// Member is one member of a JSON object, as Scanner.Member returns it:
-// the key as a raw string (quotes and escapes included), the kind of the
-// value and the value's raw bytes.
+// Member is one member of a JSON object, as Scanner.Next returns it:
+// where its key (a raw string, quotes and escapes included) and its
+// value's raw bytes lie in the line, and the kind of the value. Offsets
+// rather than slices: a replay reads millions, and a slice costs more to
+// make than the scan of its bytes.
 type Member struct {
-	Key  []byte
-	Kind Kind
-	Raw  []byte
+	KeyStart, KeyEnd, RawStart, RawEnd int32
+	Kind                               Kind
 }
+
+// Key is the member's key in line, the bytes it was read from.
+func (m Member) Key(line []byte) []byte { return line[m.KeyStart:m.KeyEnd] }
+
+// Raw is the member's value in line, the bytes it was read from.
+func (m Member) Raw(line []byte) []byte { return line[m.RawStart:m.RawEnd] }
+
+// maxFlat is the longest line ScanFlat reads (offsets are int32).
+const maxFlat = 1<<31 - 1
 
 // ScanFlat reads b in one pass when it is the common shape of an event
 // line: one JSON object whose values are strings, numbers, true, false
@@ -28,6 +38,9 @@ type Member struct {
 func ScanFlat(b []byte, out []Member) ([]Member, bool) {
 	f := flat{b: b}
 	n0 := len(out)
+	if len(b) > maxFlat {
+		return out, false
+	}
 	out, ok := f.object(out)
 	// Only a line with a byte >= 0x80 can be invalid UTF-8.
 	if !ok || f.high && !utf8.Valid(b) {
@@ -68,7 +81,7 @@ func (f *flat) object(out []Member) ([]Member, bool) {
 		if !ok {
 			return out, false
 		}
-		out = append(out, Member{Key: b[ks:ke], Kind: kind, Raw: b[vs:ve]})
+		out = append(out, Member{KeyStart: int32(ks), KeyEnd: int32(ke), RawStart: int32(vs), RawEnd: int32(ve), Kind: kind})
 		i = skipSpace(b, ve)
 		if i >= len(b) {
 			return out, false

@@ -51,6 +51,14 @@ var flatSeeds = []struct {
 	{"control after a long run", "{\"a\":\"0123456789abcdef\x1fghij\"}", false},
 	{"DEL is plain", "{\"a\":\"0123456789\x7f\"}", true},
 	{"non-ASCII after a long run", `{"a":"0123456789abcdefé日本語"}`, true},
+	{"quote then #", `{"a":"x","#b":1}`, true},
+	{"key without value quote", `{"a":x"}`, false},
+	{"quote after a number", `{"a":1"b":2}`, false},
+	{"unbalanced quotes", `{"a":"b}`, false},
+	{"string as key of nothing", `{"a"}`, false},
+	{"extra quote after the end", `{"a":1}"`, false},
+	{"many members", `{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":"17","r":"18"}`, true},
+	{"literals in the fast path", `{"t":true,"f":false,"n":null,"x":-0.5E-7}`, true},
 }
 
 // checkFlat is the contract of ScanFlat against the general path.
@@ -66,13 +74,13 @@ func checkFlat(t *testing.T, line []byte) bool {
 	s := NewScanner(line)
 	require.True(t, s.Open())
 	for i := 0; ; i++ {
-		key, kind, raw, more := s.Member()
+		m, more := s.Next()
 		if !more {
 			require.Len(t, out, i)
 			return true
 		}
 		require.Less(t, i, len(out))
-		require.Equal(t, Member{Key: key, Kind: kind, Raw: raw}, out[i], "member %d of %q", i, line)
+		require.Equal(t, m, out[i], "member %d of %q", i, line)
 	}
 }
 
@@ -83,7 +91,7 @@ func TestScanFlat(t *testing.T) {
 		})
 	}
 	t.Run("appends to out", func(t *testing.T) {
-		out := []Member{{Key: []byte(`"x"`)}}
+		out := []Member{{KeyEnd: 3}}
 		out, ok := ScanFlat([]byte(`{"a":1}`), out)
 		require.True(t, ok)
 		require.Len(t, out, 2)
