@@ -95,6 +95,7 @@ bench: bench-core bench-fs
 bench-core: build
 	$(GO) test -run '^$$' -bench 'LogAppend|Validate|OpenLog' -benchtime 20x ./protocol/
 	$(GO) test -run '^$$' -bench 'CLIAppend' -benchtime 20x ./cmd/acpfs/
+	$(GO) test -run '^$$' -bench 'EventsAppend' -benchtime 2000x ./view/
 	$(GO) test -run '^$$' -bench 'Matcher50Rules' ./grants/
 	$(GO) test -run '^$$' -bench 'Append|Verify1M' -benchtime 3x ./ledger/
 

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bmatcuk/doublestar/v4"
@@ -281,8 +282,12 @@ var (
 	grantFields       = []string{"preset", "role", "objective", "forbid", "may_read", "may_write"}
 	limitFields       = []string{"memory", "pids", "cpu"}
 	networkFields     = []string{"allow"}
-	idPattern         = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-	envPattern        = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// The patterns are compiled at first use: every acpfs command links
+	// this package, and the bounded repeat alone costs a fraction of a
+	// millisecond of each process's start (`acpfs append` runs once per
+	// event).
+	idPattern  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`) })
+	envPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 )
 
 func (p *parser) config(n *yaml.Node) *Config {
@@ -412,7 +417,7 @@ func (p *parser) participant(n *yaml.Node) Participant {
 		switch k {
 		case "id":
 			pt.ID = p.str(v, what)
-			if pt.ID != "" && !idPattern.MatchString(pt.ID) {
+			if pt.ID != "" && !idPattern().MatchString(pt.ID) {
 				p.errorf(v, "%s: %q: want letters, digits, '.', '_' or '-' (at most 64, not starting with a punctuation mark)", what, pt.ID)
 			}
 		case "grant":
@@ -423,7 +428,7 @@ func (p *parser) participant(n *yaml.Node) Participant {
 		case "env":
 			pt.Env = p.strs(v, what)
 			for i, name := range pt.Env {
-				if !envPattern.MatchString(name) || strings.HasPrefix(name, "ACPFS_") {
+				if !envPattern().MatchString(name) || strings.HasPrefix(name, "ACPFS_") {
 					p.errorf(elem(v, i), "%s: %q: want a variable name (ACPFS_* are the driver's own)", what, name)
 				}
 			}

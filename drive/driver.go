@@ -876,7 +876,8 @@ func (d *driver) stopAll() {
 const runExitLimit = 6
 
 // limitLine is how acpfs run names the limits a command ran into.
-var limitLine = regexp.MustCompile(`ran into its (.+?) limit`)
+// Compiled at first use, as the patterns of config.go.
+var limitLine = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`ran into its (.+?) limit`) })
 
 // finish closes a turn: its receipt, its turn record, and what the next
 // attempt will be told.
@@ -896,7 +897,7 @@ func (d *driver) finish(t *turn) {
 	}
 	// acpfs run exits 6 after a limit and names it on its stderr, which
 	// it shares with the command: the line counts only with that status.
-	if m := limitLine.FindStringSubmatch(t.stderr.String()); m != nil && t.exit == runExitLimit {
+	if m := limitLine().FindStringSubmatch(t.stderr.String()); m != nil && t.exit == runExitLimit {
 		rc.Limits = strings.Split(m[1], " and ")
 	}
 	if timedOut {

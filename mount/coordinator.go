@@ -895,10 +895,19 @@ func (c *Coordinator) reportLost(lv lostView) {
 // the serve loop may not tell (a lazy unmount, a mount stacked over the
 // view).
 func (c *Coordinator) checkViews() {
+	// One read of the mount table for every view: it lists them all, and
+	// reading it once per view made each check quadratic in the views. A
+	// view mounted after that read is not in it: one missing is looked
+	// up again, in a table read after its mount.
+	mis, err := readMountInfo()
+	if err != nil {
+		slog.Warn("check views: read the mount table", "err", err)
+		return
+	}
 	c.mu.Lock()
 	var gone []lostView
 	for agent, v := range c.views {
-		if v.lost == "" && v.m.dev != "" && !v.m.Unmounted() && !v.m.stillMounted() {
+		if v.lost == "" && v.m.dev != "" && !v.m.Unmounted() && !v.m.mountedIn(mis) && !v.m.stillMounted() {
 			gone = append(gone, lostView{agent: agent, m: v.m, why: "its mountpoint no longer holds it"})
 		}
 	}

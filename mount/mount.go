@@ -471,10 +471,16 @@ func (m *Mount) unmount() error {
 
 // stillMounted tells whether our view is still the mount at realMP.
 func (m *Mount) stillMounted() bool {
-	mi, ok, err := mountAt(m.realMP)
+	mis, err := readMountInfo()
 	if err != nil {
 		return true // cannot tell: try to unmount
 	}
+	return m.mountedIn(mis)
+}
+
+// mountedIn is stillMounted against a mount table already read.
+func (m *Mount) mountedIn(mis []MountInfo) bool {
+	mi, ok := topmostAt(mis, m.realMP)
 	return ok && mi.Dev == m.dev
 }
 

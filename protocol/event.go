@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/bits"
 	"strconv"
 	"time"
@@ -150,6 +151,7 @@ type record struct {
 	// define, in line order. They are kept in the file as written (other
 	// ACP tools may add fields) and only reported by the validator.
 	unknown []string
+	members []pycompat.Member // the parse's scratch
 }
 
 // Violation is one broken rule, as found by a replay, an append check or
@@ -225,57 +227,27 @@ func (in interner) get(raw []byte) string {
 // parseLineInto is parseLine into a reused record. With a non-nil
 // interner (history replays) the summary is checked but not kept.
 func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
-	bad, unknown := rec.bad[:0], rec.unknown[:0]
+	bad, unknown, members := rec.bad[:0], rec.unknown[:0], rec.members[:0]
 	*rec = record{line: lineNo, bad: bad, unknown: unknown}
 	line = trimCR(line)
-	if !utf8.Valid(line) {
-		rec.bad = append(rec.bad, malformed(lineNo, "utf8", "line is not valid UTF-8"))
-		return
-	}
-	if pycompat.IsBlank(line) {
-		rec.bad = append(rec.bad, malformed(lineNo, "empty-line", "line is empty"))
-		return
-	}
-	if !json.Valid(line) {
-		rec.bad = append(rec.bad, malformed(lineNo, "json", "line is not one JSON value"))
-		return
-	}
-	s := pycompat.NewScanner(line)
-	if !s.Open() {
-		rec.bad = append(rec.bad, malformed(lineNo, "json-object", "line is a JSON value but not an object"))
-		return
+	// Nearly every line is a flat object read in one pass; the others
+	// (and every invalid one) take the general path, which decides.
+	members, flat := pycompat.ScanFlat(line, members)
+	if !flat {
+		if !utf8.Valid(line) {
+			rec.bad = append(rec.bad, malformed(lineNo, "utf8", "line is not valid UTF-8"))
+			return
+		}
+		if members, flat = rec.scanGeneral(line, lineNo, members); !flat {
+			return
+		}
 	}
 	rec.object = true
-	if r := pycompat.LineBreakRune(line); r != 0 {
-		rec.bad = append(rec.bad, malformed(lineNo, "line-break", "line contains a raw line-separator character (U+%04X)", r))
-	}
 	var seen fieldMask
-	for {
-		keyRaw, kind, raw, ok := s.Member()
-		if !ok {
-			break
-		}
-		bit := fieldBit(keyRaw)
-		if bit == 0 {
-			key := pycompat.DecodeString(keyRaw)
-			if bit = fieldBit([]byte(`"` + key + `"`)); bit == 0 {
-				if contains(rec.unknown, key) {
-					rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", key))
-					continue
-				}
-				// Kept for forward compatibility with other writers;
-				// the validator mentions it as a warning.
-				rec.unknown = append(rec.unknown, key)
-				continue
-			}
-		}
-		if seen&bit != 0 {
-			rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", fieldOf(bit).name))
-			continue
-		}
-		seen |= bit
-		rec.setField(bit, kind, raw, lineNo, in)
+	for _, m := range members {
+		seen = rec.member(seen, m.Key(line), m.Kind, m.Raw(line), lineNo, in)
 	}
+	rec.members = members[:0]
 	for i := range eventFields {
 		if f := &eventFields[i]; f.required && seen&f.bit == 0 {
 			rec.bad = append(rec.bad, malformed(lineNo, "field-missing", "missing required field %q", f.name))
@@ -289,6 +261,65 @@ func parseLineInto(rec *record, line []byte, lineNo int, in interner) {
 			rec.bad[i].Seq = rec.Seq
 		}
 	}
+}
+
+// scanGeneral reads a line ScanFlat did not: it reports a blank line,
+// invalid JSON, a JSON value that is not an object or a raw line break,
+// and appends the members of an object to members. ok is false when the
+// line is not an object (it then counts as no event).
+func (rec *record) scanGeneral(line []byte, lineNo int, members []pycompat.Member) ([]pycompat.Member, bool) {
+	if pycompat.IsBlank(line) {
+		rec.bad = append(rec.bad, malformed(lineNo, "empty-line", "line is empty"))
+		return members, false
+	}
+	if !json.Valid(line) {
+		rec.bad = append(rec.bad, malformed(lineNo, "json", "line is not one JSON value"))
+		return members, false
+	}
+	if len(line) > math.MaxInt32 { // members are int32 offsets
+		rec.bad = append(rec.bad, malformed(lineNo, "line-length", "line is longer than 2 GiB"))
+		return members, false
+	}
+	s := pycompat.NewScanner(line)
+	if !s.Open() {
+		rec.bad = append(rec.bad, malformed(lineNo, "json-object", "line is a JSON value but not an object"))
+		return members, false
+	}
+	if r := pycompat.LineBreakRune(line); r != 0 {
+		rec.bad = append(rec.bad, malformed(lineNo, "line-break", "line contains a raw line-separator character (U+%04X)", r))
+	}
+	for {
+		m, ok := s.Next()
+		if !ok {
+			return members, true
+		}
+		members = append(members, m)
+	}
+}
+
+// member applies one member of the line's object, given the fields seen
+// before it, and returns the fields seen with it.
+func (rec *record) member(seen fieldMask, keyRaw []byte, kind pycompat.Kind, raw []byte, lineNo int, in interner) fieldMask {
+	bit := fieldBit(keyRaw)
+	if bit == 0 {
+		key := pycompat.DecodeString(keyRaw)
+		if bit = fieldBit([]byte(`"` + key + `"`)); bit == 0 {
+			if contains(rec.unknown, key) {
+				rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", key))
+				return seen
+			}
+			// Kept for forward compatibility with other writers;
+			// the validator mentions it as a warning.
+			rec.unknown = append(rec.unknown, key)
+			return seen
+		}
+	}
+	if seen&bit != 0 {
+		rec.bad = append(rec.bad, malformed(lineNo, "field-duplicate", "field %q appears twice", fieldOf(bit).name))
+		return seen
+	}
+	rec.setField(bit, kind, raw, lineNo, in)
+	return seen | bit
 }
 
 // trimCR removes the "\r" of a CRLF line ending from a line whose "\n"
@@ -329,14 +360,41 @@ func (rec *record) setField(bit fieldMask, kind pycompat.Kind, raw []byte, lineN
 		rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q must be an integer", f.name))
 		return
 	case f.integer:
-		var err error
-		if n, err = strconv.Atoi(string(raw)); err != nil {
-			rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q is out of range", f.name))
-			return
+		var ok bool
+		if n, ok = smallInt(raw); !ok {
+			var err error
+			if n, err = strconv.Atoi(string(raw)); err != nil {
+				rec.bad = append(rec.bad, malformed(lineNo, "field-type", "field %q is out of range", f.name))
+				return
+			}
 		}
 	}
 	rec.has |= bit
 	f.read(rec, raw, n, in)
+}
+
+// smallInt reads a JSON integer of at most 18 digits, which no int64
+// overflows, without the allocation of strconv.Atoi(string(raw)); ok is
+// false for anything else.
+func smallInt(raw []byte) (int, bool) {
+	digits := raw
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if len(digits) < len(raw) {
+		n = -n
+	}
+	return n, true
 }
 
 // readAt reads the time of an event, which must parse.

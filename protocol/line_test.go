@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -131,4 +132,30 @@ func TestParseTime(t *testing.T) {
 	a, _ := parseTime("2026-01-02T04:04:05+01:00")
 	b, _ := parseTime("2026-01-02T03:04:05Z")
 	assert.True(t, a.Equal(b))
+}
+
+// The fast path of the common form answers exactly as the general one,
+// valid dates or not, to the bit of the time.Time.
+func TestParseUTCSecondMatchesGeneral(t *testing.T) {
+	n := 0
+	for _, year := range []int{0, 1, 4, 100, 400, 1600, 1899, 1900, 1969, 1970, 1999, 2000, 2024, 2026, 2100, 2400, 9999} {
+		for month := 0; month <= 13; month++ {
+			for day := 0; day <= 32; day++ {
+				for _, hms := range []string{"00:00:00", "03:04:05", "23:59:59", "24:00:00", "12:60:00", "12:00:60"} {
+					s := fmt.Sprintf("%04d-%02d-%02dT%sZ", year, month, day, hms)
+					want, wantOK := parseTimeGeneral(s)
+					got, ok, done := parseUTCSecond(s)
+					require.True(t, done, s)
+					require.Equal(t, wantOK, ok, s)
+					require.Equal(t, want, got, s)
+					n++
+				}
+			}
+		}
+	}
+	for _, s := range []string{"2026-01-02 03:04:05Z", "2026-01-02T03:04:05.5Z", "2026-01-02T03:04:05+00:00", "2O26-01-02T03:04:05Z", "2026-01-02T03:04:0xZ"} {
+		_, _, done := parseUTCSecond(s)
+		assert.False(t, done, s)
+	}
+	assert.Equal(t, 17*14*33*6, n)
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -69,6 +69,7 @@ var lockTimeout = LockTimeout
 type Lock struct {
 	lock int // the locked LockFile, -1 when the lock is on events.jsonl
 	f    *os.File
+	held bool // both files belong to a heldFiles, which keeps them open
 }
 
 // LockEvents takes the exclusive lock of folder (waiting at most
@@ -94,7 +95,7 @@ func LockEventsContext(ctx context.Context, folder string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(folder, EventsFile), os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	f, err := openFile(filepath.Join(folder, EventsFile), unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
@@ -103,7 +104,7 @@ func LockEventsContext(ctx context.Context, folder string) (*Lock, error) {
 }
 
 func lockViewEvents(ctx context.Context, folder string) (*Lock, error) {
-	f, err := os.OpenFile(filepath.Join(folder, EventsFile), os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	f, err := openFile(filepath.Join(folder, EventsFile), unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
 	}
@@ -118,15 +119,21 @@ func lockViewEvents(ctx context.Context, folder string) (*Lock, error) {
 func (l *Lock) File() *os.File { return l.f }
 
 // Unlock releases the lock and closes the files. Closing the lock
-// file's only descriptor releases its flock.
+// file's only descriptor releases its flock. A lock taken through a
+// heldFiles releases the flock and leaves both files open for the next.
 func (l *Lock) Unlock() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
 	var err error
-	if l.lock < 0 {
+	switch {
+	case l.held:
+		err = flockFD(l.lock, unix.LOCK_UN)
+		l.f = nil
+		return err
+	case l.lock < 0:
 		err = flock(l.f, unix.LOCK_UN)
-	} else {
+	default:
 		err = unix.Close(l.lock)
 		l.lock = -1
 	}
@@ -135,6 +142,112 @@ func (l *Lock) Unlock() error {
 	}
 	l.f = nil
 	return err
+}
+
+// heldFiles keeps a long-lived log's LockFile and events.jsonl open from
+// one lock to the next (a view appends through the same log for hours):
+// each lock is then a flock and a check of both names, not two opens and
+// two closes. Whoever holds the log's mutex uses it; the zero value
+// holds nothing.
+type heldFiles struct {
+	lockFile *os.File // the LockFile, nil when none is open
+	lockID   fileKey
+	events   *os.File
+	eventsID fileKey
+	checked  bool // the fields below are known
+	fuse     bool // the folder is on FUSE (a view): nothing is kept
+	euid     uint32
+}
+
+// fileKey is what names a file: its device and inode.
+type fileKey struct{ dev, ino uint64 }
+
+func keyOf(st *unix.Stat_t) fileKey { return fileKey{uint64(st.Dev), st.Ino} }
+
+// lock takes folder's exclusive lock as LockEventsContext does.
+func (h *heldFiles) lock(ctx context.Context, folder string) (*Lock, error) {
+	if !h.checked {
+		h.checked, h.fuse, h.euid = true, onFUSE(folder), uint32(os.Geteuid())
+	}
+	if h.fuse {
+		return lockViewEvents(ctx, folder)
+	}
+	fd, err := h.flockLockFile(ctx, folder)
+	if err != nil {
+		return nil, err
+	}
+	f, err := h.eventsFile(folder)
+	if err != nil {
+		flockFD(fd, unix.LOCK_UN)
+		return nil, err
+	}
+	return &Lock{lock: fd, f: f, held: true}, nil
+}
+
+// flockLockFile flocks the LockFile kept open when its name still leads
+// to it (and it still passes the checks of takeLockFile), else opens it
+// again. It returns the locked descriptor.
+func (h *heldFiles) flockLockFile(ctx context.Context, folder string) (int, error) {
+	if h.lockFile != nil {
+		fd := int(h.lockFile.Fd())
+		if err := waitFlock(ctx, fd, unix.LOCK_EX, lockTimeout); err != nil {
+			return -1, fmt.Errorf("lock %s: %w", LockFile, err)
+		}
+		var st unix.Stat_t
+		if unix.Lstat(filepath.Join(folder, LockFile), &st) == nil && keyOf(&st) == h.lockID &&
+			checkLockFileAs(folder, fd, &st, h.euid) == nil {
+			return fd, nil
+		}
+		h.lockFile.Close() // releases the flock
+		h.lockFile = nil
+	}
+	fd, err := takeLockFile(ctx, folder, unix.LOCK_EX, unix.O_CREAT)
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("stat %s: %w", LockFile, err)
+	}
+	h.lockFile, h.lockID = os.NewFile(uintptr(fd), LockFile), keyOf(&st)
+	return fd, nil
+}
+
+// eventsFile returns events.jsonl kept open when the name still leads to
+// it, else opens it as LockEventsContext does (creating it if needed,
+// never through a symbolic link).
+func (h *heldFiles) eventsFile(folder string) (*os.File, error) {
+	path := filepath.Join(folder, EventsFile)
+	if h.events != nil {
+		var st unix.Stat_t
+		if unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && keyOf(&st) == h.eventsID {
+			return h.events, nil
+		}
+		h.events.Close()
+		h.events = nil
+	}
+	f, err := openFile(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat %s: %w", EventsFile, err)
+	}
+	h.events, h.eventsID = f, keyOf(&st)
+	return h.events, nil
+}
+
+// close closes what is kept open.
+func (h *heldFiles) close() {
+	for _, f := range []**os.File{&h.lockFile, &h.events} {
+		if *f != nil {
+			(*f).Close()
+			*f = nil
+		}
+	}
 }
 
 // sharedLock takes the shared lock of folder for a reader that wants
@@ -203,13 +316,17 @@ func takeLockFile(ctx context.Context, folder string, how, create int) (int, err
 }
 
 func checkLockFile(folder string, fd int, st *unix.Stat_t) error {
+	return checkLockFileAs(folder, fd, st, uint32(os.Geteuid()))
+}
+
+// checkLockFileAs is checkLockFile for a process of effective uid euid.
+func checkLockFileAs(folder string, fd int, st *unix.Stat_t, euid uint32) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%s is not a regular file: remove it", LockFile)
 	}
 	if st.Nlink != 1 {
 		return fmt.Errorf("%s has %d names: remove it", LockFile, st.Nlink)
 	}
-	euid := uint32(os.Geteuid())
 	if st.Uid != euid {
 		var dir unix.Stat_t
 		if err := unix.Stat(folder, &dir); err != nil {
@@ -263,9 +380,27 @@ func waitFlock(ctx context.Context, fd, how int, timeout time.Duration) error {
 	}
 }
 
-func flock(f *os.File, how int) error {
+// openFile is os.OpenFile for the folder's regular files: os.OpenFile
+// tries (and fails) to register each with the poller, four syscalls more
+// per open, and an append opens several.
+func openFile(path string, flags int, perm uint32) (*os.File, error) {
 	for {
-		err := unix.Flock(int(f.Fd()), how)
+		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, perm)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return os.NewFile(uintptr(fd), path), nil
+	}
+}
+
+func flock(f *os.File, how int) error { return flockFD(int(f.Fd()), how) }
+
+func flockFD(fd, how int) error {
+	for {
+		err := unix.Flock(fd, how)
 		if !errors.Is(err, unix.EINTR) {
 			return err
 		}
@@ -279,3 +414,39 @@ func onFUSE(folder string) bool {
 	var s unix.Statfs_t
 	return unix.Statfs(folder, &s) == nil && s.Type == fuseSuperMagic
 }
+
+// heldTurn hands the files a Log keeps open (heldFiles) to one writer of
+// this process at a time: the flock of a descriptor is the descriptor's,
+// so a second goroutine flocking the same one would not wait.
+type heldTurn struct {
+	once sync.Once
+	c    chan struct{}
+}
+
+func (t *heldTurn) ch() chan struct{} {
+	t.once.Do(func() { t.c = make(chan struct{}, 1) })
+	return t.c
+}
+
+// take waits for the turn, as waitFlock waits for a lock: at most
+// timeout (ErrLockBusy), and no longer than ctx (ErrLockInterrupted).
+func (t *heldTurn) take(ctx context.Context, timeout time.Duration) error {
+	select {
+	case t.ch() <- struct{}{}:
+		return nil
+	default:
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	select {
+	case t.ch() <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ErrLockInterrupted
+	case <-deadline.C:
+		return fmt.Errorf("%w for %v", ErrLockBusy, timeout)
+	}
+}
+
+// release gives the turn back.
+func (t *heldTurn) release() { <-t.ch() }

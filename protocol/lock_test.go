@@ -2,7 +2,9 @@ package protocol
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -103,20 +105,61 @@ func TestLockFileRefused(t *testing.T) {
 		}, "not a regular file"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
-			path := filepath.Join(k.dir, LockFile)
-			require.NoError(t, os.RemoveAll(path))
-			tc.plant(t, k.dir, path)
-			before, _ := k.files()
-			_, err := blocked(k)
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), tc.want)
-			assert.NotEqual(t, RuleLockBusy, RuleOf(err))
-			after, _ := k.files()
-			assert.Equal(t, before, after)
-		})
+		// Planted before the log's first append, or after one, while the
+		// log keeps the lock file it used open.
+		for _, warm := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/after an append %v", tc.name, warm), func(t *testing.T) {
+				k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
+				if warm {
+					k.must(ev{from: "server", event: EvDeliverableDrafted})
+				}
+				path := filepath.Join(k.dir, LockFile)
+				require.NoError(t, os.RemoveAll(path))
+				tc.plant(t, k.dir, path)
+				before, _ := k.files()
+				_, err := blocked(k)
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.want)
+				assert.NotEqual(t, RuleLockBusy, RuleOf(err))
+				after, _ := k.files()
+				assert.Equal(t, before, after)
+			})
+		}
 	}
+}
+
+// TestHeldFilesFollowTheNames: a log keeps the lock file and
+// events.jsonl open between appends, and still appends to whatever
+// events.jsonl names now and locks whatever lock file is there now.
+func TestHeldFilesFollowTheNames(t *testing.T) {
+	shortLockTimeout(t)
+	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
+	k.must(ev{from: "server", event: EvDeliverableDrafted})
+
+	// events.jsonl replaced by a copy: the next line goes to the copy.
+	events := filepath.Join(k.dir, EventsFile)
+	old, err := os.Open(events)
+	require.NoError(t, err)
+	defer old.Close()
+	content, _ := k.files()
+	require.NoError(t, os.WriteFile(events+".new", []byte(content), 0o644))
+	require.NoError(t, os.Rename(events+".new", events))
+	k.must(ev{from: "server", event: EvProposalSubmitted})
+	now, _ := k.files()
+	assert.Greater(t, len(now), len(content), "the line went to the file the name leads to")
+	fi, err := old.Stat()
+	require.NoError(t, err)
+	assert.Equal(t, int64(len(content)), fi.Size(), "the replaced file is left alone")
+
+	// The lock file replaced: an outsider's flock on the new one holds
+	// the next append.
+	lock := filepath.Join(k.dir, LockFile)
+	require.NoError(t, os.Remove(lock))
+	require.NoError(t, os.WriteFile(lock, nil, 0o600))
+	holdFlock(t, lock, unix.LOCK_EX)
+	_, err = blocked(k)
+	require.Error(t, err)
+	assert.Equal(t, RuleLockBusy, RuleOf(err))
 }
 
 // TestLockFileModeRepaired: our own lock file left readable by others
@@ -193,4 +236,40 @@ func TestReaderUnderMutexDoesNotWaitForOwnWriter(t *testing.T) {
 	}
 	l.mu.Unlock()
 	require.NoError(t, <-done)
+}
+
+// TestRefreshWithoutTheLock: a log that found the files unchanged answers
+// Refresh and FrozenNow without its lock, and still follows every change
+// another writer makes, and a close.
+func TestRefreshWithoutTheLock(t *testing.T) {
+	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
+	other, err := OpenLog(k.dir)
+	require.NoError(t, err)
+	defer other.Close()
+	for _, step := range k.happySteps() {
+		step() // through k.log
+		require.NoError(t, other.Refresh())
+		assert.Equal(t, k.log.Snapshot(), other.Snapshot())
+		frozen, err := other.FrozenNow()
+		require.NoError(t, err)
+		assert.Equal(t, other.Snapshot().Frozen, frozen)
+		require.NotNil(t, other.current(), "caught up and published")
+	}
+	assert.NotEmpty(t, other.Snapshot().Frozen, "the happy path freezes the primary deliverable")
+
+	// protocol.json rewritten with another declaration: replayed.
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(k.read(ProtocolFile)), &m))
+	m["objective"] = "Another objective"
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	k.write(ProtocolFile, string(b))
+	assert.Nil(t, other.current(), "protocol.json changed")
+	require.NoError(t, other.Refresh())
+	assert.Equal(t, PhaseCompleted, other.Snapshot().Phase)
+
+	require.NoError(t, other.Close())
+	assert.Error(t, other.Refresh(), "a closed log")
+	_, err = other.FrozenNow()
+	assert.Error(t, err)
 }

@@ -11,7 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrorKind separates lines that are not events at all from events that
@@ -120,6 +123,7 @@ type Log struct {
 	historyBad      *Violation // first problem of the history, nil when clean
 	historyProblems int
 	scratch         record   // reused by replays
+	stepped         core     // likewise: the state after the line being applied
 	intern          interner // participant ids seen in the history
 
 	replica Replica // the authority when several hosts serve the folder
@@ -129,6 +133,11 @@ type Log struct {
 	resolvedFolder string
 	frozenKeys     map[string]string // doc reference -> Snapshot.Frozen key
 	closed         bool
+	// held keeps the lock file and events.jsonl open between locks,
+	// used by one writer of this process at a time (turn).
+	held  heldFiles
+	turn  heldTurn
+	fresh atomic.Pointer[upToDate]
 }
 
 // OpenLog loads protocol.json and replays events.jsonl. Invalid history is
@@ -202,7 +211,7 @@ func (l *Log) lock(ctx context.Context) (*Lock, error) {
 		return nil, l.loadProtocolLocked()
 	}
 	l.mu.Unlock()
-	lk, err := LockEventsContext(ctx, l.folder)
+	lk, err := l.lockHeld(ctx)
 	if errors.Is(err, ErrLockBusy) {
 		return nil, lockBusy()
 	}
@@ -214,6 +223,7 @@ func (l *Log) lock(ctx context.Context) (*Lock, error) {
 	}
 	l.ex.take()
 	l.mu.Lock()
+	l.fresh.Store(nil) // what follows changes the state
 	if l.closed {
 		l.unlock(lk)
 		return nil, unavailable("closed", "the log of %s is closed", l.folder)
@@ -230,6 +240,22 @@ func (l *Log) unlock(lk *Lock) {
 	l.ex.release()
 	l.mu.Unlock()
 	lk.Unlock()
+	l.turn.release()
+}
+
+// lockHeld takes the folder's exclusive lock through the files the log
+// keeps open, once no other writer of this process uses them: a flock
+// on a descriptor another goroutine holds locked would not wait.
+func (l *Log) lockHeld(ctx context.Context) (*Lock, error) {
+	if err := l.turn.take(ctx, lockTimeout); err != nil {
+		return nil, err
+	}
+	lk, err := l.held.lock(ctx, l.folder)
+	if err != nil {
+		l.turn.release()
+		return nil, err
+	}
+	return lk, nil
 }
 
 // EventSpec is the caller's part of an event that Append builds: who
@@ -256,14 +282,82 @@ func (l *Log) Append(spec EventSpec) (Event, error) {
 }
 
 // Refresh catches up with lines appended by other processes. It is cheap
-// when nothing changed (one fstat).
+// when nothing changed: two lstats, without the log's lock, which the
+// views of a daemon share (every open for writing refreshes).
 func (l *Log) Refresh() error {
+	if l.current() != nil {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return unavailable("closed", "the log of %s is closed", l.folder)
 	}
 	return l.refreshLocked()
+}
+
+// FrozenNow is Snapshot().Frozen after a Refresh, without copying it: the
+// map is shared and must not be modified. The error is the Refresh's;
+// the map is then the state as far as it got.
+func (l *Log) FrozenNow() (map[string]string, error) {
+	if u := l.current(); u != nil {
+		return u.frozen, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return l.snapshotLocked().Frozen, unavailable("closed", "the log of %s is closed", l.folder)
+	}
+	err := l.refreshLocked()
+	if u := l.fresh.Load(); u != nil && err == nil {
+		return u.frozen, nil
+	}
+	return l.snapshotLocked().Frozen, err
+}
+
+// upToDate is the state a refresh found caught up with the files: the
+// files it saw, and what Refresh's callers ask of the state then.
+// Published under the log's lock at the end of a refresh, read without
+// it; any path that changes the state unpublishes it first.
+type upToDate struct {
+	ev, proto fileID
+	frozen    map[string]string // Snapshot().Frozen; never modified
+}
+
+// current returns the published state when events.jsonl and
+// protocol.json are still the files it was derived from, else nil.
+func (l *Log) current() *upToDate {
+	u := l.fresh.Load()
+	if u == nil {
+		return nil
+	}
+	ev, ok := lstatID(filepath.Join(l.folder, EventsFile))
+	if !ok || ev != u.ev {
+		return nil
+	}
+	if pj, ok := lstatID(filepath.Join(l.folder, ProtocolFile)); !ok || pj != u.proto {
+		return nil
+	}
+	return u
+}
+
+// lstatID identifies the file at path (not following a symlink).
+func lstatID(path string) (fileID, bool) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return fileID{}, false
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}, true
+}
+
+// publishFreshLocked publishes the state as caught up with the files last
+// seen, unless a replay is due.
+func (l *Log) publishFreshLocked() {
+	if l.closed || l.needReplay || l.proto == nil {
+		l.fresh.Store(nil)
+		return
+	}
+	l.fresh.Store(&upToDate{ev: l.evID, proto: l.protoID, frozen: l.snapshotLocked().Frozen})
 }
 
 // Snapshot returns the current derived state (after a Refresh).
@@ -302,7 +396,14 @@ func (l *Log) Close() error {
 	err := l.flushProtocol()
 	l.mu.Lock()
 	l.closed = true
+	l.fresh.Store(nil)
 	l.mu.Unlock()
+	// A writer that holds the kept files gives them back once it sees
+	// the log closed.
+	if l.turn.take(context.Background(), lockTimeout) == nil {
+		l.held.close()
+		l.turn.release()
+	}
 	return err
 }
 

@@ -195,16 +195,15 @@ func (l *Log) verifyLocked(f *os.File, lines [][]byte, exclusive bool) error {
 // the first problem is remembered: new appends are refused until the
 // history is repaired.
 func (l *Log) applyHistoryLocked(line []byte, lineNo int) {
-	if utf8.Valid(line) && pycompat.IsBlank(line) {
+	if pycompat.IsBlank(line) && utf8.Valid(line) {
 		return
 	}
 	rec := &l.scratch
 	parseLineInto(rec, line, lineNo, l.intern)
 	problems := rec.bad
 	if rec.object {
-		viol, next := step(l.rules, &l.state, &l.seen, rec)
-		problems = append(problems, viol...)
-		l.state = next
+		problems = append(problems, stepInto(l.rules, &l.state, &l.seen, rec, &l.stepped)...)
+		l.state = l.stepped
 		if rec.has.has(fSeq) {
 			l.seen.add(rec.Seq)
 		}
@@ -469,7 +468,8 @@ func (l *Log) resolveFrozenKey(doc string) string {
 }
 
 // refreshLocked catches up with other writers when the files changed.
-func (l *Log) refreshLocked() error {
+func (l *Log) refreshLocked() (err error) {
+	l.fresh.Store(nil) // published again once caught up
 	path := filepath.Join(l.folder, EventsFile)
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -482,8 +482,14 @@ func (l *Log) refreshLocked() error {
 		return unavailable("events-read", "cannot stat %s: %v", EventsFile, err)
 	}
 	if pfi, err := os.Lstat(filepath.Join(l.folder, ProtocolFile)); err == nil && idOf(pfi) == l.protoID && idOf(fi) == l.evID && !l.needReplay {
+		l.publishFreshLocked()
 		return nil
 	}
+	defer func() {
+		if err == nil {
+			l.publishFreshLocked()
+		}
+	}()
 	release, err := l.sharedLockLocked()
 	if err != nil {
 		return lockBusy()
@@ -491,7 +497,7 @@ func (l *Log) refreshLocked() error {
 	if release != nil {
 		defer release()
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := openFile(path, syscall.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return unavailable("events-read", "open %s: %v", EventsFile, err)
 	}

@@ -101,17 +101,27 @@ func phaseName(p string) string {
 // the first): the event's shape within the log, then its transition (see
 // transitions), then bookkeeping that never fails.
 func step(rs *rules, cur *core, seen *seqSet, r *record) ([]Violation, core) {
+	var next core
+	viol := stepInto(rs, cur, seen, r, &next)
+	return viol, next
+}
+
+// stepInto is step writing the state after the event to next, which
+// must not be cur: a replay steps every event of the history, and the
+// state, copied around by value, cost more than the checks.
+func stepInto(rs *rules, cur *core, seen *seqSet, r *record, next *core) []Violation {
+	*next = *cur
 	t := transitionPool.Get().(*transition)
 	defer transitionPool.Put(t)
-	*t = newTransition(rs, cur, r)
+	*t = newTransition(rs, cur, next, r)
 	t.checkShape(seen)
 	if apply, ok := transitions[t.name]; ok {
 		apply(t)
 	}
 	t.bookkeep()
-	viol, next := t.viol, t.next
+	viol := t.viol
 	*t = transition{} // the pool keeps no pointer into the caller's state
-	return viol, next
+	return viol
 }
 
 // transitionPool recycles transitions: called through the table, a
@@ -124,7 +134,7 @@ var transitionPool = sync.Pool{New: func() any { return new(transition) }}
 type transition struct {
 	rs   *rules
 	cur  *core
-	next core
+	next *core // starts as a copy of cur
 	r    *record
 	viol []Violation
 
@@ -135,8 +145,8 @@ type transition struct {
 	role    string // "" without one
 }
 
-func newTransition(rs *rules, cur *core, r *record) transition {
-	t := transition{rs: rs, cur: cur, next: *cur, r: r, actor: r.From, actorOK: r.has.has(fFrom)}
+func newTransition(rs *rules, cur, next *core, r *record) transition {
+	t := transition{rs: rs, cur: cur, next: next, r: r, actor: r.From, actorOK: r.has.has(fFrom)}
 	if r.has.has(fSeq) {
 		t.seq = r.Seq
 	}

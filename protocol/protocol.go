@@ -461,7 +461,7 @@ func resolveDepth(p string, depth int) string {
 // place: whoever can write the folder could otherwise point acpfs, which
 // may run as root, at any file on the host.
 func readNoFollow(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := openFile(path, syscall.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -183,29 +182,55 @@ func (l *Log) restoreStateCacheLocked(path string) bool {
 // OpenLogCached). It writes nothing while the history has a problem or is
 // empty.
 func (l *Log) SaveStateCache(path string) error {
+	b, err := l.stateCacheData(path)
+	if b == nil || err != nil {
+		return err
+	}
+	return writePrivate(path, b)
+}
+
+// StartStateCache is SaveStateCache of the state as it is now, written
+// while the caller goes on (an append, whose protocol.json write then
+// syncs to disk at the same time as the cache); wait returns the error
+// of the write once it is done. A cache of the state before an append
+// still fits the folder after it: the next process applies that
+// append's line on top of it.
+func (l *Log) StartStateCache(path string) (wait func() error) {
+	b, err := l.stateCacheData(path)
+	if b == nil || err != nil {
+		return func() error { return err }
+	}
+	done := make(chan error, 1)
+	go func() { done <- writePrivate(path, b) }()
+	return func() error { return <-done }
+}
+
+// stateCacheData renders the state cache of the state derived so far,
+// or nil when none is to be written.
+func (l *Log) stateCacheData(path string) ([]byte, error) {
 	if path == "" {
-		return nil
+		return nil, nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || l.historyBad != nil || l.offset == 0 || l.proto == nil {
-		return nil
+		return nil, nil
 	}
 	static, err := staticHash(l.proto.Raw)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f, id, err := openEvents(l.folder)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	if id.dev != l.evID.dev || id.ino != l.evID.ino || id.size < l.offset {
-		return nil // replaced since: the next process replays
+		return nil, nil // replaced since: the next process replays
 	}
 	last, err := lastLine(f, l.offset)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cp := stateCacheFile{
 		Version: stateCacheVersion, Folder: l.folder, Static: static,
@@ -215,17 +240,13 @@ func (l *Log) SaveStateCache(path string) error {
 	for s := range l.seen.extra {
 		cp.Extra = append(cp.Extra, s)
 	}
-	b, err := json.Marshal(&cp)
-	if err != nil {
-		return err
-	}
-	return writePrivate(path, b)
+	return json.Marshal(&cp)
 }
 
 // openEvents opens folder's events.jsonl for reading, without following
 // a symlink in its place, and identifies the file it opened.
 func openEvents(folder string) (*os.File, fileID, error) {
-	f, err := os.OpenFile(filepath.Join(folder, EventsFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := openFile(filepath.Join(folder, EventsFile), unix.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fileID{}, err
 	}
@@ -269,7 +290,7 @@ func readPrivate(path string) ([]byte, error) {
 			return nil, fmt.Errorf("%s is not private to uid %d", p, os.Geteuid())
 		}
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := openFile(path, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}

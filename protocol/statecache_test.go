@@ -186,3 +186,34 @@ func TestDefaultStateCachePathFollowsTheEnvironment(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", "/tmp/cache")
 	assert.Equal(t, filepath.Join("/tmp/cache", "acpfs", "state-cache"), filepath.Dir(DefaultStateCachePath("/some/folder")))
 }
+
+// A state cache started before an append (as acpfs append saves it while
+// it appends) describes the folder after that append too: the next log
+// starts from it and applies the appended line.
+func TestStateCacheStartedBeforeAnAppend(t *testing.T) {
+	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
+	k.must(ev{from: "server", event: EvDeliverableDrafted})
+	ckpt := filepath.Join(t.TempDir(), "ckpt", "c.json")
+	wait := k.log.StartStateCache(ckpt)
+	rt := 2
+	_, err := k.log.Append(EventSpec{Participant: "server", Event: EvProposalSubmitted, Summary: "proposal", Doc: ProposalFile, ReplyTo: &rt})
+	require.NoError(t, err)
+	require.NoError(t, wait())
+
+	probe := &Log{folder: k.dir}
+	require.NoError(t, probe.loadProtocolLocked())
+	require.True(t, probe.restoreStateCacheLocked(ckpt), "the state cache does not fit the folder")
+	assert.Equal(t, 2, probe.lines, "the state cache is of the state before the append")
+
+	l, err := OpenLogCached(k.dir, ckpt)
+	require.NoError(t, err)
+	defer l.Close()
+	fresh, err := OpenLog(k.dir)
+	require.NoError(t, err)
+	defer fresh.Close()
+	assert.Equal(t, fresh.Snapshot(), l.Snapshot())
+	assert.Equal(t, 3, l.Snapshot().LastSeq)
+
+	wait = fresh.StartStateCache("")
+	assert.NoError(t, wait(), "no path: nothing to write")
+}

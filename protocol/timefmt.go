@@ -9,6 +9,14 @@ import (
 // and a zone that is 'Z' or ±HH:MM (±HHMM). A zone is mandatory because
 // events are compared across machines.
 func parseTime(s string) (time.Time, bool) {
+	if t, ok, done := parseUTCSecond(s); done {
+		return t, ok
+	}
+	return parseTimeGeneral(s)
+}
+
+// parseTimeGeneral is parseTime for every form.
+func parseTimeGeneral(s string) (time.Time, bool) {
 	b := []byte(s)
 	num := func(i, n int) (int, bool) {
 		if i+n > len(b) {
@@ -78,11 +86,87 @@ func parseTime(s string) (time.Time, bool) {
 	if month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || sec > 59 {
 		return time.Time{}, false
 	}
-	t := time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.FixedZone("", offset))
+	loc := time.UTC // the zone of nearly every event: no Location to allocate
+	if offset != 0 {
+		loc = time.FixedZone("", offset)
+	}
+	t := time.Date(year, time.Month(month), day, hour, minute, sec, nsec, loc)
 	if t.Day() != day { // e.g. February 30th
 		return time.Time{}, false
 	}
 	return t.UTC(), true
+}
+
+// parseUTCSecond parses the form nearly every event carries,
+// YYYY-MM-DDTHH:MM:SSZ, as parseTime does, without building a time from
+// a calendar date; done is false for any other form.
+func parseUTCSecond(s string) (t time.Time, ok, done bool) {
+	if len(s) != 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' || s[19] != 'Z' {
+		return time.Time{}, false, false
+	}
+	year, ok1 := digits(s, 0, 4)
+	month, ok2 := digits(s, 5, 2)
+	day, ok3 := digits(s, 8, 2)
+	hour, ok4 := digits(s, 11, 2)
+	minute, ok5 := digits(s, 14, 2)
+	sec, ok6 := digits(s, 17, 2)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) {
+		return time.Time{}, false, false
+	}
+	if month < 1 || month > 12 || day < 1 || day > daysIn(year, month) || hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false, true
+	}
+	secs := daysFromCivil(year, month, day)*86400 + int64(hour*3600+minute*60+sec)
+	return time.Unix(secs, 0).UTC(), true, true
+}
+
+// digits reads the n decimal digits of s at i.
+func digits(s string, i, n int) (int, bool) {
+	v := 0
+	for _, c := range []byte(s[i : i+n]) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v, true
+}
+
+// daysIn is the number of days of month in year (proleptic Gregorian).
+func daysIn(year, month int) int {
+	switch month {
+	case 2:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}
+
+// daysFromCivil counts the days from 1970-01-01 to year-month-day
+// (proleptic Gregorian; Howard Hinnant's days_from_civil).
+func daysFromCivil(year, month, day int) int64 {
+	y := int64(year)
+	if month <= 2 {
+		y--
+	}
+	era := y / 400
+	if y < 0 && y%400 != 0 {
+		era--
+	}
+	yoe := y - era*400
+	m := int64(month)
+	if m > 2 {
+		m -= 3
+	} else {
+		m += 9
+	}
+	doy := (153*m+2)/5 + int64(day) - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return era*146097 + doe - 719468
 }
 
 // FormatTime renders t as ACP stamps its events and protocol.json: in

@@ -498,10 +498,10 @@ func (f *View) participant() string { return f.gv.Load().grant.ParticipantID() }
 // deliverable out from under its path). Hard links, the other way to
 // reach a frozen file's bytes, are never shown in a view.
 func (f *View) frozen(rel string) bool {
-	if err := f.log.Refresh(); err != nil {
+	frozen, err := f.log.FrozenNow()
+	if err != nil {
 		slog.Warn("protocol refresh failed", "err", err)
 	}
-	frozen := f.log.Snapshot().Frozen
 	if len(frozen) == 0 {
 		return false
 	}

@@ -92,8 +92,11 @@ func (af *appendFlags) run(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("reply-to") {
 		spec.ReplyTo = &af.replyTo
 	}
+	// The state as read is saved while the append runs: the two synced
+	// writes (state cache, protocol.json) reach the disk together.
+	saved := l.StartStateCache(cache)
 	ev, err := l.Append(spec)
-	if cerr := l.SaveStateCache(cache); cerr != nil {
+	if cerr := saved(); cerr != nil {
 		slog.Debug("state cache not saved", "path", cache, "err", cerr)
 	}
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,11 +94,34 @@ type Temp struct {
 // (O_EXCL, mode 0600 until Finish).
 func NewTemp(dir, name string) (*Temp, error) {
 	dir = filepath.Clean(dir) // "" is ".", not the system's temporary directory
-	f, err := os.CreateTemp(dir, TempPrefix(name)+"*")
-	if err != nil {
-		return nil, err
+	prefix := filepath.Join(dir, TempPrefix(name))
+	for try := 0; ; try++ {
+		tmp := prefix + randomSuffix()
+		f, err := openFile(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		if errors.Is(err, fs.ErrExist) && try < 100 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &Temp{f: f, dir: dir, dirfd: -1, tmp: tmp}, nil
 	}
-	return &Temp{f: f, dir: dir, dirfd: -1, tmp: f.Name()}, nil
+}
+
+// openFile is os.OpenFile for regular files and directories: os.OpenFile
+// tries (and fails) to register them with the poller, four syscalls more
+// for every file written here.
+func openFile(path string, flags int, perm uint32) (*os.File, error) {
+	for {
+		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, perm)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return os.NewFile(uintptr(fd), path), nil
+	}
 }
 
 // Name returns the temporary file's path (its last name for a Temp made
@@ -243,7 +267,7 @@ func (t *Temp) Discard() {
 // SyncDir fsyncs a directory, so that a name just made or replaced in it
 // survives a crash.
 func SyncDir(dir string) error {
-	d, err := os.Open(dir)
+	d, err := openFile(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}

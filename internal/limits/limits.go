@@ -3,9 +3,13 @@
 // and on the v1 hierarchies (pids, memory, cpu) otherwise. A limit that
 // cannot be applied is an error: a limit that silently does nothing would
 // be worse than none.
+//
+// It writes the few cgroup files it needs itself: a cgroup library would
+// be initialised in every acpfs process, which nearly never sets limits.
 package limits
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,10 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/cgroups/v3"
-	"github.com/containerd/cgroups/v3/cgroup1"
-	"github.com/containerd/cgroups/v3/cgroup2"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // Limits of one command. A zero field sets no limit of that kind.
@@ -34,7 +35,19 @@ type Limits struct {
 
 // V1 says whether groups are made on the cgroup v1 hierarchies, where
 // the memory limit leaves socket buffers out.
-func V1() bool { return cgroups.Mode() != cgroups.Unified }
+func V1() bool { return !unified() }
+
+// cgroupRoot is where the cgroup v2 hierarchy is mounted on a unified
+// system, and the v1 hierarchies' directories otherwise; tests point it
+// at a directory of their own.
+var cgroupRoot = "/sys/fs/cgroup"
+
+// unified tells whether cgroupRoot is the cgroup v2 hierarchy (a
+// unified system); a hybrid system sets limits on its v1 hierarchies.
+func unified() bool {
+	var st unix.Statfs_t
+	return unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+}
 
 // SocketCap is the cap New puts on the group's TCP and UDP socket
 // buffers on cgroup v1: SocketMemory, or Memory when that is zero.
@@ -88,31 +101,49 @@ const cpuPeriod = 100000
 // Group is a control group made for one command.
 type Group struct {
 	name string
-	v1   cgroup1.Cgroup
-	v2   *cgroup2.Manager
-	// v2path is the v2 group's path below /sys/fs/cgroup.
-	v2path string
-	dirs   map[string]string // v1 subsystem -> directory, for the events files
+	// v2 is the group's directory on cgroup v2, "" on v1.
+	v2 string
+	// dirs maps each v1 controller the group limits (memory, pids, cpu)
+	// to the group's directory in its hierarchy.
+	dirs map[string]string
 }
 
 // New makes the group name (a single path element) under this process's
 // own groups, with l applied.
 func New(name string, l Limits) (*Group, error) {
-	if name == "" || strings.ContainsRune(name, '/') {
-		return nil, fmt.Errorf("cgroup name %q: want one path element", name)
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
-	if cgroups.Mode() == cgroups.Unified {
-		return newV2(name, l)
+	if unified() {
+		own, err := ownV2Group()
+		if err != nil {
+			return nil, fmt.Errorf("cgroup v2: find this process's group: %w", err)
+		}
+		return NewUnder(own, name, l)
 	}
 	return newV1(name, l)
 }
 
-func newV2(name string, l Limits) (*Group, error) {
-	own, err := cgroup2.NestedGroupPath("")
-	if err != nil {
-		return nil, fmt.Errorf("cgroup v2: find this process's group: %w", err)
+func checkName(name string) error {
+	if name == "" || strings.ContainsRune(name, '/') || name == "." || name == ".." {
+		return fmt.Errorf("cgroup name %q: want one path element", name)
 	}
-	return NewUnder(own, name, l)
+	return nil
+}
+
+// ownV2Group is this process's cgroup v2 group, as /proc/self/cgroup
+// gives it ("0::/path").
+func ownV2Group() (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return p, nil
+		}
+	}
+	return "", errors.New("no cgroup v2 entry in /proc/self/cgroup")
 }
 
 // NewUnder makes the cgroup v2 group name under parent (a group path,
@@ -120,100 +151,252 @@ func newV2(name string, l Limits) (*Group, error) {
 // its group beside its own, in the subtree delegated to it, since a
 // group holding processes cannot give its children controllers.
 func NewUnder(parent, name string, l Limits) (*Group, error) {
-	if name == "" || strings.ContainsRune(name, '/') {
-		return nil, fmt.Errorf("cgroup name %q: want one path element", name)
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
 	if l.SocketMemory > 0 {
 		return nil, fmt.Errorf("cgroup v2 charges socket buffers to the memory limit: a separate socket memory limit (%d bytes) applies to cgroup v1 only", l.SocketMemory)
 	}
-	own := parent
-	res := &cgroup2.Resources{}
-	if l.Memory > 0 {
-		res.Memory = &cgroup2.Memory{Max: &l.Memory}
+	if !strings.HasPrefix(parent, "/") || filepath.Clean(parent) != parent {
+		return nil, fmt.Errorf("cgroup v2 parent %q: want a clean absolute group path", parent)
 	}
-	if l.Pids > 0 {
-		res.Pids = &cgroup2.Pids{Max: l.Pids}
-	}
-	if l.CPU > 0 {
-		quota := int64(l.CPU * cpuPeriod)
-		period := uint64(cpuPeriod)
-		res.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)}
-	}
-	m, err := cgroup2.NewManager("/sys/fs/cgroup", filepath.Join(own, name), res)
-	if err != nil {
+	dir := filepath.Join(cgroupRoot, parent, name)
+	if err := makeV2(dir, l); err != nil {
 		return nil, fmt.Errorf("cgroup v2 %s: %w (is the cgroup tree delegated to this user? --no-limits runs without limits)", name, err)
 	}
-	return &Group{name: name, v2: m, v2path: filepath.Join(own, name)}, nil
+	return &Group{name: name, v2: dir}, nil
 }
 
+// makeV2 makes the v2 group dir with the controllers l needs enabled
+// above it and l written; it removes dir again when that fails.
+func makeV2(dir string, l Limits) error {
+	var ctl, files []string
+	if l.CPU > 0 {
+		ctl = append(ctl, "+cpu")
+		files = append(files, "cpu.max", fmt.Sprintf("%d %d", int64(l.CPU*cpuPeriod), cpuPeriod))
+	}
+	if l.Memory > 0 {
+		ctl = append(ctl, "+memory")
+		files = append(files, "memory.max", strconv.FormatInt(l.Memory, 10))
+	}
+	if l.Pids > 0 {
+		ctl = append(ctl, "+pids")
+		files = append(files, "pids.max", strconv.FormatInt(l.Pids, 10))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	err := enableControllers(filepath.Dir(dir), strings.Join(ctl, " "))
+	for i := 0; err == nil && i < len(files); i += 2 {
+		err = writeFile(filepath.Join(dir, files[i]), files[i+1])
+	}
+	if err != nil {
+		_ = unix.Rmdir(dir)
+	}
+	return err
+}
+
+// enableControllers writes ctl ("+cpu +memory") to the
+// cgroup.subtree_control of every group from the root down to parent,
+// so that parent's children get those controllers. Only parent's own
+// answer counts: a rootless user may not write the ancestors above its
+// delegated subtree, which already enable what it was given.
+func enableControllers(parent, ctl string) error {
+	if ctl == "" {
+		return nil
+	}
+	rel, err := filepath.Rel(cgroupRoot, parent)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("%s is not below %s", parent, cgroupRoot)
+	}
+	dir := cgroupRoot
+	var last error
+	for _, elem := range append([]string{""}, strings.Split(rel, "/")...) {
+		if elem == "." {
+			continue
+		}
+		dir = filepath.Join(dir, elem)
+		last = writeFile(filepath.Join(dir, "cgroup.subtree_control"), ctl)
+	}
+	return last
+}
+
+// writeFile writes value to an existing cgroup file.
+func writeFile(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s to %s: %w", value, path, err)
+	}
+	return nil
+}
+
+// v1Setting is one file a v1 group is given, in its controller.
+type v1Setting struct{ ctl, file, value string }
+
 func newV1(name string, l Limits) (*Group, error) {
-	res := &specs.LinuxResources{}
-	var want []cgroup1.Name
+	var set []v1Setting
 	if l.Memory > 0 || l.SocketMemory > 0 {
+		if l.Memory > 0 {
+			set = append(set, v1Setting{"memory", "memory.limit_in_bytes", strconv.FormatInt(l.Memory, 10)})
+		}
 		// v1 charges TCP and UDP socket buffers to the memory group only
 		// once its kmem.tcp limit is set, and then to that counter alone:
 		// without it an agent pins any amount in receive queues.
-		tcp := l.SocketCap()
-		res.Memory = &specs.LinuxMemory{KernelTCP: &tcp}
-		if l.Memory > 0 {
-			res.Memory.Limit = &l.Memory
-		}
-		want = append(want, cgroup1.Memory)
+		set = append(set, v1Setting{"memory", "memory.kmem.tcp.limit_in_bytes", strconv.FormatInt(l.SocketCap(), 10)})
 	}
 	if l.Pids > 0 {
-		res.Pids = &specs.LinuxPids{Limit: &l.Pids}
-		want = append(want, cgroup1.Pids)
+		set = append(set, v1Setting{"pids", "pids.max", strconv.FormatInt(l.Pids, 10)})
 	}
 	if l.CPU > 0 {
-		quota := int64(l.CPU * cpuPeriod)
-		period := uint64(cpuPeriod)
-		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
-		want = append(want, cgroup1.Cpu)
+		set = append(set, v1Setting{"cpu", "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)},
+			v1Setting{"cpu", "cpu.cfs_quota_us", strconv.FormatInt(int64(l.CPU*cpuPeriod), 10)})
 	}
-	if len(want) == 0 {
-		return &Group{name: name}, nil
+	g := &Group{name: name, dirs: map[string]string{}}
+	if len(set) == 0 {
+		return g, nil
 	}
-	hier := func() ([]cgroup1.Subsystem, error) {
-		all, err := cgroup1.Default()
-		if err != nil {
-			return nil, err
+	var want []string
+	for _, s := range set {
+		if !contains(want, s.ctl) {
+			want = append(want, s.ctl)
 		}
-		var out []cgroup1.Subsystem
-		for _, s := range all {
-			for _, n := range want {
-				if s.Name() == n {
-					out = append(out, s)
-				}
-			}
-		}
-		if len(out) != len(want) {
-			return nil, fmt.Errorf("cgroup v1: need the %v hierarchies, found %d of them mounted", want, len(out))
-		}
-		return out, nil
 	}
-	cg, err := cgroup1.New(cgroup1.NestedPath(name), res, cgroup1.WithHierarchy(hier))
+	dirs, err := v1Dirs(want)
 	if err != nil {
-		return nil, fmt.Errorf("cgroup v1 %s: %w (--no-limits runs without limits)", name, err)
+		return nil, fmt.Errorf("cgroup v1: %w (--no-limits runs without limits)", err)
 	}
-	g := &Group{name: name, v1: cg, dirs: map[string]string{}}
-	own, err := cgroup1.ParseCgroupFile("/proc/self/cgroup")
-	if err == nil {
-		for _, n := range want {
-			g.dirs[string(n)] = filepath.Join("/sys/fs/cgroup", string(n), own[string(n)], name)
+	for _, ctl := range want {
+		dir := filepath.Join(dirs[ctl], name)
+		if err = os.MkdirAll(dir, 0o755); err != nil {
+			break
 		}
+		g.dirs[ctl] = dir
+	}
+	for i := 0; err == nil && i < len(set); i++ {
+		err = writeFile(filepath.Join(g.dirs[set[i].ctl], set[i].file), set[i].value)
+	}
+	if err != nil {
+		for _, dir := range g.dirs {
+			_ = unix.Rmdir(dir)
+		}
+		return nil, fmt.Errorf("cgroup v1 %s: %w (--no-limits runs without limits)", name, err)
 	}
 	return g, nil
 }
 
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// v1Dirs returns, for each v1 controller of want, this process's own
+// group's directory in that controller's hierarchy: where the
+// hierarchy is mounted (/proc/self/mountinfo) joined with the group's
+// path in it (/proc/self/cgroup) relative to the mount's root.
+func v1Dirs(want []string) (map[string]string, error) {
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	return v1DirsFrom(want, string(own), string(mounts))
+}
+
+// v1DirsFrom is v1Dirs given /proc/self/cgroup and /proc/self/mountinfo.
+func v1DirsFrom(want []string, own, mountinfo string) (map[string]string, error) {
+	paths := map[string]string{}
+	for _, line := range strings.Split(own, "\n") {
+		// hierarchy-ID:controller,controller:path
+		f := strings.SplitN(line, ":", 3)
+		if len(f) == 3 {
+			for _, ctl := range strings.Split(f[1], ",") {
+				paths[ctl] = f[2]
+			}
+		}
+	}
+	dirs := map[string]string{}
+	for _, line := range strings.Split(mountinfo, "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER-OPTIONS
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 3 || g[0] != "cgroup" {
+			continue
+		}
+		root, point := unescapeMount(f[3]), unescapeMount(f[4])
+		for _, ctl := range strings.Split(g[2], ",") {
+			p, inGroup := paths[ctl]
+			if _, seen := dirs[ctl]; seen || !inGroup || !contains(want, ctl) {
+				continue
+			}
+			rel, err := filepath.Rel(root, p)
+			if err != nil || strings.HasPrefix(rel, "..") {
+				continue // this process's group is not inside that mount
+			}
+			dirs[ctl] = filepath.Join(point, rel)
+		}
+	}
+	if len(dirs) != len(want) {
+		return nil, fmt.Errorf("need the %v hierarchies, found %d of them mounted", want, len(dirs))
+	}
+	return dirs, nil
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
 // Add moves the process pid into the group.
 func (g *Group) Add(pid int) error {
-	switch {
-	case g.v2 != nil:
-		return g.v2.AddProc(uint64(pid))
-	case g.v1 != nil:
-		return g.v1.AddProc(uint64(pid))
+	for _, dir := range g.groupDirs() {
+		if err := writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// groupDirs are the group's directories: one on v2, one per limited
+// controller on v1.
+func (g *Group) groupDirs() []string {
+	if g.v2 != "" {
+		return []string{g.v2}
+	}
+	var out []string
+	for _, ctl := range []string{"pids", "memory", "cpu"} {
+		if d, ok := g.dirs[ctl]; ok {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // Hit names the limits the group's processes ran into, for the exit
@@ -221,14 +404,11 @@ func (g *Group) Add(pid int) error {
 // was refused.
 func (g *Group) Hit() []string {
 	var hit []string
-	if g.v2 != nil {
-		if st, err := g.v2.Stat(); err == nil {
-			if st.MemoryEvents != nil && st.MemoryEvents.OomKill > 0 {
-				hit = append(hit, "memory")
-			}
+	if g.v2 != "" {
+		if readKey(filepath.Join(g.v2, "memory.events"), "oom_kill") > 0 {
+			hit = append(hit, "memory")
 		}
-		dir := filepath.Join("/sys/fs/cgroup", g.v2Path())
-		if n := readKey(filepath.Join(dir, "pids.events"), "max"); n > 0 {
+		if readKey(filepath.Join(g.v2, "pids.events"), "max") > 0 {
 			hit = append(hit, "pids")
 		}
 		return hit
@@ -247,30 +427,73 @@ func (g *Group) Hit() []string {
 	return hit
 }
 
-func (g *Group) v2Path() string { return g.v2path }
-
 // Delete kills what is left in the group and removes it, waiting (at
 // most about two seconds) for the killed processes to leave it.
 func (g *Group) Delete() error {
-	switch {
-	case g.v2 != nil:
-		_ = g.v2.Kill()
-		return g.v2.Delete()
-	case g.v1 != nil:
-		var err error
-		for i := 0; i < 200; i++ {
-			procs, perr := g.v1.Processes(cgroup1.Pids, true)
-			if perr != nil || len(procs) == 0 {
-				if err = g.v1.Delete(); err == nil {
-					return nil
+	dirs := g.groupDirs()
+	if g.v2 != "" {
+		// cgroup.kill (Linux 5.14) kills the whole subtree at once; the
+		// loop below kills one by one where it is missing.
+		_ = writeFile(filepath.Join(g.v2, "cgroup.kill"), "1")
+	}
+	var err error
+	for i := 0; i < 200; i++ {
+		procs := groupProcs(dirs)
+		if len(procs) == 0 {
+			if err = removeGroups(dirs); err == nil {
+				return nil
+			}
+		}
+		for _, p := range procs {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond) // the kernel's exit path, not ours to signal
+	}
+	if err == nil {
+		err = fmt.Errorf("cgroup %s still holds processes", g.name)
+	}
+	return err
+}
+
+// groupProcs lists the processes in the groups at dirs and below.
+func groupProcs(dirs []string) []int {
+	var out []int
+	for _, dir := range dirs {
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			b, rerr := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			if rerr != nil {
+				return nil
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if pid, perr := strconv.Atoi(f); perr == nil {
+					out = append(out, pid)
 				}
 			}
-			for _, p := range procs {
-				_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+			return nil
+		})
+	}
+	return out
+}
+
+// removeGroups removes the groups at dirs, their child groups first
+// (a cgroup directory is removed with rmdir, its files and all).
+func removeGroups(dirs []string) error {
+	for _, dir := range dirs {
+		var tree []string
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				tree = append(tree, p)
 			}
-			time.Sleep(10 * time.Millisecond) // the kernel's exit path, not ours to signal
+			return nil
+		})
+		for i := len(tree) - 1; i >= 0; i-- {
+			if err := unix.Rmdir(tree[i]); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("remove cgroup %s: %w", tree[i], err)
+			}
 		}
-		return err
 	}
 	return nil
 }

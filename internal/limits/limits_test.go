@@ -118,3 +118,141 @@ func TestV1CapsSocketBuffers(t *testing.T) {
 		})
 	}
 }
+
+func TestV1DirsFrom(t *testing.T) {
+	own := "9:name=systemd:/\n8:pids:/\n4:memory:/api/abc\n2:cpu,cpuacct:/x\n0::/\n"
+	mounts := `30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+31 30 0:28 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+34 30 0:31 /api /sys/fs/cgroup/mem\040ory rw,relatime shared:5 - cgroup cgroup rw,memory
+38 30 0:35 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+`
+	for _, c := range []struct {
+		name string
+		want []string
+		dirs map[string]string
+		err  string
+	}{
+		{"all three", []string{"memory", "pids", "cpu"}, map[string]string{
+			"memory": "/sys/fs/cgroup/mem ory/abc", "pids": "/sys/fs/cgroup/pids", "cpu": "/sys/fs/cgroup/cpu,cpuacct/x"}, ""},
+		{"one", []string{"pids"}, map[string]string{"pids": "/sys/fs/cgroup/pids"}, ""},
+		{"not mounted", []string{"memory", "blkio"}, nil, "found 1 of them"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dirs, err := v1DirsFrom(c.want, own, mounts)
+			if c.err != "" {
+				require.ErrorContains(t, err, c.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, c.dirs, dirs)
+		})
+	}
+}
+
+// TestNewUnderWritesV2Files makes v2 groups in a directory standing in
+// for the hierarchy, whose control files the test creates as the kernel
+// would, and checks what each limit writes.
+func TestNewUnderWritesV2Files(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		l     Limits
+		ctl   string
+		files map[string]string
+	}{
+		{"all", Limits{Memory: 64 << 20, Pids: 32, CPU: 1.5}, "+cpu +memory +pids",
+			map[string]string{"memory.max": "67108864", "pids.max": "32", "cpu.max": "150000 100000"}},
+		{"pids only", Limits{Pids: 7}, "+pids", map[string]string{"pids.max": "7", "memory.max": "", "cpu.max": ""}},
+		{"none", Limits{}, "", map[string]string{"pids.max": "", "memory.max": "", "cpu.max": ""}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			old := cgroupRoot
+			cgroupRoot = root
+			t.Cleanup(func() { cgroupRoot = old })
+			group := filepath.Join(root, "user.slice", "run")
+			require.NoError(t, os.MkdirAll(group, 0o755))
+			for _, d := range []string{root, filepath.Join(root, "user.slice")} {
+				require.NoError(t, os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), nil, 0o644))
+			}
+			for f := range c.files {
+				require.NoError(t, os.WriteFile(filepath.Join(group, f), nil, 0o644))
+			}
+			g, err := NewUnder("/user.slice", "run", c.l)
+			require.NoError(t, err)
+			assert.Equal(t, group, g.v2)
+			for _, d := range []string{root, filepath.Join(root, "user.slice")} {
+				b, err := os.ReadFile(filepath.Join(d, "cgroup.subtree_control"))
+				require.NoError(t, err)
+				assert.Equal(t, c.ctl, string(b), d)
+			}
+			for f, want := range c.files {
+				b, err := os.ReadFile(filepath.Join(group, f))
+				require.NoError(t, err)
+				assert.Equal(t, want, string(b), f)
+			}
+		})
+	}
+	t.Run("refused", func(t *testing.T) {
+		for _, c := range []struct {
+			parent string
+			l      Limits
+		}{{"relative", Defaults}, {"/a/../b", Defaults}, {"/a", Limits{SocketMemory: 1}}} {
+			_, err := NewUnder(c.parent, "run", c.l)
+			assert.Error(t, err, "%+v", c)
+		}
+	})
+}
+
+// v2Mount is a cgroup v2 hierarchy of this machine: /sys/fs/cgroup on a
+// unified system, /sys/fs/cgroup/unified on a hybrid one; "" for none.
+func v2Mount() string {
+	for _, p := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st syscall.Statfs_t
+		if syscall.Statfs(p, &st) == nil && st.Type == 0x63677270 {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestV2GroupKillsAndRemoves makes a real cgroup v2 group (without
+// limits, which a hybrid system's v2 hierarchy cannot set), puts a
+// process in it and deletes it: the process is killed and the group
+// removed.
+func TestV2GroupKillsAndRemoves(t *testing.T) {
+	requireCgroups(t)
+	mnt := v2Mount()
+	if mnt == "" {
+		t.Skip("no cgroup v2 hierarchy on this machine")
+	}
+	old := cgroupRoot
+	cgroupRoot = mnt
+	t.Cleanup(func() { cgroupRoot = old })
+	own, err := ownV2Group()
+	require.NoError(t, err)
+	name := fmt.Sprintf("acpfs-limits-v2-%d", os.Getpid())
+	g, err := NewUnder(own, name, Limits{})
+	require.NoError(t, err)
+	removed := false
+	t.Cleanup(func() {
+		if !removed {
+			_ = g.Delete()
+		}
+	})
+	cmd := exec.Command("sleep", "30")
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	require.NoError(t, g.Add(cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cmd.Process.Pid))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "0::"+filepath.Join(own, name)+"\n")
+	assert.Empty(t, g.Hit())
+
+	require.NoError(t, g.Delete())
+	removed = true
+	assert.Error(t, <-done, "the process in the group was killed")
+	_, err = os.Stat(filepath.Join(mnt, own, name))
+	assert.True(t, os.IsNotExist(err), "the group is removed: %v", err)
+}

@@ -46,22 +46,34 @@ func (s *Scanner) Open() bool {
 // (quotes and escapes included, see DecodeString), the kind of its value
 // and the value's raw bytes. ok is false after the last member.
 func (s *Scanner) Member() (key []byte, kind Kind, raw []byte, ok bool) {
+	m, ok := s.Next()
+	if !ok {
+		return nil, 0, nil, false
+	}
+	return m.Key(s.b), m.Kind, m.Raw(s.b), true
+}
+
+// Next is Member as offsets in the scanned bytes.
+func (s *Scanner) Next() (Member, bool) {
 	s.skipWS()
 	switch s.peek() {
 	case '}', 0:
-		return nil, 0, nil, false
+		return Member{}, false
 	case ',':
 		s.i++
 		s.skipWS()
 	}
-	start := s.i
+	var m Member
+	m.KeyStart = int32(s.i)
 	s.i = s.strEnd()
-	key = s.b[start:s.i]
+	m.KeyEnd = int32(s.i)
 	s.skipWS()
 	s.i++ // ':'
 	s.skipWS()
-	kind, raw = s.value()
-	return key, kind, raw, true
+	m.RawStart = int32(s.i)
+	m.Kind, _ = s.value()
+	m.RawEnd = int32(s.i)
+	return m, true
 }
 
 func (s *Scanner) peek() byte {
