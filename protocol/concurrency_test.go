@@ -58,6 +58,12 @@ func appendBlocked(folder, name string, n int) error {
 		return err
 	}
 	defer l.Close()
+	return appendBlockedTo(l, name, n)
+}
+
+// appendBlockedTo is appendBlocked through the log l, which other
+// goroutines may share (as the views of one daemon share theirs).
+func appendBlockedTo(l *Log, name string, n int) error {
 	for i := 0; i < n; i++ {
 		summary := fmt.Sprintf("%s-%d", name, i)
 		if i%2 == 0 {
@@ -94,18 +100,42 @@ func asError(err error, target **Error) bool {
 }
 
 func TestConcurrentAppenders(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		name := "a log each"
+		if shared {
+			name = "one log shared by the goroutines"
+		}
+		t.Run(name, func(t *testing.T) { testConcurrentAppenders(t, shared) })
+	}
+}
+
+// testConcurrentAppenders races goroutines of this process, each with a
+// log of its own or all through one (the lock and events files it keeps
+// open must still exclude the other processes), against processes.
+func testConcurrentAppenders(t *testing.T, shared bool) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
 	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
 	const goroutines, procs, each = 4, 3, 25
 
+	var one *Log
+	if shared {
+		var err error
+		one, err = OpenLog(k.dir)
+		require.NoError(t, err)
+		defer one.Close()
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines+procs)
 	for g := 0; g < goroutines; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if shared {
+				errs <- appendBlockedTo(one, fmt.Sprintf("g%d", g), each)
+				return
+			}
 			errs <- appendBlocked(k.dir, fmt.Sprintf("g%d", g), each)
 		}()
 	}
