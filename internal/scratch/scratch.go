@@ -82,14 +82,27 @@ func parse(name, prefix string) (m maker, ok bool) {
 }
 
 // gone reports whether the process m names is no more: no process of
-// that pid, or one started at another time. A process whose state
+// that pid, one started at another time, or a zombie whose threads are
+// all gone (it can never act again; a parent that died with it leaves
+// it to init, which reaps it when it will). A process whose state
 // cannot be read counts as alive.
 func (m maker) gone() bool {
 	st, err := procstat.Read(m.pid)
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
 		return true
 	}
-	return err == nil && st.Start != m.start
+	if err != nil {
+		return false
+	}
+	return st.Start != m.start || st.Zombie() && lastThreadGone(m.pid)
+}
+
+// lastThreadGone reports whether a zombie's threads are all gone: a
+// thread group whose first thread exited shows as a zombie while its
+// other threads still run.
+func lastThreadGone(pid int) bool {
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	return err == nil && len(tasks) <= 1
 }
 
 // Sweep removes from dir (the temporary directory when "") the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/internal/procstat"
 )
@@ -50,6 +51,24 @@ func liveChild(t *testing.T) maker {
 	return maker{ns: me.ns, pid: c.Process.Pid, start: st.Start}
 }
 
+// zombieChild is a process that exited and is not reaped yet.
+func zombieChild(t *testing.T) maker {
+	t.Helper()
+	c := exec.Command("true")
+	require.NoError(t, c.Start())
+	t.Cleanup(func() { _ = c.Wait() })
+	pid := c.Process.Pid
+	// Waited for without being reaped: a zombie.
+	var info unix.Siginfo
+	require.NoError(t, unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil))
+	st, err := procstat.Read(pid)
+	require.NoError(t, err)
+	require.True(t, st.Zombie())
+	me, err := self()
+	require.NoError(t, err)
+	return maker{ns: me.ns, pid: pid, start: st.Start}
+}
+
 // deadChild is a process that ran and was reaped.
 func deadChild(t *testing.T) maker {
 	t.Helper()
@@ -75,6 +94,7 @@ func TestSweep(t *testing.T) {
 	me, err := self()
 	require.NoError(t, err)
 	dead := deadChild(t)
+	zombie := zombieChild(t)
 	reused := maker{ns: me.ns, pid: me.pid, start: me.start + 1} // our pid, another process's start
 	otherNS := dead
 	otherNS.ns++
@@ -98,6 +118,11 @@ func TestSweep(t *testing.T) {
 		}, true},
 		{"a pid reused by another process", func(t *testing.T, dir string) string {
 			p := filepath.Join(dir, reused.name("2"))
+			require.NoError(t, os.Mkdir(p, 0o700))
+			return p
+		}, true},
+		{"a zombie's (exited, not reaped)", func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, zombie.name("8"))
 			require.NoError(t, os.Mkdir(p, 0o700))
 			return p
 		}, true},
