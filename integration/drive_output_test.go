@@ -127,6 +127,30 @@ func scratchByMaker(t *testing.T, prefix string) (gone, running []string) {
 	return gone, running
 }
 
+// scratchSince lists the run scratch directories under the temporary
+// directory that are not in before.
+func scratchSince(t *testing.T, before []string) []string {
+	t.Helper()
+	all, err := filepath.Glob(filepath.Join(os.TempDir(), mount.RunScratchPrefix+"*"))
+	require.NoError(t, err)
+	return slices.DeleteFunc(all, func(p string) bool { return slices.Contains(before, p) })
+}
+
+// waitScratchLeft waits until a run scratch directory made since before
+// has lost its maker (a run killed with SIGKILL: its daemon, killed
+// with it, closes its descriptors before it is gone), and returns
+// those that have.
+func waitScratchLeft(t *testing.T, before []string) []string {
+	t.Helper()
+	var left []string
+	waitFor(t, func() bool {
+		gone, _ := scratchByMaker(t, mount.RunScratchPrefix)
+		left = slices.DeleteFunc(gone, func(p string) bool { return slices.Contains(before, p) })
+		return len(left) > 0
+	}, "no scratch directory of the killed run's is left")
+	return left
+}
+
 // requireKeptWhileRunning requires that each of dirs whose maker still
 // runs is still there: a sweep removes only what a process that is gone
 // left (a directory gone with its maker was removed by that maker).
@@ -147,14 +171,13 @@ func requireKeptWhileRunning(t *testing.T, prefix string, dirs []string) {
 func TestRunSweepsScratchOfKilledRuns(t *testing.T) {
 	eachMode(t, []sbxMode{asRoot, asSingle}, func(t *testing.T, m sbxMode) {
 		e := newSandboxEnvAs(t, m)
-		goneBefore, _ := scratchByMaker(t, mount.RunScratchPrefix)
+		before := scratchSince(t, nil)
 		live := e.startSandbox(sbxRun{grant: "G-bob", script: "true"})
 		killed := e.startSandbox(sbxRun{grant: "G-alice", script: "true"})
 		require.NoError(t, killed.cmd.Process.Kill())
 		<-killed.exited
-		gone, running := scratchByMaker(t, mount.RunScratchPrefix)
-		left := slices.DeleteFunc(gone, func(p string) bool { return slices.Contains(goneBefore, p) })
-		require.NotEmpty(t, left, "the killed run's scratch directory")
+		left := waitScratchLeft(t, before)
+		_, running := scratchByMaker(t, mount.RunScratchPrefix)
 		require.NotEmpty(t, running, "the live run's")
 
 		out, errOut, code := e.sandbox(sbxRun{grant: "G-alice", script: "true"})

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -350,7 +349,7 @@ func TestDriveKilledMidTurnResumes(t *testing.T) {
 	// reviews.
 	hang := `if [ ! -e "$ACPFS_DRIVE_DIR/box/hung" ]; then echo "$ACPFS_TURN_DIR" > "$ACPFS_DRIVE_DIR/box/hung"; exec sleep 86397; fi; sh "$ACPFS_DRIVE_DIR/turns/reviewer.sh"`
 	k := newDriveKit(t, []driveParticipant{driveOwner(), {id: "bob", grant: `{preset: reviewer}`, command: yamlQuote(hang)}}, "")
-	goneBefore, _ := scratchByMaker(t, mount.RunScratchPrefix) // other users' are not this drive's to remove
+	before := scratchSince(t, nil) // another user's are not this drive's to remove
 	cmd := exec.Command(acpfsBin, "drive", "--json", k.file)
 	var out testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -365,9 +364,8 @@ func TestDriveKilledMidTurnResumes(t *testing.T) {
 	// directory: the turn's inputs, the sandbox's scratch directory.
 	turnDir := strings.TrimSpace(readFile(t, filepath.Join(k.box, "hung")))
 	assert.DirExists(t, turnDir)
-	runDirs, running := scratchByMaker(t, mount.RunScratchPrefix)
-	runDirs = slices.DeleteFunc(runDirs, func(p string) bool { return slices.Contains(goneBefore, p) })
-	assert.NotEmpty(t, runDirs)
+	runDirs := waitScratchLeft(t, before)
+	_, running := scratchByMaker(t, mount.RunScratchPrefix)
 
 	notes, errOut, code := k.drive()
 	require.Equal(t, 0, code, "first run:\n%s\nresume:\n%s\n%s", out.String(), notesText(notes), errOut)
