@@ -262,10 +262,12 @@ const maxAbove = 1 << 14
 const maxDepth = 256
 
 // aboveKey is a directory whose ancestors were found shown, at a count
-// of name changes in the folder.
+// of name changes in the folder, with git directories hidden or not
+// (git): a git directory above it hides it under one setting only.
 type aboveKey struct {
 	id  fsid.ID
 	gen uint64
+	git bool
 }
 
 // hidesAbove reports whether a directory above the one held by fd (of
@@ -279,7 +281,7 @@ type aboveKey struct {
 // of name changes (gen): a directory's ancestry changes only by a
 // rename, and the walk costs a few system calls per level.
 func (c *concealed) hidesAbove(fd int, dst *unix.Stat_t, root fsid.ID, gen uint64, git bool) bool {
-	k := aboveKey{id: fsid.OfStat(dst), gen: gen}
+	k := aboveKey{id: fsid.OfStat(dst), gen: gen, git: git}
 	if k.id == root {
 		return false
 	}
