@@ -150,7 +150,7 @@ func ProbeUserNS(want string) (UserNS, error) {
 // host gid is the subordinate gid at the same offset.
 func (u *UserNS) SetAgent(inU, inG, hostU uint32) {
 	u.AgentUID, u.AgentGID, u.HostUID = inU, inG, hostU
-	u.HostGID = u.subGID.Start + (hostU-u.subUID.Start)%u.subGID.Count
+	u.HostGID = u.SubGIDOf(hostU)
 }
 
 // ChosenHostUID is the subordinate uid a chosen uid in the namespace
