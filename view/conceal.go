@@ -1,6 +1,7 @@
 package view
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -191,7 +192,13 @@ func (c *concealed) holdStaging(fd int) {
 		return
 	}
 	if err := c.shared.HoldDup(fd); err != nil {
-		slog.Debug("hold the staging directory", "err", err)
+		level := slog.LevelDebug
+		if errors.Is(err, fsid.ErrSetFull) {
+			// Other views would show this view's private files once
+			// the directory was renamed on the backing side.
+			level = slog.LevelWarn
+		}
+		slog.Log(context.Background(), level, "hold the staging directory", "err", err)
 	}
 }
 

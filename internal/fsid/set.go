@@ -2,6 +2,7 @@ package fsid
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ import (
 type Set struct {
 	mu   sync.Mutex
 	held map[ID]int // descriptor of each held entry
+	max  int        // MaxSetHeld; tests lower it
 	devs map[uint64]int
 	// snap is what Has reads without the lock: every lookup of every
 	// view asks it.
@@ -37,12 +39,17 @@ type setSnap struct {
 }
 
 // MaxSetHeld bounds the descriptors a Set keeps: past it, new entries
-// are not held (they stay concealed where they are, by their place).
+// are not held (ErrSetFull), and are concealed only where their place
+// conceals them.
 const MaxSetHeld = 4096
+
+// ErrSetFull is wrapped by the error of a hold that found the Set
+// holding MaxSetHeld entries already: the entry was not added.
+var ErrSetFull = errors.New("the set of entries concealed by identity is full")
 
 // NewSet returns an empty Set.
 func NewSet() *Set {
-	s := &Set{held: map[ID]int{}, devs: map[uint64]int{}}
+	s := &Set{held: map[ID]int{}, max: MaxSetHeld, devs: map[uint64]int{}}
 	s.publish()
 	return s
 }
@@ -92,9 +99,13 @@ func (s *Set) holdFD(fd int) error {
 	id := OfStat(&st)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.held[id]; ok || len(s.held) >= MaxSetHeld {
+	if _, ok := s.held[id]; ok {
 		unix.Close(fd)
 		return nil
+	}
+	if len(s.held) >= s.max {
+		unix.Close(fd)
+		return fmt.Errorf("hold %s: %w (%d entries)", id, ErrSetFull, s.max)
 	}
 	s.held[id] = fd
 	s.publishLocked()

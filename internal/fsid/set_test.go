@@ -57,3 +57,26 @@ func TestSetKeepsWhatHasAName(t *testing.T) {
 	var none *Set
 	assert.False(t, none.Has(other))
 }
+
+// TestSetFullSaysSo: past its bound a Set holds nothing more, and says
+// so: an entry it silently did not hold would be shown by every view
+// once it moved.
+func TestSetFullSaysSo(t *testing.T) {
+	d := t.TempDir()
+	s := NewSet()
+	defer s.Close()
+	s.max = 2
+	for i, name := range []string{"a", "b", "c"} {
+		p := filepath.Join(d, name)
+		require.NoError(t, os.WriteFile(p, nil, 0o644))
+		err := s.Hold(p)
+		if i < s.max {
+			require.NoError(t, err)
+			assert.True(t, s.Has(statOf(t, p)))
+			continue
+		}
+		require.ErrorIs(t, err, ErrSetFull)
+		assert.False(t, s.Has(statOf(t, p)))
+	}
+	require.NoError(t, s.Hold(filepath.Join(d, "a")), "one already held is no new entry")
+}
