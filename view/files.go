@@ -298,8 +298,11 @@ func (f *View) openCached(n Node, rel string, flags uint32) (opened, bool) {
 		return opened{}, false
 	}
 	o := opened{fd: fd}
+	// Concealed by identity since (the coordinator's shared set grows
+	// when a grant is reloaded or its run directory looked at again,
+	// with no name changed in the folder): judged in full.
 	if unix.Fstat(fd, &o.st) != nil || o.st.Dev != v.dev || o.st.Ino != v.ino || o.st.Mode&unix.S_IFMT != unix.S_IFREG ||
-		o.st.Nlink > 1 {
+		o.st.Nlink > 1 || f.conceal.has(&o.st) {
 		unix.Close(fd)
 		return opened{}, false
 	}

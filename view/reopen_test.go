@@ -50,6 +50,9 @@ func TestOpenCachedChecksWhatItReuses(t *testing.T) {
 			require.NoError(t, os.Rename(c.in("docs"), c.in("docs.old")))
 			require.NoError(t, os.Symlink("docs.old", c.in("docs")))
 		}},
+		{name: "concealed by identity since (a coordinator's file moved there)", change: func(t *testing.T, c *collab, f *View, _ *fakeNode) {
+			require.NoError(t, f.conceal.shared.Hold(c.in(rel)))
+		}},
 		{name: "a grant applied", change: func(t *testing.T, _ *collab, f *View, _ *fakeNode) {
 			require.NoError(t, f.SetGrant(f.Grant(), nil))
 		}},
