@@ -208,6 +208,6 @@ func TestHidesAboveKeysTheGitSetting(t *testing.T) {
 	defer unix.Close(fd)
 	require.NoError(t, unix.Fstat(fd, &st))
 	for _, git := range []bool{false, true, false} {
-		assert.Equal(t, git, c.hidesAbove(fd, &st, fsid.OfStat(&rootSt), 7, git), "git directories hidden: %v", git)
+		assert.Equal(t, git, c.hidesAbove(fd, &st, fsid.OfStat(&rootSt), git, 7, true), "git directories hidden: %v", git)
 	}
 }

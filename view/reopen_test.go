@@ -56,9 +56,12 @@ func TestOpenCachedChecksWhatItReuses(t *testing.T) {
 		{name: "a grant applied", change: func(t *testing.T, _ *collab, f *View, _ *fakeNode) {
 			require.NoError(t, f.SetGrant(f.Grant(), nil))
 		}},
-		{name: "a name changed in the folder", change: func(t *testing.T, _ *collab, f *View, _ *fakeNode) {
-			f.entryGen.Add(1)
+		{name: "a directory moved, made or marked in the folder", change: func(t *testing.T, _ *collab, f *View, _ *fakeNode) {
+			f.dirGen.Add(1)
 		}},
+		{name: "a file's name changed in the folder", change: func(t *testing.T, _ *collab, f *View, _ *fakeNode) {
+			f.entryGen.Add(1)
+		}, reused: true},
 		{name: "the node renamed", change: func(t *testing.T, _ *collab, _ *View, n *fakeNode) {
 			vp := "docs/other.md"
 			n.vp.Store(&vp)

@@ -31,6 +31,8 @@ type Set struct {
 	// snap is what Has reads without the lock: every lookup of every
 	// view asks it.
 	snap atomic.Pointer[setSnap]
+	// version counts the snapshots published (see Version).
+	version atomic.Uint64
 }
 
 type setSnap struct {
@@ -165,6 +167,16 @@ func (s *Set) Has(st *unix.Stat_t) bool {
 	return ok
 }
 
+// Version counts the changes of the Set: it grows whenever what Has
+// answers may have changed, so that an answer derived from Has may be
+// kept while it stays the same. A nil Set is at version 0 for ever.
+func (s *Set) Version() uint64 {
+	if s == nil {
+		return 0
+	}
+	return s.version.Load()
+}
+
 // Close lets go of every held entry.
 func (s *Set) Close() {
 	if s == nil {
@@ -194,4 +206,5 @@ func (s *Set) publishLocked() {
 		snap.devs[d] = struct{}{}
 	}
 	s.snap.Store(snap)
+	s.version.Add(1)
 }

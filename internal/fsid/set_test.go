@@ -26,8 +26,13 @@ func TestSetKeepsWhatHasAName(t *testing.T) {
 	defer s.Close()
 	grant := filepath.Join(d, "G-bob.json")
 	require.NoError(t, os.WriteFile(grant, []byte("{}"), 0o644))
+	v := s.Version()
 	require.NoError(t, s.Hold(grant))
+	assert.Greater(t, s.Version(), v, "a change is a new version")
+	v = s.Version()
 	require.NoError(t, s.Hold(filepath.Join(d, "missing")), "a missing path adds nothing")
+	require.NoError(t, s.Hold(grant), "nor one held already")
+	assert.Equal(t, v, s.Version())
 	st := statOf(t, grant)
 	assert.True(t, s.Has(st))
 
@@ -56,6 +61,7 @@ func TestSetKeepsWhatHasAName(t *testing.T) {
 	assert.False(t, s.Has(other))
 	var none *Set
 	assert.False(t, none.Has(other))
+	assert.Zero(t, none.Version())
 }
 
 // TestSetFullSaysSo: past its bound a Set holds nothing more, and says
