@@ -273,8 +273,12 @@ func (f *View) lookupVerdict(gv *grantView, gen uint64, rel string, st *unix.Sta
 // that is not concealed by identity, which the open itself checks: a
 // file replaced at the name (protocol.json at every append, a file an
 // editor saves) is another file. A repeated open (grep -r, a build) then
-// costs an open and a stat of the backing file. It reports false when it
-// cannot vouch for the open; the caller judges it in full.
+// skips the checkpoint's judgement, but not every resolve: the handle's
+// first read or write through the daemon resolves the name in full again
+// (inPlace; a rename between this open and that read must not let it
+// through), so only an open that is never read that way costs just an
+// open and a stat. It reports false when it cannot vouch for the open;
+// the caller judges it in full.
 func (f *View) openCached(n Node, rel string, flags uint32) (opened, bool) {
 	if n == nil || !cachedOpen(flags) {
 		return opened{}, false
