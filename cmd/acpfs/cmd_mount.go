@@ -23,7 +23,7 @@ import (
 )
 
 func init() {
-	commands = append(commands, newMountCmd, newUmountCmd, newDoctorCmd)
+	register(newMountCmd, newUmountCmd, newDoctorCmd)
 }
 
 // mountFlags are shared by mount, run and up.

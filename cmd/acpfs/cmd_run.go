@@ -25,7 +25,7 @@ import (
 )
 
 func init() {
-	commands = append(commands, newRunCmd, newRunDaemonCmd, newRunInitCmd)
+	register(newRunCmd, newRunDaemonCmd, newRunInitCmd)
 }
 
 // allowRootHelp says what running the command as root gives up.
