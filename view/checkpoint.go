@@ -55,7 +55,7 @@ func (f *View) at(ctx context.Context, o op, rel string) (*target, syscall.Errno
 	if errno != 0 {
 		return nil, errno
 	}
-	verdict := decide(o, rel, t.e, policy{m: v.matcher, handoffs: v.handoffs, frozen: f.frozen, deliverable: f.deliverable})
+	verdict := decide(o, rel, t.e, f.policyOf(v))
 	if verdict.errno != 0 {
 		t.close()
 		if verdict.record != "" {

@@ -528,8 +528,10 @@ func (f *View) frozen(rel string) bool {
 }
 
 // policy is the policy input of the grant in force.
-func (f *View) policy() policy {
-	v := f.gv.Load()
+func (f *View) policy() policy { return f.policyOf(f.gv.Load()) }
+
+// policyOf is the policy of the view under the grant view v.
+func (f *View) policyOf(v *grantView) policy {
 	return policy{m: v.matcher, handoffs: v.handoffs, frozen: f.frozen, deliverable: f.deliverable}
 }
 
