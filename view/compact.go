@@ -331,8 +331,10 @@ func (f *View) stopRepeats() {
 
 // FlushRepeats writes the counts of repeated reads, refusals and no-op
 // changes gathered since the last flush, as records of the grant in
-// force. It runs every repeatFlush, before a grant change (so that no
-// count spans two grants) and when the view stops.
+// force. It runs every repeatFlush, before a grant change (so that the
+// counts of one grant are not recorded under the next, but for the few a
+// request in flight adds during the change: see SetGrant) and when the
+// view stops.
 func (f *View) FlushRepeats() { f.flushRepeatsAs(f.gv.Load().grant) }
 
 // flushRepeatsAs is FlushRepeats for the repeats made under g.

@@ -55,7 +55,9 @@ type File interface {
 	// directly, when the view lets it.
 	PassthroughFd() (int, bool)
 	// Locked is the backing file, for POSIX and BSD locks only: they
-	// change nothing the grant judges.
+	// change nothing the grant judges. It is nil once the handle is
+	// released (the adapter then answers a lock call EBADF), and
+	// nil too when the descriptor cannot be duplicated.
 	Locked() *os.File
 	base() *handle
 }
