@@ -46,6 +46,23 @@ func IsReservedName(base string) bool {
 	return false
 }
 
+// HasReservedSegment reports whether any segment of the slash-separated
+// path p is a reserved name (IsReservedName): p lies in, or names, a run
+// or ledger directory's part, wherever that directory is. It allocates
+// nothing: views ask it on every lookup.
+func HasReservedSegment(p string) bool {
+	for {
+		seg, rest, more := strings.Cut(p, "/")
+		if IsReservedName(seg) {
+			return true
+		}
+		if !more {
+			return false
+		}
+		p = rest
+	}
+}
+
 // IsCoordinatorDirAt reports whether the directory name in dirfd is a
 // run directory or a ledger's directory: it holds context_grants/,
 // ledger.key or communication_ledger.jsonl. No symlink is followed:

@@ -376,3 +376,22 @@ func TestMarksDir(t *testing.T) {
 		assert.Equal(t, tt.want, MarksDir(tt.name), "%q", tt.name)
 	}
 }
+
+func TestHasReservedSegment(t *testing.T) {
+	for _, tt := range []struct {
+		path string
+		want bool
+	}{
+		{"", false}, {"a", false}, {"a/b/c", false}, {"context_grantsx/a", false}, {"a/ledger.key.tmp", false},
+		{GrantsDirName, true}, {LedgerKeyName, true}, {LedgerFileName, true},
+		{"a/" + GrantsDirName, true}, {GrantsDirName + "/G-a.json", true}, {"a/" + LedgerKeyName + "/b", true},
+		{"x/y/" + LedgerFileName, true}, {"a//" + LedgerKeyName, true}, {"/a/b", false},
+	} {
+		assert.Equal(t, tt.want, HasReservedSegment(tt.path), "%q", tt.path)
+	}
+}
+
+func TestHasReservedSegmentAllocatesNothing(t *testing.T) {
+	p := "a/b/c/d/e/f/g/" + GrantsDirName + "/h"
+	assert.Zero(t, testing.AllocsPerRun(100, func() { HasReservedSegment(p) }))
+}

@@ -812,7 +812,7 @@ func (c *Coordinator) holdRunDir() {
 // holdEntries adds every entry of the directory d to s, symlinks
 // unfollowed.
 func holdEntries(s *fsid.Set, d string) error {
-	f, err := os.OpenFile(d, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	f, err := atomicfile.OpenFile(d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil

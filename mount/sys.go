@@ -162,29 +162,8 @@ func readMountInfo() ([]MountInfo, error) {
 // parseMountInfo parses mountinfo text; malformed lines are skipped.
 func parseMountInfo(text string) []MountInfo {
 	var out []MountInfo
-	for _, line := range strings.Split(text, "\n") {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
-		fields := strings.Fields(line)
-		if len(fields) < 7 {
-			continue
-		}
-		sep := -1
-		for i := 6; i < len(fields); i++ {
-			if fields[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+1 >= len(fields) {
-			continue
-		}
-		mi := MountInfo{Dev: fields[2], Mountpoint: mountinfo.Unescape(fields[4]), FSType: fields[sep+1]}
-		if sep+2 < len(fields) {
-			mi.Source = mountinfo.Unescape(fields[sep+2])
-		}
-		fmt.Sscanf(fields[0], "%d", &mi.ID)
-		fmt.Sscanf(fields[1], "%d", &mi.Parent)
-		out = append(out, mi)
+	for _, e := range mountinfo.ParseAll(text) {
+		out = append(out, MountInfo{ID: e.ID, Parent: e.Parent, Dev: e.Dev, Mountpoint: e.Point, FSType: e.FSType, Source: e.Source})
 	}
 	return out
 }

@@ -67,6 +67,8 @@ func FuzzAppendLine(f *testing.F) {
 		`{"seq":7.0,"from":"reader","event":"blocked","at":"2026-01-02T03:05:00Z","summary":"x","reply_to":6}`,
 		`{"seq":7,"from":"reader","event":"blocked","at":"2026-01-02T03:05:00Z","summary":{"nested":[1,"]}"]},"reply_to":6}`,
 		"{\"seq\":7,\"from\":\"reader\",\"event\":\"blocked\",\"at\":\"2026-01-02T03:05:00Z\",\"summary\":\"a\u2029b\",\"reply_to\":6}",
+		`{"seq":7,"from":"reader","event":"blocked","at":"2026-01-02T03:05:00Z","summary":"“stuck” — 20°C…","reply_to":6}`,
+		"{\"seq\":7,\"from\":\"reader\",\"event\":\"blocked\",\"at\":\"2026-01-02T03:05:00Z\",\"summary\":\"a\u0085b\",\"reply_to\":6}",
 		`[]`, `{}`, `null`, ``, `{"seq":`, "\xff\xfe", `{"seq":7}{"seq":8}`,
 		"{\"seq\":7,\"from\":\"reader\",\"event\":\"blocked\",\"at\":\"2026-01-02T03:05:00Z\",\"summary\":\"crlf\",\"reply_to\":6}\r",
 		`{"seq":7,"from":"reader","event":"blocked","at":"2026-01-02T03:05:00Z","summary":"x","reply_to":6,"x-tool":{"a":[1]}}`,

@@ -33,8 +33,8 @@ const LockTimeout = 5 * time.Second
 // Views answer it with EBUSY.
 const RuleLockBusy = "events-lock-busy"
 
-// ErrLockBusy is wrapped by the errors of LockEvents and its shared
-// variant when the lock was not free within LockTimeout.
+// ErrLockBusy is wrapped by the errors of a lock of the folder,
+// exclusive or shared, that was not free within LockTimeout.
 var ErrLockBusy = errors.New("the events lock is held by another writer")
 
 // RuleInterrupted is the rule of the Unavailable error of an append
@@ -42,8 +42,8 @@ var ErrLockBusy = errors.New("the events lock is held by another writer")
 // EINTR, so that a caller interrupted by a signal is not held.
 const RuleInterrupted = "interrupted"
 
-// ErrLockInterrupted is wrapped by the error of LockEventsContext when
-// its context ended first.
+// ErrLockInterrupted is wrapped by the error of a wait for the lock
+// whose context ended first.
 var ErrLockInterrupted = errors.New("interrupted while waiting for the events lock")
 
 // RuleStore is the rule of the Unavailable error of an append or a
@@ -74,37 +74,12 @@ type Lock struct {
 	held bool // both files belong to a heldFiles, which keeps them open
 }
 
-// LockEvents takes the exclusive lock of folder (waiting at most
-// LockTimeout) and opens folder/events.jsonl for appending, creating it
-// if needed.
-//
-// On an acpfs view (a FUSE mount) the lock file is not reachable, and
-// not needed to protect the backing folder: the daemon behind the view
-// takes the real lock for each line it writes. There the lock is taken
-// on the view's events.jsonl, which only serializes writers of that one
-// view, as before the lock file existed.
-func LockEvents(folder string) (*Lock, error) {
-	return LockEventsContext(context.Background(), folder)
-}
-
-// LockEventsContext is LockEvents, giving up (ErrLockInterrupted) when
-// ctx is done first.
-func LockEventsContext(ctx context.Context, folder string) (*Lock, error) {
-	if onFUSE(folder) {
-		return lockViewEvents(ctx, folder)
-	}
-	fd, err := takeLockFile(ctx, folder, unix.LOCK_EX, unix.O_CREAT)
-	if err != nil {
-		return nil, err
-	}
-	f, err := atomicfile.OpenFile(filepath.Join(folder, EventsFile), unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
-	if err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
-	}
-	return &Lock{lock: fd, f: f}, nil
-}
-
+// lockViewEvents locks events.jsonl of folder, an acpfs view (a FUSE
+// mount): the lock file is not reachable there, and not needed to
+// protect the backing folder, since the daemon behind the view takes the
+// real lock for each line it writes. The lock on the view's events.jsonl
+// only serializes the writers of that one view, as before the lock file
+// existed.
 func lockViewEvents(ctx context.Context, folder string) (*Lock, error) {
 	f, err := atomicfile.OpenFile(filepath.Join(folder, EventsFile), unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
@@ -120,25 +95,18 @@ func lockViewEvents(ctx context.Context, folder string) (*Lock, error) {
 // File returns the locked events.jsonl, opened O_RDWR|O_APPEND.
 func (l *Lock) File() *os.File { return l.f }
 
-// Unlock releases the lock and closes the files. Closing the lock
-// file's only descriptor releases its flock. A lock taken through a
-// heldFiles releases the flock and leaves both files open for the next.
+// Unlock releases the lock. A lock taken through a heldFiles leaves both
+// files open for the next; a view's events.jsonl is closed.
 func (l *Lock) Unlock() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
-	var err error
-	switch {
-	case l.held:
-		err = flockFD(l.lock, unix.LOCK_UN)
+	if l.held {
+		err := flockFD(l.lock, unix.LOCK_UN)
 		l.f = nil
 		return err
-	case l.lock < 0:
-		err = flock(l.f, unix.LOCK_UN)
-	default:
-		err = unix.Close(l.lock)
-		l.lock = -1
 	}
+	err := flock(l.f, unix.LOCK_UN)
 	if cerr := l.f.Close(); err == nil {
 		err = cerr
 	}
@@ -166,7 +134,9 @@ type fileKey struct{ dev, ino uint64 }
 
 func keyOf(st *unix.Stat_t) fileKey { return fileKey{uint64(st.Dev), st.Ino} }
 
-// lock takes folder's exclusive lock as LockEventsContext does.
+// lock takes folder's exclusive lock (waiting at most LockTimeout, and
+// no longer than ctx) and returns it with folder/events.jsonl open for
+// appending, created if needed.
 func (h *heldFiles) lock(ctx context.Context, folder string) (*Lock, error) {
 	if !h.checked {
 		h.checked, h.fuse, h.euid = true, onFUSE(folder), uint32(os.Geteuid())
@@ -217,8 +187,8 @@ func (h *heldFiles) flockLockFile(ctx context.Context, folder string) (int, erro
 }
 
 // eventsFile returns events.jsonl kept open when the name still leads to
-// it, else opens it as LockEventsContext does (creating it if needed,
-// never through a symbolic link).
+// it, else opens it (creating it if needed, never through a symbolic
+// link).
 func (h *heldFiles) eventsFile(folder string) (*os.File, error) {
 	path := filepath.Join(folder, EventsFile)
 	if h.events != nil {

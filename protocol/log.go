@@ -95,7 +95,7 @@ type Snapshot struct {
 // the same at event 10 and at event 100,000.
 //
 // All appends, from any process, are serialized by an exclusive flock on
-// the folder's LockFile (see LockEvents). A line is written with a single write(2) at the true end of
+// the folder's LockFile (see LockFile). A line is written with a single write(2) at the true end of
 // the file; protocol.json is then replaced atomically (temp file, fsync,
 // rename), before the append returns or, after DeferProtocolWrites, in the
 // background. A refused append changes no byte of either file.

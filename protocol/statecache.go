@@ -178,23 +178,13 @@ func (l *Log) restoreStateCacheLocked(path string) bool {
 	return true
 }
 
-// SaveStateCache writes the state derived so far to path (see
-// OpenLogCached). It writes nothing while the history has a problem or is
-// empty.
-func (l *Log) SaveStateCache(path string) error {
-	b, err := l.stateCacheData(path)
-	if b == nil || err != nil {
-		return err
-	}
-	return writePrivate(path, b)
-}
-
-// StartStateCache is SaveStateCache of the state as it is now, written
-// while the caller goes on (an append, whose protocol.json write then
-// syncs to disk at the same time as the cache); wait returns the error
-// of the write once it is done. A cache of the state before an append
-// still fits the folder after it: the next process applies that
-// append's line on top of it.
+// StartStateCache writes the state derived so far to path (see
+// OpenLogCached) while the caller goes on (an append, whose
+// protocol.json write then syncs to disk at the same time as the cache);
+// wait returns the error of the write once it is done. It writes nothing
+// while the history has a problem or is empty. A cache of the state
+// before an append still fits the folder after it: the next process
+// applies that append's line on top of it.
 func (l *Log) StartStateCache(path string) (wait func() error) {
 	b, err := l.stateCacheData(path)
 	if b == nil || err != nil {

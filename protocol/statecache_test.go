@@ -110,7 +110,7 @@ func TestStateCacheIsUsedOnlyWhileItDescribesTheFolder(t *testing.T) {
 			k.must(ev{from: "server", event: EvDeliverableDrafted})
 			k.must(ev{from: "server", event: EvProposalSubmitted})
 			cache := filepath.Join(t.TempDir(), "cache", "c.json")
-			require.NoError(t, k.log.SaveStateCache(cache))
+			require.NoError(t, k.log.StartStateCache(cache)())
 			forgeState(t, cache)
 			if tt.change != nil {
 				tt.change(t, k, cache)
@@ -137,7 +137,7 @@ func TestStateCacheCatchesUp(t *testing.T) {
 	k := newKit(t, kitOptions(filepath.Join(t.TempDir(), "c"), "design-spec"))
 	k.must(ev{from: "server", event: EvDeliverableDrafted})
 	cache := filepath.Join(t.TempDir(), "c.json")
-	require.NoError(t, k.log.SaveStateCache(cache))
+	require.NoError(t, k.log.StartStateCache(cache)())
 	k.must(ev{from: "server", event: EvProposalSubmitted}) // after the state was cached
 
 	l, err := OpenLogCached(k.dir, cache)
@@ -153,7 +153,7 @@ func TestStateCacheCatchesUp(t *testing.T) {
 	rt := 3
 	_, err = l.Append(EventSpec{Participant: "reader", Event: EvReviewSubmitted, Summary: "review", Doc: ReviewFile, ReplyTo: &rt})
 	require.NoError(t, err)
-	require.NoError(t, l.SaveStateCache(cache))
+	require.NoError(t, l.StartStateCache(cache)())
 	assert.Equal(t, 0, Validate(k.dir).ExitCode())
 	again, err := OpenLogCached(k.dir, cache)
 	require.NoError(t, err)

@@ -55,7 +55,7 @@ func (f *View) at(ctx context.Context, o op, rel string) (*target, syscall.Errno
 	if errno != 0 {
 		return nil, errno
 	}
-	verdict := decide(o, rel, t.e, policy{m: v.matcher, handoffs: v.handoffs, frozen: f.frozen, deliverable: f.deliverable})
+	verdict := decide(o, rel, t.e, f.policyOf(v))
 	if verdict.errno != 0 {
 		t.close()
 		if verdict.record != "" {
@@ -147,10 +147,8 @@ func (f *View) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
 // hiddenParent reports whether the directory parent, held by fd, is
 // concealed or lies below a concealed directory.
 func (f *View) hiddenParent(fd int, parent string, git bool) bool {
-	for _, name := range strings.Split(parent, "/") {
-		if grants.IsReservedName(name) {
-			return true
-		}
+	if grants.HasReservedSegment(parent) {
+		return true
 	}
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil || f.conceal.hidesDirOf(fd, &st, git) {

@@ -88,7 +88,7 @@ type repeats struct {
 	// reads counts repeated reads, whatever their path: a repeat teaches
 	// the reviewer only that the agent read again what it had read.
 	reads readCount
-	// interval counts the flushes (take), for readCount.contents.
+	// interval counts the flushes (takeAll), for readCount.contents.
 	interval uint64
 	// latest is the one content of each path whose reads count as
 	// repeats. A file rewritten 60,000 times has 60,000 versions, each
@@ -114,13 +114,15 @@ func (k repeatKey) refusal() bool {
 	return k.kind != ledger.KindRead && k.kind != ledger.KindList && k.kind != ledger.KindWrite
 }
 
-// hasLocked reports whether k was recorded in full, and marks it used.
-func (r *repeats) hasLocked(k repeatKey) bool {
+// hasLocked returns k's entry if k was recorded in full, and marks it
+// used; nil if not.
+func (r *repeats) hasLocked(k repeatKey) *seenEntry {
 	e, ok := r.seen[k]
-	if ok {
-		r.lru.MoveToFront(e)
+	if !ok {
+		return nil
 	}
-	return ok
+	r.lru.MoveToFront(e)
+	return e.Value.(*seenEntry)
 }
 
 // forgetLocked drops k from the keys recorded in full.
@@ -145,11 +147,12 @@ func (r *repeats) forgetLocked(k repeatKey) {
 func (r *repeats) again(k repeatKey, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.hasLocked(k) {
+	e := r.hasLocked(k)
+	if e == nil {
 		return false
 	}
 	if k.kind == ledger.KindRead {
-		r.countReadLocked(k, now)
+		r.countReadLocked(e, now)
 		return true
 	}
 	c := r.pending[k]
@@ -168,15 +171,15 @@ func (r *repeats) again(k repeatKey, now time.Time) bool {
 	return true
 }
 
-// countReadLocked counts a repeated read of k, a key recorded in full.
-func (r *repeats) countReadLocked(k repeatKey, now time.Time) {
+// countReadLocked counts a repeated read of e's key, recorded in full.
+func (r *repeats) countReadLocked(e *seenEntry, now time.Time) {
 	c := &r.reads
 	if c.n == 0 {
 		c.first = now
 	}
 	c.n++
 	c.last = now
-	if e := r.seen[k].Value.(*seenEntry); e.interval != r.interval+1 {
+	if e.interval != r.interval+1 {
 		// +1: the zero value of a new entry means not read again yet.
 		e.interval = r.interval + 1
 		c.contents++
@@ -190,7 +193,7 @@ const maxRefusalPaths = 4096
 func (r *repeats) crowded(k repeatKey) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.hasLocked(k) {
+	if r.hasLocked(k) != nil {
 		return false
 	}
 	return r.refusals >= maxRefusalPaths
@@ -200,7 +203,7 @@ func (r *repeats) crowded(k repeatKey) bool {
 func (r *repeats) recorded(k repeatKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.hasLocked(k) {
+	if r.hasLocked(k) != nil {
 		return
 	}
 	if k.kind == ledger.KindRead {
@@ -220,24 +223,15 @@ func (r *repeats) recorded(k repeatKey) {
 	}
 }
 
-// take returns the pending counts of refusals and no-op changes and
-// starts new ones; the count of repeated reads stays.
-func (r *repeats) take() map[repeatKey]*repeatCount {
+// takeAll returns the pending counts of refusals and no-op changes and
+// the count of repeated reads, and starts new ones.
+func (r *repeats) takeAll() (map[repeatKey]*repeatCount, readCount) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.pending
 	if len(p) > 0 {
 		r.pending = map[repeatKey]*repeatCount{}
 	}
-	return p
-}
-
-// takeAll returns the pending counts of refusals and no-op changes and
-// the count of repeated reads, and starts new ones.
-func (r *repeats) takeAll() (map[repeatKey]*repeatCount, readCount) {
-	p := r.take()
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	reads := r.reads
 	r.reads = readCount{}
 	r.interval++
@@ -293,7 +287,7 @@ func (f *View) recordListing(ctx context.Context, rel string) error {
 	}
 	k := repeatKey{kind: ledger.KindList, path: rel}
 	f.repeats.mu.Lock()
-	seen := f.repeats.hasLocked(k)
+	seen := f.repeats.hasLocked(k) != nil
 	f.repeats.mu.Unlock()
 	if seen {
 		return nil
@@ -337,8 +331,10 @@ func (f *View) stopRepeats() {
 
 // FlushRepeats writes the counts of repeated reads, refusals and no-op
 // changes gathered since the last flush, as records of the grant in
-// force. It runs every repeatFlush, before a grant change (so that no
-// count spans two grants) and when the view stops.
+// force. It runs every repeatFlush, before a grant change (so that the
+// counts of one grant are not recorded under the next, but for the few a
+// request in flight adds during the change: see SetGrant) and when the
+// view stops.
 func (f *View) FlushRepeats() { f.flushRepeatsAs(f.gv.Load().grant) }
 
 // flushRepeatsAs is FlushRepeats for the repeats made under g.

@@ -109,7 +109,8 @@ func (c *concealed) hidesDir(fd int, git bool) bool {
 	return c.hidesDirOf(fd, &st, git)
 }
 
-// hidesDirOf is hidesDir of a directory whose stat is known.
+// hidesDirOf is hidesDir of a directory whose stat is known. A nil c (a
+// policy test) holds nothing and asks every mark, as has and cached do.
 func (c *concealed) hidesDirOf(fd int, st *unix.Stat_t, git bool) bool {
 	if c.has(st) || c.cached(markRunDir, st, func() bool { return grants.IsCoordinatorDir(fd) }) {
 		return true
@@ -294,7 +295,8 @@ func (c *concealed) hidesAbove(fd int, dst *unix.Stat_t, root fsid.ID, git bool,
 		return false
 	}
 	// A nil concealed (a policy test) hides nothing by identity and
-	// remembers nothing, as everywhere else.
+	// remembers nothing: the walk asks every mark (hidesDirOf), and
+	// nothing below touches c's maps.
 	remember = remember && c != nil
 	if remember && c.remembered(k) {
 		return false

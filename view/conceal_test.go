@@ -209,5 +209,7 @@ func TestHidesAboveKeysTheGitSetting(t *testing.T) {
 	require.NoError(t, unix.Fstat(fd, &st))
 	for _, git := range []bool{false, true, false} {
 		assert.Equal(t, git, c.hidesAbove(fd, &st, fsid.OfStat(&rootSt), git, 7, true), "git directories hidden: %v", git)
+		// A nil concealed (a policy test) walks alike, remembering nothing.
+		assert.Equal(t, git, (*concealed)(nil).hidesAbove(fd, &st, fsid.OfStat(&rootSt), git, 7, true), "nil, git directories hidden: %v", git)
 	}
 }

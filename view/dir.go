@@ -290,7 +290,7 @@ func (d *Dir) Last(name string) (Entry, bool) {
 	out := d.fsys.entryOf(rel, &e.st)
 	// Judged as a lookup judges it: a read-only open of it need not be
 	// judged again (see openCached).
-	out.open = d.fsys.lookupVerdict(gv, gen, rel, &e.st)
+	out.open = d.fsys.readVerdict(gv, gen, rel, &e.st)
 	return out, true
 }
 

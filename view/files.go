@@ -55,7 +55,9 @@ type File interface {
 	// directly, when the view lets it.
 	PassthroughFd() (int, bool)
 	// Locked is the backing file, for POSIX and BSD locks only: they
-	// change nothing the grant judges.
+	// change nothing the grant judges. It is nil once the handle is
+	// released (the adapter then answers a lock call EBADF), and
+	// nil too when the descriptor cannot be duplicated.
 	Locked() *os.File
 	base() *handle
 }
@@ -241,24 +243,33 @@ func cachedOpen(flags uint32) bool {
 // file the view reads from the folder, made under gv at gen, for
 // openCached.
 func (f *View) rememberVerdict(n Node, gv *grantView, gen uint64, rel string, flags uint32, st *unix.Stat_t) {
-	if n == nil || !cachedOpen(flags) || managed(rel) || st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if n == nil || !cachedOpen(flags) {
 		return
 	}
-	if _, private := f.stagedName(rel); private {
-		return
+	if v := f.readVerdict(gv, gen, rel, st); v != nil {
+		n.Seen().open.Store(v)
 	}
-	n.Seen().open.Store(&openVerdict{gv: gv, gen: gen, rel: rel, dev: st.Dev, ino: st.Ino})
 }
 
-// lookupVerdict is the judgement of a read-only open that a lookup (or a
-// listing) of the regular file st at rel, judged visible under gv at gen,
-// makes too: an open adds to a lookup only that the grant lets the agent
-// read the name.
-func (f *View) lookupVerdict(gv *grantView, gen uint64, rel string, st *unix.Stat_t) *openVerdict {
-	if gv == nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 || managed(rel) || !gv.matcher.Readable(rel) {
+// readVerdict is the judgement of a read-only open of the file st found
+// at rel under gv at gen, as openCached may reuse it, or nil: what the
+// policy answers an open for reading of that entry (decide, so that every
+// rule of opOpenRead applies to cached opens too), for a regular file
+// with one name that acpfs does not manage and that is no private
+// temporary file of the view. A lookup or a listing that finds the file
+// shown makes this judgement too: it is kept from there as well.
+func (f *View) readVerdict(gv *grantView, gen uint64, rel string, st *unix.Stat_t) *openVerdict {
+	if gv == nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 || managed(rel) {
 		return nil
 	}
 	if _, private := f.stagedName(rel); private {
+		return nil
+	}
+	// A regular file with one name is what classify calls kindFile
+	// when nothing conceals it; the open itself checks concealment by
+	// identity again (openCached).
+	e := entry{kind: kindFile, st: *st}
+	if decide(opOpenRead, rel, e, f.policyOf(gv)).errno != 0 {
 		return nil
 	}
 	return &openVerdict{gv: gv, gen: gen, rel: rel, dev: st.Dev, ino: st.Ino}
@@ -273,8 +284,12 @@ func (f *View) lookupVerdict(gv *grantView, gen uint64, rel string, st *unix.Sta
 // that is not concealed by identity, which the open itself checks: a
 // file replaced at the name (protocol.json at every append, a file an
 // editor saves) is another file. A repeated open (grep -r, a build) then
-// costs an open and a stat of the backing file. It reports false when it
-// cannot vouch for the open; the caller judges it in full.
+// skips the checkpoint's judgement, but not every resolve: the handle's
+// first read or write through the daemon resolves the name in full again
+// (inPlace; a rename between this open and that read must not let it
+// through), so only an open that is never read that way costs just an
+// open and a stat. It reports false when it cannot vouch for the open;
+// the caller judges it in full.
 func (f *View) openCached(n Node, rel string, flags uint32) (opened, bool) {
 	if n == nil || !cachedOpen(flags) {
 		return opened{}, false

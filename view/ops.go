@@ -48,7 +48,7 @@ func (f *View) Lookup(ctx context.Context, rel string) (Entry, syscall.Errno) {
 	defer t.close()
 	e := f.entryOf(rel, &t.e.st)
 	if t.e.kind == kindFile {
-		e.open = f.lookupVerdict(gv, gen, rel, &t.e.st)
+		e.open = f.readVerdict(gv, gen, rel, &t.e.st)
 	}
 	return e, 0
 }

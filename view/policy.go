@@ -337,11 +337,9 @@ func targetVisible(m *grants.Matcher, t string) bool {
 	if t == StagingDir || strings.HasPrefix(t, StagingDir+"/") || t == protocol.LockFile {
 		return false
 	}
-	for _, c := range strings.Split(t, "/") {
-		if grants.IsReservedName(c) {
-			// Into a run or ledger directory, wherever it is.
-			return false
-		}
+	if grants.HasReservedSegment(t) {
+		// Into a run or ledger directory, wherever it is.
+		return false
 	}
 	return t == "" || m.Visible(t)
 }

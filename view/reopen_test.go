@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/grants"
 )
 
 // TestOpenCachedChecksWhatItReuses: a read-only open reuses the judgement
@@ -108,4 +110,51 @@ func TestOpenCachedNotForProtocolFiles(t *testing.T) {
 	}
 	_, errno := f.Lookup(context.Background(), "oracle/answer.md")
 	assert.Equal(t, syscall.ENOENT, errno)
+}
+
+// TestReadVerdictAgreesWithOpen: the judgement a lookup leaves for a
+// read-only open (readVerdict) is there only for files a full open for
+// reading allows, and is there for every such file openCached may serve:
+// a cached open answers as the policy does.
+func TestReadVerdictAgreesWithOpen(t *testing.T) {
+	files := []string{"docs/a.md", "oracle/answer.md", "scratch/notes.md", "review.md", "notes/private.md",
+		"events.jsonl", "protocol.json", "deliverables/design-spec.md", "docs/linked.md", "top.txt"}
+	for _, tt := range []struct {
+		name  string
+		grant *grants.Grant
+	}{
+		{"owner", ownerGrant()},
+		{"reviewer", reviewerGrant()},
+		{"write-only names", grantOf("carol", []string{"docs/**"}, []string{"oracle/**"}, []string{"scratch/**", "top.txt"})},
+		{"forbidden below a readable directory", grantOf("dave", []string{"**"}, []string{"docs/**", "notes/**"}, nil)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCollab(t)
+			for _, rel := range []string{"scratch/notes.md", "review.md", "notes/private.md", "deliverables/design-spec.md", "top.txt"} {
+				c.write(rel, rel+"\n")
+			}
+			require.NoError(t, os.Link(c.in("review.md"), c.in("docs/linked.md")))
+			f := c.newView(tt.grant)
+			var kept, refused int
+			for _, rel := range files {
+				o, errno := f.openJudgedName(context.Background(), rel, uint32(unix.O_RDONLY))
+				if errno == 0 {
+					unix.Close(o.fd)
+				}
+				e, lerr := f.Lookup(context.Background(), rel)
+				if e.open != nil {
+					kept++
+					assert.Zero(t, errno, "%s: a lookup left a verdict the open refuses", rel)
+				}
+				if errno != 0 {
+					refused++
+				}
+				if errno == 0 && lerr == 0 && !managed(rel) {
+					assert.NotNil(t, e.open, "%s: the open allows what the lookup left no verdict for", rel)
+				}
+			}
+			assert.NotZero(t, kept, "no verdict kept: the table tests nothing")
+			assert.NotZero(t, refused, "no open refused: the table tests nothing")
+		})
+	}
 }

@@ -301,7 +301,11 @@ func (f *View) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 	}
 	if cur := f.gv.Load(); cur != nil {
 		// The repeats counted so far were judged under the grant in
-		// force until now: its records say so.
+		// force until now: its records say so. A repeat counted between
+		// this flush and the swap below, or by a request that judged
+		// under the old grant and counts after it, goes to the next
+		// flush, under the new grant: the counts are a summary, and the
+		// grant_applied record below dates the change.
 		f.flushRepeatsAs(cur.grant)
 	}
 	old := f.gv.Swap(&grantView{grant: g, matcher: m, handoffs: handoffs})
@@ -528,8 +532,10 @@ func (f *View) frozen(rel string) bool {
 }
 
 // policy is the policy input of the grant in force.
-func (f *View) policy() policy {
-	v := f.gv.Load()
+func (f *View) policy() policy { return f.policyOf(f.gv.Load()) }
+
+// policyOf is the policy of the view under the grant view v.
+func (f *View) policyOf(v *grantView) policy {
 	return policy{m: v.matcher, handoffs: v.handoffs, frozen: f.frozen, deliverable: f.deliverable}
 }
 

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { commands = append(commands, newAppendCmd) }
+func init() { registerPerEvent("append", newAppendCmd) }
 
 // appendLong is the help of acpfs append.
 const appendLong = `Append one event to events.jsonl after checking it against the ACP state

@@ -15,7 +15,7 @@ import (
 	"github.com/acpfs/acpfs/mount"
 )
 
-func init() { commands = append(commands, newDriveCmd) }
+func init() { register(newDriveCmd) }
 
 // driveLong is the help of acpfs drive.
 const driveLong = `drive reads a collaboration file (YAML; docs/drive.md) and checks it,

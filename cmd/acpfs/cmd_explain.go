@@ -12,7 +12,7 @@ import (
 	"github.com/acpfs/acpfs/grants"
 )
 
-func init() { commands = append(commands, newExplainCmd) }
+func init() { register(newExplainCmd) }
 
 // explainResult is one line of acpfs explain --json.
 type explainResult struct {

@@ -19,7 +19,7 @@ import (
 	"github.com/acpfs/acpfs/protocol"
 )
 
-func init() { commands = append(commands, newGrantCmd) }
+func init() { register(newGrantCmd) }
 
 func newGrantCmd() *cobra.Command {
 	return groupCmd("grant", "Create, check, render, list and revoke context grants in a run directory",

@@ -12,7 +12,7 @@ import (
 	"github.com/acpfs/acpfs/ledger"
 )
 
-func init() { commands = append(commands, newHandoffCmd) }
+func init() { register(newHandoffCmd) }
 
 func newHandoffCmd() *cobra.Command {
 	return groupCmd("handoff", "Pass a file from one agent to another as a content-addressed snapshot",

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { commands = append(commands, newInitCmd) }
+func init() { register(newInitCmd) }
 
 func newInitCmd() *cobra.Command {
 	var o protocol.InitOptions

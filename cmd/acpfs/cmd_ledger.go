@@ -22,7 +22,7 @@ import (
 	"github.com/acpfs/acpfs/store"
 )
 
-func init() { commands = append(commands, newLedgerCmd, newLedgerRunAuditCmd) }
+func init() { register(newLedgerCmd, newLedgerRunAuditCmd) }
 
 func newLedgerCmd() *cobra.Command {
 	return groupCmd("ledger", "Show, verify and audit the hash-chained communication ledger", "",

@@ -23,7 +23,7 @@ import (
 )
 
 func init() {
-	commands = append(commands, newMountCmd, newUmountCmd, newDoctorCmd)
+	register(newMountCmd, newUmountCmd, newDoctorCmd)
 }
 
 // mountFlags are shared by mount, run and up.
@@ -144,18 +144,17 @@ func (mf *mountFlags) resolve() (folder, ledgerPath string, err error) {
 	return folder, ledgerPath, nil
 }
 
-// hiddenDirs is what no view may show: the run directory and its parts,
-// the ledger and the grant file, and their directories. When one of them lies directly in
-// the folder, its directory is the folder itself, which cannot be hidden;
-// the file itself is then.
-func (mf *mountFlags) hiddenDirs(ledgerPath, grantPath string) []string {
+// hiddenDirs is what no view may show: the run directories runs and
+// their parts, the ledger and the grant file (absolute), and their
+// directories. When one of them lies directly in the folder, its
+// directory is the folder itself, which cannot be hidden; the file
+// itself is then.
+func hiddenDirs(ledgerPath, grantPath string, runs []string) []string {
 	h := []string{filepath.Dir(ledgerPath), ledgerPath}
 	if grantPath != "" {
-		if g, err := filepath.Abs(grantPath); err == nil {
-			h = append(h, filepath.Dir(g), g)
-		}
+		h = append(h, filepath.Dir(grantPath), grantPath)
 	}
-	for _, r := range mf.runDirs(grantPath) {
+	for _, r := range runs {
 		// Its parts too, by what they are: one may be a symlink to a
 		// directory elsewhere (inside the folder, say).
 		rd := grants.NewRunDir(r)
@@ -164,18 +163,16 @@ func (mf *mountFlags) hiddenDirs(ledgerPath, grantPath string) []string {
 	return h
 }
 
-// runDirs are the run directories a view of grantPath uses: --runs, and
-// the run directory whose context_grants holds the grant (its artifacts,
-// handoffs, other grants are the coordinator's too, --runs or not),
-// found by what the grant's directory is, whatever it is called on the
-// way (a symlink to it).
-func (mf *mountFlags) runDirs(grantPath string) []string {
-	var runs []string
+// runDirs are the run directories a view of the grant file grantPath
+// (absolute) uses: the run directory whose context_grants holds the grant
+// (grantRun, "" for none: its artifacts, handoffs, other grants are the
+// coordinator's too, --runs or not), found by what the grant's directory
+// is, whatever it is called on the way (a symlink to it), and --runs.
+func (mf *mountFlags) runDirs(grantPath string) (runs []string, grantRun string) {
 	if grantPath != "" {
-		if g, err := filepath.Abs(grantPath); err == nil {
-			if r, err := grants.RunDirOfGrant(g); err == nil && r != "" {
-				runs = append(runs, r)
-			}
+		if r, err := grants.RunDirOfGrant(grantPath); err == nil && r != "" {
+			grantRun = r
+			runs = append(runs, r)
 		}
 	}
 	if mf.runs != "" {
@@ -183,7 +180,7 @@ func (mf *mountFlags) runDirs(grantPath string) []string {
 			runs = append(runs, r)
 		}
 	}
-	return runs
+	return runs, grantRun
 }
 
 // tightened remembers the run directories said to be made private, so
@@ -234,6 +231,12 @@ type viewSetup struct {
 	// folder (--view-root repo).
 	root  string
 	grant *grants.Grant
+	// runDirs are the run directories the view uses (see runDirs),
+	// grantRun the one holding the grant ("" for none), and hidden what
+	// no view may show (hiddenDirs): found once, as prepare judged them.
+	runDirs  []string
+	grantRun string
+	hidden   []string
 }
 
 // prepare checks the machine and the flags, and loads the active grant;
@@ -275,17 +278,19 @@ func (mf *mountFlags) prepare(stderr io.Writer) (viewSetup, error) {
 	if v.grant.Revoked {
 		return v, fmt.Errorf("grant %s is revoked", v.grant.GrantID)
 	}
-	if err := mf.refuseUnconcealable(v); err != nil {
+	v.runDirs, v.grantRun = mf.runDirs(v.grantPath)
+	v.hidden = hiddenDirs(v.ledgerPath, v.grantPath, v.runDirs)
+	if err := refuseUnconcealable(v); err != nil {
 		return v, err
 	}
 	// Views conceal the run directory, ledger and grant by identity
 	// wherever they lie; a grant that would show one is refused first.
-	if err := mount.CheckConcealed(v.folder, mf.hiddenDirs(v.ledgerPath, v.grantPath), v.grant); err != nil {
+	if err := mount.CheckConcealed(v.folder, v.hidden, v.grant); err != nil {
 		return v, err
 	}
 	// Made private only once the places are known good: a --runs that
 	// is the folder itself must not leave the folder 0700.
-	for _, r := range mf.runDirs(v.grantPath) {
+	for _, r := range v.runDirs {
 		privateRunDir(stderr, r)
 	}
 	return v, nil
@@ -297,12 +302,12 @@ func (mf *mountFlags) prepare(stderr io.Writer) (viewSetup, error) {
 // grants kept, where every view of the folder shows them), and a grant
 // file inside the folder or the view's root that is not in a run
 // directory's context_grants (which every view conceals as such).
-func (mf *mountFlags) refuseUnconcealable(v viewSetup) error {
+func refuseUnconcealable(v viewSetup) error {
 	roots := []string{v.folder}
 	if v.root != "" {
 		roots = append(roots, v.root)
 	}
-	dirs := append([]string{filepath.Dir(v.ledgerPath)}, mf.runDirs(v.grantPath)...)
+	dirs := append([]string{filepath.Dir(v.ledgerPath)}, v.runDirs...)
 	for _, d := range dirs {
 		for _, r := range roots {
 			holds, err := fsid.Holds(d, r)
@@ -314,7 +319,7 @@ func (mf *mountFlags) refuseUnconcealable(v viewSetup) error {
 			}
 		}
 	}
-	if r, err := grants.RunDirOfGrant(v.grantPath); err == nil && r != "" {
+	if v.grantRun != "" {
 		return nil
 	}
 	for _, r := range roots {
@@ -380,7 +385,7 @@ func newMountCmd() *cobra.Command {
 			// Refuse a bad mountpoint before opening anything: not an
 			// empty directory, already a mount (another view included),
 			// the folder or inside it, inside the run or ledger directory.
-			if err := checkMountpoint(args[0], cmp.Or(v.root, folder), mf.hiddenDirs(ledgerPath, gp)); err != nil {
+			if err := checkMountpoint(args[0], cmp.Or(v.root, folder), v.hidden); err != nil {
 				return err
 			}
 			log, err := protocol.OpenLog(folder)
@@ -405,7 +410,7 @@ func newMountCmd() *cobra.Command {
 			}
 			m, err := mount.Start(mount.Config{
 				Options: mf.opts, Folder: folder, ViewRoot: v.root, Mountpoint: args[0], Grant: g, GrantPath: gp, Log: log, Ledger: lw,
-				Hidden: mf.hiddenDirs(ledgerPath, gp),
+				Hidden: v.hidden,
 			})
 			if err != nil {
 				if errors.Is(err, mount.ErrMountpoint) {

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { commands = append(commands, newNextCmd) }
+func init() { registerPerEvent("next", newNextCmd) }
 
 func newNextCmd() *cobra.Command {
 	var folder, participant string

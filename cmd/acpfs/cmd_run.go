@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +25,7 @@ import (
 )
 
 func init() {
-	commands = append(commands, newRunCmd, newRunDaemonCmd, newRunInitCmd)
+	register(newRunCmd, newRunDaemonCmd, newRunInitCmd)
 }
 
 // allowRootHelp says what running the command as root gives up.
@@ -192,7 +193,7 @@ func (f *runFlags) run(cmd *cobra.Command, args []string) error {
 	}
 	// The lease keeps the uid this run's until acpfs run ends.
 	defer lease.Release()
-	hidden := f.mf.hiddenDirs(v.ledgerPath, v.grantPath)
+	hidden := slices.Clip(v.hidden) // appended to below, v's kept as it is
 	if reg, err := ids.ns.Registry(); err == nil {
 		// The caller's registry of subordinate uids is no agent's to read
 		// (a --ro of ~/.local would show it).

@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	commands = append(commands, newRunUsernsCmd)
+	register(newRunUsernsCmd)
 }
 
 // uidSchemeHelp says what each uid scheme of a run without root gives.

@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	commands = append(commands, newRunUserNSCmd)
+	register(newRunUserNSCmd)
 }
 
 // runUserNSName is the first stage of a rootless run's daemon: started in

@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	commands = append(commands, newSuperviseCmd)
+	register(newSuperviseCmd)
 }
 
 // superviseName is the hidden command of a daemon's supervisor.

@@ -23,7 +23,7 @@ import (
 )
 
 func init() {
-	commands = append(commands, newUpCmd, newStatusCmd)
+	register(newUpCmd, newStatusCmd)
 }
 
 // upFlags are the flags of acpfs up.

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { commands = append(commands, newValidateCmd) }
+func init() { registerPerEvent("validate", newValidateCmd) }
 
 // protoValidateReport is the --json form of `acpfs validate`.
 type protoValidateReport struct {

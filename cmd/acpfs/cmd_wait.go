@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { commands = append(commands, newWaitCmd) }
+func init() { registerPerEvent("wait", newWaitCmd) }
 
 // protoWaitReport is the --json form of `acpfs wait`.
 type protoWaitReport struct {

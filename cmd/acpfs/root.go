@@ -46,18 +46,43 @@ type silentExit int
 
 func (s silentExit) Error() string { return fmt.Sprintf("exit %d", int(s)) }
 
-// commands is filled by the init functions of the cmd_*.go files, so that
-// each command lives in its own file and none of them edits this one.
-var commands []func() *cobra.Command
+// commands is filled by the init functions of the cmd_*.go files
+// (register, registerPerEvent), so that each command lives in its own
+// file and none of them edits this one.
+var commands []registered
 
-// perEvent are the commands an agent runs for every event, one process
-// each: execute builds only the one asked for, not the whole tree (every
-// command and its flags: 200 KB allocated, a sizeable part of a start).
-var perEvent = map[string]func() *cobra.Command{
-	"append":   newAppendCmd,
-	"next":     newNextCmd,
-	"wait":     newWaitCmd,
-	"validate": newValidateCmd,
+// registered is one top-level command: what builds it and, for a
+// command an agent runs for every event, one process each, its name
+// (perEvent, "" for the others). execute builds only such a command when
+// it is the one asked for, not the whole tree (every command and its
+// flags: 200 KB allocated, a sizeable part of a start); the name is given
+// apart so that finding it builds nothing.
+type registered struct {
+	mk       func() *cobra.Command
+	perEvent string
+}
+
+// register adds top-level commands.
+func register(mks ...func() *cobra.Command) {
+	for _, mk := range mks {
+		commands = append(commands, registered{mk: mk})
+	}
+}
+
+// registerPerEvent adds a command an agent runs for every event, named
+// name (its cobra name: TestPerEventCommandsAlone checks it).
+func registerPerEvent(name string, mk func() *cobra.Command) {
+	commands = append(commands, registered{mk: mk, perEvent: name})
+}
+
+// perEventCmd returns what builds the per-event command name, or nil.
+func perEventCmd(name string) func() *cobra.Command {
+	for _, c := range commands {
+		if c.perEvent != "" && c.perEvent == name {
+			return c.mk
+		}
+	}
+	return nil
 }
 
 func newRootCmd() *cobra.Command { return newRootCmdFor(nil) }
@@ -84,7 +109,7 @@ func newRootCmdFor(args []string) *cobra.Command {
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 	}
 	if len(args) > 0 {
-		if mk, ok := perEvent[args[0]]; ok {
+		if mk := perEventCmd(args[0]); mk != nil {
 			root.AddCommand(mk())
 			return root
 		}
@@ -92,8 +117,8 @@ func newRootCmdFor(args []string) *cobra.Command {
 			return root
 		}
 	}
-	for _, mk := range commands {
-		root.AddCommand(mk())
+	for _, c := range commands {
+		root.AddCommand(c.mk())
 	}
 	return root
 }

@@ -13,12 +13,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/mountinfo"
 )
 
 // Limits of one command. A zero field sets no limit of that kind.
@@ -44,9 +47,23 @@ var cgroupRoot = "/sys/fs/cgroup"
 
 // unified tells whether cgroupRoot is the cgroup v2 hierarchy (a
 // unified system); a hybrid system sets limits on its v1 hierarchies.
-func unified() bool {
+func unified() bool { return V2At(cgroupRoot) }
+
+// V2At reports whether dir is where a cgroup v2 hierarchy is mounted.
+func V2At(dir string) bool {
 	var st unix.Statfs_t
-	return unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
+// V2Group is the cgroup v2 group that self, the content of a
+// /proc/PID/cgroup file, gives ("0::/path"); "" when it gives none.
+func V2Group(self []byte) string {
+	for line := range strings.Lines(string(self)) {
+		if p, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "0::"); ok {
+			return p
+		}
+	}
+	return ""
 }
 
 // SocketCap is the cap New puts on the group's TCP and UDP socket
@@ -138,10 +155,8 @@ func ownV2Group() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			return p, nil
-		}
+	if p := V2Group(b); p != "" {
+		return p, nil
 	}
 	return "", errors.New("no cgroup v2 entry in /proc/self/cgroup")
 }
@@ -264,7 +279,7 @@ func newV1(name string, l Limits) (*Group, error) {
 	}
 	var want []string
 	for _, s := range set {
-		if !contains(want, s.ctl) {
+		if !slices.Contains(want, s.ctl) {
 			want = append(want, s.ctl)
 		}
 	}
@@ -291,15 +306,6 @@ func newV1(name string, l Limits) (*Group, error) {
 	return g, nil
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // v1Dirs returns, for each v1 controller of want, this process's own
 // group's directory in that controller's hierarchy: where the
 // hierarchy is mounted (/proc/self/mountinfo) joined with the group's
@@ -317,7 +323,7 @@ func v1Dirs(want []string) (map[string]string, error) {
 }
 
 // v1DirsFrom is v1Dirs given /proc/self/cgroup and /proc/self/mountinfo.
-func v1DirsFrom(want []string, own, mountinfo string) (map[string]string, error) {
+func v1DirsFrom(want []string, own, mounts string) (map[string]string, error) {
 	paths := map[string]string{}
 	for _, line := range strings.Split(own, "\n") {
 		// hierarchy-ID:controller,controller:path
@@ -329,49 +335,27 @@ func v1DirsFrom(want []string, own, mountinfo string) (map[string]string, error)
 		}
 	}
 	dirs := map[string]string{}
-	for _, line := range strings.Split(mountinfo, "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER-OPTIONS
-		pre, post, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(f) < 5 || len(g) < 3 || g[0] != "cgroup" {
+	for _, m := range mountinfo.ParseAll(mounts) {
+		if m.FSType != "cgroup" {
 			continue
 		}
-		root, point := unescapeMount(f[3]), unescapeMount(f[4])
-		for _, ctl := range strings.Split(g[2], ",") {
+		// A v1 hierarchy's controllers are among its super options.
+		for _, ctl := range strings.Split(m.SuperOptions, ",") {
 			p, inGroup := paths[ctl]
-			if _, seen := dirs[ctl]; seen || !inGroup || !contains(want, ctl) {
+			if _, seen := dirs[ctl]; seen || !inGroup || !slices.Contains(want, ctl) {
 				continue
 			}
-			rel, err := filepath.Rel(root, p)
+			rel, err := filepath.Rel(m.Root, p)
 			if err != nil || strings.HasPrefix(rel, "..") {
 				continue // this process's group is not inside that mount
 			}
-			dirs[ctl] = filepath.Join(point, rel)
+			dirs[ctl] = filepath.Join(m.Point, rel)
 		}
 	}
 	if len(dirs) != len(want) {
 		return nil, fmt.Errorf("need the %v hierarchies, found %d of them mounted", want, len(dirs))
 	}
 	return dirs, nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Add moves the process pid into the group.

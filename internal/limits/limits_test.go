@@ -256,3 +256,15 @@ func TestV2GroupKillsAndRemoves(t *testing.T) {
 	_, err = os.Stat(filepath.Join(mnt, own, name))
 	assert.True(t, os.IsNotExist(err), "the group is removed: %v", err)
 }
+
+func TestV2Group(t *testing.T) {
+	for _, c := range []struct{ self, want string }{
+		{"0::/user.slice/a.scope\n", "/user.slice/a.scope"},
+		{"0::/\n", "/"},
+		{"12:pids:/x\n4:memory:/y\n0::/z", "/z"},
+		{"4:memory:/y\n", ""},
+		{"", ""},
+	} {
+		assert.Equal(t, c.want, V2Group([]byte(c.self)), "%q", c.self)
+	}
+}

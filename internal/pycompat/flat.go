@@ -28,13 +28,13 @@ const maxFlat = 1<<31 - 1
 // ScanFlat reads b in one pass when it is the common shape of an event
 // line: one JSON object whose values are strings, numbers, true, false
 // or null, with only spaces and tabs between tokens, in valid UTF-8
-// without the lead bytes (0xC2, 0xE2) of the characters U+0085, U+2028
-// and U+2029. It appends the members to out and returns ok; then
-// utf8.Valid(b) and json.Valid(b) hold, LineBreakRune(b) is 0 and out
-// holds what Scanner.Member returns, in order. For anything else (nested
-// values, a CR, text that may hold a line separator, invalid JSON or
-// UTF-8) it returns ok false and out as it was: the caller then takes
-// the general path, which decides.
+// without the raw characters U+0085, U+2028 and U+2029 (which the
+// reference's reader splits lines at). It appends the members to out and
+// returns ok; then utf8.Valid(b) and json.Valid(b) hold, LineBreakRune(b)
+// is 0 and out holds what Scanner.Next returns, in order. For anything
+// else (nested values, a CR, a raw line separator, invalid JSON or UTF-8)
+// it returns ok false and out as it was: the caller then takes the
+// general path, which decides.
 func ScanFlat(b []byte, out []Member) ([]Member, bool) {
 	f := flat{b: b}
 	n0 := len(out)
@@ -167,13 +167,28 @@ func (f *flat) str(i int) (int, bool) {
 				return 0, false
 			}
 			i += n
-		case c >= 0x80 && c != 0xC2 && c != 0xE2:
+		case c >= 0x80 && !lineSeparatorAt(b, i):
 			f.high = true
 			i++
 		default:
 			return 0, false
 		}
 	}
+}
+
+// lineSeparatorAt reports whether b[i:] starts with the UTF-8 of U+0085
+// (C2 85), U+2028 (E2 80 A8) or U+2029 (E2 80 A9). Other characters with
+// those lead bytes (an em dash, curly quotes, an ellipsis, a degree sign)
+// are plain text. In a line ScanFlat accepts, which is valid UTF-8, 0xC2
+// and 0xE2 are only ever lead bytes: their next bytes tell the character.
+func lineSeparatorAt(b []byte, i int) bool {
+	switch b[i] {
+	case 0xC2:
+		return i+1 < len(b) && b[i+1] == 0x85
+	case 0xE2:
+		return i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9)
+	}
+	return false
 }
 
 // escapeLen is the length of the JSON escape at the start of e, 0 when

@@ -8,7 +8,7 @@ import (
 // Kind is the kind of a JSON value, named by the byte it starts with.
 type Kind byte
 
-// The kinds Scanner.Member reports.
+// The kinds of a member's value (Member.Kind).
 const (
 	String Kind = '"'
 	Number Kind = '0'
@@ -42,18 +42,10 @@ func (s *Scanner) Open() bool {
 	return true
 }
 
-// Member returns the next member of the object: its key as a raw string
-// (quotes and escapes included, see DecodeString), the kind of its value
-// and the value's raw bytes. ok is false after the last member.
-func (s *Scanner) Member() (key []byte, kind Kind, raw []byte, ok bool) {
-	m, ok := s.Next()
-	if !ok {
-		return nil, 0, nil, false
-	}
-	return m.Key(s.b), m.Kind, m.Raw(s.b), true
-}
-
-// Next is Member as offsets in the scanned bytes.
+// Next returns the next member of the object, as offsets in the scanned
+// bytes: its key as a raw string (quotes and escapes included, see
+// DecodeString), the kind of its value and the value's raw bytes. ok is
+// false after the last member.
 func (s *Scanner) Next() (Member, bool) {
 	s.skipWS()
 	switch s.peek() {
@@ -162,7 +154,7 @@ func (s *Scanner) skipNumber() {
 	}
 }
 
-// DecodeString returns the text of a raw JSON string (as Member returns
+// DecodeString returns the text of a raw JSON string (as Member.Key gives
 // it). Strings without escapes, nearly all of them, are sliced
 // rather than decoded.
 func DecodeString(raw []byte) string {

@@ -7,18 +7,19 @@ import (
 )
 
 func members(line string) (keys []string, kinds []Kind, raws []string) {
-	s := NewScanner([]byte(line))
+	b := []byte(line)
+	s := NewScanner(b)
 	if !s.Open() {
 		return nil, nil, nil
 	}
 	for {
-		key, kind, raw, ok := s.Member()
+		m, ok := s.Next()
 		if !ok {
 			return
 		}
-		keys = append(keys, DecodeString(key))
-		kinds = append(kinds, kind)
-		raws = append(raws, string(raw))
+		keys = append(keys, DecodeString(m.Key(b)))
+		kinds = append(kinds, m.Kind)
+		raws = append(raws, string(m.Raw(b)))
 	}
 }
 

@@ -712,15 +712,8 @@ func readMounts(path string) ([]mountEntry, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		for i := 6; i+1 < len(fields); i++ {
-			if fields[i] == "-" {
-				out = append(out, mountEntry{
-					dev: fields[2], root: mountinfo.Unescape(fields[3]),
-					point: mountinfo.Unescape(fields[4]), fstype: fields[i+1],
-				})
-				break
-			}
+		if e, ok := mountinfo.Parse(sc.Text()); ok {
+			out = append(out, mountEntry{dev: e.Dev, root: e.Root, point: e.Point, fstype: e.FSType})
 		}
 	}
 	return out, sc.Err()

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/limits"
 )
 
 // The uid schemes of a rootless sandbox: how its user namespace maps the
@@ -290,8 +292,7 @@ func readInt(path string) int {
 // cannot give controllers to its children, its parent can, when the
 // subtree is delegated to this user (systemd does so for user sessions).
 func DelegatedCgroup() (string, error) {
-	var sfs unix.Statfs_t
-	if err := unix.Statfs("/sys/fs/cgroup", &sfs); err != nil || sfs.Type != unix.CGROUP2_SUPER_MAGIC {
+	if !limits.V2At("/sys/fs/cgroup") {
 		return "", errors.New("no cgroup v2 hierarchy at /sys/fs/cgroup (the controllers are cgroup v1's, which only root may use)")
 	}
 	b, err := os.ReadFile("/proc/self/cgroup")
@@ -304,12 +305,7 @@ func DelegatedCgroup() (string, error) {
 // delegatedIn is DelegatedCgroup for a cgroup v2 hierarchy mounted at
 // mnt, the content of /proc/self/cgroup and a test of write access.
 func delegatedIn(mnt string, self []byte, writable func(string) bool) (string, error) {
-	own := ""
-	for _, line := range strings.Split(string(self), "\n") {
-		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			own = p
-		}
-	}
+	own := limits.V2Group(self)
 	if own == "" {
 		return "", errors.New("this process is in no cgroup v2 group")
 	}

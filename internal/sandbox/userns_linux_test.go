@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acpfs/acpfs/internal/limits"
 )
 
 func TestParseSubIDs(t *testing.T) {
@@ -134,12 +135,7 @@ func TestDelegatedIn(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			mnt := t.TempDir()
-			own := ""
-			for _, line := range strings.Split(tt.self, "\n") {
-				if p, ok := strings.CutPrefix(line, "0::"); ok {
-					own = p
-				}
-			}
+			own := limits.V2Group([]byte(tt.self))
 			if own != "" && own != "/" {
 				dir := filepath.Join(mnt, filepath.Dir(own))
 				require.NoError(t, os.MkdirAll(dir, 0o755))

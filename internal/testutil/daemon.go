@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acpfs/acpfs/internal/mountinfo"
 	"github.com/acpfs/acpfs/mount"
 )
 
@@ -267,12 +268,11 @@ func fuseConns(mounts []string) []string {
 		return nil
 	}
 	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 || !want[f[4]] {
+	for _, e := range mountinfo.ParseAll(string(b)) {
+		if !want[e.Point] {
 			continue
 		}
-		if _, minor, ok := strings.Cut(f[2], ":"); ok {
+		if _, minor, ok := strings.Cut(e.Dev, ":"); ok {
 			out = append(out, minor)
 		}
 	}
