@@ -536,15 +536,8 @@ const ruleCoordinator = "a coordinator's file (a run or ledger directory's), whi
 
 // coordinatorPath reports whether a path of the ledger names, or lies in,
 // an entry only a coordinator makes (context_grants, ledger.key, a
-// ledger file of that name).
-func coordinatorPath(p string) bool {
-	for _, seg := range strings.Split(p, "/") {
-		if grants.IsReservedName(seg) {
-			return true
-		}
-	}
-	return false
-}
+// ledger file of that name): the views' own test of such paths.
+func coordinatorPath(p string) bool { return grants.HasReservedSegment(p) }
 
 // revoked reports whether r stands for an access after g was revoked,
 // and the rule that says so.
