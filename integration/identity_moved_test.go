@@ -141,3 +141,39 @@ func TestIdentityLedgerDirectoryConcealedWhereverItGoes(t *testing.T) {
 	_, err = os.ReadFile(filepath.Join(mp, "scratch", "old-logs", "ledger.key"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
+
+// TestBindMountedFileOverAShownNameIsNotServed: a forbidden file
+// bind-mounted over a name the grant shows (once read through the view,
+// and one never opened before) is a mount point, which no view crosses:
+// the name is gone from the view, nothing of the oracle is read, and the
+// ledger holds no read of its content.
+func TestBindMountedFileOverAShownNameIsNotServed(t *testing.T) {
+	c := newCollab(t)
+	escPlant(t, c.folder, nil, map[string]string{
+		"oracle/answer.md": escSecret, "scratch/pub.md": "public\n", "scratch/fresh.md": "fresh\n",
+	}, nil)
+	v := c.mountView(sealGrant())
+	got, err := os.ReadFile(v.path("scratch/pub.md"))
+	require.NoError(t, err)
+	require.Equal(t, "public\n", string(got))
+	secret := filepath.Join(c.folder, "oracle/answer.md")
+	names := []string{"scratch/pub.md", "scratch/fresh.md"}
+	for _, name := range names {
+		dst := filepath.Join(c.folder, name)
+		require.NoError(t, unix.Mount(secret, dst, "", unix.MS_BIND, ""))
+		t.Cleanup(func() { _ = unix.Unmount(dst, unix.MNT_DETACH) })
+	}
+	// No listing of scratch/ was made before the mounts: the kernel
+	// keeps none (a mount is no change the folder's watcher sees; a
+	// listing kept from before would still name the old file, never
+	// serve the mounted one).
+	for _, name := range names {
+		b, err := os.ReadFile(v.path(name))
+		assert.ErrorIs(t, err, os.ErrNotExist, "%s: read %q through a bind mount", name, b)
+		imNotShown(t, v.dir, name)
+	}
+	sum := fileSHA(t, secret)
+	for _, r := range c.records() {
+		assert.NotEqual(t, sum, r.SHA256, "the oracle's content was read: %+v", r)
+	}
+}

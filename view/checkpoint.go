@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/safeio"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
@@ -131,12 +132,17 @@ func (f *View) resolve(m *grants.Matcher, rel string) (*target, syscall.Errno) {
 	}
 	t.d = d
 	var st unix.Stat_t
-	switch err := unix.Fstatat(d.fd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW); err {
+	switch err := safeio.StatAt(d.fd, d.name, &st); err {
 	case nil:
 		t.e = classify(m, f.conceal, f.loc, d.fd, d.name, rel, &st)
 		f.noteConcealed(rel, t.e)
 	case unix.ENOENT:
 		t.e.kind = kindAbsent
+	case safeio.ErrMountPoint:
+		// Something mounted over the name (a bind mount of a hidden
+		// file, say): the view reaches nothing across a mount.
+		d.close()
+		return nil, syscall.ENOENT
 	default:
 		d.close()
 		return nil, errnoOf(err)
@@ -165,9 +171,11 @@ func (f *View) hiddenParent(fd int, parent string, git bool) bool {
 // the descriptor is that entry: a rename between the judgement and the
 // open must not hand out a different file.
 func (t *target) openSame(flags int) (int, error) {
-	fd, err := unix.Openat(t.d.fd, t.d.name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	// Beneath the parent: a mount made over the name since it was
+	// judged (see at) is refused (EXDEV) rather than crossed.
+	fd, err := safeio.OpenBeneath(t.d.fd, t.d.name, flags, 0)
 	if err != nil {
-		if err == unix.ELOOP {
+		if err == unix.ELOOP || err == unix.EXDEV {
 			err = unix.ENOENT
 		}
 		return -1, err

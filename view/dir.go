@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/internal/safeio"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -45,8 +46,8 @@ func (f *View) visibleEntriesUnder(v *grantView, rel string) ([]dirEntry, error)
 		}
 		crel := f.loc.join(rel, name)
 		var st unix.Stat_t
-		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			continue // gone since getdents
+		if err := safeio.StatAt(fd, name, &st); err != nil {
+			continue // gone since getdents, or a mount point (see at)
 		}
 		if _, ok := v.handoffs[crel]; ok {
 			out = append(out, dirEntry{name: name, st: st, handoff: true})

@@ -599,3 +599,47 @@ func pathErr(op, rel string, err error) error {
 	}
 	return &fs.PathError{Op: op, Path: rel, Err: err}
 }
+
+// ErrMountPoint says a name is the root of a mount (a file or directory
+// bind-mounted over it, say): what it leads to lies on another mount,
+// which no resolution beneath the folder may cross.
+var ErrMountPoint = fmt.Errorf("a mount point: %w", unix.EXDEV)
+
+// StatAt is fstatat(dirfd, name, AT_SYMLINK_NOFOLLOW), refusing a name
+// that is a mount point (ErrMountPoint). fstatat alone would describe
+// the mounted entry: a file bind-mounted over a shown name would be
+// judged as the file it hides, its content then served through a view
+// that never resolved a path across the mount. One statx call: it costs
+// what fstatat costs.
+func StatAt(dirfd int, name string, st *unix.Stat_t) error {
+	var sx unix.Statx_t
+	for {
+		err := unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_BASIC_STATS, &sx)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	if sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		return ErrMountPoint
+	}
+	*st = unix.Stat_t{
+		Dev:     unix.Mkdev(sx.Dev_major, sx.Dev_minor),
+		Ino:     sx.Ino,
+		Nlink:   uint64(sx.Nlink),
+		Mode:    uint32(sx.Mode),
+		Uid:     sx.Uid,
+		Gid:     sx.Gid,
+		Rdev:    unix.Mkdev(sx.Rdev_major, sx.Rdev_minor),
+		Size:    int64(sx.Size),
+		Blksize: int64(sx.Blksize),
+		Blocks:  int64(sx.Blocks),
+		Atim:    unix.Timespec{Sec: sx.Atime.Sec, Nsec: int64(sx.Atime.Nsec)},
+		Mtim:    unix.Timespec{Sec: sx.Mtime.Sec, Nsec: int64(sx.Mtime.Nsec)},
+		Ctim:    unix.Timespec{Sec: sx.Ctime.Sec, Nsec: int64(sx.Ctime.Nsec)},
+	}
+	return nil
+}

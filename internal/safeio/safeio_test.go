@@ -257,3 +257,24 @@ func TestOpenBeneath(t *testing.T) {
 		})
 	}
 }
+
+// TestStatAtIsFstatat: StatAt describes a file, a directory and a
+// symlink (not followed) as fstatat does; a mount point's refusal is
+// tested through a real bind mount in integration.
+func TestStatAtIsFstatat(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o640))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "d"), 0o750))
+	require.NoError(t, os.Symlink("f", filepath.Join(dir, "l")))
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	for _, name := range []string{"f", "d", "l"} {
+		var want, got unix.Stat_t
+		require.NoError(t, unix.Fstatat(fd, name, &want, unix.AT_SYMLINK_NOFOLLOW))
+		require.NoError(t, StatAt(fd, name, &got), name)
+		assert.Equal(t, want, got, name)
+	}
+	var st unix.Stat_t
+	assert.ErrorIs(t, StatAt(fd, "missing", &st), unix.ENOENT)
+}
