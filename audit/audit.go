@@ -519,11 +519,31 @@ func (a *Auditor) judge(r ledger.Record, g *Grant, wantRead bool) (allowed bool,
 	if rule, revoked := a.revoked(r, g); revoked {
 		return false, rule
 	}
+	if coordinatorPath(r.Path) {
+		// No grant may show a coordinator's file, whatever its globs
+		// say: one read means the view showed what it must conceal.
+		return false, ruleCoordinator
+	}
 	d := g.Rules.Explain(r.Path)
 	if wantRead {
 		return d.Readable, d.Rule
 	}
 	return d.Visible, d.Rule
+}
+
+// ruleCoordinator is the rule of an access to a coordinator's file.
+const ruleCoordinator = "a coordinator's file (a run or ledger directory's), which no grant may show"
+
+// coordinatorPath reports whether a path of the ledger names, or lies in,
+// an entry only a coordinator makes (context_grants, ledger.key, a
+// ledger file of that name).
+func coordinatorPath(p string) bool {
+	for _, seg := range strings.Split(p, "/") {
+		if grants.IsReservedName(seg) {
+			return true
+		}
+	}
+	return false
 }
 
 // revoked reports whether r stands for an access after g was revoked,

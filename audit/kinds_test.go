@@ -758,3 +758,25 @@ func TestAuditReadsRepeated(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditCoordinatorFilesAreNeverAllowed: a read of a ledger key, a
+// ledger or a grant of a run directory convicts its reader whatever the
+// grant's globs say: no view may show one, so the read is the view's
+// failure and the agent saw what it must not.
+func TestAuditCoordinatorFilesAreNeverAllowed(t *testing.T) {
+	everything := []string{"docs", "logs", "runs", "ledger.key", "communication_ledger.jsonl"}
+	gs := []Grant{{GrantID: "G-bob", AgentID: "bob", Rules: fakeRules{read: everything}}}
+	for _, p := range []string{"ledger.key", "logs/ledger.key", "runs/context_grants/G-alice.json", "communication_ledger.jsonl"} {
+		t.Run(p, func(t *testing.T) {
+			rep, err := Build([]ledger.Record{rec(1, ledger.KindRead, "bob", "G-bob", p)}, gs, Options{})
+			require.NoError(t, err)
+			ags := byAgent(rep)
+			assert.Equal(t, VerdictViolated, ags["bob"].Verdict)
+			require.NotEmpty(t, ags["bob"].Violations)
+			assert.Equal(t, ruleCoordinator, ags["bob"].Violations[0].Rule)
+		})
+	}
+	rep, err := Build([]ledger.Record{rec(1, ledger.KindRead, "bob", "G-bob", "docs/ledger.md")}, gs, Options{})
+	require.NoError(t, err)
+	assert.Equal(t, VerdictIsolated, byAgent(rep)["bob"].Verdict, "a name that only looks alike")
+}

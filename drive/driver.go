@@ -1,7 +1,6 @@
 package drive
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/digest"
+	"github.com/acpfs/acpfs/internal/scratch"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
 	"github.com/acpfs/acpfs/protocol"
@@ -41,6 +41,9 @@ type Options struct {
 	// Grace is how long a stopped turn has between SIGTERM and SIGKILL
 	// (default 5s).
 	Grace time.Duration
+	// Output bounds what each turn's output costs (its log, what the
+	// progress shows of it); zero fields take DefaultOutputLimits.
+	Output OutputLimits
 	// Failpoint, for crash tests, names the moment at which the driver
 	// kills itself with SIGKILL, as a kill -9 landing there would:
 	// POINT or POINT:PARTICIPANT, POINT one of the Fail* names, reached
@@ -100,7 +103,8 @@ type turn struct {
 	started chan error
 	exit    int
 	err     error
-	stderr  bytes.Buffer // acpfs run's own lines, for the limits it names
+	output  Output // what the turn printed, and what its log keeps
+	limit   string // acpfs run's line naming the limits the command ran into
 
 	// mu guards what the timeout's goroutine sets.
 	mu       sync.Mutex
@@ -136,6 +140,7 @@ func Drive(ctx context.Context, cfg *Config, opts Options) (Result, error) {
 		return Result{}, err
 	}
 	defer unlock()
+	d.sweepScratch()
 	// acpfs run passes its environment to the command, which the driver
 	// builds; a run that takes --env (names to pass) gets them named too.
 	help, _ := d.acpfs("run", "--help")
@@ -172,6 +177,34 @@ func lockDriver(runs string) (func(), error) {
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	return func() { f.Close() }, nil
+}
+
+// TurnScratchPrefix begins the name of a turn's input directory under
+// the temporary directory (see internal/scratch: named after the driver
+// that made it, removed by the next one once that driver is gone).
+const TurnScratchPrefix = "acpfs-turn-"
+
+// sweepScratch removes what drivers and runs killed with SIGKILL left
+// under the temporary directory: the input directories of their turns
+// and the scratch directories of their sandboxes, once the process that
+// made each is gone.
+func (d *driver) sweepScratch() {
+	// A turn's acpfs run gets the driver's TMPDIR only when the
+	// participant's env names it: its scratch directory is in /tmp
+	// otherwise.
+	sweeps := []struct{ dir, prefix string }{{os.TempDir(), TurnScratchPrefix}, {os.TempDir(), mount.RunScratchPrefix}}
+	if filepath.Clean(os.TempDir()) != "/tmp" {
+		sweeps = append(sweeps, struct{ dir, prefix string }{"/tmp", mount.RunScratchPrefix})
+	}
+	for _, sw := range sweeps {
+		removed, err := scratch.Sweep(sw.dir, sw.prefix)
+		if len(removed) > 0 {
+			d.out.notef(NoteInfo, "", "", "removed %d directory(ies) %s* of processes that are gone from %s", len(removed), sw.prefix, sw.dir)
+		}
+		if err != nil {
+			d.out.notef(NoteInfo, "", "", "%v", err)
+		}
+	}
 }
 
 // reach kills the driver with SIGKILL when the Failpoint names point
@@ -424,7 +457,6 @@ func (d *driver) recover() error {
 			// says how the turn ended.
 			t := rec.turn
 			rc.State, rc.End, rc.Exit, rc.Signal, rc.Outcome, rc.Limits = StateDone, t.End, t.Exit, t.Signal, t.Outcome, t.Limits
-			rc.LastError = "the previous attempt ended (" + t.Outcome + ") without an accepted event"
 			fallthrough
 		case rc.State == StateRunning:
 			if rc.Inputs != "" {
@@ -436,12 +468,7 @@ func (d *driver) recover() error {
 			}
 			rc.Events = evs
 			d.scan.fill(rc, rc.End)
-			if rc.State == StateRunning {
-				rc.State, rc.End, rc.Exit, rc.Outcome = StateDone, now(), -1, OutcomeInterrupted
-				rc.Note = "the driver stopped during this turn (killed?); closed when it started again"
-				rc.LastError = "the previous attempt was interrupted: the driver stopped during it"
-				d.out.notef(NoteInfo, rc.Participant, rc.ID, "turn %s was interrupted by the driver's end; it appended %d event(s)", rc.ID, len(evs))
-			}
+			d.closeInterrupted(rc)
 		}
 		if rc.LedgerSeq == 0 {
 			if recorded {
@@ -462,6 +489,29 @@ func (d *driver) recover() error {
 	}
 	d.turns = len(rs)
 	return nil
+}
+
+// closeInterrupted closes the receipt of a turn a killed driver left
+// running, whose events and ledger records are filled in: from its turn
+// record when the driver wrote one (its state is done then), else as
+// interrupted. Its fields agree as a turn the driver saw end would have
+// them: an accepted event makes it appended, with no last error.
+func (d *driver) closeInterrupted(rc *Receipt) {
+	var timeout time.Duration
+	if p := d.cfg.Participant(rc.Participant); p != nil {
+		timeout = p.Timeout
+	}
+	if rc.State == StateRunning {
+		rc.State, rc.End, rc.Exit = StateDone, now(), -1
+		rc.Note = "the driver stopped during this turn (killed?); closed when it started again"
+		setOutcome(rc, nil, false, true)
+		d.out.notef(NoteInfo, rc.Participant, rc.ID, "turn %s was interrupted by the driver's end; it appended %d event(s)", rc.ID, len(rc.Events))
+		if len(rc.Events) == 0 {
+			rc.LastError = "the previous attempt was interrupted: the driver stopped during it"
+			return
+		}
+	}
+	rc.LastError = lastErrorOf(rc, timeout, nil)
 }
 
 // recordTurn appends the receipt's turn record to the ledger.
@@ -675,7 +725,7 @@ func (d *driver) prepareTurn(w Wake, p *Participant) (*Receipt, []string, []stri
 	}
 	// ...and the one the command reads, outside the run directory and
 	// the folder (acpfs run shows neither), removed after the turn.
-	inputs, err := os.MkdirTemp("", "acpfs-turn-")
+	inputs, err := scratch.Mkdir("", TurnScratchPrefix)
 	if err != nil {
 		return rc, nil, nil, err
 	}
@@ -822,24 +872,19 @@ func (d *driver) runTurn(t *turn, argv, env []string) {
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
-		sc := bufio.NewScanner(outR)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(logf, line)
-			if strings.HasPrefix(line, "acpfs run: ") || strings.HasPrefix(line, "error: ") {
-				t.stderr.WriteString(line + "\n")
-			}
-			// acpfs run's cgroup v1 note says the same every turn: the
-			// turn's log keeps it.
-			if !strings.HasPrefix(line, "acpfs run: cgroup v1:") {
-				d.out.note(Note{Type: NoteOutput, Participant: t.p.ID, Turn: t.rc.ID, Text: line})
-			}
+		show := func(typ, text string) { d.out.note(Note{Type: typ, Participant: t.p.ID, Turn: t.rc.ID, Text: text}) }
+		o := newTurnOutput(d.opts.Output, logf, show)
+		t.output = o.drain(outR)
+		t.limit = o.limit
+		if o.logErr != nil {
+			d.out.notef(NoteInfo, t.p.ID, t.rc.ID, "the log of turn %s is incomplete: %v", t.rc.ID, o.logErr)
 		}
-		outR.Close()
 	}()
 	werr := c.Wait()
+	// Read to its end (the sandbox and all it started are gone) before
+	// the pipe is closed: a writer never meets a closed pipe.
 	<-copied
+	outR.Close()
 	t.exit, t.err = mount.ExitStatus(werr)
 	if t.err != nil {
 		t.exit = -1
@@ -897,7 +942,7 @@ func (d *driver) finish(t *turn) {
 	}
 	// acpfs run exits 6 after a limit and names it on its stderr, which
 	// it shares with the command: the line counts only with that status.
-	if m := limitLine().FindStringSubmatch(t.stderr.String()); m != nil && t.exit == runExitLimit {
+	if m := limitLine().FindStringSubmatch(t.limit); m != nil && t.exit == runExitLimit {
 		rc.Limits = strings.Split(m[1], " and ")
 	}
 	if timedOut {
@@ -912,13 +957,12 @@ func (d *driver) finish(t *turn) {
 		slog.Warn("read the history", "err", err)
 	}
 	rc.Events = append([]EventRef{}, evs...)
-	setOutcome(rc, t.err, timedOut, stopped)
-	for _, f := range rc.Refusals {
-		d.out.notef(NoteRefusal, rc.Participant, rc.ID, "%s refused: %s", rc.Participant, f)
-		s := f.String()
-		d.out.update(func(st *status) { st.lastRefusal = rc.Participant + ": " + s })
+	if t.proc != nil {
+		rc.Output = &t.output
 	}
-	rc.LastError = d.lastErrorOf(rc, t)
+	setOutcome(rc, t.err, timedOut, stopped)
+	d.noteRefusals(rc)
+	rc.LastError = lastErrorOf(rc, t.p.Timeout, t.err)
 	d.countFailure(rc, t.p.Retries)
 	d.lastError[rc.Participant] = rc.LastError
 	if err := d.recordTurn(rc); err != nil {
@@ -933,8 +977,33 @@ func (d *driver) finish(t *turn) {
 	for i, e := range rc.Events {
 		evText[i] = fmt.Sprintf("%d %s", e.Seq, e.Type)
 	}
-	d.out.notef(NoteTurnEnded, rc.Participant, rc.ID, "turn %s ended: %s, exit %d, appended [%s], %d read(s), %d write(s), %d refusal(s)",
-		rc.ID, rc.Outcome, rc.Exit, strings.Join(evText, ", "), len(rc.Reads), len(rc.Writes), len(rc.Refusals))
+	out := ""
+	if o := rc.Output; o != nil && o.Cut {
+		out = fmt.Sprintf("; output %d bytes, %d of them left out of its log", o.Bytes, o.LeftOut)
+	}
+	d.out.notef(NoteTurnEnded, rc.Participant, rc.ID, "turn %s ended: %s, exit %d, appended [%s], %d read(s), %d write(s), %d refusal(s)%s",
+		rc.ID, rc.Outcome, rc.Exit, strings.Join(evText, ", "), len(rc.Reads), len(rc.Writes), len(rc.Refusals), out)
+}
+
+// maxRefusalNotes bounds the refusals of one turn the progress shows:
+// an agent can be refused as often as it tries, and the receipt lists
+// them all.
+const maxRefusalNotes = 20
+
+// noteRefusals shows the turn's refusals, up to maxRefusalNotes, and the
+// last one in the live block.
+func (d *driver) noteRefusals(rc *Receipt) {
+	for i, f := range rc.Refusals {
+		if i == maxRefusalNotes {
+			d.out.notef(NoteRefusal, rc.Participant, rc.ID, "%s was refused %d more time(s): its receipt lists them", rc.Participant, len(rc.Refusals)-i)
+			break
+		}
+		d.out.notef(NoteRefusal, rc.Participant, rc.ID, "%s refused: %s", rc.Participant, f)
+	}
+	if n := len(rc.Refusals); n > 0 {
+		s := rc.Refusals[n-1].String()
+		d.out.update(func(st *status) { st.lastRefusal = rc.Participant + ": " + s })
+	}
 }
 
 // end stops the turn's timers for good and says whether it timed out or
@@ -983,19 +1052,23 @@ func (d *driver) countFailure(rc *Receipt, retries int) {
 	}
 }
 
-// lastErrorOf is what the next attempt is told about this one: its last
-// refusal its own view told it (as .acpfs/last-error did), else why it
-// ended. A hidden name's refusal is never told: the agent saw the name
+// lastErrorOf is what the next attempt is told about this one: nothing
+// when it appended an accepted event (it counts, and the next turn is a
+// first attempt), else the last refusal its own view told it (as
+// .acpfs/last-error did), else why it ended. A hidden name's refusal is never told: the agent saw the name
 // as missing, and must not learn otherwise from its next prompt.
-func (d *driver) lastErrorOf(rc *Receipt, t *turn) string {
+func lastErrorOf(rc *Receipt, timeout time.Duration, runErr error) string {
 	told := slices.DeleteFunc(slices.Clone(rc.Refusals), func(r Refusal) bool { return !r.Told() })
 	switch {
+	case len(rc.Events) > 0:
+		// The turn counts: no next attempt is told anything of it.
+		return ""
 	case len(told) > 0:
 		return told[len(told)-1].String()
 	case slices.Contains(rc.Limits, "timeout"):
-		return fmt.Sprintf("the turn ran past its timeout (%s) and was stopped", t.p.Timeout)
-	case t.err != nil:
-		return "the turn could not run: " + t.err.Error()
+		return fmt.Sprintf("the turn ran past its timeout (%s) and was stopped", timeout)
+	case runErr != nil:
+		return "the turn could not run: " + runErr.Error()
 	case len(rc.Limits) > 0:
 		return "the command ran into its " + strings.Join(rc.Limits, " and ") + " limit"
 	case rc.Exit != 0:

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -74,7 +77,7 @@ func (p *progress) note(n Note) {
 	switch p.mode {
 	case ModeJSON:
 		b, _ := json.Marshal(n)
-		fmt.Fprintf(p.w, "%s\n", b)
+		fmt.Fprintf(p.w, "%s\n", jsonPrintable(b))
 	case ModeTTY:
 		p.eraseLocked()
 		fmt.Fprintln(p.w, plainLine(n))
@@ -86,24 +89,66 @@ func (p *progress) note(n Note) {
 
 func plainLine(n Note) string {
 	if n.Type == NoteOutput {
-		return fmt.Sprintf("  %s| %s", n.Participant, printable(n.Text))
+		return fmt.Sprintf("  %s| %s", n.Participant, Printable(n.Text))
 	}
-	return "acpfs drive: " + printable(n.Text)
+	return "acpfs drive: " + Printable(n.Text)
 }
 
-// printable shows control characters as \xNN: agents choose their output
-// and much of what their refusals quote, and must not drive the
-// coordinator's terminal (move the cursor, rewrite lines, set its title).
-func printable(s string) string {
+// Printable shows control characters as \xNN and the invisible format
+// characters of Unicode (bidirectional overrides and isolates,
+// zero-width characters, line and paragraph separators, tag characters)
+// as \u{XXXX}: agents choose their output and much of what their
+// refusals quote, and must not drive the coordinator's terminal (move
+// the cursor, rewrite lines, set its title) nor reorder or hide what it
+// shows.
+func Printable(s string) string {
 	var b strings.Builder
 	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
-		if r == '\t' || r >= 0x20 && r != 0x7f && (r < 0x80 || r > 0x9f) {
+		switch {
+		case r == '\t' || r >= 0x20 && r < 0x7f:
 			b.WriteRune(r)
-		} else {
+		case r < 0x20 || r >= 0x7f && r <= 0x9f:
 			fmt.Fprintf(&b, "\\x%02x", r)
+		case invisible(r):
+			fmt.Fprintf(&b, "\\u{%04x}", r)
+		default:
+			b.WriteRune(r)
 		}
 	}
 	return b.String()
+}
+
+// invisible reports a character that changes how the text around it is
+// shown without showing itself: Unicode's format characters (Cf: the
+// bidirectional controls U+061C, U+200E-U+200F, U+202A-U+202E,
+// U+2066-U+2069, the zero-width ones U+200B-U+200D, U+2060-U+2064,
+// U+FEFF, the tags), the line and paragraph separators, and the other
+// default-ignorable code points (fillers that show as nothing).
+func invisible(r rune) bool {
+	return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Other_Default_Ignorable_Code_Point)
+}
+
+// jsonPrintable escapes, in a JSON text, the characters a terminal that
+// shows it would act on or hide that encoding/json leaves as they are
+// (C1 controls, the invisible ones): as JSON's own \uXXXX, so that a
+// reader decodes the same text.
+func jsonPrintable(js []byte) []byte {
+	out := make([]byte, 0, len(js))
+	for len(js) > 0 {
+		r, n := utf8.DecodeRune(js)
+		if r >= 0x80 && r <= 0x9f || r > 0x9f && invisible(r) {
+			if r > 0xffff {
+				hi, lo := utf16.EncodeRune(r)
+				out = fmt.Appendf(out, "\\u%04x\\u%04x", hi, lo)
+			} else {
+				out = fmt.Appendf(out, "\\u%04x", r)
+			}
+		} else {
+			out = append(out, js[:n]...)
+		}
+		js = js[n:]
+	}
+	return out
 }
 
 func (p *progress) notef(typ, participant, turn, format string, args ...any) {
@@ -154,7 +199,7 @@ func (p *progress) drawLocked() {
 	}
 	width := termWidth(p.w)
 	for _, l := range lines {
-		l = printable(l)
+		l = Printable(l)
 		// A line the terminal wraps would be erased only in part.
 		if r := []rune(l); len(r) > width {
 			l = string(r[:width-1]) + "…"

@@ -62,9 +62,12 @@ type Receipt struct {
 	Writes       []string   `json:"writes"`
 	Refusals     []Refusal  `json:"refusals"`
 	Limits       []string   `json:"limits,omitempty"`
-	LastError    string     `json:"last_error,omitempty"` // what the next attempt is told
-	LedgerSeq    int64      `json:"ledger_seq,omitempty"` // the turn record, once written
-	Note         string     `json:"note,omitempty"`
+	// Output is how much the turn printed and how much of it its log
+	// (RUNS/turns/<id>.log) left out; nil for a turn that never ran.
+	Output    *Output `json:"output,omitempty"`
+	LastError string  `json:"last_error,omitempty"` // what the next attempt is told
+	LedgerSeq int64   `json:"ledger_seq,omitempty"` // the turn record, once written
+	Note      string  `json:"note,omitempty"`
 }
 
 // EventRef is one event a turn appended.

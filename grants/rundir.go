@@ -86,16 +86,38 @@ func IsGitDirAt(dirfd int, name string) bool {
 	return IsGitDir(fd)
 }
 
+// gitHead and gitParts are what makes a directory a git directory: a
+// HEAD and one of the parts (see IsGitDir).
+const gitHead = "HEAD"
+
+var gitParts = [...]string{"objects", "refs", "commondir", "packed-refs"}
+
 // IsGitDir is IsGitDirAt for a directory held by fd. Its parts may be of
 // any type (a symlinked objects/ or HEAD leads git as well), and a
 // worktree's git directory (HEAD and commondir) counts too.
 func IsGitDir(fd int) bool {
 	var st unix.Stat_t
-	if unix.Fstatat(fd, "HEAD", &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+	if unix.Fstatat(fd, gitHead, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		return false
 	}
-	for _, d := range []string{"objects", "refs", "commondir", "packed-refs"} {
+	for _, d := range gitParts {
 		if unix.Fstatat(fd, d, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// MarksDir reports whether an entry named base, made, removed or renamed,
+// can change what the directory holding it is to a view: a run or ledger
+// directory (IsCoordinatorDir) or a git directory (IsGitDir), whatever
+// the entry's type. A watcher drops what it knew of that directory then.
+func MarksDir(base string) bool {
+	if base == gitHead || IsReservedName(base) {
+		return true
+	}
+	for _, d := range gitParts {
+		if base == d {
 			return true
 		}
 	}

@@ -361,3 +361,18 @@ func TestTighten(t *testing.T) {
 		assert.False(t, changed, "another owner's")
 	}
 }
+
+// TestMarksDir: the names whose entries make a directory a run, ledger
+// or git directory, and no other.
+func TestMarksDir(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		want bool
+	}{
+		{GrantsDirName, true}, {LedgerKeyName, true}, {LedgerFileName, true},
+		{"HEAD", true}, {"objects", true}, {"refs", true}, {"commondir", true}, {"packed-refs", true},
+		{"", false}, {"HEAD.lock", false}, {"protocol.json", false}, {"ledger.key.tmp", false}, {"head", false},
+	} {
+		assert.Equal(t, tt.want, MarksDir(tt.name), "%q", tt.name)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/acpfs/acpfs/drive"
 	"github.com/acpfs/acpfs/internal/testutil"
 	"github.com/acpfs/acpfs/ledger"
+	"github.com/acpfs/acpfs/mount"
 	"github.com/acpfs/acpfs/protocol"
 )
 
@@ -203,6 +204,12 @@ func TestDriveThreeParticipantsReviewersInParallel(t *testing.T) {
 		assert.NotEmpty(t, rc.PromptSHA256)
 		assert.NotZero(t, rc.LedgerSeq, "a turn record in the ledger")
 	}
+	for _, rc := range rcs {
+		assert.Equal(t, drive.OutcomeAppended, rc.Outcome, rc.ID)
+		assert.Empty(t, rc.LastError, "%s appended: nothing to tell a next attempt", rc.ID)
+		require.NotNil(t, rc.Output, rc.ID)
+		assert.False(t, rc.Output.Cut, rc.ID)
+	}
 	owner := rcs["000001-alice-1"]
 	assert.Contains(t, owner.Reads, "oracle/expected-answer.md", "the owner's grant shows the oracle")
 	assert.Equal(t, []drive.EventRef{{Seq: 2, Type: "deliverable_drafted"}, {Seq: 3, Type: "proposal_submitted"}}, owner.Events)
@@ -340,8 +347,9 @@ func processWithArgs(args string) bool {
 func TestDriveKilledMidTurnResumes(t *testing.T) {
 	// bob's first attempt says it started, then hangs; the next one
 	// reviews.
-	hang := `if [ ! -e "$ACPFS_DRIVE_DIR/box/hung" ]; then touch "$ACPFS_DRIVE_DIR/box/hung"; exec sleep 86397; fi; sh "$ACPFS_DRIVE_DIR/turns/reviewer.sh"`
+	hang := `if [ ! -e "$ACPFS_DRIVE_DIR/box/hung" ]; then echo "$ACPFS_TURN_DIR" > "$ACPFS_DRIVE_DIR/box/hung"; exec sleep 86397; fi; sh "$ACPFS_DRIVE_DIR/turns/reviewer.sh"`
 	k := newDriveKit(t, []driveParticipant{driveOwner(), {id: "bob", grant: `{preset: reviewer}`, command: yamlQuote(hang)}}, "")
+	before := scratchSince(t, nil) // another user's are not this drive's to remove
 	cmd := exec.Command(acpfsBin, "drive", "--json", k.file)
 	var out testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -352,10 +360,21 @@ func TestDriveKilledMidTurnResumes(t *testing.T) {
 	require.NoError(t, cmd.Process.Kill())
 	_ = cmd.Wait()
 	waitFor(t, func() bool { return !processWithArgs("sleep 86397") }, "the sandbox dies with the driver")
+	// What the killed driver and its run left in the temporary
+	// directory: the turn's inputs, the sandbox's scratch directory.
+	turnDir := strings.TrimSpace(readFile(t, filepath.Join(k.box, "hung")))
+	assert.DirExists(t, turnDir)
+	runDirs := waitScratchLeft(t, before)
+	_, running := scratchByMaker(t, mount.RunScratchPrefix)
 
 	notes, errOut, code := k.drive()
 	require.Equal(t, 0, code, "first run:\n%s\nresume:\n%s\n%s", out.String(), notesText(notes), errOut)
 	assert.Contains(t, notesText(notes), "resuming")
+	assert.NoDirExists(t, turnDir, "the next drive removes a killed driver's turn inputs")
+	for _, p := range runDirs {
+		assert.NoDirExists(t, p, "and the scratch directories of its runs")
+	}
+	requireKeptWhileRunning(t, mount.RunScratchPrefix, running)
 	require.Equal(t, protocol.PhaseCompleted, k.phase())
 	k.requireSound()
 

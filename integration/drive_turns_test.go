@@ -223,6 +223,9 @@ cat "$ACPFS_LAST_ERROR_FILE" > "$box/told-file"
 	first := rcs["000003-bob-1"]
 	assert.Equal(t, drive.OutcomeNothing, first.Outcome)
 	assert.Equal(t, env, first.LastError)
+	second := rcs["000003-bob-2"]
+	assert.Equal(t, drive.OutcomeAppended, second.Outcome)
+	assert.Empty(t, second.LastError, "the retry appended: its receipt has no last error")
 	var refused []string
 	for _, r := range first.Refusals {
 		refused = append(refused, string(r.Op)+" "+r.Path)

@@ -389,3 +389,89 @@ func TestIdentityFoldersAndBindsOutsideRunDirectories(t *testing.T) {
 		assert.Contains(t, stderr, "run or ledger directory", "%v", flags)
 	}
 }
+
+// TestIdentityRefusesWhatNoViewCouldHide: a ledger whose directory is
+// the folder, the repository a view is rooted at, or a directory holding
+// the folder, a run directory that is the folder, and a grant file in
+// the folder that no run directory holds are refused by mount and run
+// before anything is made: another view of the folder (this
+// coordinator's or another's) would show the ledger's key, the records
+// or the grant, since no view can hide the folder's own entries by what
+// holds them. Nothing is made, and the folder's mode is left alone.
+func TestIdentityRefusesWhatNoViewCouldHide(t *testing.T) {
+	e := newIDEnv(t)
+	outside := filepath.Join(e.dir, "runs-out")
+	outGrant := pmWriteGrant(t, outside, wideGrant("G-bob", reviewer))
+	loose := filepath.Join(e.folder, "grants")
+	require.NoError(t, os.MkdirAll(loose, 0o755))
+	b, err := os.ReadFile(outGrant)
+	require.NoError(t, err)
+	looseGrant := filepath.Join(loose, "G-bob.json")
+	require.NoError(t, os.WriteFile(looseGrant, b, 0o644))
+	mp := filepath.Join(e.dir, "mnt-bob")
+	require.NoError(t, os.MkdirAll(mp, 0o755))
+	outLedger := filepath.Join(e.dir, "ledger-out", "l.jsonl")
+	probe := []string{"--", "/usr/bin/bash", "-c", "echo RAN"}
+	before, err := os.Stat(e.folder)
+	require.NoError(t, err)
+
+	tests := []struct {
+		name, dir, want string
+		args            []string
+	}{
+		{"mount --ledger in the folder itself", "", "no view could hide", []string{"mount", "--folder", e.folder, "--grant", outGrant,
+			"--ledger", filepath.Join(e.folder, "audit.jsonl"), mp}},
+		{"run --ledger in the folder itself", "", "no view could hide", append([]string{"run", "--folder", e.folder, "--grant", outGrant,
+			"--ledger", filepath.Join(e.folder, "audit.jsonl")}, probe...)},
+		{"run --ledger ./audit.jsonl from inside the folder", e.folder, "no view could hide", append([]string{"run", "--folder", ".", "--grant", outGrant,
+			"--ledger", "audit.jsonl"}, probe...)},
+		{"run --ledger beside the folder, in the directory holding it", "", "no view could hide", append([]string{"run", "--folder", e.folder, "--grant", outGrant,
+			"--ledger", filepath.Join(e.dir, "audit.jsonl")}, probe...)},
+		{"mount --runs FOLDER", "", "no view could hide", []string{"mount", "--folder", e.folder, "--runs", e.folder, "--grant", outGrant,
+			"--ledger", outLedger, mp}},
+		{"mount --grant FOLDER/grants/G-bob.json (no run directory)", "", "not in a run directory", []string{"mount", "--folder", e.folder,
+			"--grant", looseGrant, "--ledger", outLedger, mp}},
+		{"run --grant FOLDER/grants/G-bob.json (no run directory)", "", "not in a run directory", append([]string{"run", "--folder", e.folder,
+			"--grant", looseGrant, "--ledger", outLedger}, probe...)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, stderr, code := sfRunIn(t, tt.dir, tt.args...)
+			assert.NotEqual(t, 0, code, "%s%s", out, stderr)
+			assert.Contains(t, stderr, tt.want)
+			assert.NotContains(t, out, "RAN", "the sandbox's command ran")
+			assert.Empty(t, sfFSTypesAt(mp), "nothing may be mounted")
+			for _, d := range []string{e.folder, e.dir} {
+				for _, name := range []string{"ledger.key", "ledger.pub", "audit.jsonl"} {
+					assert.NoFileExists(t, filepath.Join(d, name))
+				}
+			}
+			st, err := os.Stat(e.folder)
+			require.NoError(t, err)
+			assert.Equal(t, before.Mode(), st.Mode(), "the folder's mode")
+		})
+	}
+}
+
+// TestIdentityRefusesALedgerAtTheRepositoryRoot: with --view-root repo,
+// a ledger in the repository's root would be listed in the views rooted
+// there: refused.
+func TestIdentityRefusesALedgerAtTheRepositoryRoot(t *testing.T) {
+	testutil.RequireFUSE(t)
+	d := newDir(t, "identity-repo")
+	repo := filepath.Join(d, "repo")
+	folder := filepath.Join(repo, "collab")
+	_, stderr, code := acpfs(t, "init", "--folder", folder, "--participant", owner, "--participant", reviewer,
+		"--objective", "Design the cache layer", "--completion", "Cache design reviewed", "--primary-deliverable-type", "design-spec",
+		"--deliverables-mode", "external", "--repo-root", "..")
+	require.Equal(t, 0, code, stderr)
+	g := wideGrant("G-alice", owner)
+	g.MayRead = []string{"**", "../**"}
+	grant := pmWriteGrant(t, filepath.Join(d, "runs"), g)
+	out, stderr, code := sfRunIn(t, "", "run", "--folder", folder, "--grant", grant, "--view-root", "repo",
+		"--ledger", filepath.Join(repo, "audit.jsonl"), "--", "/usr/bin/bash", "-c", "echo RAN")
+	assert.NotEqual(t, 0, code, "%s%s", out, stderr)
+	assert.Contains(t, stderr, "no view could hide")
+	assert.NotContains(t, out, "RAN")
+	assert.NoFileExists(t, filepath.Join(repo, "ledger.key"))
+}

@@ -119,14 +119,18 @@ func TestGrantAndLedgerInsideTheFolderAreHidden(t *testing.T) {
 	require.NoError(t, os.Mkdir(mnt, 0o755))
 	outside := filepath.Join(c.root, "G-all.json")
 	require.NoError(t, os.WriteFile(outside, data, 0o644))
+	evidence := filepath.Join(c.root, "evidence", "ledger.jsonl")
+	require.NoError(t, os.MkdirAll(filepath.Dir(evidence), 0o700))
+	require.NoError(t, os.MkdirAll(filepath.Join(c.folder, "evidence"), 0o700))
 	for _, tt := range []struct{ name, grant, ledger, want string }{
-		{"the grant's directory", grantFile, filepath.Join(c.root, "ledger.jsonl"), "grants lies inside the collaboration folder"},
-		{"the ledger", outside, filepath.Join(c.folder, "ledger.jsonl"), "ledger.jsonl lies inside the collaboration folder"},
+		{"a grant file outside any run directory", grantFile, evidence, "not in a run directory: other views would show it"},
+		{"the ledger in a subdirectory", outside, filepath.Join(c.folder, "evidence", "ledger.jsonl"), "evidence lies inside the collaboration folder"},
+		{"the ledger in the folder's root", outside, filepath.Join(c.folder, "ledger.jsonl"), "which its views show: no view could hide the ledger"},
+		{"the ledger beside the folder", outside, filepath.Join(c.root, "ledger.jsonl"), "which its views show: no view could hide the ledger"},
 	} {
 		_, stderr, code := sfRun(t, "mount", "--folder", c.folder, "--grant", tt.grant, "--ledger", tt.ledger, mnt)
 		assert.Equal(t, 2, code, "%s: %s", tt.name, stderr)
 		assert.Contains(t, stderr, tt.want, tt.name)
-		assert.Contains(t, stderr, "would show it", tt.name)
 		sfOneLine(t, stderr)
 		assert.Empty(t, sfFSTypesAt(mnt), "%s: nothing may be mounted", tt.name)
 	}

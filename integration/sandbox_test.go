@@ -414,12 +414,18 @@ libc = ctypes.CDLL(None, use_errno=True)
 for name, nr in (("keyctl", 250), ("bpf", 321), ("ptrace", 101), ("io_uring_setup", 425), ("open_by_handle_at", 304)):
     r = libc.syscall(nr, 0, 0, 0, 0, 0)
     print(name, "refused" if r == -1 and ctypes.get_errno() == 1 else "ALLOWED")
+import socket
+try:
+    socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    print("vsock ALLOWED")
+except OSError:
+    print("vsock refused")
 '
 echo x > /tmp/x && cat /tmp/x`})
 	require.Equal(t, 0, code, stderr)
 	for _, want := range []string{"NoNewPrivs: 1", "Seccomp: 2", "CapEff: 0000000000000000", "CapBnd: 0000000000000000", "root listing refused", "system read-only", "root read-only",
 		"no /dev/fuse", "no /sys", "no controlling terminal", "keyctl refused", "bpf refused", "ptrace refused",
-		"io_uring_setup refused", "open_by_handle_at refused", "x\n"} {
+		"io_uring_setup refused", "open_by_handle_at refused", "vsock refused", "x\n"} {
 		assert.Contains(t, out, want)
 	}
 	assert.NotContains(t, out, "ALLOWED")

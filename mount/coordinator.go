@@ -800,12 +800,13 @@ func (c *Coordinator) holdRunDir() {
 	if c.cfg.Ledger != nil {
 		dirs = append(dirs, filepath.Dir(c.cfg.Ledger.Path()))
 	}
+	// Pruned first: what has no name left makes room in a full set.
+	c.shared.Prune()
 	for _, d := range dirs {
 		if err := holdEntries(c.shared, d); err != nil {
 			slog.Warn("hold the run directory's entries", "dir", d, "err", err)
 		}
 	}
-	c.shared.Prune()
 }
 
 // holdEntries adds every entry of the directory d to s, symlinks

@@ -353,11 +353,12 @@ func (m *Mount) watchGrant() error {
 // gone or no longer valid fails closed: the view shows nothing.
 func (m *Mount) ReloadGrant() {
 	// A rewrite is a new file: conceal it too, and let the one it
-	// replaced go once it has no name left.
+	// replaced go once it has no name left (first: it makes room in a
+	// full set).
+	m.cfg.Shared.Prune()
 	if err := m.cfg.Shared.Hold(m.cfg.GrantPath); err != nil {
 		slog.Warn("hold the grant file", "grant", m.cfg.GrantPath, "err", err)
 	}
-	m.cfg.Shared.Prune()
 	g, err := grants.Load(m.cfg.GrantPath)
 	if err != nil {
 		slog.Warn("grant reload failed; hiding everything", "grant", m.cfg.GrantPath, "err", err)

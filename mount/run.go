@@ -20,6 +20,7 @@ import (
 	"github.com/acpfs/acpfs/internal/egress"
 	"github.com/acpfs/acpfs/internal/limits"
 	"github.com/acpfs/acpfs/internal/sandbox"
+	"github.com/acpfs/acpfs/internal/scratch"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 )
@@ -63,6 +64,24 @@ type RunConfig struct {
 	// its user namespace both the caller's ids and the agent's are mapped,
 	// which they are nowhere else.
 	GiveHome string `json:"give_home,omitempty"`
+}
+
+// RunScratchPrefix begins the name of the directory a run makes under
+// the temporary directory for its sandbox's empty root and view mount
+// points (and its proxy's socket); see internal/scratch, which names it
+// after the run's daemon and removes it once that process is gone.
+const RunScratchPrefix = "acpfs-run-"
+
+// SweepRunScratch removes the scratch directories of runs whose daemon
+// is gone (killed before it could remove its own), and says so.
+func SweepRunScratch() {
+	removed, err := scratch.Sweep("", RunScratchPrefix)
+	if len(removed) > 0 {
+		slog.Info("removed the scratch directories of runs that are gone", "dirs", removed)
+	}
+	if err != nil {
+		slog.Warn("remove the scratch directories of runs that are gone", "err", err)
+	}
 }
 
 // LimitHit is returned by Run when the command ended after running into
@@ -128,7 +147,7 @@ func Run(cfg RunConfig, initArgs []string) (int, error) {
 		return 0, err
 	}
 	defer lw.Close()
-	tmp, err := os.MkdirTemp("", "acpfs-run-")
+	tmp, err := scratch.Mkdir("", RunScratchPrefix)
 	if err != nil {
 		return 0, err
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/atomicfile"
 )
 
 // LockFile is the name, next to events.jsonl, of the file whose flock
@@ -95,7 +97,7 @@ func LockEventsContext(ctx context.Context, folder string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := openFile(filepath.Join(folder, EventsFile), unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
+	f, err := atomicfile.OpenFile(filepath.Join(folder, EventsFile), unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
@@ -104,7 +106,7 @@ func LockEventsContext(ctx context.Context, folder string) (*Lock, error) {
 }
 
 func lockViewEvents(ctx context.Context, folder string) (*Lock, error) {
-	f, err := openFile(filepath.Join(folder, EventsFile), unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
+	f, err := atomicfile.OpenFile(filepath.Join(folder, EventsFile), unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
 	}
@@ -227,7 +229,7 @@ func (h *heldFiles) eventsFile(folder string) (*os.File, error) {
 		h.events.Close()
 		h.events = nil
 	}
-	f, err := openFile(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
+	f, err := atomicfile.OpenFile(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", EventsFile, err)
 	}
@@ -377,22 +379,6 @@ func waitFlock(ctx context.Context, fd, how int, timeout time.Duration) error {
 			pause *= 2
 		}
 		tick.Reset(pause)
-	}
-}
-
-// openFile is os.OpenFile for the folder's regular files: os.OpenFile
-// tries (and fails) to register each with the poller, four syscalls more
-// per open, and an append opens several.
-func openFile(path string, flags int, perm uint32) (*os.File, error) {
-	for {
-		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, perm)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: path, Err: err}
-		}
-		return os.NewFile(uintptr(fd), path), nil
 	}
 }
 

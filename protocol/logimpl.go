@@ -497,7 +497,7 @@ func (l *Log) refreshLocked() (err error) {
 	if release != nil {
 		defer release()
 	}
-	f, err := openFile(path, syscall.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := atomicfile.OpenFile(path, syscall.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return unavailable("events-read", "open %s: %v", EventsFile, err)
 	}

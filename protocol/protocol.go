@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/internal/pycompat"
 )
 
@@ -461,7 +462,7 @@ func resolveDepth(p string, depth int) string {
 // place: whoever can write the folder could otherwise point acpfs, which
 // may run as root, at any file on the host.
 func readNoFollow(path string) ([]byte, error) {
-	f, err := openFile(path, syscall.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := atomicfile.OpenFile(path, syscall.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}

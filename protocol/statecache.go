@@ -246,7 +246,7 @@ func (l *Log) stateCacheData(path string) ([]byte, error) {
 // openEvents opens folder's events.jsonl for reading, without following
 // a symlink in its place, and identifies the file it opened.
 func openEvents(folder string) (*os.File, fileID, error) {
-	f, err := openFile(filepath.Join(folder, EventsFile), unix.O_RDONLY|unix.O_NOFOLLOW, 0)
+	f, err := atomicfile.OpenFile(filepath.Join(folder, EventsFile), unix.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fileID{}, err
 	}
@@ -290,7 +290,7 @@ func readPrivate(path string) ([]byte, error) {
 			return nil, fmt.Errorf("%s is not private to uid %d", p, os.Geteuid())
 		}
 	}
-	f, err := openFile(path, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
+	f, err := atomicfile.OpenFile(path, unix.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}

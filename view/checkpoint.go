@@ -160,7 +160,7 @@ func (f *View) hiddenParent(fd int, parent string, git bool) bool {
 		// A directory of the root: nothing lies between them.
 		return false
 	}
-	return f.conceal.hidesAbove(fd, &st, f.b.rootID(), f.entryGen.Load(), git)
+	return f.conceal.hidesAbove(fd, &st, f.b.rootID(), git, f.placeStamp(), f.cacheTimeout() == CacheTimeout)
 }
 
 // openSame opens the judged entry relative to its parent and checks that

@@ -1,6 +1,7 @@
 package view
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -191,7 +192,13 @@ func (c *concealed) holdStaging(fd int) {
 		return
 	}
 	if err := c.shared.HoldDup(fd); err != nil {
-		slog.Debug("hold the staging directory", "err", err)
+		level := slog.LevelDebug
+		if errors.Is(err, fsid.ErrSetFull) {
+			// Other views would show this view's private files once
+			// the directory was renamed on the backing side.
+			level = slog.LevelWarn
+		}
+		slog.Log(context.Background(), level, "hold the staging directory", "err", err)
 	}
 }
 
@@ -261,36 +268,62 @@ const maxAbove = 1 << 14
 // maxDepth bounds the walk up from a directory to the folder root.
 const maxDepth = 256
 
-// aboveKey is a directory whose ancestors were found shown, at a count
-// of name changes in the folder.
+// aboveKey is a directory whose ancestors were found shown, at a
+// placeStamp (gen), with git directories hidden or not (git): a git
+// directory above it hides it under one setting only.
 type aboveKey struct {
 	id  fsid.ID
 	gen uint64
+	git bool
 }
 
 // hidesAbove reports whether a directory above the one held by fd (of
-// stat dst), up
-// to the folder root (root), is concealed: hidesDir looks at the parent
-// of a name only, and the kernel may keep a directory of the view (a
-// working directory, say) whose path came to lead, after a rename on
-// the backing side, through a run directory or another concealed
-// entry. A directory that is no longer below the root counts as
-// hidden. What was found shown is remembered per directory and count
-// of name changes (gen): a directory's ancestry changes only by a
-// rename, and the walk costs a few system calls per level.
-func (c *concealed) hidesAbove(fd int, dst *unix.Stat_t, root fsid.ID, gen uint64, git bool) bool {
-	k := aboveKey{id: fsid.OfStat(dst), gen: gen}
+// stat dst), up to the view's root (root), is concealed: hidesDir looks
+// at the parent of a name only, and the kernel may keep a directory of
+// the view (a working directory, say) whose path came to lead, after a
+// rename on the backing side, through a run directory or another
+// concealed entry. A directory that is no longer below the root counts
+// as hidden. With remember (a watcher vouches for the folder), what was
+// found shown is kept per directory and gen (View.placeStamp): a
+// directory's ancestry changes only by a directory's rename and what the
+// directories above it are only by their marks, each of which moves gen;
+// the walk costs a few system calls per level.
+func (c *concealed) hidesAbove(fd int, dst *unix.Stat_t, root fsid.ID, git bool, gen uint64, remember bool) bool {
+	k := aboveKey{id: fsid.OfStat(dst), gen: gen, git: git}
 	if k.id == root {
 		return false
 	}
-	if c != nil {
-		c.mu.Lock()
-		_, ok := c.above[k]
-		c.mu.Unlock()
-		if ok {
-			return false
-		}
+	// A nil concealed (a policy test) hides nothing by identity and
+	// remembers nothing, as everywhere else.
+	remember = remember && c != nil
+	if remember && c.remembered(k) {
+		return false
 	}
+	if c.walkUpHides(fd, root, git) {
+		return true
+	}
+	if remember {
+		c.mu.Lock()
+		if c.above == nil || len(c.above) >= maxAbove {
+			c.above = make(map[aboveKey]struct{})
+		}
+		c.above[k] = struct{}{}
+		c.mu.Unlock()
+	}
+	return false
+}
+
+// remembered reports whether hidesAbove found the ancestors of k shown.
+func (c *concealed) remembered(k aboveKey) bool {
+	c.mu.Lock()
+	_, ok := c.above[k]
+	c.mu.Unlock()
+	return ok
+}
+
+// walkUpHides is hidesAbove's walk from the parent of the directory
+// held by fd up to root.
+func (c *concealed) walkUpHides(fd int, root fsid.ID, git bool) bool {
 	cur, err := unix.Openat(fd, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return true
@@ -302,7 +335,7 @@ func (c *concealed) hidesAbove(fd int, dst *unix.Stat_t, root fsid.ID, gen uint6
 			return true
 		}
 		if fsid.OfStat(&st) == root {
-			break
+			return false
 		}
 		if c.hidesDirOf(cur, &st, git) {
 			return true
@@ -321,13 +354,4 @@ func (c *concealed) hidesAbove(fd int, dst *unix.Stat_t, root fsid.ID, gen uint6
 		unix.Close(cur)
 		cur = up
 	}
-	if c != nil {
-		c.mu.Lock()
-		if c.above == nil || len(c.above) >= maxAbove {
-			c.above = make(map[aboveKey]struct{})
-		}
-		c.above[k] = struct{}{}
-		c.mu.Unlock()
-	}
-	return false
 }

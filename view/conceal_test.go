@@ -9,8 +9,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/fsid"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -184,5 +186,28 @@ func TestNewRefusesBadOptions(t *testing.T) {
 			_, err := New(tc.o)
 			assert.Error(t, err)
 		})
+	}
+}
+
+// TestHidesAboveKeysTheGitSetting: whether a directory above another is
+// hidden depends on whether the grant names git directories; an answer
+// found for one setting is never given for the other, even at the same
+// count of name changes (a grant applied while a lookup ran).
+func TestHidesAboveKeysTheGitSetting(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "repo", "objects"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "repo", "sub", "deeper"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "repo", "HEAD"), []byte("ref: refs/heads/main\n"), 0o644))
+	c, err := holdConcealed(nil, nil)
+	require.NoError(t, err)
+	defer c.close()
+	var rootSt, st unix.Stat_t
+	require.NoError(t, unix.Stat(root, &rootSt))
+	fd, err := unix.Open(filepath.Join(root, "repo", "sub", "deeper"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	require.NoError(t, unix.Fstat(fd, &st))
+	for _, git := range []bool{false, true, false} {
+		assert.Equal(t, git, c.hidesAbove(fd, &st, fsid.OfStat(&rootSt), git, 7, true), "git directories hidden: %v", git)
 	}
 }

@@ -222,7 +222,7 @@ type Dir struct {
 	entries []dirEntry
 	loaded  bool
 	pos     uint64 // index of the next entry; 0 and 1 are "." and ".."
-	// gv and gen are the grant view and the entryGen the listing was
+	// gv and gen are the grant view and the placeStamp the listing was
 	// judged under (see openVerdict).
 	gv  *grantView
 	gen uint64
@@ -234,7 +234,7 @@ func (d *Dir) Next(ctx context.Context) (de DirEntry, ok bool, errno syscall.Err
 	defer d.mu.Unlock()
 	if !d.loaded {
 		d.fsys.Enter(ledger.OpReaddir, d.rel)
-		gen, gv := d.fsys.entryGen.Load(), d.fsys.gv.Load()
+		gen, gv := d.fsys.placeStamp(), d.fsys.gv.Load()
 		entries, err := d.fsys.visibleEntriesUnder(gv, d.rel)
 		if err != nil {
 			return de, false, errnoOf(err)

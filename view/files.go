@@ -66,7 +66,7 @@ type File interface {
 func (f *View) Open(ctx context.Context, n Node, rel string, flags uint32) (File, Caching, syscall.Errno) {
 	// What a judgement depends on, taken before it is made: a change
 	// while it runs leaves a verdict no later open trusts.
-	gv, gen := f.gv.Load(), f.entryGen.Load()
+	gv, gen := f.gv.Load(), f.placeStamp()
 	o, ok := f.openCached(n, rel, flags)
 	if !ok {
 		var errno syscall.Errno
@@ -217,7 +217,7 @@ func (f *View) openProtocolFile(ctx context.Context, h *handle, pjson []byte, fl
 
 // openVerdict is a node's last judgement of a read-only open: allowed,
 // of the regular file dev/ino found at rel, under the grant view gv, with
-// the folder's names as they were at entryGen gen.
+// the folder's directories as they were at gen (placeStamp).
 type openVerdict struct {
 	gv       *grantView
 	gen      uint64
@@ -266,10 +266,13 @@ func (f *View) lookupVerdict(gv *grantView, gen uint64, rel string, st *unix.Sta
 
 // openCached opens rel for reading without judging it again when nothing
 // its last judgement depended on can have changed: the same grant view,
-// no name changed in the folder since (entryGen, while the watcher
+// no directory moved, made, removed or marked in the folder since, nor
+// anything concealed by identity added (placeStamp, while the watcher
 // vouches for the whole folder), and the name still leads, beneath the
-// folder and through no symlink, to the same regular file with one name,
-// which the open itself checks. A repeated open (grep -r, a build) then
+// folder and through no symlink, to the same regular file with one name
+// that is not concealed by identity, which the open itself checks: a
+// file replaced at the name (protocol.json at every append, a file an
+// editor saves) is another file. A repeated open (grep -r, a build) then
 // costs an open and a stat of the backing file. It reports false when it
 // cannot vouch for the open; the caller judges it in full.
 func (f *View) openCached(n Node, rel string, flags uint32) (opened, bool) {
@@ -277,7 +280,7 @@ func (f *View) openCached(n Node, rel string, flags uint32) (opened, bool) {
 		return opened{}, false
 	}
 	v := n.Seen().open.Load()
-	if v == nil || v.rel != rel || v.gv != f.gv.Load() || v.gen != f.entryGen.Load() || f.cacheTimeout() != CacheTimeout {
+	if v == nil || v.rel != rel || v.gv != f.gv.Load() || v.gen != f.placeStamp() || f.cacheTimeout() != CacheTimeout {
 		return opened{}, false
 	}
 	RaiseFileLimit()
@@ -298,8 +301,11 @@ func (f *View) openCached(n Node, rel string, flags uint32) (opened, bool) {
 		return opened{}, false
 	}
 	o := opened{fd: fd}
+	// Concealed by identity since (the coordinator's shared set grows
+	// when a grant is reloaded or its run directory looked at again,
+	// with no name changed in the folder): judged in full.
 	if unix.Fstat(fd, &o.st) != nil || o.st.Dev != v.dev || o.st.Ino != v.ino || o.st.Mode&unix.S_IFMT != unix.S_IFREG ||
-		o.st.Nlink > 1 {
+		o.st.Nlink > 1 || f.conceal.has(&o.st) {
 		unix.Close(fd)
 		return opened{}, false
 	}

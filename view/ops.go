@@ -40,7 +40,7 @@ func (f *View) Lookup(ctx context.Context, rel string) (Entry, syscall.Errno) {
 		st, errno := SnapshotAttr(snap)
 		return Entry{Attr: st, Snapshot: snap}, errno
 	}
-	gen, gv := f.entryGen.Load(), f.gv.Load()
+	gen, gv := f.placeStamp(), f.gv.Load()
 	t, errno := f.at(ctx, opLookup, rel)
 	if errno != 0 {
 		return Entry{}, errno

@@ -50,12 +50,18 @@ func TestOpenCachedChecksWhatItReuses(t *testing.T) {
 			require.NoError(t, os.Rename(c.in("docs"), c.in("docs.old")))
 			require.NoError(t, os.Symlink("docs.old", c.in("docs")))
 		}},
+		{name: "concealed by identity since (a coordinator's file moved there)", change: func(t *testing.T, c *collab, f *View, _ *fakeNode) {
+			require.NoError(t, f.conceal.shared.Hold(c.in(rel)))
+		}},
 		{name: "a grant applied", change: func(t *testing.T, _ *collab, f *View, _ *fakeNode) {
 			require.NoError(t, f.SetGrant(f.Grant(), nil))
 		}},
-		{name: "a name changed in the folder", change: func(t *testing.T, _ *collab, f *View, _ *fakeNode) {
-			f.entryGen.Add(1)
+		{name: "a directory moved, made or marked in the folder", change: func(t *testing.T, _ *collab, f *View, _ *fakeNode) {
+			f.dirGen.Add(1)
 		}},
+		{name: "a file's name changed in the folder", change: func(t *testing.T, _ *collab, f *View, _ *fakeNode) {
+			f.entryGen.Add(1)
+		}, reused: true},
 		{name: "the node renamed", change: func(t *testing.T, _ *collab, _ *View, n *fakeNode) {
 			vp := "docs/other.md"
 			n.vp.Store(&vp)

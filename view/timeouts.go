@@ -37,6 +37,15 @@ const (
 	volatileTimeout = 0
 )
 
+// placeStamp is what the caches of directories' places and natures
+// depend on (the ancestry hidesAbove found shown, the verdicts of
+// read-only opens): the directory changes the watcher saw and the grant
+// changes (dirGen), plus the changes of what the coordinator conceals by
+// identity (its shared set), which no name change need come with. Both
+// only grow, so an equal sum means neither moved. Such a cache holds
+// only while a watcher vouches for the folder (cacheTimeout).
+func (f *View) placeStamp() uint64 { return f.dirGen.Load() + f.conceal.shared.Version() }
+
 // cacheTimeout is the timeout of entries and attributes of this view now.
 func (f *View) cacheTimeout() time.Duration {
 	if w := f.watch.Load(); w != nil && !w.degraded.Load() {
@@ -72,6 +81,7 @@ func (f *View) dropKernelCaches() {
 		return
 	}
 	f.entryGen.Add(1)
+	f.dirGen.Add(1)
 	k.DropAll()
 }
 

@@ -164,8 +164,15 @@ type View struct {
 	watch atomic.Pointer[Watcher]
 	links concealedLinks
 	// entryGen counts the name changes (create, remove, rename) the
-	// watcher saw in the folder; see dirSummary.
-	entryGen    atomic.Uint64
+	// watcher saw in the folder and the grant changes: what a listing
+	// shows (see dirSummary) and whether a file is still at its name
+	// (handle.inPlace) change with any of them.
+	entryGen atomic.Uint64
+	// dirGen counts, of those, the ones that can change where a
+	// directory lies or what it is (see placeStamp): every append
+	// renames protocol.json, every editor's save a file, and neither
+	// moves or marks a directory.
+	dirGen      atomic.Uint64
 	sums        summaries
 	handles     handleSet
 	stage       staging
@@ -299,8 +306,11 @@ func (f *View) SetGrant(g *grants.Grant, handoffs map[string]string) error {
 	}
 	old := f.gv.Swap(&grantView{grant: g, matcher: m, handoffs: handoffs})
 	// What a directory shows (its listing, size and times) follows the
-	// grant: cached summaries are stale.
+	// grant: cached summaries are stale, and so is what was found of
+	// the directories above a name (the grant says whether git
+	// directories are hidden).
 	f.entryGen.Add(1)
+	f.dirGen.Add(1)
 	// Which version of the grant was in force, for the audit (once per
 	// version: a grant file rewritten unchanged is no new version).
 	if h := g.Hash(); old == nil || old.grant.Hash() != h {

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"path"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/protocol"
 )
 
@@ -30,10 +33,13 @@ type Watcher struct {
 	degraded atomic.Bool
 
 	// dirs maps the inode of every directory watched to its
-	// folder-relative path (only the loop goroutine uses it once the
-	// watcher runs): inotify keeps watching a directory that moves, but
-	// fsnotify would go on naming its events by the old path.
-	dirs map[uint64]string
+	// folder-relative path, and paths each such path to its inode (only
+	// the loop goroutine uses them once the watcher runs): inotify keeps
+	// watching a directory that moves, but fsnotify would go on naming
+	// its events by the old path; and a removal or a rename away is told
+	// to be a directory's by its path alone.
+	dirs  map[uint64]string
+	paths map[string]uint64
 
 	mu    sync.Mutex
 	views map[*View]struct{}
@@ -49,7 +55,8 @@ func NewWatcher(folder string, skip []string) (*Watcher, error) {
 	}
 	// The views' private temporary files concern their own view only.
 	skip = append(append([]string(nil), skip...), StagingDir)
-	wt := &Watcher{folder: folder, skip: skip, w: w, views: map[*View]struct{}{}, dirs: map[uint64]string{}, done: make(chan struct{})}
+	wt := &Watcher{folder: folder, skip: skip, w: w, views: map[*View]struct{}{}, dirs: map[uint64]string{}, paths: map[string]uint64{},
+		done: make(chan struct{})}
 	if err := wt.addTree(folder); err != nil {
 		w.Close()
 		return nil, err
@@ -120,32 +127,37 @@ func (wt *Watcher) addTree(root string) error {
 		}
 		if info, err := d.Info(); err == nil {
 			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				wt.dirs[st.Ino] = rel
+				wt.dirs[st.Ino], wt.paths[rel] = rel, st.Ino
 			}
 		}
 		return nil
 	})
 }
 
-// movedDir notices that the directory just created at rel is one already
-// watched under another path (moved within the folder), and drops the
-// watches of its old paths, so that addTree watches it and everything
-// below it under the paths they have now.
-func (wt *Watcher) movedDir(rel, abs string) {
+// movedDir reports whether what was just created at rel is a
+// directory. When it is one already watched under another path (moved
+// within the folder), it drops the watches of its old paths, so that
+// addTree watches it and everything below it under the paths they have
+// now.
+func (wt *Watcher) movedDir(rel, abs string) bool {
 	var st unix.Stat_t
 	if unix.Lstat(abs, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return
+		return false
 	}
 	old, ok := wt.dirs[st.Ino]
 	if !ok || old == rel {
-		return
+		return true
 	}
 	for ino, p := range wt.dirs {
 		if p == old || strings.HasPrefix(p, old+"/") {
 			_ = wt.w.Remove(filepath.Join(wt.folder, filepath.FromSlash(p))) // may be gone already
 			delete(wt.dirs, ino)
+			if wt.paths[p] == ino {
+				delete(wt.paths, p)
+			}
 		}
 	}
+	return true
 }
 
 func (wt *Watcher) loop() {
@@ -190,7 +202,7 @@ func (wt *Watcher) each(fn func(f *View)) {
 func (wt *Watcher) handleSafely(ev fsnotify.Event) {
 	defer func() {
 		if r := recover(); r != nil {
-			slog.Error("watcher: internal error while following the folder", "folder", wt.folder, "event", ev.String(), "panic", r)
+			slog.Error("watcher: internal error while following the folder", "folder", wt.folder, "event", ev.String(), "panic", r, "stack", string(debug.Stack()))
 			wt.degrade("the watcher failed on an event", fmt.Errorf("%v", r))
 		}
 	}()
@@ -208,8 +220,15 @@ func (wt *Watcher) handle(ev fsnotify.Event) {
 		// the rename over protocol.json is seen under its name.
 		return
 	}
+	// A directory's name (made, or known before the removal or rename)
+	// or a name that marks what a directory is: what lies above a name
+	// may have changed (see View.placeStamp).
+	_, place := wt.paths[rel]
+	place = place || grants.MarksDir(path.Base(rel))
 	if ev.Has(fsnotify.Create) {
-		wt.movedDir(rel, ev.Name)
+		if wt.movedDir(rel, ev.Name) {
+			place = true
+		}
 		if err := wt.addTree(ev.Name); err != nil {
 			wt.degrade("cannot watch a new directory", err)
 		}
@@ -223,6 +242,9 @@ func (wt *Watcher) handle(ev fsnotify.Event) {
 		return
 	}
 	wt.each(func(f *View) {
+		if entry && place {
+			f.dirGen.Add(1)
+		}
 		f.invalidate(rel, entry)
 		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
 			f.recheckConcealed()

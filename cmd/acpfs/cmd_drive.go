@@ -99,10 +99,11 @@ func runDrive(cmd *cobra.Command, path string, f driveFlags) error {
 	}
 	res, err := drive.Drive(ctx, cfg, drive.Options{Out: cmd.OutOrStdout(), Mode: f.mode(cmd), Failpoint: os.Getenv(driveFailpointEnv)})
 	if err != nil {
-		return withCode(exitFailed, err)
+		return withCode(exitFailed, errors.New(drive.Printable(err.Error())))
 	}
 	if !res.Completed() {
-		return withCode(exitFailed, fmt.Errorf("the collaboration did not complete: %s", res.Reason))
+		// The reason may quote a refusal, whose path the agent chose.
+		return withCode(exitFailed, fmt.Errorf("the collaboration did not complete: %s", drive.Printable(res.Reason)))
 	}
 	if f.asJSON {
 		// Machines read JSON to the last line.

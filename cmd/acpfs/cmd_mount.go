@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acpfs/acpfs/grants"
+	"github.com/acpfs/acpfs/internal/fsid"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/mount"
 	"github.com/acpfs/acpfs/protocol"
@@ -268,21 +269,64 @@ func (mf *mountFlags) prepare(stderr io.Writer) (viewSetup, error) {
 	if v.grant, err = grants.Load(v.grantPath); err != nil {
 		return v, err
 	}
-	for _, r := range mf.runDirs(v.grantPath) {
-		privateRunDir(stderr, r)
-	}
 	if err := refuseStoreFolder(v.folder); err != nil {
 		return v, err
 	}
 	if v.grant.Revoked {
 		return v, fmt.Errorf("grant %s is revoked", v.grant.GrantID)
 	}
+	if err := mf.refuseUnconcealable(v); err != nil {
+		return v, err
+	}
 	// Views conceal the run directory, ledger and grant by identity
 	// wherever they lie; a grant that would show one is refused first.
 	if err := mount.CheckConcealed(v.folder, mf.hiddenDirs(v.ledgerPath, v.grantPath), v.grant); err != nil {
 		return v, err
 	}
+	// Made private only once the places are known good: a --runs that
+	// is the folder itself must not leave the folder 0700.
+	for _, r := range mf.runDirs(v.grantPath) {
+		privateRunDir(stderr, r)
+	}
 	return v, nil
+}
+
+// refuseUnconcealable refuses what no view, of this coordinator or any
+// other, could conceal: a ledger or run directory that is the folder or
+// the view's root, or holds it (the ledger's key would be made, or the
+// grants kept, where every view of the folder shows them), and a grant
+// file inside the folder or the view's root that is not in a run
+// directory's context_grants (which every view conceals as such).
+func (mf *mountFlags) refuseUnconcealable(v viewSetup) error {
+	roots := []string{v.folder}
+	if v.root != "" {
+		roots = append(roots, v.root)
+	}
+	dirs := append([]string{filepath.Dir(v.ledgerPath)}, mf.runDirs(v.grantPath)...)
+	for _, d := range dirs {
+		for _, r := range roots {
+			holds, err := fsid.Holds(d, r)
+			if err != nil {
+				return err
+			}
+			if holds {
+				return fmt.Errorf("%s is, or holds, %s, which its views show: no view could hide the ledger, its key or the grants there; put the ledger and the run directory outside it", d, r)
+			}
+		}
+	}
+	if r, err := grants.RunDirOfGrant(v.grantPath); err == nil && r != "" {
+		return nil
+	}
+	for _, r := range roots {
+		found, err := fsid.LocateIn(r, []string{v.grantPath})
+		if err != nil {
+			return err
+		}
+		if len(found) > 0 {
+			return fmt.Errorf("grant file %s lies in %s, which its views show, and not in a run directory: other views would show it; keep grants in a run directory (acpfs grant create --runs)", v.grantPath, r)
+		}
+	}
+	return nil
 }
 
 // grantPath turns --grant (any grant reference, see grants.Resolve) into

@@ -223,6 +223,9 @@ func (f *runFlags) run(cmd *cobra.Command, args []string) error {
 		// v1 leaves socket buffers out of --memory: say what holds them.
 		fmt.Fprintf(cmd.ErrOrStderr(), "acpfs run: %s\n", limits.V1SocketNote(lim, limits.ReadSysctl("net/core/wmem_max")))
 	}
+	// A run killed with SIGKILL leaves its scratch directory behind:
+	// the next run removes those whose daemon is gone.
+	mount.SweepRunScratch()
 	if rootless {
 		return startRootlessDaemon(cfg, ids.ns)
 	}

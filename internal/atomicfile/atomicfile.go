@@ -97,7 +97,7 @@ func NewTemp(dir, name string) (*Temp, error) {
 	prefix := filepath.Join(dir, TempPrefix(name))
 	for try := 0; ; try++ {
 		tmp := prefix + randomSuffix()
-		f, err := openFile(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		f, err := OpenFile(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
 		if errors.Is(err, fs.ErrExist) && try < 100 {
 			continue
 		}
@@ -108,10 +108,11 @@ func NewTemp(dir, name string) (*Temp, error) {
 	}
 }
 
-// openFile is os.OpenFile for regular files and directories: os.OpenFile
-// tries (and fails) to register them with the poller, four syscalls more
-// for every file written here.
-func openFile(path string, flags int, perm uint32) (*os.File, error) {
+// OpenFile is os.OpenFile for regular files and directories, always
+// close-on-exec: os.OpenFile tries (and fails) to register them with the
+// poller, four syscalls more per open, which the writers of every
+// append and every replaced file pay.
+func OpenFile(path string, flags int, perm uint32) (*os.File, error) {
 	for {
 		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, perm)
 		if errors.Is(err, unix.EINTR) {
@@ -267,7 +268,7 @@ func (t *Temp) Discard() {
 // SyncDir fsyncs a directory, so that a name just made or replaced in it
 // survives a crash.
 func SyncDir(dir string) error {
-	d, err := openFile(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	d, err := OpenFile(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}

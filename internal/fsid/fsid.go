@@ -234,3 +234,28 @@ func locateIn(folder *Held, dir, base string) (string, bool, error) {
 	}
 	return path.Join(rel, base), true, nil
 }
+
+// Holds reports whether the directory dir is p or lies above it, by
+// identity (see Locate): a directory that holds a collaboration folder
+// cannot be concealed from that folder's views without concealing the
+// folder. A dir or p that does not exist holds nothing.
+func Holds(dir, p string) (bool, error) {
+	d, err := Hold(dir)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer d.Close()
+	t, err := Hold(p)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer t.Close()
+	_, inside, err := Locate(d, t)
+	return inside, err
+}

@@ -2,6 +2,7 @@ package fsid
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -25,10 +26,13 @@ import (
 type Set struct {
 	mu   sync.Mutex
 	held map[ID]int // descriptor of each held entry
+	max  int        // MaxSetHeld; tests lower it
 	devs map[uint64]int
 	// snap is what Has reads without the lock: every lookup of every
 	// view asks it.
 	snap atomic.Pointer[setSnap]
+	// version counts the snapshots published (see Version).
+	version atomic.Uint64
 }
 
 type setSnap struct {
@@ -37,12 +41,17 @@ type setSnap struct {
 }
 
 // MaxSetHeld bounds the descriptors a Set keeps: past it, new entries
-// are not held (they stay concealed where they are, by their place).
+// are not held (ErrSetFull), and are concealed only where their place
+// conceals them.
 const MaxSetHeld = 4096
+
+// ErrSetFull is wrapped by the error of a hold that found the Set
+// holding MaxSetHeld entries already: the entry was not added.
+var ErrSetFull = errors.New("the set of entries concealed by identity is full")
 
 // NewSet returns an empty Set.
 func NewSet() *Set {
-	s := &Set{held: map[ID]int{}, devs: map[uint64]int{}}
+	s := &Set{held: map[ID]int{}, max: MaxSetHeld, devs: map[uint64]int{}}
 	s.publish()
 	return s
 }
@@ -92,9 +101,13 @@ func (s *Set) holdFD(fd int) error {
 	id := OfStat(&st)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.held[id]; ok || len(s.held) >= MaxSetHeld {
+	if _, ok := s.held[id]; ok {
 		unix.Close(fd)
 		return nil
+	}
+	if len(s.held) >= s.max {
+		unix.Close(fd)
+		return fmt.Errorf("hold %s: %w (%d entries)", id, ErrSetFull, s.max)
 	}
 	s.held[id] = fd
 	s.publishLocked()
@@ -154,6 +167,16 @@ func (s *Set) Has(st *unix.Stat_t) bool {
 	return ok
 }
 
+// Version counts the changes of the Set: it grows whenever what Has
+// answers may have changed, so that an answer derived from Has may be
+// kept while it stays the same. A nil Set is at version 0 for ever.
+func (s *Set) Version() uint64 {
+	if s == nil {
+		return 0
+	}
+	return s.version.Load()
+}
+
 // Close lets go of every held entry.
 func (s *Set) Close() {
 	if s == nil {
@@ -183,4 +206,5 @@ func (s *Set) publishLocked() {
 		snap.devs[d] = struct{}{}
 	}
 	s.snap.Store(snap)
+	s.version.Add(1)
 }

@@ -26,8 +26,13 @@ func TestSetKeepsWhatHasAName(t *testing.T) {
 	defer s.Close()
 	grant := filepath.Join(d, "G-bob.json")
 	require.NoError(t, os.WriteFile(grant, []byte("{}"), 0o644))
+	v := s.Version()
 	require.NoError(t, s.Hold(grant))
+	assert.Greater(t, s.Version(), v, "a change is a new version")
+	v = s.Version()
 	require.NoError(t, s.Hold(filepath.Join(d, "missing")), "a missing path adds nothing")
+	require.NoError(t, s.Hold(grant), "nor one held already")
+	assert.Equal(t, v, s.Version())
 	st := statOf(t, grant)
 	assert.True(t, s.Has(st))
 
@@ -56,4 +61,28 @@ func TestSetKeepsWhatHasAName(t *testing.T) {
 	assert.False(t, s.Has(other))
 	var none *Set
 	assert.False(t, none.Has(other))
+	assert.Zero(t, none.Version())
+}
+
+// TestSetFullSaysSo: past its bound a Set holds nothing more, and says
+// so: an entry it silently did not hold would be shown by every view
+// once it moved.
+func TestSetFullSaysSo(t *testing.T) {
+	d := t.TempDir()
+	s := NewSet()
+	defer s.Close()
+	s.max = 2
+	for i, name := range []string{"a", "b", "c"} {
+		p := filepath.Join(d, name)
+		require.NoError(t, os.WriteFile(p, nil, 0o644))
+		err := s.Hold(p)
+		if i < s.max {
+			require.NoError(t, err)
+			assert.True(t, s.Has(statOf(t, p)))
+			continue
+		}
+		require.ErrorIs(t, err, ErrSetFull)
+		assert.False(t, s.Has(statOf(t, p)))
+	}
+	require.NoError(t, s.Hold(filepath.Join(d, "a")), "one already held is no new entry")
 }

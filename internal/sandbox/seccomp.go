@@ -112,8 +112,8 @@ func filter(netHost bool) []unix.SockFilter {
 			stmt(ret, eperm),
 			stmt(ret, allow))
 	}
+	p = append(p, socketRule(netHost)...)
 	if netHost {
-		p = append(p, socketRule()...)
 		// listen() on a socket never bound makes the kernel bind a free
 		// port, which Landlock (it judges bind) does not see.
 		p = append(p, jump(jeq, unix.SYS_LISTEN, 0, 1), stmt(ret, eacces))
@@ -143,26 +143,35 @@ func filter(netHost bool) []unix.SockFilter {
 	return append(p, stmt(ret, allow))
 }
 
-// socketRule refuses, on the host's network, the IP transports Landlock
-// cannot keep from listening (it restricts TCP only): MPTCP and SCTP.
-// EPROTONOSUPPORT makes programs that try MPTCP first (Go's net.Listen)
-// fall back to TCP.
-func socketRule() []unix.SockFilter {
+// socketRule refuses vsock sockets, a way to the hypervisor and to other
+// machines that no network namespace covers, and, on the host's
+// network, the IP transports Landlock cannot keep from listening (it
+// restricts TCP only): MPTCP and SCTP. EPROTONOSUPPORT makes programs
+// that try MPTCP first (Go's net.Listen) fall back to TCP.
+func socketRule(netHost bool) []unix.SockFilter {
 	const eproto = unix.SECCOMP_RET_ERRNO | uint32(unix.EPROTONOSUPPORT)
-	return []unix.SockFilter{
-		jump(jeq, unix.SYS_SOCKET, 0, 11),
+	const eafno = unix.SECCOMP_RET_ERRNO | uint32(unix.EAFNOSUPPORT)
+	body := []unix.SockFilter{
 		stmt(ldAbs, offArg0), // domain
-		jump(jeq, unix.AF_INET, 1, 0),
-		jump(jeq, unix.AF_INET6, 0, 6),
-		stmt(ldAbs, offArg2), // protocol
-		jump(jeq, unix.IPPROTO_MPTCP, 5, 0),
-		jump(jeq, unix.IPPROTO_SCTP, 4, 0),
-		stmt(ldAbs, offArg1), // type, with SOCK_CLOEXEC and SOCK_NONBLOCK
-		stmt(unix.BPF_ALU|unix.BPF_AND|unix.BPF_K, 0xf),
-		jump(jeq, unix.SOCK_SEQPACKET, 1, 0),
-		stmt(ret, allow),
-		stmt(ret, eproto),
+		jump(jeq, unix.AF_VSOCK, 0, 1),
+		stmt(ret, eafno),
 	}
+	if netHost {
+		body = append(body,
+			jump(jeq, unix.AF_INET, 1, 0),
+			jump(jeq, unix.AF_INET6, 0, 6),
+			stmt(ldAbs, offArg2), // protocol
+			jump(jeq, unix.IPPROTO_MPTCP, 5, 0),
+			jump(jeq, unix.IPPROTO_SCTP, 4, 0),
+			stmt(ldAbs, offArg1), // type, with SOCK_CLOEXEC and SOCK_NONBLOCK
+			stmt(unix.BPF_ALU|unix.BPF_AND|unix.BPF_K, 0xf),
+			jump(jeq, unix.SOCK_SEQPACKET, 1, 0),
+			stmt(ret, allow),
+			stmt(ret, eproto))
+	} else {
+		body = append(body, stmt(ret, allow))
+	}
+	return append([]unix.SockFilter{jump(jeq, unix.SYS_SOCKET, 0, uint8(len(body)))}, body...)
 }
 
 // installSeccomp loads the filter on the calling thread, which must have

@@ -48,7 +48,7 @@ type UserNS struct {
 	HostGID uint32 `json:"host_gid"`
 	// FormerUID and FormerGID, when set, are subordinate ids of the
 	// caller's that own the agent's home from an earlier run: they are
-	// mapped too (at FormerInside), so that the daemon may give the home
+	// mapped too (at formerInside), so that the daemon may give the home
 	// to the agent's ids.
 	FormerUID uint32 `json:"former_uid,omitempty"`
 	FormerGID uint32 `json:"former_gid,omitempty"`
@@ -150,7 +150,7 @@ func ProbeUserNS(want string) (UserNS, error) {
 // host gid is the subordinate gid at the same offset.
 func (u *UserNS) SetAgent(inU, inG, hostU uint32) {
 	u.AgentUID, u.AgentGID, u.HostUID = inU, inG, hostU
-	u.HostGID = u.subGID.Start + (hostU-u.subUID.Start)%u.subGID.Count
+	u.HostGID = u.SubGIDOf(hostU)
 }
 
 // ChosenHostUID is the subordinate uid a chosen uid in the namespace
@@ -187,10 +187,13 @@ func (u UserNS) Registry() (*Registry, error) {
 	return &Registry{Dir: filepath.Join(u.home, UserRegistrySub), Min: u.subUID.Start, Max: u.subUID.Start + u.subUID.Count - 1}, nil
 }
 
-// FormerInside is the uid in the namespace that FormerUID is mapped to:
-// one nothing else there uses.
-func (u UserNS) FormerInside() uint32 {
-	if u.AgentUID == 1 || u.AgentGID == 1 {
+// formerInside is the id in the namespace that a former owner's id is
+// mapped to, in a map whose other ids are 0 (the caller) and agent: the
+// smallest above 0 that is not the agent's. Each map picks its own (a
+// uid 1 and a gid 2 of the agent's leave 2 and 1), or the newuidmap and
+// newgidmap of one of them would refuse an id given twice.
+func formerInside(agent uint32) uint32 {
+	if agent == 1 {
 		return 2
 	}
 	return 1
@@ -211,16 +214,9 @@ func (u UserNS) Describe() string {
 // must not have run anything that needs them yet.
 func (u UserNS) Map(pid int) error {
 	if u.Scheme == SchemeSubUID {
-		for _, m := range []struct {
-			tool                      string
-			caller, in, agent, former uint32
-		}{{"newuidmap", u.CallerUID, u.AgentUID, u.HostUID, u.FormerUID}, {"newgidmap", u.CallerGID, u.AgentGID, u.HostGID, u.FormerGID}} {
-			args := []string{strconv.Itoa(pid), "0", fmt.Sprint(m.caller), "1", fmt.Sprint(m.in), fmt.Sprint(m.agent), "1"}
-			if m.former != 0 && m.former != m.agent {
-				args = append(args, fmt.Sprint(u.FormerInside()), fmt.Sprint(m.former), "1")
-			}
-			if out, err := exec.Command(m.tool, args...).CombinedOutput(); err != nil {
-				return fmt.Errorf("%s %s: %w: %s", m.tool, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		for _, cmd := range u.subIDMaps(pid) {
+			if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+				return fmt.Errorf("%s: %w: %s", strings.Join(cmd, " "), err, strings.TrimSpace(string(out)))
 			}
 		}
 		return nil
@@ -238,6 +234,25 @@ func (u UserNS) Map(pid int) error {
 		}
 	}
 	return nil
+}
+
+// subIDMaps are the newuidmap and newgidmap commands (the tool, then
+// its arguments) that map the subuid scheme's ids in the user namespace
+// of pid: the caller's at 0, the agent's, and a former owner's of the
+// home when there is one.
+func (u UserNS) subIDMaps(pid int) [][]string {
+	var out [][]string
+	for _, m := range []struct {
+		tool                      string
+		caller, in, agent, former uint32
+	}{{"newuidmap", u.CallerUID, u.AgentUID, u.HostUID, u.FormerUID}, {"newgidmap", u.CallerGID, u.AgentGID, u.HostGID, u.FormerGID}} {
+		cmd := []string{m.tool, strconv.Itoa(pid), "0", fmt.Sprint(m.caller), "1", fmt.Sprint(m.in), fmt.Sprint(m.agent), "1"}
+		if m.former != 0 && m.former != m.agent {
+			cmd = append(cmd, fmt.Sprint(formerInside(m.in)), fmt.Sprint(m.former), "1")
+		}
+		out = append(out, cmd)
+	}
+	return out
 }
 
 // UserNSUsable tells whether this kernel lets an unprivileged process

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,12 +64,45 @@ func TestUserNSSubIDs(t *testing.T) {
 	r, err := u.Registry()
 	require.NoError(t, err)
 	assert.Equal(t, &Registry{Dir: "/home/alice/" + UserRegistrySub, Min: 100000, Max: 165535}, r)
-	assert.Equal(t, uint32(1), u.FormerInside())
 	_, err = UserNS{Scheme: SchemeSingle}.Registry()
 	assert.Error(t, err)
 	u.home = "/"
 	_, err = u.Registry()
 	assert.ErrorContains(t, err, "no home directory")
+}
+
+// TestSubIDMapsFormerOwner: the home's former owner is mapped, in each
+// map, to an id inside that neither the caller (0) nor the agent has
+// there: newuidmap and newgidmap refuse a map that gives one id twice.
+func TestSubIDMapsFormerOwner(t *testing.T) {
+	tests := []struct {
+		name             string
+		inU, inG         uint32
+		formerU, formerG uint32 // inside
+	}{
+		{"the agent at grant ids", 62000, 62000, 1, 1},
+		{"--uid 1:2", 1, 2, 2, 1},
+		{"--uid 2:1", 2, 1, 1, 2},
+		{"--uid 1:1", 1, 1, 2, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := UserNS{Scheme: SchemeSubUID, CallerUID: 1000, CallerGID: 1000, subUID: SubIDRange{100000, 65536}, subGID: SubIDRange{300000, 65536}}
+			u.SetAgent(tt.inU, tt.inG, 100150)
+			u.FormerUID, u.FormerGID = 100007, u.SubGIDOf(100007)
+			maps := u.subIDMaps(4242)
+			require.Len(t, maps, 2)
+			for i, want := range []struct {
+				tool          string
+				agent, former uint32
+			}{{"newuidmap", tt.inU, tt.formerU}, {"newgidmap", tt.inG, tt.formerG}} {
+				m := maps[i]
+				assert.Equal(t, want.tool, m[0])
+				inside := []string{m[2], m[5], m[8]}
+				assert.Equal(t, []string{"0", fmt.Sprint(want.agent), fmt.Sprint(want.former)}, inside, "%v", m)
+			}
+		})
+	}
 }
 
 func TestUserNSDescribe(t *testing.T) {
