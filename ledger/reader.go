@@ -117,6 +117,12 @@ func (r *Reader) Next() (Record, error) {
 	if !complete {
 		return Record{}, &LineError{Line: n, Offset: off, Torn: true, Err: errTorn}
 	}
+	return r.decode(line, n, off)
+}
+
+// decode reads line n of the file, at offset off, as the record after the
+// ones before it.
+func (r *Reader) decode(line []byte, n, off int64) (Record, error) {
 	parsed := parseFast(line, &r.fl, r.version >= Version3 && n > 1)
 	if n == 1 {
 		if err := checkVersion("", line, &r.fl, parsed); err != nil {
@@ -154,6 +160,27 @@ func (r *Reader) nextV3(line []byte, parsed bool) (Record, error) {
 		r.enc, r.fh = newEncoder(), newFastHasher()
 	}
 	return readV3(r.enc, r.fh, &r.fl, line, &r.pos, parsed)
+}
+
+// LineDecoder decodes the lines of one ledger file that its caller reads
+// itself, in order from the file's first (a reader that follows a growing
+// file, a line at a time): each comes out as Reader.Next returns it, the
+// fields a version 3 line leaves out put back from the lines before.
+type LineDecoder struct{ r Reader }
+
+// NewLineDecoder returns a LineDecoder at the start of a file.
+func NewLineDecoder() *LineDecoder { return &LineDecoder{} }
+
+// Decode returns the record of the file's next line, given whole and
+// without its newline, or a *LineError (or a *VersionError for a first
+// line in a format this package does not read). A line that is not a
+// record still counts as one of the file's: the records after it are
+// read against what came before it.
+func (d *LineDecoder) Decode(line []byte) (Record, error) {
+	d.r.line++
+	off := d.r.offset
+	d.r.offset += int64(len(line)) + 1
+	return d.r.decode(line, d.r.line, off)
 }
 
 // openSnapshot opens a ledger for reading and returns a reader limited to
