@@ -66,7 +66,7 @@ FUZZFLAGS      ?= -fuzzminimizetime 5s
 MODEL_FUZZFLAGS ?= -fuzzminimizetime 3x
 FUZZ_TARGETS   := ./grants:FuzzCompilePattern ./grants:FuzzParse \
 	./protocol:FuzzAppendLine ./protocol:FuzzClassifyPending \
-	./ledger:FuzzVerifyStream ./ledger:FuzzOpenTail ./ledger:FuzzFastLine ./ledger:FuzzVerifyParity
+	./ledger:FuzzVerifyStream ./ledger:FuzzOpenTail ./ledger:FuzzFastLine ./ledger:FuzzFastLineV3 ./ledger:FuzzVerifyParity
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -2,7 +2,6 @@ package audit
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,25 +24,24 @@ func readRecords(t *testing.T, path string) []ledger.Record {
 	return out
 }
 
-// rechain writes recs to path renumbered and relinked from seq 1, every
-// hash recomputed, as someone without the key can; strip drops the
-// signatures too.
+// rechain writes recs to path renumbered and relinked from seq 1 in the
+// file's format (its first record's version), every hash recomputed, as
+// someone without the key can; strip drops the signatures and batch
+// seals too. A seal kept on a record whose chain changed no longer
+// matches, as an attacker's would not.
 func rechain(t *testing.T, path string, recs []ledger.Record, strip bool) {
 	t.Helper()
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	prev := ""
+	le := ledger.NewLineEncoder(max(recs[0].Version, ledger.Version1))
 	for i := range recs {
 		r := recs[i]
 		if strip {
 			r.Sig, r.Key, r.MAC = "", "", ""
 		}
-		r.Seq, r.Prev = int64(i+1), prev
-		h, err := ledger.HashRecord(r)
+		r.Seq = int64(i + 1)
+		line, err := le.Encode(&r)
 		require.NoError(t, err)
-		r.Hash, prev = h, h
-		require.NoError(t, enc.Encode(r))
+		buf.Write(line)
 	}
 	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o600))
 }

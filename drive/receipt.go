@@ -187,6 +187,7 @@ func Failures(rs []*Receipt) map[string]int {
 type ledgerScan struct {
 	path    string
 	offset  int64
+	dec     *ledger.LineDecoder // the lines before offset read; a version 3 line leaves out what they say
 	byGrant map[string][]ledger.Record
 	turns   map[string]recordedTurn // turn id -> its turn record
 }
@@ -198,7 +199,7 @@ type recordedTurn struct {
 }
 
 func newLedgerScan(path string) *ledgerScan {
-	return &ledgerScan{path: path, byGrant: map[string][]ledger.Record{}, turns: map[string]recordedTurn{}}
+	return &ledgerScan{path: path, dec: ledger.NewLineDecoder(), byGrant: map[string][]ledger.Record{}, turns: map[string]recordedTurn{}}
 }
 
 // kept are the kinds a receipt reports.
@@ -228,8 +229,8 @@ func (s *ledgerScan) update() error {
 			return nil // EOF, or a line still being written: next time
 		}
 		s.offset += int64(len(line))
-		var r ledger.Record
-		if json.Unmarshal(line, &r) != nil {
+		r, err := s.dec.Decode(line[:len(line)-1])
+		if err != nil {
 			continue
 		}
 		switch {

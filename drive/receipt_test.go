@@ -75,3 +75,36 @@ func TestFillSortsRecords(t *testing.T) {
 	assert.Equal(t, []int64{7, 8, 9}, refused)
 	assert.Equal(t, []int64{7, 8}, told, "a hidden name's refusal is not the agent's to know")
 }
+
+// TestLedgerScanKeepsEachRecordsGrant: a version 3 ledger writes a
+// record's grant only when it changes; the scan, reading the file a few
+// lines at a time as it grows, still files every record under its grant.
+func TestLedgerScanKeepsEachRecordsGrant(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "communication_ledger.jsonl")
+	w, err := ledger.Open(path, ledger.Options{Sync: ledger.SyncOff})
+	require.NoError(t, err)
+	defer w.Close()
+	s := newLedgerScan(path)
+	want := map[string][]string{}
+	for i, g := range []string{"G-bob", "G-bob", "G-bob", "G-alice", "G-alice", "G-bob"} {
+		p := fmt.Sprintf("f%d.md", i)
+		_, err := w.Append(ledger.Record{Kind: ledger.KindDenied, Agent: g[2:], Grant: g, Op: ledger.OpOpen, Path: p})
+		require.NoError(t, err)
+		want[g] = append(want[g], p)
+		if i%2 == 1 {
+			require.NoError(t, s.update())
+		}
+	}
+	require.NoError(t, s.update())
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"path":"f1.md"`)
+	require.NotContains(t, string(raw), `"grant":"G-bob","path":"f1.md"`, "the file leaves the unchanged grant out")
+	got := map[string][]string{}
+	for g, recs := range s.byGrant {
+		for _, r := range recs {
+			got[g] = append(got[g], r.Path)
+		}
+	}
+	assert.Equal(t, want, got)
+}

@@ -16,8 +16,9 @@ import (
 )
 
 // rebuildLedger rewrites the ledger file at path as someone without the
-// key can: edit changes the records, then every seq, prev and hash is
-// recomputed from seq 1; strip removes the signatures as well.
+// key can: edit changes the records, then every seq is renumbered from 1
+// and the chain relinked in the file's format (its first record's
+// version); strip removes the signatures and batch seals as well.
 func rebuildLedger(t *testing.T, path string, strip bool, edit func([]ledger.Record) []ledger.Record) {
 	t.Helper()
 	var recs []ledger.Record
@@ -25,21 +26,18 @@ func rebuildLedger(t *testing.T, path string, strip bool, edit func([]ledger.Rec
 		recs = append(recs, r)
 		return nil
 	}))
+	le := ledger.NewLineEncoder(max(recs[0].Version, ledger.Version1))
 	recs = edit(recs)
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf) // the canonical form: fields in order, one line
-	enc.SetEscapeHTML(false)
-	prev := ""
 	for i := range recs {
 		r := &recs[i]
 		if strip {
 			r.Sig, r.Key, r.MAC = "", "", ""
 		}
-		r.Seq, r.Prev = int64(i+1), prev
-		h, err := ledger.HashRecord(*r)
+		r.Seq = int64(i + 1)
+		line, err := le.Encode(r)
 		require.NoError(t, err)
-		r.Hash, prev = h, h
-		require.NoError(t, enc.Encode(r))
+		buf.Write(line)
 	}
 	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o600))
 }

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,16 +86,17 @@ func TestLedgerTamperedWhileMounted(t *testing.T) {
 		{"forged record with a recomputed chain", func(t *testing.T, c *collab) {
 			recs := c.records()
 			last := recs[len(recs)-1]
-			forged := ledger.Record{Seq: last.Seq + 1, At: last.At, Kind: ledger.KindRead, Agent: reviewer, Grant: "G-reviewer",
-				Path: "oracle/answer.md", Op: "open", Prev: last.Hash}
-			h, err := ledger.HashRecord(forged)
+			// Written as a writer of the file's format would, less the
+			// batch seal its key would make.
+			le := ledger.NewLineEncoder(ledger.CurrentVersion)
+			le.After(last)
+			line, err := le.Encode(&ledger.Record{Seq: last.Seq + 1, At: last.At, Kind: ledger.KindRead, Agent: reviewer, Grant: "G-reviewer",
+				Path: "oracle/answer.md", Op: "open"})
 			require.NoError(t, err)
-			forged.Hash = h
 			f, err := os.OpenFile(c.ledger, os.O_WRONLY|os.O_APPEND, 0)
 			require.NoError(t, err)
-			enc := json.NewEncoder(f) // the canonical form: fields in order, one line
-			enc.SetEscapeHTML(false)
-			require.NoError(t, enc.Encode(forged))
+			_, err = f.Write(line)
+			require.NoError(t, err)
 			require.NoError(t, f.Close())
 			chain, err := ledger.VerifyStream(bytes.NewReader([]byte(readFile(t, c.ledger))))
 			require.NoError(t, err)

@@ -684,10 +684,13 @@ func TestMultiHostClusterStress(t *testing.T) {
 		}
 		for _, h := range hosts {
 			p := filepath.Join(h.folder, "notes", w.agent+".md")
+			// The message names what is wanted only: reading the note for
+			// it (before the wait) failed the test whenever the note had
+			// not reached the host yet.
 			eventually(t, func() bool {
 				b, err := os.ReadFile(p)
 				return err == nil && string(b) == w.note
-			}, fmt.Sprintf("%s's last note on host %s: want %q, have %q", w.agent, h.name, w.note, readFile(t, p)))
+			}, fmt.Sprintf("%s's last note on host %s: want %q", w.agent, h.name, w.note))
 		}
 	}
 }

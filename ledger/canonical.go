@@ -35,8 +35,9 @@ var hashTail = []byte(`"hash":""}`)
 // encoder produces canonical lines. It is not safe for concurrent use; the
 // Writer owns one and uses it only from the goroutine holding the batch.
 type encoder struct {
-	buf bytes.Buffer
-	enc *json.Encoder
+	buf     bytes.Buffer
+	enc     *json.Encoder
+	scratch []byte // hash and seal inputs of version 3 lines
 }
 
 func newEncoder() *encoder {
@@ -79,8 +80,11 @@ func (e *encoder) appendLine(dst []byte, r *Record) ([]byte, error) {
 	return dst, nil
 }
 
-// HashRecord returns the hash r would carry: the hex SHA-256 of its
-// canonical encoding with Hash emptied. r.Hash itself is ignored.
+// HashRecord returns the hash r would carry in a file of version 1 or 2,
+// or as a signed record of any version: the hex SHA-256 of its canonical
+// encoding with Hash emptied. r.Hash itself is ignored. (An unsigned
+// record of a version 3 file is hashed as its line leaves it: see
+// LineEncoder.)
 func HashRecord(r Record) (string, error) {
 	e := newEncoder()
 	b, err := e.canonical(&r)

@@ -25,31 +25,32 @@ import (
 // would refuse, and to read the same values from it.
 
 // recordFields is the one list of Record's fields the hand-written paths
-// (parseFast, record, fromRecord, sanitize) work from, in the order Record
-// declares them. Each entry only says where its value lives: the field's
-// name and whether it is optional come from Record's json tag (init), and
-// init refuses to start when the list and Record disagree, so that a field
+// (parseFast, record, fromRecord, sanitize, the version 3 encoder) work
+// from, in the order Record declares them. Each entry says where its value
+// lives and how format version 3 writes it (v3.go); the field's name and
+// whether it is optional come from Record's json tag (init), and init
+// refuses to start when the list and Record disagree, so that a field
 // added to Record without its entry here is found by the first test run.
 var recordFields = [...]recordField{
 	{i64: func(r *Record) *int64 { return &r.Seq }},
 	{i64: func(r *Record) *int64 { return &r.Version }},
 	{str: func(r *Record) *string { return &r.At }},
 	{str: func(r *Record) *string { return (*string)(&r.Kind) }},
-	{str: func(r *Record) *string { return &r.Agent }},
-	{str: func(r *Record) *string { return &r.Grant }},
+	{str: func(r *Record) *string { return &r.Agent }, v3: v3Context},
+	{str: func(r *Record) *string { return &r.Grant }, v3: v3Context},
 	{str: func(r *Record) *string { return &r.Path }},
 	{str: func(r *Record) *string { return (*string)(&r.Op) }},
-	{u32: func(r *Record) *uint32 { return &r.PID }},
+	{u32: func(r *Record) *uint32 { return &r.PID }, v3: v3Context},
 	{str: func(r *Record) *string { return &r.SHA256 }},
 	{i64: func(r *Record) *int64 { return &r.Count }},
 	{str: func(r *Record) *string { return &r.First }},
 	{str: func(r *Record) *string { return &r.Last }},
 	{str: func(r *Record) *string { return &r.Detail }},
-	{str: func(r *Record) *string { return &r.Key }},
+	{str: func(r *Record) *string { return &r.Key }, v3: v3Signed},
 	{str: func(r *Record) *string { return &r.MAC }},
 	{str: func(r *Record) *string { return &r.Sig }},
-	{str: func(r *Record) *string { return &r.Prev }},
-	{str: func(r *Record) *string { return &r.Hash }},
+	{str: func(r *Record) *string { return &r.Prev }, v3: v3Signed},
+	{str: func(r *Record) *string { return &r.Hash }, v3: v3Signed},
 }
 
 // numFields is how many fields a Record has.
@@ -61,6 +62,8 @@ type recordField struct {
 	str func(*Record) *string
 	i64 func(*Record) *int64
 	u32 func(*Record) *uint32
+	// v3 is how format version 3 writes the field.
+	v3 v3Rule
 
 	// Derived from Record's json tag by init.
 	name     string
@@ -68,13 +71,31 @@ type recordField struct {
 	required bool   // written even when empty (no omitempty)
 }
 
+// v3Rule says how format version 3 writes a field (see v3.go).
+type v3Rule uint8
+
+const (
+	// v3Plain: as versions 1 and 2 write it.
+	v3Plain v3Rule = iota
+	// v3Context: left out when equal to the record before in the file,
+	// written (even empty) when not; on a signed record and on a file's
+	// first record, written when not empty.
+	v3Context
+	// v3Signed: written on signed records only (and on them always).
+	v3Signed
+)
+
 // Indexes in recordFields of the fields the verifier and the follower
 // look at in every line; set by init from the json names.
-var fSeq, fVersion, fAt, fKind, fSig, fPrev, fHash int
+var fSeq, fVersion, fAt, fKind, fAgent, fGrant, fPID, fKey, fMAC, fSig, fPrev, fHash int
+
+// Bits of fastLine.present for the fields version 3 may leave out or
+// write empty.
+var contextBits, signedBits uint32
 
 func init() {
 	t := reflect.TypeFor[Record]()
-	if t.NumField() != numFields {
+	if t.NumField() != numFields || numFields > 32 {
 		panic(fmt.Sprintf("ledger: Record has %d fields, recordFields lists %d", t.NumField(), numFields))
 	}
 	for i := range recordFields {
@@ -110,8 +131,25 @@ func init() {
 	for _, x := range []struct {
 		i    *int
 		name string
-	}{{&fSeq, "seq"}, {&fVersion, "version"}, {&fAt, "at"}, {&fKind, "kind"}, {&fSig, "sig"}, {&fPrev, "prev"}, {&fHash, "hash"}} {
+	}{{&fSeq, "seq"}, {&fVersion, "version"}, {&fAt, "at"}, {&fKind, "kind"}, {&fAgent, "agent"}, {&fGrant, "grant"},
+		{&fPID, "pid"}, {&fKey, "key"}, {&fMAC, "mac"}, {&fSig, "sig"}, {&fPrev, "prev"}, {&fHash, "hash"}} {
 		*x.i = fieldIndex(x.name)
+	}
+	for i := range recordFields {
+		switch recordFields[i].v3 {
+		case v3Context:
+			contextBits |= 1 << i
+		case v3Signed:
+			signedBits |= 1 << i
+		}
+	}
+	// The version 3 encoder seals an unsigned record by adding its MAC
+	// as the last field: nothing a version 3 unsigned record writes may
+	// come after it.
+	for i := fMAC + 1; i < numFields; i++ {
+		if recordFields[i].v3 != v3Signed && i != fSig {
+			panic("ledger: only signed fields may follow mac")
+		}
 	}
 }
 
@@ -128,28 +166,39 @@ func fieldIndex(name string) int {
 // fastLine holds the values of a canonical line by field index; the
 // slices point into the line and are valid as long as it is.
 type fastLine struct {
-	seq int64
-	str [numFields][]byte // string fields
-	num [numFields]uint64 // number fields
+	seq     int64
+	str     [numFields][]byte // string fields
+	num     [numFields]uint64 // number fields
+	present uint32            // bit i: the line writes field i
 }
 
+// has reports whether the line writes field i.
+func (fl *fastLine) has(i int) bool { return fl.present&(1<<i) != 0 }
+
 // parseFast reads line (without its newline) into fl when it is in the
-// plain canonical form described above. It does not check the hash.
-func parseFast(line []byte, fl *fastLine) bool {
+// plain canonical form described above, in the layout of versions 1 and
+// 2, or of version 3 when v3 is set: there the context fields may be
+// written empty and the signed fields are written exactly on signed
+// records (whether a context field should have been left out depends on
+// the record before: see lineCtx.canonical). It does not check the hash.
+func parseFast(line []byte, fl *fastLine, v3 bool) bool {
 	*fl = fastLine{}
 	p := 0
 	for i := range recordFields {
 		f := &recordFields[i]
+		optional := !f.required || (v3 && f.v3 == v3Signed)
+		emptyOK := f.required || (v3 && f.v3 == v3Context)
 		if len(line)-p < len(f.intro) || string(line[p:p+len(f.intro)]) != f.intro {
-			if f.required {
+			if !optional {
 				return false
 			}
 			continue
 		}
 		p += len(f.intro)
+		fl.present |= 1 << i
 		if f.str != nil {
 			end, ok := plainString(line, p)
-			if !ok || (end == p && !f.required) {
+			if !ok || (end == p && !emptyOK) {
 				// An empty optional string is left out by a writer.
 				return false
 			}
@@ -158,14 +207,39 @@ func parseFast(line []byte, fl *fastLine) bool {
 			continue
 		}
 		v, n := plainUint(line[p:])
-		if n == 0 || (v == 0 && !f.required) || (f.u32 != nil && v > math.MaxUint32) {
+		if n == 0 || (v == 0 && !emptyOK) || (f.u32 != nil && v > math.MaxUint32) {
 			return false
 		}
 		p += n
 		fl.num[i] = v
 	}
 	fl.seq = int64(fl.num[fSeq])
+	if v3 {
+		// Key, prev and hash are written exactly on signed records, which
+		// are written as in version 2: no context field empty.
+		want := uint32(0)
+		if fl.has(fSig) {
+			want = signedBits
+			if !fl.ctxNonEmpty() {
+				return false
+			}
+		}
+		if fl.present&signedBits != want {
+			return false
+		}
+	}
 	return p == len(line)-1 && line[p] == '}'
+}
+
+// ctxNonEmpty reports whether every context field the line writes has a
+// value.
+func (fl *fastLine) ctxNonEmpty() bool {
+	for i := range recordFields {
+		if recordFields[i].v3 == v3Context && fl.has(i) && len(fl.str[i]) == 0 && fl.num[i] == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // plainString returns the index of the quote closing the string that
@@ -255,6 +329,21 @@ func (fh *fastHasher) check(line []byte, fl *fastLine) bool {
 	return bytes.Equal(fh.hex[:], fl.str[fHash])
 }
 
+// chain returns the hash of a version 3 line that carries no chain
+// fields, prev being the hash of the record before it: the SHA-256 of
+// the line with `,"prev":"PREV","hash":""` put back before its closing
+// brace (see v3.go). The slice is valid until the next call.
+func (fh *fastHasher) chain(line, prev []byte) []byte {
+	fh.h.Reset()
+	fh.h.Write(line[:len(line)-1])
+	fh.h.Write(prevIntro)
+	fh.h.Write(prev)
+	fh.h.Write(emptyHashTail)
+	fh.h.Sum(fh.sum[:0])
+	hex.Encode(fh.hex[:], fh.sum[:])
+	return fh.hex[:]
+}
+
 // record returns the Record the line encodes.
 func (fl *fastLine) record() Record {
 	var r Record
@@ -275,7 +364,8 @@ func (fl *fastLine) record() Record {
 }
 
 // fromRecord points fl at r's values, for lines only the slow path could
-// read, so that the verifier handles both alike.
+// read, so that the verifier handles both alike. A field counts as
+// written when it is not empty.
 func (fl *fastLine) fromRecord(r *Record) {
 	*fl = fastLine{seq: r.Seq}
 	for i := range recordFields {
@@ -289,6 +379,9 @@ func (fl *fastLine) fromRecord(r *Record) {
 			fl.num[i] = uint64(*f.i64(r))
 		default:
 			fl.num[i] = uint64(*f.u32(r))
+		}
+		if !f.isEmpty(r) {
+			fl.present |= 1 << i
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -23,7 +24,7 @@ import (
 func checkParity(t *testing.T, line []byte) bool {
 	t.Helper()
 	var fl fastLine
-	parsed := parseFast(line, &fl)
+	parsed := parseFast(line, &fl, false)
 	if parsed {
 		r, err := decodeLine(line)
 		require.NoError(t, err, "parseFast accepted a line decodeLine refuses: %q", line)
@@ -262,15 +263,29 @@ func requireSameAsSlow(t *testing.T, data []byte, rep *VerifyReport) {
 // FuzzVerifyParity verifies arbitrary bytes, alone and after a valid
 // prefix, with and without the fast path: the reports must be the same.
 func FuzzVerifyParity(f *testing.F) {
-	prefix := fuzzPrefix(f)
-	f.Add(prefix)
+	prefixes := fuzzPrefixes(f)
+	for _, p := range prefixes {
+		f.Add(p)
+	}
 	for _, s := range fuzzSeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, b := range [][]byte{data, append(bytes.Clone(prefix), data...)} {
+		all := [][]byte{data}
+		for _, p := range prefixes {
+			all = append(all, append(bytes.Clone(p), data...))
+		}
+		for _, b := range all {
 			rep, err := VerifyStream(bytes.NewReader(b))
-			require.NoError(t, err)
+			if err != nil {
+				// Only a version this package does not read is refused,
+				// by both paths alike.
+				var ve *VersionError
+				require.ErrorAs(t, err, &ve)
+				_, serr := verifyStream(bytes.NewReader(b), true)
+				require.Equal(t, err, serr)
+				continue
+			}
 			requireSameAsSlow(t, b, rep)
 		}
 	})
@@ -280,10 +295,16 @@ func FuzzVerifyParity(f *testing.F) {
 // tampered ledgers of the signature and segment tests and over generated
 // ledgers with mutated lines.
 func TestVerifyParity(t *testing.T) {
+	for _, v := range []int64{Version1, Version3} {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) { verifyParity(t, v) })
+	}
+}
+
+func verifyParity(t *testing.T, version int64) {
 	key := testKey(t, 1)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := 0; i < 60; i++ {
-		f := signedFixture(t, key)
+		f := signedFixtureV(t, key, version)
 		path := f.dir()
 		lines := f.lines()
 		for j := rng.IntN(3); j >= 0; j-- {
@@ -304,7 +325,7 @@ func TestVerifyParity(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, slow, fast)
 	}
-	f := segmentedFixture(t, key)
+	f := segmentedFixtureV(t, key, version)
 	path := f.dir()
 	f.writeSegments(path)
 	fast, err := VerifyWith(path, VerifyOptions{})
@@ -347,4 +368,124 @@ func TestRecordFieldsMatchRecord(t *testing.T) {
 	}{{fSeq, "seq"}, {fAt, "at"}, {fKind, "kind"}, {fSig, "sig"}, {fPrev, "prev"}, {fHash, "hash"}} {
 		assert.Equal(t, c.name, recordFields[c.i].name)
 	}
+}
+
+// parityBases are the contexts a version 3 line is checked against:
+// nothing (a file's first line), and what writer-like records have.
+var parityBases = []*lineCtx{nil, {agent: []byte("a"), grant: []byte("G-a"), pid: 42}}
+
+// checkParityV3 checks the version 3 fast path against the slow one on
+// one line, after each of parityBases: both read the same record and
+// context from it, or both refuse it alike. It returns whether the fast
+// path accepted the line after the last base.
+func checkParityV3(t *testing.T, line []byte) bool {
+	t.Helper()
+	fast := false
+	for _, base := range parityBases {
+		var fctx, sctx lineCtx
+		if base != nil {
+			fctx, sctx = *base, *base
+		}
+		var ffl, sfl fastLine
+		parsed := parseFast(line, &ffl, true)
+		if parsed {
+			r, err := decodeLine(line)
+			require.NoError(t, err, "parseFast accepted a line decodeLine refuses: %q", line)
+			require.Equal(t, r, ffl.record(), "parseFast and decodeLine read different values from %q", line)
+		}
+		prev := []byte(strings.Repeat("b", 64))
+		full, fkind, _ := checkV3(newEncoder(), newFastHasher(), &ffl, line, &fctx, prev, base == nil, parsed)
+		_, skind, sreason := checkV3(newEncoder(), newFastHasher(), &sfl, line, &sctx, prev, base == nil, false)
+		require.Equal(t, skind, fkind, "the paths disagree on %q (%s)", line, sreason)
+		if skind != "" {
+			fast = false
+			continue
+		}
+		require.Equal(t, sfl.record(), ffl.record(), "%q", line)
+		require.Equal(t, string(sctx.agent)+"\x00"+string(sctx.grant), string(fctx.agent)+"\x00"+string(fctx.grant))
+		require.Equal(t, sctx.pid, fctx.pid)
+		fast = parsed && full == nil
+	}
+	return fast
+}
+
+// TestFastSlowParityV3 is TestFastSlowParity for version 3 lines, as a
+// writer writes them after each of parityBases.
+func TestFastSlowParityV3(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	enc := newEncoder()
+	var fastCount, plain int
+	check := func(r Record) {
+		for _, base := range parityBases {
+			signed := r.Sig != ""
+			var line []byte
+			if signed {
+				l, err := enc.appendLine(nil, &r)
+				require.NoError(t, err)
+				line = bytes.TrimSuffix(l, []byte("\n"))
+			} else {
+				line = enc.appendV3(nil, &r, base, false)
+			}
+			fast := checkParityV3(t, line)
+			if plainRecord(r) && base == parityBases[len(parityBases)-1] && (signed || r.Key == "" && r.Prev == "") {
+				plain++
+				if fast {
+					fastCount++
+				}
+			}
+			for j := 0; j < 4; j++ {
+				m := mutate(rng, line)
+				checkParityV3(t, m)
+				checkParityV3(t, reseal(m))
+			}
+		}
+	}
+	for i := 0; i < 1500; i++ {
+		r := randRecord(rng, i%2 == 0)
+		if rng.IntN(4) != 0 {
+			// Mostly unsigned records, as a version 3 writer writes them.
+			r.Key, r.Sig, r.Prev = "", "", ""
+		}
+		check(r)
+	}
+	f := newFixtureV(t, testKey(t, 1), Version3).reads(100).checkpoint()
+	for _, r := range f.recs {
+		check(r)
+	}
+	t.Logf("%d plain lines, %d took the fast path", plain, fastCount)
+	assert.Greater(t, plain, 300)
+}
+
+// TestEncodeV3MatchesVersion2: a version 3 signed record, or any record
+// written against nothing and with its chain, is the line version 2
+// writes (encoding/json): the one encoder the canonical form rests on.
+func TestEncodeV3MatchesVersion2(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	enc := newEncoder()
+	for i := 0; i < 3000; i++ {
+		r := randRecord(rng, i%2 == 0)
+		r.Hash = strings.Repeat("c", 64)
+		want, err := enc.appendLine(nil, &r)
+		require.NoError(t, err)
+		r.Hash = strings.Repeat("c", 64)
+		if r.Key == "" {
+			continue // version 3 writes a key exactly with a signature
+		}
+		got := enc.appendV3(nil, &r, nil, true)
+		require.Equal(t, string(bytes.TrimSuffix(want, []byte("\n")))[:len(want)-1-2-64], string(got)[:len(got)-2-64], "%+v", r)
+	}
+}
+
+// FuzzFastLineV3 checks version 3 parity on arbitrary lines.
+func FuzzFastLineV3(f *testing.F) {
+	for _, l := range newFixtureV(f, testKey(f, 1), Version3).reads(8).checkpoint().lines() {
+		f.Add(bytes.TrimSuffix(l, []byte("\n")))
+	}
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		checkParityV3(t, line)
+		checkParityV3(t, reseal(line))
+	})
 }

@@ -29,33 +29,42 @@ func testKey(t testing.TB, n byte) *Key {
 }
 
 // chain seals records one after another as a signing writer does,
-// without keeping them.
+// without keeping them, in one file of a format version (version 1, with
+// no version stated, unless set).
 type chain struct {
-	t     testing.TB
-	key   *Key
-	enc   *encoder
-	clock func() time.Time
-	seq   int64
-	prev  string
+	t       testing.TB
+	key     *Key
+	enc     *encoder
+	clock   func() time.Time
+	version int64
+	pos     chainPos
+	seq     int64
 }
 
-func newChain(t testing.TB, key *Key) *chain {
-	return &chain{t: t, key: key, enc: newEncoder(), clock: fixedClock()}
+func newChain(t testing.TB, key *Key) *chain { return newChainV(t, key, Version1) }
+
+func newChainV(t testing.TB, key *Key, version int64) *chain {
+	return &chain{t: t, key: key, enc: newEncoder(), clock: fixedClock(), version: version, pos: chainPos{start: true}}
 }
 
-// next seals r as the next record and returns it with its line.
+// next seals r as the next record and returns it with its line. The
+// first record, and each segment_start, states the version (from
+// version 2 on).
 func (c *chain) next(r Record, m sealMode) (Record, []byte) {
 	c.seq++
-	r.Seq, r.Prev = c.seq, c.prev
+	r.Seq = c.seq
 	if r.At == "" {
 		r.At = c.clock().UTC().Format(timeLayout)
 	}
-	if m != sealNone {
-		require.NoError(c.t, c.key.seal(c.enc, &r, m == sealSig))
+	if c.version >= Version2 && (c.seq == 1 || r.Kind == KindSegmentStart) {
+		r.Version = c.version
 	}
-	line, err := c.enc.appendLine(nil, &r)
+	if r.Kind == KindSegmentStart {
+		c.pos.start = true
+	}
+	line, err := c.enc.encodeNext(nil, &r, &c.pos, c.version, c.key, m == sealSig, m == sealMAC)
 	require.NoError(c.t, err)
-	c.prev = r.Hash
+	c.pos.advance(&r)
 	return r, line
 }
 
@@ -66,6 +75,11 @@ type fixture struct {
 }
 
 func newFixture(t testing.TB, key *Key) *fixture { return &fixture{chain: newChain(t, key)} }
+
+// newFixtureV is newFixture in a format version.
+func newFixtureV(t testing.TB, key *Key, version int64) *fixture {
+	return &fixture{chain: newChainV(t, key, version)}
+}
 
 func (f *fixture) add(r Record, m sealMode) *fixture {
 	r, _ = f.next(r, m)
@@ -94,28 +108,42 @@ func (f *fixture) checkpoint() *fixture {
 // someone without the key would after an edit; signatures stay as they
 // were.
 func (f *fixture) rechain() *fixture {
-	prev := ""
+	le := NewLineEncoder(max(f.version, Version2))
 	for i := range f.recs {
 		r := &f.recs[i]
-		r.Seq, r.Prev = int64(i+1), prev
-		h, err := HashRecord(*r)
+		r.Seq = int64(i + 1)
+		_, err := le.Encode(r)
 		require.NoError(f.t, err)
-		r.Hash = h
-		prev = h
 	}
 	return f
 }
 
-// lines returns the line of every record, newline included.
+// lines returns the line of every record, newline included, as the
+// records are (after a rechain, with the hashes it computed).
 func (f *fixture) lines() [][]byte {
 	out := make([][]byte, len(f.recs))
 	for i := range f.recs {
-		r := f.recs[i]
-		line, err := f.enc.appendLine(nil, &r)
-		require.NoError(f.t, err)
-		out[i] = line
+		out[i] = f.line(i)
 	}
 	return out
+}
+
+// line returns the line of record i as it is: in version 3, an unsigned
+// record is written against the one before it (nothing for the first
+// record and after a segment boundary).
+func (f *fixture) line(i int) []byte {
+	r := f.recs[i]
+	if f.version < Version3 || r.Sig != "" {
+		line, err := f.enc.appendLine(nil, &r)
+		require.NoError(f.t, err)
+		return line
+	}
+	var base *lineCtx
+	if i > 0 && f.recs[i].Kind != KindSegmentStart {
+		base = &lineCtx{}
+		base.setRecord(&f.recs[i-1])
+	}
+	return append(f.enc.appendV3(nil, &r, base, false), '\n')
 }
 
 // last returns the last record of the kind.
@@ -162,16 +190,16 @@ func (f *fixture) writeSegments(path string) []string {
 		groups[len(groups)-1] = append(groups[len(groups)-1], r)
 	}
 	var names []string
+	n := 0
 	for i, g := range groups {
 		name := path
 		if i < len(groups)-1 {
 			name = SegmentName(path, g[0].Seq)
 		}
 		var b []byte
-		for _, r := range g {
-			line, err := f.enc.appendLine(nil, &r)
-			require.NoError(f.t, err)
-			b = append(b, line...)
+		for range g {
+			b = append(b, f.line(n)...)
+			n++
 		}
 		require.NoError(f.t, os.WriteFile(name, b, 0o600))
 		names = append(names, name)

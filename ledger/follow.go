@@ -45,7 +45,9 @@ type Follower struct {
 	off     int64 // offset of the next line in f
 	seq     int64 // seq and hash of the last record scanned
 	hash    string
-	ended   bool // the last record scanned is a segment_end
+	ended   bool    // the last record scanned is a segment_end
+	version int64   // the format of f, read from its first line
+	ctx     lineCtx // version 3: the context of the last record scanned
 	pending []Line
 	pendBy  int
 	ready   []Line
@@ -71,6 +73,7 @@ type followPos struct {
 	id    fileID
 	off   int64
 	ended bool
+	ctx   lineCtx // version 3: what the next record is written against
 }
 
 // ErrDiverged says the ledger does not hold the record a Follower was
@@ -168,6 +171,7 @@ func (fo *Follower) seekFile(seq int64, hash string) error {
 		return err
 	}
 	r := fo.lines()
+	q := quickReader{enc: fo.enc, fh: fo.fh}
 	for {
 		line, err := r.line()
 		if err != nil {
@@ -177,15 +181,18 @@ func (fo *Follower) seekFile(seq int64, hash string) error {
 			}
 			return err
 		}
-		s, h, kind, ok := quickFields(line, &fo.fl)
-		if !ok || s < seq {
+		rec, ok := q.next(line, &fo.fl)
+		if q.version != 0 {
+			fo.version = q.version
+		}
+		if !ok || rec.Seq < seq {
 			continue
 		}
-		if s > seq || h != hash {
+		if rec.Seq > seq || rec.Hash != hash {
 			fo.closeFile()
-			return fmt.Errorf("%w: seq %d in %s has hash %s, the copy has %s", ErrDiverged, seq, name, short(h), short(hash))
+			return fmt.Errorf("%w: seq %d in %s has hash %s, the copy has %s", ErrDiverged, seq, name, short(rec.Hash), short(hash))
 		}
-		fo.setPos(followPos{seq: seq, hash: hash, id: fo.id, off: r.off, ended: kind == KindSegmentEnd})
+		fo.setPos(followPos{seq: seq, hash: hash, id: fo.id, off: r.off, ended: rec.Kind == KindSegmentEnd, ctx: q.pos.ctx})
 		return nil
 	}
 }
@@ -194,7 +201,7 @@ func (fo *Follower) seekFile(seq int64, hash string) error {
 // scan has open must be p's.
 func (fo *Follower) setPos(p followPos) {
 	fo.pos = p
-	fo.off, fo.seq, fo.hash, fo.ended = p.off, p.seq, p.hash, p.ended
+	fo.off, fo.seq, fo.hash, fo.ended, fo.ctx = p.off, p.seq, p.hash, p.ended, p.ctx
 }
 
 // Next returns the records after the position that a valid signature
@@ -346,14 +353,9 @@ func (fo *Follower) take(line []byte, first bool) error {
 		return fmt.Errorf("ledger %s, seq %d: %s", fo.f.Name(), fo.seq+1, fmt.Sprintf(format, args...))
 	}
 	fl := &fo.fl
-	var full *Record
-	if !parseFast(line, fl) || !fo.fh.check(line, fl) {
-		r, kind, reason := fo.enc.checkLine(line)
-		if kind != "" {
-			return bad("%s: %s", kind, reason)
-		}
-		full = &r
-		fl.fromRecord(full)
+	full, err := fo.check(line, first)
+	if err != nil {
+		return bad("%v", err)
 	}
 	if fl.seq != fo.seq+1 {
 		return bad("%s: found seq %d", ProblemSeq, fl.seq)
@@ -388,7 +390,7 @@ func (fo *Follower) take(line []byte, first bool) error {
 	copy(data, line)
 	data[len(line)] = '\n'
 	fo.pending = append(fo.pending, Line{Seq: fo.seq, Hash: fo.hash, Kind: kind, Data: data,
-		at: followPos{seq: fo.seq, hash: fo.hash, id: fo.id, off: fo.off + int64(len(data)), ended: fo.ended}})
+		at: followPos{seq: fo.seq, hash: fo.hash, id: fo.id, off: fo.off + int64(len(data)), ended: fo.ended, ctx: fo.ctx}})
 	fo.pendBy += len(data)
 	if signed {
 		fo.ready = append(fo.ready, fo.pending...)
@@ -398,6 +400,37 @@ func (fo *Follower) take(line []byte, first bool) error {
 		return bad("no signature in the %d bytes after seq %d: records were appended without the key", fo.pendBy, fo.pos.seq)
 	}
 	return nil
+}
+
+// check reads a line of the open file as verify does (its form and own
+// hash; in version 3 the fields it leaves out put back), learning the
+// file's version from its first line. full is the record when the slow
+// path decoded it; fo.fl holds it either way.
+func (fo *Follower) check(line []byte, first bool) (*Record, error) {
+	fl := &fo.fl
+	if first {
+		parsed := parseFast(line, fl, false)
+		if err := checkVersion(fo.f.Name(), line, fl, parsed); err != nil {
+			return nil, err
+		}
+		fo.version = fileVersion(line, fl, parsed)
+	}
+	if fo.version >= Version3 {
+		full, kind, reason := checkV3(fo.enc, fo.fh, fl, line, &fo.ctx, []byte(fo.hash), first, parseFast(line, fl, true))
+		if kind != "" {
+			return nil, fmt.Errorf("%s: %s", kind, reason)
+		}
+		return full, nil
+	}
+	if parseFast(line, fl, false) && fo.fh.check(line, fl) {
+		return nil, nil
+	}
+	r, kind, reason := fo.enc.checkLine(line)
+	if kind != "" {
+		return nil, fmt.Errorf("%s: %s", kind, reason)
+	}
+	fl.fromRecord(&r)
+	return &r, nil
 }
 
 func (fo *Follower) keyIDs() string {
@@ -552,15 +585,33 @@ func (lr *lineReader) line() ([]byte, error) {
 	return line, nil
 }
 
-// quickFields reads a line's seq, hash and kind, the fast way when it is
-// canonical.
-func quickFields(line []byte, fl *fastLine) (seq int64, hash string, kind Kind, ok bool) {
-	if parseFast(line, fl) {
-		return fl.seq, string(fl.str[fHash]), Kind(fl.str[fKind]), true
+// quickReader reads the records of a file from its start without
+// judging them (the lines it cannot read are skipped), for their seq,
+// hash and kind; in a version 3 file it links them as it goes.
+type quickReader struct {
+	enc     *encoder
+	fh      *fastHasher
+	version int64
+	n       int64
+	pos     chainPos
+}
+
+// next reads the next line of the file; ok is false when it is not a
+// record.
+func (q *quickReader) next(line []byte, fl *fastLine) (Record, bool) {
+	q.n++
+	if q.n == 1 {
+		var probe fastLine
+		q.version = fileVersion(line, &probe, parseFast(line, &probe, false))
+		q.pos = chainPos{start: true}
 	}
-	r, err := decodeLine(line)
-	if err != nil {
-		return 0, "", "", false
+	if q.version < Version3 {
+		if parseFast(line, fl, false) {
+			return Record{Seq: fl.seq, Hash: string(fl.str[fHash]), Kind: Kind(fl.str[fKind])}, true
+		}
+		r, err := decodeLine(line)
+		return r, err == nil
 	}
-	return r.Seq, r.Hash, r.Kind, true
+	r, err := readV3(q.enc, q.fh, fl, line, &q.pos, parseFast(line, fl, true))
+	return r, err == nil
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -117,10 +118,11 @@ func TestFollowerHandsOutSignedRecordsAcrossSegments(t *testing.T) {
 
 func TestFollowerRefusesForeignRecords(t *testing.T) {
 	tests := []struct {
-		name   string
-		tamper func(t *testing.T, path string, last Record)
-		want   string
-		before int64 // records handed out before the problem
+		name    string
+		tamper  func(t *testing.T, path string, last Record)
+		want    string
+		before  int64 // records handed out before the problem
+		version int64
 	}{
 		{"appended without the key", func(t *testing.T, path string, last Record) {
 			r := Record{Seq: last.Seq + 1, At: last.At, Kind: KindSignedCheckpoint, Key: last.Key, Sig: last.Sig, Prev: last.Hash}
@@ -130,17 +132,33 @@ func TestFollowerRefusesForeignRecords(t *testing.T) {
 			line, err := newEncoder().appendLine(nil, &r)
 			require.NoError(t, err)
 			appendBytes(t, path, line)
-		}, ProblemForged, 6},
+		}, ProblemForged, 6, Version3},
+		{"appended without the key", func(t *testing.T, path string, last Record) {
+			r := Record{Seq: last.Seq + 1, At: last.At, Kind: KindSignedCheckpoint, Key: last.Key, Sig: last.Sig, Prev: last.Hash}
+			h, err := HashRecord(r)
+			require.NoError(t, err)
+			r.Hash = h
+			line, err := newEncoder().appendLine(nil, &r)
+			require.NoError(t, err)
+			appendBytes(t, path, line)
+		}, ProblemForged, 6, Version2},
 		{"edited", func(t *testing.T, path string, _ Record) {
 			b, err := os.ReadFile(path)
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(path, bytes.Replace(b, []byte(`"detail":"c"`), []byte(`"detail":"x"`), 1), 0o600))
-		}, ProblemHash, 0},
+		}, ProblemHash, 0, Version2},
+		// Version 3: the edited line carries no hash; the checkpoint after
+		// it no longer links.
+		{"edited", func(t *testing.T, path string, _ Record) {
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(path, bytes.Replace(b, []byte(`"detail":"c"`), []byte(`"detail":"x"`), 1), 0o600))
+		}, ProblemPrev, 0, Version3},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+		t.Run(fmt.Sprintf("v%d/%s", tt.version, tt.name), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ledger.jsonl")
-			w, err := Open(path, Options{Sync: SyncOff, SignEvery: 1000})
+			w, err := Open(path, Options{Sync: SyncOff, SignEvery: 1000, version: tt.version})
 			require.NoError(t, err)
 			writeRecords(t, w, 5)
 			require.NoError(t, w.Close())

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -189,7 +188,10 @@ func (w *Writer) resume(b *Broken) bool {
 	default:
 		return false
 	}
-	w.seq, w.hash, w.size, w.lastLine = t.seq, t.hash, size, t.line
+	w.seq, w.hash, w.size, w.lastLine, w.ctx = t.seq, t.hash, size, t.line, t.ctx
+	if t.version != 0 {
+		w.version = t.version
+	}
 	w.broken.Store(nil)
 	if err := w.dir.remove(w.dir.base + BrokenFile); err != nil {
 		slog.Warn("ledger: cannot remove the broken-ledger note", "err", err)
@@ -295,6 +297,15 @@ func (w *Writer) syncTail() error {
 	if err != nil {
 		return w.breakOff(fmt.Sprintf("after seq %d: %v", w.seq, err))
 	}
+	if first != nil && w.version >= Version3 {
+		// Lines without their hash: link every record appended.
+		t, err := linkLines(w.f, w.size, size, w.pos(), true)
+		if err != nil || !w.tailIntact(w.size) {
+			return w.breakOff(fmt.Sprintf("the records after seq %d do not continue its chain", w.seq))
+		}
+		t.version = w.version
+		return w.takeTail(t, size, false)
+	}
 	if first != nil {
 		r, derr := decodeLine(first)
 		if derr != nil || r.Seq != w.seq+1 || r.Prev != w.hash {
@@ -316,14 +327,23 @@ func (w *Writer) loadTail(size int64, opening bool) error {
 		w.size = -1
 		return fmt.Errorf("ledger %s: %w; run `acpfs ledger verify --ledger %s` to find the damage", w.path, err, w.path)
 	}
-	if t.seq > 0 && !w.key.authentic(w.enc, &t.last) {
+	return w.takeTail(t, size, opening)
+}
+
+// takeTail makes t, the tail of the file of the given size, the writer's
+// state, when its last record is sealed by a writer holding the key.
+func (w *Writer) takeTail(t tailInfo, size int64, opening bool) error {
+	if t.seq > 0 && !t.authentic(w.enc, w.key) {
 		if opening {
 			// Nothing better is known: name the record found.
 			w.seq, w.hash = t.seq, t.hash
 		}
 		return w.breakOff(fmt.Sprintf("the last record (seq %d) is not sealed with this ledger's key: it was written by someone else", t.seq))
 	}
-	w.seq, w.hash, w.size, w.lastLine, w.lastKind = t.seq, t.hash, size, t.line, t.last.Kind
+	w.seq, w.hash, w.size, w.lastLine, w.lastKind, w.ctx = t.seq, t.hash, size, t.line, t.last.Kind, t.ctx
+	if t.version != 0 {
+		w.version = t.version
+	}
 	if t.last.Sig != "" && w.key.Public().checkSig(w.enc, &t.last) {
 		w.signedSeq = t.seq
 	}
@@ -355,7 +375,7 @@ func (w *Writer) tailIntact(end int64) bool {
 
 // readLineAt returns the complete line starting at off, or nil when the
 // bytes up to size hold no newline (a torn line, repaired later).
-func readLineAt(f *os.File, off, size int64) ([]byte, error) {
+func readLineAt(f io.ReaderAt, off, size int64) ([]byte, error) {
 	var out []byte
 	buf := make([]byte, 4096)
 	for off < size {

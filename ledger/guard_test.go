@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,12 +13,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// writerVersions are the formats a writer writes: version 2 (in a file
+// it continues) and the current one.
+var writerVersions = []int64{Version2, CurrentVersion}
+
 // openTamperable opens a writer over a ledger with a few records, the
 // key kept beside it as in a run directory.
-func openTamperable(t *testing.T) (*Writer, string) {
+func openTamperable(t *testing.T) (*Writer, string) { return openTamperableV(t, CurrentVersion) }
+
+// openTamperableV is openTamperable for a file of a format version.
+func openTamperableV(t *testing.T, version int64) (*Writer, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "ledger.jsonl")
-	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock()})
+	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock(), version: version})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.Close() })
 	for i := 0; i < 3; i++ {
@@ -38,8 +46,10 @@ func forge(t *testing.T, path string) {
 	tail, err := readTail(f, st.Size())
 	require.NoError(t, f.Close())
 	require.NoError(t, err)
-	r := Record{Seq: tail.seq + 1, At: "2026-03-01T13:00:00.000000000Z", Kind: KindRead, Agent: "bob", Path: "oracle/answer.md", Prev: tail.hash}
-	line, err := newEncoder().appendLine(nil, &r)
+	r := Record{Seq: tail.seq + 1, At: "2026-03-01T13:00:00.000000000Z", Kind: KindRead, Agent: "bob", Path: "oracle/answer.md"}
+	le := NewLineEncoder(tail.version)
+	le.After(tail.last)
+	line, err := le.Encode(&r)
 	require.NoError(t, err)
 	appendRaw(t, path, string(line))
 }
@@ -74,31 +84,33 @@ func TestWriterStopsOnTampering(t *testing.T) {
 		}, "rewritten"},
 		{"forged record with a recomputed chain", forge, "not sealed with this ledger's key"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			w, path := openTamperable(t)
-			tt.tamper(t, path)
-			_, err := w.Append(Record{Kind: KindRead, Agent: "a", Path: "docs/y.md"})
-			require.ErrorIs(t, err, ErrBroken)
-			assert.ErrorContains(t, err, tt.reason)
-			require.NotNil(t, w.Broken())
-			assert.Equal(t, int64(3), w.Broken().Seq)
+	for _, version := range writerVersions {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("v%d/%s", version, tt.name), func(t *testing.T) {
+				w, path := openTamperableV(t, version)
+				tt.tamper(t, path)
+				_, err := w.Append(Record{Kind: KindRead, Agent: "a", Path: "docs/y.md"})
+				require.ErrorIs(t, err, ErrBroken)
+				assert.ErrorContains(t, err, tt.reason)
+				require.NotNil(t, w.Broken())
+				assert.Equal(t, int64(3), w.Broken().Seq)
 
-			// Every later append fails too: no silent second chain.
-			_, err = w.Append(Record{Kind: KindWrite, Agent: "a", Path: "docs/z.md"})
-			require.ErrorIs(t, err, ErrBroken)
+				// Every later append fails too: no silent second chain.
+				_, err = w.Append(Record{Kind: KindWrite, Agent: "a", Path: "docs/z.md"})
+				require.ErrorIs(t, err, ErrBroken)
 
-			var note Broken
-			require.NoError(t, json.Unmarshal(fileBytes(t, path+BrokenFile), &note))
-			assert.Contains(t, note.Reason, tt.reason)
-			if note.Preserved != "" {
-				// It ends where the writer stopped: sealed, not yet signed.
-				rep, err := VerifyWith(note.Preserved, VerifyOptions{AllowUnsignedTail: true})
-				require.NoError(t, err)
-				assert.True(t, rep.OK(), "the preserved copy is the writer's chain")
-				assert.Equal(t, int64(3), rep.LastSeq)
-			}
-		})
+				var note Broken
+				require.NoError(t, json.Unmarshal(fileBytes(t, path+BrokenFile), &note))
+				assert.Contains(t, note.Reason, tt.reason)
+				if note.Preserved != "" {
+					// It ends where the writer stopped: sealed, not yet signed.
+					rep, err := VerifyWith(note.Preserved, VerifyOptions{AllowUnsignedTail: true})
+					require.NoError(t, err)
+					assert.True(t, rep.OK(), "the preserved copy is the writer's chain")
+					assert.Equal(t, int64(3), rep.LastSeq)
+				}
+			})
+		}
 	}
 }
 
@@ -184,34 +196,36 @@ func TestRepairBringsABrokenWriterBack(t *testing.T) {
 			require.NoError(t, os.WriteFile(path, []byte(lines[0]), 0o600))
 		}, RepairGap, nil},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			w, path := openTamperable(t)
-			tt.tamper(t, path)
-			_, err := w.Append(Record{Kind: KindRead, Agent: "a"})
-			require.ErrorIs(t, err, ErrBroken)
+	for _, version := range writerVersions {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("v%d/%s", version, tt.name), func(t *testing.T) {
+				w, path := openTamperableV(t, version)
+				tt.tamper(t, path)
+				_, err := w.Append(Record{Kind: KindRead, Agent: "a"})
+				require.ErrorIs(t, err, ErrBroken)
 
-			info, err := Repair(path)
-			require.NoError(t, err)
-			require.NotNil(t, info)
-			assert.Equal(t, tt.action, info.Action, info.Summary())
+				info, err := Repair(path)
+				require.NoError(t, err)
+				require.NotNil(t, info)
+				assert.Equal(t, tt.action, info.Action, info.Summary())
 
-			_, err = w.Append(Record{Kind: KindList, Agent: "a"})
-			require.NoError(t, err, "the writer resumes once the ledger is repaired")
-			require.NoError(t, w.Close())
-			var kinds []Kind
-			require.NoError(t, Scan(path, Filter{}, func(r Record) error { kinds = append(kinds, r.Kind); return nil }))
-			if tt.kinds != nil {
-				assert.Equal(t, append([]Kind{KindRead, KindRead, KindRead}, tt.kinds...), kinds)
-			} else {
-				assert.Equal(t, []Kind{KindRead, KindGap, KindLedgerRecovered, KindList, KindSignedCheckpoint}, kinds)
-			}
-			rep, err := Verify(path)
-			require.NoError(t, err)
-			assert.True(t, rep.OK(), "%+v", rep.Problem)
-			_, err = Open(path, Options{Sync: SyncOff})
-			require.NoError(t, err, "a new writer accepts the repaired ledger")
-		})
+				_, err = w.Append(Record{Kind: KindList, Agent: "a"})
+				require.NoError(t, err, "the writer resumes once the ledger is repaired")
+				require.NoError(t, w.Close())
+				var kinds []Kind
+				require.NoError(t, Scan(path, Filter{}, func(r Record) error { kinds = append(kinds, r.Kind); return nil }))
+				if tt.kinds != nil {
+					assert.Equal(t, append([]Kind{KindRead, KindRead, KindRead}, tt.kinds...), kinds)
+				} else {
+					assert.Equal(t, []Kind{KindRead, KindGap, KindLedgerRecovered, KindList, KindSignedCheckpoint}, kinds)
+				}
+				rep, err := Verify(path)
+				require.NoError(t, err)
+				assert.True(t, rep.OK(), "%+v", rep.Problem)
+				_, err = Open(path, Options{Sync: SyncOff})
+				require.NoError(t, err, "a new writer accepts the repaired ledger")
+			})
+		}
 	}
 }
 
@@ -269,24 +283,26 @@ func TestOpenRefusesADirectoryOthersMayWrite(t *testing.T) {
 // byte, is no torn write: the repair gives it its line end back instead
 // of cutting it.
 func TestRepairRestoresALostLineEnd(t *testing.T) {
-	for _, tail := range []string{"", "X"} {
-		t.Run("stray "+tail, func(t *testing.T) {
-			w, path := openTamperable(t)
-			require.NoError(t, w.Close())
-			b := fileBytes(t, path)
-			b = append(b[:len(b)-1], tail...) // the checkpoint loses its "\n"
-			require.NoError(t, os.WriteFile(path, b, 0o600))
-			info, err := Repair(path)
-			require.NoError(t, err)
-			require.NotNil(t, info)
-			assert.Equal(t, RepairRestoredNewline, info.Action, info.Summary())
-			var kinds []Kind
-			require.NoError(t, Scan(path, Filter{}, func(r Record) error { kinds = append(kinds, r.Kind); return nil }))
-			assert.Equal(t, []Kind{KindRead, KindRead, KindRead, KindSignedCheckpoint, KindRepair}, kinds, "no record was cut")
-			rep, err := Verify(path)
-			require.NoError(t, err)
-			assert.True(t, rep.OK(), "%+v", rep.Problem)
-		})
+	for _, version := range writerVersions {
+		for _, tail := range []string{"", "X"} {
+			t.Run(fmt.Sprintf("v%d/stray %s", version, tail), func(t *testing.T) {
+				w, path := openTamperableV(t, version)
+				require.NoError(t, w.Close())
+				b := fileBytes(t, path)
+				b = append(b[:len(b)-1], tail...) // the checkpoint loses its "\n"
+				require.NoError(t, os.WriteFile(path, b, 0o600))
+				info, err := Repair(path)
+				require.NoError(t, err)
+				require.NotNil(t, info)
+				assert.Equal(t, RepairRestoredNewline, info.Action, info.Summary())
+				var kinds []Kind
+				require.NoError(t, Scan(path, Filter{}, func(r Record) error { kinds = append(kinds, r.Kind); return nil }))
+				assert.Equal(t, []Kind{KindRead, KindRead, KindRead, KindSignedCheckpoint, KindRepair}, kinds, "no record was cut")
+				rep, err := Verify(path)
+				require.NoError(t, err)
+				assert.True(t, rep.OK(), "%+v", rep.Problem)
+			})
+		}
 	}
 }
 

@@ -295,3 +295,32 @@ func (k *Key) seal(e *encoder, r *Record, sign bool) error {
 	}
 	return nil
 }
+
+// macV3 returns the version 3 batch seal of an unsigned line (its body,
+// without a mac) that follows the record whose hash is prev: the first
+// 128 bits of the HMAC-SHA256 of macPrefixV3 and the line's hash input,
+// in unpadded base64url (22 characters, no escape in JSON).
+func (k *Key) macV3(e *encoder, body []byte, prev string) string {
+	msg := append(e.scratch[:0], macPrefixV3...)
+	msg = chainInput(msg, body, prev)
+	e.scratch = msg[:0]
+	m := hmac.New(sha256.New, k.mac)
+	m.Write(msg)
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:macBytesV3])
+}
+
+// authenticV3 reports whether a writer holding k may continue after the
+// line of a version 3 file that follows the record whose hash is prev:
+// a signed record's signature, or an unsigned one's batch seal, is this
+// key's.
+func (k *Key) authenticV3(e *encoder, line []byte, prev string) bool {
+	if hashed(line) {
+		r, err := decodeLine(line)
+		return err == nil && r.Prev == prev && k.Public().checkSig(e, &r)
+	}
+	body, mac, ok := macBody(line)
+	if !ok {
+		return false
+	}
+	return hmac.Equal([]byte(k.macV3(e, body, prev)), mac)
+}

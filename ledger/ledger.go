@@ -22,6 +22,11 @@
 // record. Seq starts at 1 and grows by exactly 1 per line, across
 // segments.
 //
+// That is format versions 1 and 2. Version 3 (v3.go), in which new files
+// are written, keeps the rule but stores prev, hash and key on signed
+// records only, a shorter batch seal, and agent, grant and pid only where
+// they change: every reader puts them back.
+//
 // # Seals and signatures
 //
 // Writers hold a [Key] kept in the ledger's directory (keys.go). The last
@@ -139,13 +144,13 @@ type Record struct {
 	First  string `json:"first,omitempty"`
 	Last   string `json:"last,omitempty"`
 	Detail string `json:"detail,omitempty"`
-	// Key names the signing key (KeyID) of a record that carries MAC or
-	// Sig.
+	// Key names the signing key (KeyID) of a record that carries Sig, and
+	// in files of versions 1 and 2 of one that carries MAC.
 	Key string `json:"key,omitempty"`
 	// MAC authenticates the last record of every batch to the other
 	// writers sharing the ledger (HMAC-SHA256 under a key derived from
-	// the signing key), so that a writer never continues a chain that
-	// someone without the key appended to.
+	// the signing key; 128 bits of it in version 3), so that a writer
+	// never continues a chain that someone without the key appended to.
 	MAC string `json:"mac,omitempty"`
 	// Sig is the Ed25519 signature of a checkpoint (and of segment and
 	// gap records); it covers the whole chain up to the record. Anyone
@@ -215,6 +220,11 @@ type Options struct {
 	// SegmentBytes seals the ledger's file once it is that large and
 	// continues in a new one (default 128 MiB); see SegmentName.
 	SegmentBytes int64
+
+	// version is the format of the files the writer starts (default
+	// CurrentVersion); tests write older ones. A file the writer finds is
+	// continued in its own format.
+	version int64
 }
 
 // Writer appends records. It is safe for concurrent use by goroutines and,
@@ -234,7 +244,8 @@ type Writer struct {
 func Open(path string, opts Options) (*Writer, error) { return open(path, opts) }
 
 // Append fills in Seq, At, Prev and Hash, writes the record, and returns
-// it. The record is in the file before Append returns.
+// it (sealed: with its Key and MAC or Sig, as the file's version writes
+// them). The record is in the file before Append returns.
 func (w *Writer) Append(r Record) (Record, error) { return w.append(r) }
 
 // Sync flushes pending batched fsyncs: every record whose Append has

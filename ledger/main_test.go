@@ -80,12 +80,15 @@ func fixedClock() func() time.Time {
 }
 
 // writeLedger writes n read records by agent "a" and returns the path.
-func writeLedger(t testing.TB, n int) string {
+func writeLedger(t testing.TB, n int) string { return writeLedgerV(t, n, CurrentVersion) }
+
+// writeLedgerV is writeLedger in a format version.
+func writeLedgerV(t testing.TB, n int, version int64) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "communication_ledger.jsonl")
 	k := testKey(t, 7)
 	require.NoError(t, writeKeyFile(filepath.Dir(path), k))
-	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock(), Key: k})
+	w, err := Open(path, Options{Sync: SyncOff, Clock: fixedClock(), Key: k, version: version})
 	require.NoError(t, err)
 	for i := 1; i <= n; i++ {
 		_, err := w.Append(Record{Kind: KindRead, Agent: "a", Grant: "G-a", Path: fmt.Sprintf("docs/%d.md", i), PID: 42})

@@ -33,14 +33,21 @@ func (e *LineError) Unwrap() error { return e.Err }
 // errTorn marks a torn last line inside LineError.
 var errTorn = errors.New("torn last line")
 
-// Reader streams records from a ledger, one line at a time. It decodes
-// strictly (no unknown fields) but does not check the chain: Verify does.
+// Reader streams records from a ledger file, one line at a time, from its
+// start. It decodes strictly (no unknown fields) but does not check the
+// chain: Verify does. Records of a version 3 file come out whole: the
+// fields their lines leave out (prev, hash, and agent, grant and pid
+// equal to the record before's) are put back.
 type Reader struct {
-	br     *bufio.Reader
-	buf    []byte
-	line   int64
-	offset int64 // offset of the next line
-	fl     fastLine
+	br      *bufio.Reader
+	buf     []byte
+	line    int64
+	offset  int64 // offset of the next line
+	fl      fastLine
+	version int64
+	pos     chainPos    // version 3: the last record read
+	enc     *encoder    // version 3
+	fh      *fastHasher // version 3
 }
 
 // NewReader returns a Reader over r.
@@ -110,11 +117,30 @@ func (r *Reader) Next() (Record, error) {
 	if !complete {
 		return Record{}, &LineError{Line: n, Offset: off, Torn: true, Err: errTorn}
 	}
-	parsed := parseFast(line, &r.fl)
+	return r.decode(line, n, off)
+}
+
+// decode reads line n of the file, at offset off, as the record after the
+// ones before it.
+func (r *Reader) decode(line []byte, n, off int64) (Record, error) {
+	parsed := parseFast(line, &r.fl, r.version >= Version3 && n > 1)
 	if n == 1 {
 		if err := checkVersion("", line, &r.fl, parsed); err != nil {
 			return Record{}, err
 		}
+		r.version = fileVersion(line, &r.fl, parsed)
+		if r.version >= Version3 {
+			r.pos = chainPos{start: true}
+			r.pos.ctx.reset()
+			parsed = parseFast(line, &r.fl, true)
+		}
+	}
+	if r.version >= Version3 {
+		rec, err := r.nextV3(line, parsed)
+		if err != nil {
+			return Record{}, &LineError{Line: n, Offset: off, Err: fmt.Errorf("not a ledger record: %w", err)}
+		}
+		return rec, nil
 	}
 	if parsed {
 		// A canonical line decodes to exactly these values.
@@ -125,6 +151,36 @@ func (r *Reader) Next() (Record, error) {
 		return Record{}, &LineError{Line: n, Offset: off, Err: fmt.Errorf("not a ledger record: %w", err)}
 	}
 	return rec, nil
+}
+
+// nextV3 reads a line of a version 3 file (parsed: parseFast read it)
+// as the record after r.pos, and makes it r.pos.
+func (r *Reader) nextV3(line []byte, parsed bool) (Record, error) {
+	if r.enc == nil {
+		r.enc, r.fh = newEncoder(), newFastHasher()
+	}
+	return readV3(r.enc, r.fh, &r.fl, line, &r.pos, parsed)
+}
+
+// LineDecoder decodes the lines of one ledger file that its caller reads
+// itself, in order from the file's first (a reader that follows a growing
+// file, a line at a time): each comes out as Reader.Next returns it, the
+// fields a version 3 line leaves out put back from the lines before.
+type LineDecoder struct{ r Reader }
+
+// NewLineDecoder returns a LineDecoder at the start of a file.
+func NewLineDecoder() *LineDecoder { return &LineDecoder{} }
+
+// Decode returns the record of the file's next line, given whole and
+// without its newline, or a *LineError (or a *VersionError for a first
+// line in a format this package does not read). A line that is not a
+// record still counts as one of the file's: the records after it are
+// read against what came before it.
+func (d *LineDecoder) Decode(line []byte) (Record, error) {
+	d.r.line++
+	off := d.r.offset
+	d.r.offset += int64(len(line)) + 1
+	return d.r.decode(line, d.r.line, off)
 }
 
 // openSnapshot opens a ledger for reading and returns a reader limited to

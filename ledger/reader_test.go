@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"bytes"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -96,4 +98,41 @@ func TestReaderLongLines(t *testing.T) {
 	}
 	_, err := rd.Next()
 	assert.ErrorIs(t, err, io.EOF)
+}
+
+// A LineDecoder fed a file's lines one at a time reads what a Reader
+// reads, in every format: a follower of a growing file loses nothing a
+// version 3 line leaves out.
+func TestLineDecoderReadsAsReader(t *testing.T) {
+	for _, name := range []string{"golden.jsonl", "golden-v2.jsonl", "golden-v3.jsonl", "signed-v3/communication_ledger.jsonl"} {
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("..", "testdata", "ledger", name))
+			require.NoError(t, err)
+			var want []Record
+			rd := NewReader(bytes.NewReader(data))
+			for {
+				r, err := rd.Next()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				require.NoError(t, err)
+				want = append(want, r)
+			}
+			require.NotEmpty(t, want)
+			d := NewLineDecoder()
+			var got []Record
+			for _, line := range bytes.SplitAfter(data, []byte("\n")) {
+				if len(line) == 0 {
+					continue
+				}
+				r, err := d.Decode(bytes.TrimSuffix(line, []byte("\n")))
+				require.NoError(t, err)
+				got = append(got, r)
+			}
+			assert.Equal(t, want, got)
+		})
+	}
+	_, err := NewLineDecoder().Decode([]byte(`{"seq":1,"version":99,"at":"x","kind":"read","hash":""}`))
+	var ve *VersionError
+	assert.ErrorAs(t, err, &ve, "a format it does not read is refused, not misread")
 }

@@ -143,7 +143,10 @@ func (r *repairer) run() (*RepairInfo, error) {
 		// Reuse the writer's own torn-line repair, without its checks
 		// (the rest may need repairing too: run again after).
 		w := &Writer{writerState{path: r.path, f: f, fd: fd, dir: ledgerDir{fd: -1}, pid: uint32(os.Getpid()), enc: r.enc, key: r.key, clock: time.Now, signRepairs: true}}
-		w.seq, w.hash, w.size = t.seq, t.hash, t.end
+		w.seq, w.hash, w.size, w.ctx, w.version = t.seq, t.hash, t.end, t.ctx, t.version
+		if w.version == 0 {
+			w.version = CurrentVersion
+		}
 		if err := w.repairTail(t); err != nil {
 			return nil, err
 		}
@@ -152,7 +155,7 @@ func (r *repairer) run() (*RepairInfo, error) {
 		}
 		return w.lastRepair, nil
 	}
-	if t.seq > 0 && !r.key.authentic(r.enc, &t.last) {
+	if t.seq > 0 && !t.authentic(r.enc, r.key) {
 		return r.cutForeign(size)
 	}
 	if info, err := r.acknowledgeTruncation(t); info != nil || err != nil {
@@ -214,7 +217,7 @@ func (r *repairer) lastSealed(size int64) (int64, Record, error) {
 		if t.seq == 0 {
 			break
 		}
-		if r.key.authentic(r.enc, &t.last) {
+		if t.authentic(r.enc, r.key) {
 			if r.note != nil && r.note.Seq > 0 && t.seq > r.note.Seq {
 				// A stopped writer named where its chain ended; never
 				// trust a record after that.

@@ -27,7 +27,7 @@ func (w *Writer) sealAndWrite(batch []*request, fail func(error) int) int {
 		return 0
 	}
 	start := w.size
-	s := batchSeal{w: w, seq: w.seq, prev: w.hash, signed: w.signedSeq}
+	s := batchSeal{w: w, pos: w.pos(), signed: w.signedSeq}
 	w.buf = w.buf[:0]
 	n, err := s.sealBatch(batch, last)
 	if err != nil {
@@ -61,10 +61,9 @@ func refuseKindless(batch []*request) int {
 // the writer's own state changes only once the batch is on disk.
 type batchSeal struct {
 	w         *Writer
-	seq       int64  // the last sealed record's seq
-	prev      string // and its hash
-	signed    int64  // the seq the last signature covers
-	lineStart int    // where the last line starts in w.buf
+	pos       chainPos // after the last sealed record
+	signed    int64    // the seq the last signature covers
+	lineStart int      // where the last line starts in w.buf
 	lastKind  Kind
 	headLine  []byte // the last signed checkpoint's line, for the head file
 }
@@ -78,7 +77,7 @@ func (s *batchSeal) sealBatch(batch []*request, last int) (int, error) {
 	if b := w.resumed; b != nil {
 		r := Record{Kind: KindLedgerRecovered, Detail: fmt.Sprintf("writing resumed after the ledger was repaired; it had stopped at seq %d: %s", b.Seq, b.Reason)}
 		if err := s.add(&r, false); err != nil {
-			return 0, fmt.Errorf("append seq %d: %w", s.seq+1, err)
+			return 0, fmt.Errorf("append seq %d: %w", s.pos.seq+1, err)
 		}
 	}
 	n := 0
@@ -87,20 +86,20 @@ func (s *batchSeal) sealBatch(batch []*request, last int) (int, error) {
 			continue
 		}
 		r := q.rec
-		if r.Kind == KindSignedCheckpoint && s.seq == s.signed {
+		if r.Kind == KindSignedCheckpoint && s.pos.seq == s.signed {
 			continue // nothing left to cover
 		}
 		if err := s.add(&r, i == last); err != nil {
-			q.err = fmt.Errorf("append seq %d: %w", s.seq+1, err)
+			q.err = fmt.Errorf("append seq %d: %w", s.pos.seq+1, err)
 			continue
 		}
 		q.rec, q.written = r, true
 		n++
 	}
-	if n > 0 && s.seq-s.signed >= int64(w.opts.SignEvery) {
+	if n > 0 && s.pos.seq-s.signed >= int64(w.opts.SignEvery) {
 		r := Record{Kind: KindSignedCheckpoint}
 		if err := s.add(&r, false); err != nil {
-			return 0, fmt.Errorf("append checkpoint seq %d: %w", s.seq+1, err)
+			return 0, fmt.Errorf("append checkpoint seq %d: %w", s.pos.seq+1, err)
 		}
 	}
 	return n, nil
@@ -111,31 +110,26 @@ func (s *batchSeal) sealBatch(batch []*request, last int) (int, error) {
 // w.buf.
 func (s *batchSeal) add(r *Record, mac bool) error {
 	w := s.w
-	r.Seq, r.Prev, r.Hash = s.seq+1, s.prev, ""
+	r.Seq = s.pos.seq + 1
 	r.At = Stamp(w.clock())
 	sanitize(r)
 	sign := signedKind(r.Kind)
 	if sign && r.Kind == KindSignedCheckpoint {
 		r.Count = r.Seq - 1 - s.signed
 	}
-	r.Key, r.MAC, r.Sig = "", "", ""
 	// Every file this writer starts states the format it is in.
 	r.Version = 0
-	if r.Seq == 1 || r.Kind == KindSegmentStart {
-		r.Version = CurrentVersion
-	}
-	if sign || mac {
-		if err := w.key.seal(w.enc, r, sign); err != nil {
-			return err
-		}
+	if s.pos.start {
+		r.Version = w.version
 	}
 	n := len(w.buf)
-	buf, err := w.enc.appendLine(w.buf, r)
+	buf, err := w.enc.encodeNext(w.buf, r, &s.pos, w.version, w.key, sign, mac)
 	if err != nil {
 		return err
 	}
 	w.buf, s.lineStart = buf, n
-	s.seq, s.prev, s.lastKind = r.Seq, r.Hash, r.Kind
+	s.pos.advance(r)
+	s.lastKind = r.Kind
 	if sign {
 		s.signed = r.Seq
 		if r.Kind != KindSegmentEnd {
@@ -152,7 +146,7 @@ func (w *Writer) writeSealed(s *batchSeal, start int64) error {
 	if _, err := w.f.Write(w.buf); err != nil {
 		w.failing.Store(true)
 		w.rollback(start)
-		return fmt.Errorf("append seq %d..%d to ledger %s: %w", w.seq+1, s.seq, w.path, err)
+		return fmt.Errorf("append seq %d..%d to ledger %s: %w", w.seq+1, s.pos.seq, w.path, err)
 	}
 	if s.headLine != nil {
 		// The head must follow every signed checkpoint: one the head does
@@ -160,7 +154,7 @@ func (w *Writer) writeSealed(s *batchSeal, start int64) error {
 		if err := w.writeHead(s.headLine); err != nil {
 			w.failing.Store(true)
 			w.rollback(start)
-			return fmt.Errorf("append seq %d..%d to ledger %s: the head file cannot follow: %w", w.seq+1, s.seq, w.path, err)
+			return fmt.Errorf("append seq %d..%d to ledger %s: the head file cannot follow: %w", w.seq+1, s.pos.seq, w.path, err)
 		}
 	}
 	return nil
@@ -172,7 +166,7 @@ func (w *Writer) commitSealed(s *batchSeal, start int64) {
 	w.resumed = nil
 	w.failing.Store(false)
 	w.size = start + int64(len(w.buf))
-	w.seq, w.hash, w.signedSeq, w.lastKind = s.seq, s.prev, s.signed, s.lastKind
+	w.seq, w.hash, w.ctx, w.signedSeq, w.lastKind = s.pos.seq, s.pos.hash, s.pos.ctx, s.signed, s.lastKind
 	w.lastLine = append(w.lastLine[:0], w.buf[s.lineStart:]...)
 	if cap(w.buf) > 1<<20 {
 		w.buf = nil // do not keep a huge buffer after a burst

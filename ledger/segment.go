@@ -54,15 +54,18 @@ func (w *Writer) finishRotation(first int64) error {
 		tmp.Discard()
 		return fmt.Errorf("start segment: lock: %w", err)
 	}
-	old, oldLine := w.f, w.lastLine
+	old, oldLine, oldVersion, oldCtx := w.f, w.lastLine, w.version, w.ctx
 	w.syncMu.Lock()
 	w.f, w.fd, w.size = nf, nfd, 0
 	w.syncMu.Unlock()
+	// A new file is in the writer's format, whatever the last one's.
+	w.version, w.ctx = w.opts.version, lineCtx{}
 	start := Record{Kind: KindSegmentStart, Detail: "follows " + seg}
 	// undo keeps the old file as the ledger; the next append tries again.
 	undo := func(err error) error {
 		w.syncMu.Lock()
 		w.f, w.fd, w.lastLine = old, int(old.Fd()), oldLine
+		w.version, w.ctx = oldVersion, oldCtx
 		w.syncMu.Unlock()
 		tmp.Discard()
 		w.size = -1
@@ -132,6 +135,7 @@ func (w *Writer) followRotation() bool {
 		return false
 	}
 	w.seq, w.hash, w.size, w.lastLine = t.seq, t.hash, 0, nil
+	w.version, w.ctx = fileVersion(line, &fastLine{}, false), lineCtx{}
 	// Read the rest (others may have appended already) as appends of
 	// another writer.
 	return true

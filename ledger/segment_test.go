@@ -1,36 +1,23 @@
 package ledger
 
 import (
-	"bufio"
-	"os"
 	"path/filepath"
-	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// chainAcross reads the sealed segments in order, then the live file, and
-// checks that seq and prev continue across them.
+// chainAcross reads the sealed segments in order, then the live file,
+// checks each line as verify does, and that seq and prev continue across
+// them.
 func chainAcross(t *testing.T, path string) []Record {
 	t.Helper()
-	segs, err := filepath.Glob(filepath.Join(filepath.Dir(path), "ledger.[0-9]*.jsonl"))
+	rep, err := Verify(path)
 	require.NoError(t, err)
-	sort.Strings(segs)
+	require.Nil(t, rep.Problem, "%v", rep.Problem)
 	var all []Record
-	for _, p := range append(segs, path) {
-		f, err := os.Open(p)
-		require.NoError(t, err)
-		s := bufio.NewScanner(f)
-		s.Buffer(make([]byte, 1<<20), MaxLineBytes)
-		for s.Scan() {
-			r, kind, reason := newEncoder().checkLine(s.Bytes())
-			require.Empty(t, kind, "%s: %s", p, reason)
-			all = append(all, r)
-		}
-		require.NoError(t, f.Close())
-	}
+	require.NoError(t, Scan(path, Filter{}, func(r Record) error { all = append(all, r); return nil }))
 	for i, r := range all {
 		require.Equal(t, int64(i+1), r.Seq)
 		if i > 0 {

@@ -213,7 +213,12 @@ type verifier struct {
 	lastAt   []byte
 	head     *Record // the head file's checkpoint, when sound
 	slowOnly bool    // tests: every line through checkLine
-	signers  map[string]int
+	version  int64   // the format of the file being read
+	ctx      lineCtx // version 3: the last record's context
+	// hashedSeq is the last record whose line carries its hash (version
+	// 3 writes it on signed records only).
+	hashedSeq int64
+	signers   map[string]int
 	// Where the first record after the last valid signature is.
 	unsignedAt struct {
 		file       string
@@ -310,7 +315,7 @@ func (at lineAt) problem(kind string, found int64, format string, args ...any) *
 // format version it does not know).
 func (v *verifier) record(f ledgerFile, first bool, line []byte, at lineAt) (*Problem, error) {
 	fl := &v.fl
-	full, p, err := v.parse(line, at)
+	full, p, err := v.parse(f, first, line, at)
 	if err != nil || p != nil {
 		return p, err
 	}
@@ -337,22 +342,53 @@ func (v *verifier) record(f ledgerFile, first bool, line []byte, at lineAt) (*Pr
 // parse reads the line into v.fl: through the fast path when that proves
 // it canonical at a glance, otherwise through the slow path, which decides
 // and names the problem. full is the record when the slow path decoded
-// it.
-func (v *verifier) parse(line []byte, at lineAt) (full *Record, p *Problem, err error) {
+// it. The first line of a file says which version the file is in.
+func (v *verifier) parse(f ledgerFile, first bool, line []byte, at lineAt) (full *Record, p *Problem, err error) {
 	fl := &v.fl
-	parsed := !v.slowOnly && parseFast(line, fl)
+	parsed := !v.slowOnly && parseFast(line, fl, v.version >= Version3 && at.line > 1)
 	if at.line == 1 {
 		if err := checkVersion(at.file, line, fl, parsed); err != nil {
 			return nil, nil, err
 		}
+		v.version = fileVersion(line, fl, parsed)
+		if v.version >= Version3 && !v.slowOnly {
+			parsed = parseFast(line, fl, true)
+		}
+	}
+	if v.version >= Version3 {
+		return v.parseV3(line, at, parsed)
 	}
 	if !parsed || !v.fh.check(line, fl) {
 		r, kind, reason := v.enc.checkLine(line)
+		if kind != "" && at.line == 1 && r.Seq > 0 && r.Seq != at.want && r.Hash == "" {
+			// A record with no hash at all (version 3 writes them) where
+			// the file's first record should be: that record, which
+			// states the version, is gone.
+			fl.fromRecord(&r)
+			if p := v.checkLink(f, first, at); p != nil {
+				return nil, p, nil
+			}
+		}
 		if kind != "" {
 			return nil, at.problem(kind, r.Seq, "%s", reason), nil
 		}
 		full = &r
 		fl.fromRecord(full)
+	}
+	return full, nil, nil
+}
+
+// parseV3 is parse for a line of a version 3 file (see checkV3), which
+// parseFast has read (parsed) or not: the fields the line leaves out are
+// put back, so that the rest of the check reads every version alike.
+func (v *verifier) parseV3(line []byte, at lineAt, parsed bool) (*Record, *Problem, error) {
+	full, kind, reason := checkV3(v.enc, v.fh, &v.fl, line, &v.ctx, v.lastHash, at.line == 1, parsed)
+	if kind != "" {
+		var seq int64
+		if full != nil {
+			seq = full.Seq
+		}
+		return nil, at.problem(kind, seq, "%s", reason), nil
 	}
 	return full, nil, nil
 }
@@ -378,6 +414,12 @@ func (v *verifier) checkLink(f ledgerFile, first bool, at lineAt) *Problem {
 		return at.problem(ProblemSeq, fl.seq, "expected seq %d, found %d: a record was removed, inserted or moved", want, fl.seq)
 	}
 	if !bytes.Equal(fl.str[fPrev], v.lastHash) {
+		if v.version >= Version3 && v.hashedSeq < want-1 {
+			// The records in between carry no hash of their own: the
+			// change is somewhere among them.
+			return at.problem(ProblemPrev, fl.seq, "prev is %s but the hash of the chain before it is %s: one of seq %d–%d (the records since the last that carries its hash) was edited, or a record was removed, inserted or moved",
+				short(string(fl.str[fPrev])), short(string(v.lastHash)), v.hashedSeq+1, want-1)
+		}
 		return at.problem(ProblemPrev, fl.seq, "prev is %s but the previous record's hash is %s: a record was removed, inserted or moved", short(string(fl.str[fPrev])), short(string(v.lastHash)))
 	}
 	if fl.num[fVersion] != 0 && n != 1 {
@@ -401,6 +443,9 @@ func (v *verifier) count(full *Record) {
 	fl, rep := &v.fl, v.rep
 	rep.Records++
 	rep.LastSeq = fl.seq
+	if v.version < Version3 || fl.has(fSig) {
+		v.hashedSeq = fl.seq
+	}
 	v.lastHash = append(v.lastHash[:0], fl.str[fHash]...)
 	v.lastAt = append(v.lastAt[:0], fl.str[fAt]...)
 	if rep.Records == 1 {

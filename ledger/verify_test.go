@@ -21,6 +21,8 @@ func splitLines(b []byte) [][]byte {
 	return bytes.SplitAfter(bytes.TrimSuffix(b, nil), []byte("\n"))
 }
 
+// TestVerifyDetectsTampering checks a version 2 file (lines that carry
+// their chain) without its closing checkpoint: the chain alone.
 func TestVerifyDetectsTampering(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -88,7 +90,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			path := writeLedger(t, 10)
+			path := writeLedgerV(t, 10, Version2)
 			lines := splitLines(fileBytes(t, path))
 			lines = lines[:len(lines)-1] // SplitAfter leaves an empty last element
 			require.Len(t, lines, 11, "10 records and the closing checkpoint")
@@ -208,24 +210,34 @@ func TestGoldenLedger(t *testing.T) {
 	old := []struct {
 		name    string
 		records int64
+		version int64
 	}{
 		// Version 1, before files stated their version.
-		{"golden.jsonl", 7},
+		{"golden.jsonl", 7, Version1},
 		// Version 1, written before records were sealed: still verifies
 		// as a chain.
-		{"golden-unsealed.jsonl", 6},
+		{"golden-unsealed.jsonl", 6, Version1},
+		// Version 2: every line with its chain, seal and key.
+		{"golden-v2.jsonl", 7, Version2},
 	}
 	for _, tt := range old {
 		t.Run(tt.name, func(t *testing.T) {
 			p := filepath.Join("..", "testdata", "ledger", tt.name)
-			assert.NotContains(t, string(fileBytes(t, p)), `"version"`)
+			lines := splitLines(fileBytes(t, p))
+			first, err := decodeLine(bytes.TrimSuffix(lines[0], []byte("\n")))
+			require.NoError(t, err)
+			assert.Equal(t, tt.version, max(first.Version, Version1))
 			rep, err := Verify(p)
 			require.NoError(t, err)
 			require.True(t, rep.OK(), "%v", rep.Problem)
 			assert.Equal(t, tt.records, rep.Records)
-			var n int64
-			require.NoError(t, Scan(p, Filter{}, func(Record) error { n++; return nil }))
-			assert.Equal(t, tt.records, n, "read as version 1")
+			var recs []Record
+			require.NoError(t, Scan(p, Filter{}, func(r Record) error { recs = append(recs, r); return nil }))
+			require.Len(t, recs, int(tt.records), "read as version %d", tt.version)
+			for i, r := range recs {
+				// Every line of these versions carries its chain.
+				assert.Contains(t, string(lines[i]), `"prev":"`+r.Prev+`","hash":"`+r.Hash+`"}`)
+			}
 		})
 	}
 }
@@ -233,8 +245,11 @@ func TestGoldenLedger(t *testing.T) {
 // signedFixture is a sound signed ledger: reads 1–99, a denied record
 // whose detail only the slow path reads (100), checkpoints at 101, 202 and
 // 253.
-func signedFixture(t *testing.T, key *Key) *fixture {
-	return newFixture(t, key).reads(99).
+func signedFixture(t *testing.T, key *Key) *fixture { return signedFixtureV(t, key, Version1) }
+
+// signedFixtureV is signedFixture in a format version.
+func signedFixtureV(t *testing.T, key *Key, version int64) *fixture {
+	return newFixtureV(t, key, version).reads(99).
 		add(Record{Kind: KindDenied, Agent: "a", Path: "oracle/x.md", Detail: "say \"no\" \u2028 <&> \\"}, sealNone).
 		checkpoint().reads(100).checkpoint().reads(50).checkpoint()
 }
@@ -245,6 +260,9 @@ func writeWithHead(f *fixture, path string) {
 	f.writeHead(path, f.last(KindSignedCheckpoint))
 }
 
+// TestVerifySignatures tampers with a signed ledger in every way verify
+// names, in the format of the first version (the lines versions 1 and 2
+// write) and of version 3.
 func TestVerifySignatures(t *testing.T) {
 	key, other := testKey(t, 1), testKey(t, 2)
 	tests := []struct {
@@ -255,157 +273,178 @@ func TestVerifySignatures(t *testing.T) {
 		seq     int64
 		records int64
 		warning string // a warning that must be given
+		only    int64  // the version the row is for (0: every one)
 	}{
 		{"sound", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			writeWithHead(f, path)
 			return VerifyOptions{}
-		}, "", 0, 253, ""},
+		}, "", 0, 253, "", 0},
 		{"record inserted, chain recomputed", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			forged := Record{Kind: KindRead, Agent: "bob", Grant: "G-bob", Path: "oracle/answer.md", At: f.recs[49].At}
 			f.recs = append(f.recs[:50:50], append([]Record{forged}, f.recs[50:]...)...)
 			f.rechain().write(path)
 			return VerifyOptions{}
-		}, ProblemForged, 102, 101, ""},
+		}, ProblemForged, 102, 101, "", 0},
 		{"record edited", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			writeWithHead(f, path)
 			raw := fileBytes(t, path)
 			require.NoError(t, os.WriteFile(path, bytes.Replace(raw, []byte("docs/10.md"), []byte("docs/XX.md"), 1), 0o600))
 			return VerifyOptions{}
-		}, ProblemHash, 10, 9, ""},
+		}, ProblemHash, 10, 9, "", Version1},
+		// Version 3: the edited line carries no hash; the next one that
+		// does (the checkpoint) no longer links to the chain.
+		{"record edited", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			writeWithHead(f, path)
+			raw := fileBytes(t, path)
+			require.NoError(t, os.WriteFile(path, bytes.Replace(raw, []byte("docs/10.md"), []byte("docs/XX.md"), 1), 0o600))
+			return VerifyOptions{}
+		}, ProblemPrev, 101, 100, "", Version3},
+		{"signed record edited", func(t *testing.T, f *fixture, path string) VerifyOptions {
+			writeWithHead(f, path)
+			lines := f.lines()
+			lines[201] = bytes.Replace(lines[201], []byte(`"detail":"checkpoint"`), []byte(`"detail":"checkpoinT"`), 1)
+			require.NoError(t, os.WriteFile(path, bytes.Join(lines, nil), 0o600))
+			return VerifyOptions{}
+		}, ProblemHash, 202, 201, "", 0},
 		{"record edited, chain recomputed", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.recs[9].Path = "docs/XX.md"
 			writeWithHead(f.rechain(), path)
 			return VerifyOptions{}
-		}, ProblemForged, 101, 100, ""},
+		}, ProblemForged, 101, 100, "", 0},
 		{"record removed", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.recs = append(f.recs[:9:9], f.recs[10:]...)
 			f.write(path)
 			return VerifyOptions{}
-		}, ProblemSeq, 10, 9, ""},
+		}, ProblemSeq, 10, 9, "", 0},
 		{"record removed, chain recomputed", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.recs = append(f.recs[:9:9], f.recs[10:]...)
 			f.rechain().write(path)
 			return VerifyOptions{}
-		}, ProblemForged, 100, 99, ""},
+		}, ProblemForged, 100, 99, "", 0},
 		{"records reordered", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.recs[9], f.recs[10] = f.recs[10], f.recs[9]
 			f.write(path)
 			return VerifyOptions{}
-		}, ProblemSeq, 10, 9, ""},
+		}, ProblemSeq, 10, 9, "", 0},
 		{"records reordered, chain recomputed", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.recs[9], f.recs[10] = f.recs[10], f.recs[9]
 			f.rechain().write(path)
 			return VerifyOptions{}
-		}, ProblemForged, 101, 100, ""},
+		}, ProblemForged, 101, 100, "", 0},
 		{"checkpoint signature removed", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.recs[100].Sig, f.recs[100].Key = "", ""
 			f.rechain().write(path)
 			return VerifyOptions{}
-		}, ProblemForged, 101, 100, ""},
+		}, ProblemForged, 101, 100, "", 0},
 		{"checkpoint signature garbage", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.recs[100].Sig = "AAAA"
 			f.rechain().write(path)
 			return VerifyOptions{}
-		}, ProblemForged, 101, 100, ""},
+		}, ProblemForged, 101, 100, "", 0},
 		{"signature copied from another checkpoint", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.recs[201].Sig = f.recs[100].Sig
 			f.rechain().write(path)
 			return VerifyOptions{}
-		}, ProblemForged, 202, 201, ""},
+		}, ProblemForged, 202, 201, "", 0},
 		{"truncated at a record boundary, head kept", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			head := f.last(KindSignedCheckpoint)
 			f.recs = f.recs[:202]
 			f.write(path)
 			f.writeHead(path, head)
 			return VerifyOptions{}
-		}, ProblemTruncated, 203, 202, ""},
+		}, ProblemTruncated, 203, 202, "", 0},
 		{"truncated back to a checkpoint, head gone", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.recs = f.recs[:202]
 			f.write(path)
 			return VerifyOptions{}
-		}, "", 0, 202, "no head file"},
+		}, "", 0, 202, "no head file", 0},
 		{"truncated and rewritten past the head", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			head := f.last(KindSignedCheckpoint)
 			f.recs = f.recs[:202]
 			f.reads(60).rechain().write(path)
 			f.writeHead(path, head)
 			return VerifyOptions{}
-		}, ProblemRewritten, 253, 252, ""},
+		}, ProblemRewritten, 253, 252, "", 0},
 		{"head forged", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.write(path)
 			head := f.last(KindSignedCheckpoint)
 			head.Sig = f.recs[100].Sig
 			f.writeHead(path, head)
 			return VerifyOptions{}
-		}, ProblemForged, 253, 253, ""},
+		}, ProblemForged, 253, 253, "", 0},
 		{"head unsigned", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.write(path)
 			head := f.last(KindSignedCheckpoint)
 			head.Sig = ""
 			f.writeHead(path, head)
 			return VerifyOptions{}
-		}, ProblemForged, 253, 253, ""},
+		}, ProblemForged, 253, 253, "", 0},
 		{"head not a record", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.write(path)
 			require.NoError(t, os.WriteFile(HeadPath(path), []byte("hello\n"), 0o600))
 			return VerifyOptions{}
-		}, ProblemGarbage, 0, 253, ""},
+		}, ProblemGarbage, 0, 253, "", 0},
 		{"unsigned tail", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			writeWithHead(f.reads(5), path)
 			return VerifyOptions{}
-		}, ProblemUnsignedTail, 254, 258, ""},
+		}, ProblemUnsignedTail, 254, 258, "", 0},
 		{"unsigned tail, live", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			writeWithHead(f.reads(5), path)
 			return VerifyOptions{AllowUnsignedTail: true}
-		}, "", 0, 258, "the last 5 record(s) (seq 254–258) carry no signature"},
+		}, "", 0, 258, "the last 5 record(s) (seq 254–258) carry no signature", 0},
 		{"record appended with recomputed chain and a fake MAC", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.recs = append(f.recs, Record{Kind: KindRead, Agent: "bob", Grant: "G-bob", Path: "oracle/answer.md",
 				At: f.recs[252].At, Key: key.ID(), MAC: strings.Repeat("0", 64)})
 			writeWithHead(f.rechain(), path)
 			return VerifyOptions{}
-		}, ProblemUnsignedTail, 254, 254, ""},
+		}, ProblemUnsignedTail, 254, 254, "", 0},
 		{"nothing signed", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.recs = f.recs[:99]
 			f.write(path)
 			return VerifyOptions{}
-		}, ProblemUnsignedTail, 1, 99, ""},
+		}, ProblemUnsignedTail, 1, 99, "", 0},
 		{"unknown key", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			writeWithHead(f, path)
 			return VerifyOptions{Keys: []PublicKey{other.Public()}}
-		}, ProblemUnknownKey, 101, 100, ""},
+		}, ProblemUnknownKey, 101, 100, "", 0},
 		{"key rotated, both keys given", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.key = other
 			writeWithHead(f.reads(10).checkpoint(), path)
 			return VerifyOptions{Keys: []PublicKey{key.Public(), other.Public()}}
-		}, "", 0, 264, ""},
+		}, "", 0, 264, "", 0},
 		{"key rotated, old key only", func(t *testing.T, f *fixture, path string) VerifyOptions {
 			f.key = other
 			writeWithHead(f.reads(10).checkpoint(), path)
 			return VerifyOptions{}
-		}, ProblemUnknownKey, 264, 263, ""},
+		}, ProblemUnknownKey, 264, 263, "", 0},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := signedFixture(t, key)
-			path := f.dir()
-			rep, err := VerifyWith(path, tt.setup(t, f, path))
-			require.NoError(t, err)
-			assert.True(t, rep.SignaturesChecked)
-			assert.Equal(t, tt.records, rep.Records)
-			if tt.warning != "" {
-				assert.Contains(t, strings.Join(rep.Warnings, "\n"), tt.warning)
+	for _, version := range []int64{Version1, Version3} {
+		for _, tt := range tests {
+			if tt.only != 0 && tt.only != version {
+				continue
 			}
-			if tt.kind == "" {
-				require.Nil(t, rep.Problem, "%v", rep.Problem)
-				return
-			}
-			require.NotNil(t, rep.Problem)
-			t.Log(rep.Problem.Error())
-			assert.Equal(t, tt.kind, rep.Problem.Kind, rep.Problem.Error())
-			assert.Equal(t, tt.seq, rep.Problem.Seq, rep.Problem.Error())
-			assert.NotEmpty(t, rep.Problem.Reason)
-			assert.NotEmpty(t, rep.Problem.File)
-		})
+			t.Run(fmt.Sprintf("v%d/%s", version, tt.name), func(t *testing.T) {
+				f := signedFixtureV(t, key, version)
+				path := f.dir()
+				rep, err := VerifyWith(path, tt.setup(t, f, path))
+				require.NoError(t, err)
+				assert.True(t, rep.SignaturesChecked)
+				assert.Equal(t, tt.records, rep.Records)
+				if tt.warning != "" {
+					assert.Contains(t, strings.Join(rep.Warnings, "\n"), tt.warning)
+				}
+				if tt.kind == "" {
+					require.Nil(t, rep.Problem, "%v", rep.Problem)
+					return
+				}
+				require.NotNil(t, rep.Problem)
+				t.Log(rep.Problem.Error())
+				assert.Equal(t, tt.kind, rep.Problem.Kind, rep.Problem.Error())
+				assert.Equal(t, tt.seq, rep.Problem.Seq, rep.Problem.Error())
+				assert.NotEmpty(t, rep.Problem.Reason)
+				assert.NotEmpty(t, rep.Problem.File)
+			})
+		}
 	}
 }
 
@@ -473,8 +512,11 @@ func TestSegments(t *testing.T) {
 // segmentedFixture has three files: 1–52 (segment_end at 52), 53–105
 // (segment_start at 53, segment_end at 105), then the live file from 106
 // (segment_start) to its checkpoint at 127.
-func segmentedFixture(t *testing.T, key *Key) *fixture {
-	return newFixture(t, key).reads(50).checkpoint().newSegment().reads(50).checkpoint().newSegment().reads(20).checkpoint()
+func segmentedFixture(t *testing.T, key *Key) *fixture { return segmentedFixtureV(t, key, Version1) }
+
+// segmentedFixtureV is segmentedFixture in a format version.
+func segmentedFixtureV(t *testing.T, key *Key, version int64) *fixture {
+	return newFixtureV(t, key, version).reads(50).checkpoint().newSegment().reads(50).checkpoint().newSegment().reads(20).checkpoint()
 }
 
 func TestVerifySegments(t *testing.T) {
@@ -485,61 +527,75 @@ func TestVerifySegments(t *testing.T) {
 		kind    string
 		seq     int64
 		records int64
-		file    int // index of the file the problem names
+		file    int   // index of the file the problem names
+		only    int64 // the version the row is for (0: every one)
 	}{
-		{"sound", func(t *testing.T, f *fixture, path string, files []string) {}, "", 0, 127, 0},
+		{"sound", func(t *testing.T, f *fixture, path string, files []string) {}, "", 0, 127, 0, 0},
 		{"middle segment missing", func(t *testing.T, f *fixture, path string, files []string) {
 			require.NoError(t, os.Remove(files[1]))
-		}, ProblemSeq, 53, 52, 2},
+		}, ProblemSeq, 53, 52, 2, 0},
 		{"segments swapped", func(t *testing.T, f *fixture, path string, files []string) {
 			a, b := fileBytes(t, files[0]), fileBytes(t, files[1])
 			require.NoError(t, os.WriteFile(files[0], b, 0o600))
 			require.NoError(t, os.WriteFile(files[1], a, 0o600))
-		}, ProblemSeq, 1, 0, 0},
+		}, ProblemSeq, 1, 0, 0, 0},
 		{"segment end cut", func(t *testing.T, f *fixture, path string, files []string) {
 			lines := splitLines(fileBytes(t, files[0]))
 			require.NoError(t, os.WriteFile(files[0], bytes.Join(lines[:len(lines)-2], nil), 0o600))
-		}, ProblemSegment, 52, 51, 0},
+		}, ProblemSegment, 52, 51, 0, 0},
 		{"live file lost", func(t *testing.T, f *fixture, path string, files []string) {
 			require.NoError(t, os.Remove(path))
-		}, ProblemTruncated, 106, 105, 2},
+		}, ProblemTruncated, 106, 105, 2, 0},
 		{"file split where no writer sealed", func(t *testing.T, f *fixture, path string, files []string) {
 			// Move the live file's first records into the segment before it.
 			lines := splitLines(fileBytes(t, path))
 			seg := append(fileBytes(t, files[1]), bytes.Join(lines[:3], nil)...)
 			require.NoError(t, os.WriteFile(files[1], seg, 0o600))
 			require.NoError(t, os.WriteFile(path, bytes.Join(lines[3:], nil), 0o600))
-		}, ProblemSegment, 109, 108, 1},
+		}, ProblemSegment, 109, 108, 1, Version1},
+		// Version 3 states the version on each segment_start: one in the
+		// middle of a file is no writer's.
+		{"file split where no writer sealed", func(t *testing.T, f *fixture, path string, files []string) {
+			lines := splitLines(fileBytes(t, path))
+			seg := append(fileBytes(t, files[1]), bytes.Join(lines[:3], nil)...)
+			require.NoError(t, os.WriteFile(files[1], seg, 0o600))
+			require.NoError(t, os.WriteFile(path, bytes.Join(lines[3:], nil), 0o600))
+		}, ProblemNonCanonical, 106, 105, 1, Version3},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := segmentedFixture(t, key)
-			path := f.dir()
-			files := f.writeSegments(path)
-			require.Len(t, files, 3)
-			f.writeHead(path, f.last(KindSignedCheckpoint))
-			tt.setup(t, f, path, files)
-			rep, err := Verify(path)
-			require.NoError(t, err)
-			assert.Equal(t, tt.records, rep.Records)
-			if tt.kind == "" {
-				require.Nil(t, rep.Problem, "%v", rep.Problem)
-				assert.Equal(t, files, rep.Files)
-				assert.Equal(t, []Signer{{Key: key.ID(), FirstSeq: 1, LastSeq: 127, SignedCheckpoints: 7}}, rep.Signers)
-				var seqs []int64
-				require.NoError(t, Scan(path, Filter{}, func(r Record) error { seqs = append(seqs, r.Seq); return nil }))
-				require.Len(t, seqs, 127)
-				for i, s := range seqs {
-					require.Equal(t, int64(i+1), s)
-				}
-				return
+	for _, version := range []int64{Version1, Version3} {
+		for _, tt := range tests {
+			if tt.only != 0 && tt.only != version {
+				continue
 			}
-			require.NotNil(t, rep.Problem)
-			t.Log(rep.Problem.Error())
-			assert.Equal(t, tt.kind, rep.Problem.Kind, rep.Problem.Error())
-			assert.Equal(t, tt.seq, rep.Problem.Seq, rep.Problem.Error())
-			assert.Equal(t, files[tt.file], rep.Problem.File, rep.Problem.Error())
-		})
+			t.Run(fmt.Sprintf("v%d/%s", version, tt.name), func(t *testing.T) {
+				f := segmentedFixtureV(t, key, version)
+				path := f.dir()
+				files := f.writeSegments(path)
+				require.Len(t, files, 3)
+				f.writeHead(path, f.last(KindSignedCheckpoint))
+				tt.setup(t, f, path, files)
+				rep, err := Verify(path)
+				require.NoError(t, err)
+				assert.Equal(t, tt.records, rep.Records)
+				if tt.kind == "" {
+					require.Nil(t, rep.Problem, "%v", rep.Problem)
+					assert.Equal(t, files, rep.Files)
+					assert.Equal(t, []Signer{{Key: key.ID(), FirstSeq: 1, LastSeq: 127, SignedCheckpoints: 7}}, rep.Signers)
+					var seqs []int64
+					require.NoError(t, Scan(path, Filter{}, func(r Record) error { seqs = append(seqs, r.Seq); return nil }))
+					require.Len(t, seqs, 127)
+					for i, s := range seqs {
+						require.Equal(t, int64(i+1), s)
+					}
+					return
+				}
+				require.NotNil(t, rep.Problem)
+				t.Log(rep.Problem.Error())
+				assert.Equal(t, tt.kind, rep.Problem.Kind, rep.Problem.Error())
+				assert.Equal(t, tt.seq, rep.Problem.Seq, rep.Problem.Error())
+				assert.Equal(t, files[tt.file], rep.Problem.File, rep.Problem.Error())
+			})
+		}
 	}
 }
 
@@ -562,12 +618,23 @@ func TestVerifySegmentWithoutStart(t *testing.T) {
 	assert.Equal(t, int64(52), rep.Records)
 }
 
-// The signed golden ledger (a sealed segment, the live file, its head and
-// ledger.pub) pins what is signed and how: if signing ever changes, old
-// ledgers would stop verifying. The CLI tests tamper with copies of it.
+// The signed golden ledgers (a sealed segment, the live file, its head
+// and ledger.pub) pin what is signed and how, in the lines of version 1
+// (signed/, which versions 1 and 2 share) and of version 3 (signed-v3/):
+// if signing ever changes, old ledgers would stop verifying. The CLI
+// tests tamper with copies of them.
 func TestSignedGoldenLedger(t *testing.T) {
-	golden := filepath.Join("..", "testdata", "ledger", "signed")
-	f := newFixture(t, testKey(t, 42))
+	for _, tt := range []struct {
+		dir     string
+		version int64
+	}{{"signed", Version1}, {"signed-v3", Version3}} {
+		t.Run(tt.dir, func(t *testing.T) { signedGolden(t, tt.dir, tt.version) })
+	}
+}
+
+func signedGolden(t *testing.T, name string, version int64) {
+	golden := filepath.Join("..", "testdata", "ledger", name)
+	f := newFixtureV(t, testKey(t, 42), version)
 	f.add(Record{Kind: KindMountStarted, Agent: "reviewer", Grant: "G-reviewer", PID: 4242, Detail: "/mnt/reviewer"}, sealNone)
 	f.add(Record{Kind: KindRead, Agent: "reviewer", Grant: "G-reviewer", Path: "docs/brief.md", Op: "open", PID: 4243,
 		SHA256: strings.Repeat("ab", 32)}, sealMAC)
@@ -600,4 +667,7 @@ func TestSignedGoldenLedger(t *testing.T) {
 	assert.Equal(t, int64(9), rep.HeadSeq)
 	assert.Equal(t, []Signer{{Key: f.key.ID(), FirstSeq: 1, LastSeq: 9, SignedCheckpoints: 4}}, rep.Signers)
 	assert.Empty(t, rep.Warnings)
+	var got []Record
+	require.NoError(t, Scan(filepath.Join(golden, "communication_ledger.jsonl"), Filter{}, func(r Record) error { got = append(got, r); return nil }))
+	assert.Equal(t, f.recs, got, "read back whole")
 }

@@ -19,9 +19,13 @@ import (
 const (
 	// Version1 is the original format, whose files carry no version.
 	Version1 = 1
-	// CurrentVersion is the format this package writes: version 1 with
-	// the version stated in the first record of every file.
-	CurrentVersion = 2
+	// Version2 is version 1 with the version stated in the first record
+	// of every file.
+	Version2 = 2
+	// CurrentVersion is the format this package starts new files in:
+	// version 3 (v3.go), which leaves out of unsigned records what every
+	// reader can derive.
+	CurrentVersion = Version3
 )
 
 // VersionError is a ledger file in a format this package does not know.

@@ -14,7 +14,7 @@ import (
 // TestUnknownVersionRefused: a ledger in a format this package does not
 // know is refused with one line naming its version, by every reader.
 func TestUnknownVersionRefused(t *testing.T) {
-	src := filepath.Join("..", "testdata", "ledger", "future-v3.jsonl")
+	src := filepath.Join("..", "testdata", "ledger", "future-v4.jsonl")
 	path := filepath.Join(t.TempDir(), "l.jsonl")
 	require.NoError(t, os.WriteFile(path, fileBytes(t, src), 0o600))
 	tests := []struct {
@@ -37,11 +37,11 @@ func TestUnknownVersionRefused(t *testing.T) {
 			err := tt.read()
 			var ve *VersionError
 			require.True(t, errors.As(err, &ve), "%v", err)
-			assert.Equal(t, int64(3), ve.Version)
+			assert.Equal(t, int64(4), ve.Version)
 			assert.Equal(t, path, ve.File)
 			msg := err.Error()
 			assert.NotContains(t, msg, "\n")
-			assert.Contains(t, msg, "format version 3")
+			assert.Contains(t, msg, "format version 4")
 			assert.Contains(t, msg, "newer acpfs")
 		})
 	}
@@ -84,13 +84,15 @@ func TestVersionStamped(t *testing.T) {
 
 	// A version on a record that starts no file is no writer's.
 	lines := strings.SplitAfter(string(fileBytes(t, files[0])), "\n")
-	var r Record
-	r, err = decodeLine([]byte(strings.TrimSuffix(lines[1], "\n")))
+	rd := NewReader(strings.NewReader(lines[0] + lines[1]))
+	r1, err := rd.Next()
+	require.NoError(t, err)
+	r, err := rd.Next()
 	require.NoError(t, err)
 	r.Version = CurrentVersion
-	r.Hash, err = HashRecord(r)
-	require.NoError(t, err)
-	line, err := newEncoder().appendLine(nil, &r)
+	le := NewLineEncoder(CurrentVersion)
+	le.After(r1)
+	line, err := le.Encode(&r)
 	require.NoError(t, err)
 	lines[1] = string(line)
 	rep, err = VerifyStream(strings.NewReader(strings.Join(lines[:2], "")))

@@ -46,9 +46,11 @@ type writerState struct {
 	// Owned by the goroutine that set writing (or by open and close).
 	enc         *encoder
 	buf         []byte
-	seq         int64  // last seq in the file
-	hash        string // last hash in the file
-	size        int64  // file size right after our last write or check; -1 unknown
+	seq         int64   // last seq in the file
+	hash        string  // last hash in the file
+	ctx         lineCtx // version 3: the last record's context
+	version     int64   // the format of the file
+	size        int64   // file size right after our last write or check; -1 unknown
 	lastRepair  *RepairInfo
 	lastLine    []byte // the last line (newline included) this writer wrote or checked
 	signedSeq   int64  // seq of the last signed record this writer knows of
@@ -102,21 +104,7 @@ func open(path string, opts Options) (*Writer, error) {
 	if opts.Sync < SyncBatch || opts.Sync > SyncOff {
 		return nil, fmt.Errorf("open ledger %s: invalid sync mode %d", path, int(opts.Sync))
 	}
-	if opts.BatchInterval <= 0 {
-		opts.BatchInterval = defaultBatchInterval
-	}
-	if opts.BatchRecords <= 0 {
-		opts.BatchRecords = defaultBatchRecords
-	}
-	if opts.SignEvery <= 0 {
-		opts.SignEvery = defaultSignEvery
-	}
-	if opts.SegmentBytes <= 0 {
-		opts.SegmentBytes = defaultSegmentBytes
-	}
-	if opts.SignAfter <= 0 {
-		opts.SignAfter = defaultSignAfter
-	}
+	opts.setDefaults()
 	clock := opts.Clock
 	if clock == nil {
 		clock = time.Now
@@ -178,6 +166,28 @@ func open(path string, opts Options) (*Writer, error) {
 	return w, nil
 }
 
+// setDefaults fills in the options left unset.
+func (opts *Options) setDefaults() {
+	if opts.BatchInterval <= 0 {
+		opts.BatchInterval = defaultBatchInterval
+	}
+	if opts.BatchRecords <= 0 {
+		opts.BatchRecords = defaultBatchRecords
+	}
+	if opts.SignEvery <= 0 {
+		opts.SignEvery = defaultSignEvery
+	}
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = defaultSegmentBytes
+	}
+	if opts.SignAfter <= 0 {
+		opts.SignAfter = defaultSignAfter
+	}
+	if opts.version == 0 {
+		opts.version = CurrentVersion
+	}
+}
+
 // checkTail loads the tail under the lock (repairing a torn line).
 func (w *Writer) checkTail() error {
 	if err := lockFile(w.fd); err != nil {
@@ -198,7 +208,9 @@ func (w *Writer) checkTail() error {
 // checkFormat refuses to append to a file whose first record states a
 // format version this package does not know (a newer acpfs started it):
 // records of this version after it would make a file no reader reads
-// right. The version is read as verify reads it (checkVersion).
+// right. The version is read as verify reads it (checkVersion). A file
+// it knows is continued in its own format; an empty one is started in
+// the writer's.
 func (w *Writer) checkFormat() error {
 	size, err := fstatSize(w.fd)
 	if err != nil {
@@ -208,13 +220,21 @@ func (w *Writer) checkFormat() error {
 	if err != nil {
 		return fmt.Errorf("ledger %s: read the first record: %w", w.path, err)
 	}
+	w.version = w.opts.version
 	if line == nil {
 		return nil // no complete record yet: this writer's is the first
 	}
 	if err := checkVersion(w.path, line, &fastLine{}, false); err != nil {
 		return fmt.Errorf("append to ledger: %w", err)
 	}
+	w.version = fileVersion(line, &fastLine{}, false)
 	return nil
+}
+
+// pos is where the file's chain stands after the last record the writer
+// knows of.
+func (w *Writer) pos() chainPos {
+	return chainPos{seq: w.seq, hash: w.hash, ctx: w.ctx, start: w.size == 0}
 }
 
 func (w *Writer) append(r Record) (Record, error) {
@@ -349,24 +369,22 @@ func (w *Writer) repairTail(t tailInfo) error {
 	}
 	w.size = t.end
 	r := Record{
-		Seq:    w.seq + 1,
-		At:     Stamp(w.clock()),
 		Kind:   KindRepair,
 		Op:     OpTruncate,
 		PID:    w.pid,
 		SHA256: info.SHA256,
 		Detail: fmt.Sprintf("cut a torn last line (no trailing newline): %d bytes at offset %d, starting %s",
 			info.Bytes, info.Offset, quotePrefix(t.cut, 120)),
-		Prev: w.hash,
 	}
-	sanitize(&r)
+	pos := t.pos()
+	if pos.start {
+		// The torn line was the file's only one: the repair starts it.
+		r.Version = w.version
+	}
 	// An operator's repair (no writer running) is signed, so that the
 	// ledger it leaves has no unsigned tail; a writer's is sealed and
 	// signed with its next checkpoint.
-	if err := w.key.seal(w.enc, &r, w.signRepairs); err != nil {
-		return fmt.Errorf("repair ledger %s: %w", w.path, err)
-	}
-	line, err := w.enc.appendLine(nil, &r)
+	line, err := w.sealRepair(&r, &pos)
 	if err != nil {
 		return fmt.Errorf("repair ledger %s: %w", w.path, err)
 	}
@@ -390,6 +408,18 @@ func (w *Writer) sealedTorn(t tailInfo) (Record, int, bool) {
 	if n := len(body); n > 1 && body[n-1] != '}' {
 		body = body[:n-1]
 	}
+	if t.version >= Version3 {
+		pos := t.pos()
+		var base *lineCtx
+		if !pos.start {
+			base = &pos.ctx
+		}
+		r, kind, _ := w.enc.checkLineV3(body, base, t.hash)
+		if kind != "" || r.Seq != t.seq+1 || r.Prev != t.hash || !w.key.authenticV3(w.enc, body, t.hash) {
+			return Record{}, 0, false
+		}
+		return r, len(body), true
+	}
 	r, kind, _ := w.enc.checkLine(body)
 	if kind != "" || r.Seq != t.seq+1 || r.Prev != t.hash || !w.key.authentic(w.enc, &r) {
 		return Record{}, 0, false
@@ -408,18 +438,15 @@ func (w *Writer) restoreLineEnd(t tailInfo, r Record, keep int) error {
 		return fmt.Errorf("repair ledger %s: restore a line end: %w", w.path, err)
 	}
 	w.seq, w.hash, w.size = r.Seq, r.Hash, t.end+int64(keep)+1
+	w.ctx.setRecord(&r)
 	what := "its missing newline"
 	if len(stray) > 0 {
 		what = fmt.Sprintf("the newline in place of %s", quotePrefix(stray, 8))
 	}
 	rep := Record{Kind: KindRepair, Op: OpRestoreNewline, PID: w.pid, SHA256: digest.Bytes(t.cut),
 		Detail: fmt.Sprintf("seq %d is a whole record sealed by a writer: restored %s", r.Seq, what)}
-	rep.Seq, rep.Prev, rep.At = r.Seq+1, r.Hash, Stamp(w.clock())
-	sanitize(&rep)
-	if err := w.key.seal(w.enc, &rep, w.signRepairs); err != nil {
-		return err
-	}
-	line, err := w.enc.appendLine(nil, &rep)
+	pos := w.pos()
+	line, err := w.sealRepair(&rep, &pos)
 	if err != nil {
 		return err
 	}
@@ -434,6 +461,14 @@ func (w *Writer) restoreLineEnd(t tailInfo, r Record, keep int) error {
 	return nil
 }
 
+// sealRepair stamps r as the record after pos and returns its line,
+// signed when an operator repairs (signRepairs), sealed otherwise.
+func (w *Writer) sealRepair(r *Record, pos *chainPos) ([]byte, error) {
+	r.Seq, r.At = pos.seq+1, Stamp(w.clock())
+	sanitize(r)
+	return w.enc.encodeNext(nil, r, pos, w.version, w.key, w.signRepairs, !w.signRepairs)
+}
+
 // appendRepair writes line, the sealed repair record r, at the end of
 // the ledger and makes it durable before the repair is reported; a
 // failed write is cut off again.
@@ -444,6 +479,7 @@ func (w *Writer) appendRepair(r *Record, line []byte) error {
 	}
 	w.size += int64(len(line))
 	w.seq, w.hash, w.lastLine = r.Seq, r.Hash, line
+	w.ctx.setRecord(r)
 	if err := w.f.Sync(); err != nil {
 		return fmt.Errorf("repair ledger %s: fsync: %w", w.path, err)
 	}

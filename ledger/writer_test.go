@@ -48,9 +48,11 @@ func TestParseSyncMode(t *testing.T) {
 	}
 }
 
-func TestAppendChain(t *testing.T) {
+// TestAppendChainV2: a writer of version 2 files (as acpfs continues
+// one it finds) writes them as before.
+func TestAppendChainV2(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.jsonl")
-	w, err := Open(path, Options{Sync: SyncAlways, Clock: fixedClock()})
+	w, err := Open(path, Options{Sync: SyncAlways, Clock: fixedClock(), version: Version2})
 	require.NoError(t, err)
 	assert.Equal(t, path, w.Path())
 
@@ -82,8 +84,9 @@ func TestAppendChain(t *testing.T) {
 	}
 	assert.Equal(t, `{"seq":1,"version":2,"at":"2026-03-01T12:00:00.001000000Z","kind":"mount_started","agent":"a","key":"`+r1.Key+`","mac":"`+r1.MAC+`","prev":"","hash":"`+r1.Hash+`"}`, lines[0])
 	assert.Len(t, r1.MAC, 64, "the last record of a batch carries the batch MAC")
+	assert.NotEmpty(t, r1.Key)
 
-	// Reopening continues the chain.
+	// Reopening continues the chain, in the file's version.
 	w, err = Open(path, Options{Sync: SyncBatch})
 	require.NoError(t, err)
 	r3, err := w.Append(Record{Kind: KindList, Agent: "a"})
@@ -91,6 +94,11 @@ func TestAppendChain(t *testing.T) {
 	assert.Equal(t, int64(4), r3.Seq, "after the closing checkpoint")
 	require.NoError(t, w.Close())
 	assertValid(t, path, 3)
+	data, err = os.ReadFile(path)
+	require.NoError(t, err)
+	lines = strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	assert.Contains(t, lines[3], `"key":"`+r3.Key+`","mac":"`)
+	assert.Contains(t, lines[3], `"prev":"`+r3.Prev+`","hash":"`+r3.Hash+`"}`)
 }
 
 func TestAppendRejectsBadRecordsOnly(t *testing.T) {
@@ -295,7 +303,34 @@ func TestReadTailCostIndependentOfLength(t *testing.T) {
 	ti, err := readTail(cr, st.Size())
 	require.NoError(t, err)
 	assert.Equal(t, int64(20000+20000/defaultSignEvery+1), ti.seq, "records and checkpoints")
-	assert.LessOrEqual(t, cr.n, int64(tailWindow))
+	// The window, and the first line for the file's version.
+	assert.LessOrEqual(t, cr.n, int64(tailWindow+4096))
+
+	// In version 3 the records after the last signature are read too, to
+	// link them: at most what a writer writes between two checkpoints.
+	w, err := Open(path, Options{Sync: SyncOff, Key: testKey(t, 7), SignEvery: 1 << 20})
+	require.NoError(t, err)
+	for i := range defaultSignEvery {
+		_, err := w.Append(Record{Kind: KindRead, Agent: "a", Grant: "G-a", Path: fmt.Sprintf("docs/%d.md", i), PID: 42})
+		require.NoError(t, err)
+	}
+	signedEnd := st.Size()
+	st, err = f.Stat()
+	require.NoError(t, err)
+	cr = &countingReaderAt{r: f}
+	ti, err = readTail(cr, st.Size())
+	require.NoError(t, err)
+	assert.Equal(t, w.seq, ti.seq)
+	assert.Equal(t, w.hash, ti.hash)
+	assert.Empty(t, ti.last.Sig)
+	// Back to the checkpoint and forward again, the last window, the
+	// first line.
+	unsigned := st.Size() - signedEnd
+	assert.LessOrEqual(t, cr.n, 2*unsigned+2*tailWindow+4096)
+	w.mu.Lock()
+	w.closed = true // leave the tail unsigned
+	w.mu.Unlock()
+	require.NoError(t, w.f.Close())
 }
 
 func TestReadTailLongLastLine(t *testing.T) {

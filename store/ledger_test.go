@@ -3,11 +3,11 @@ package store
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -280,8 +280,34 @@ func TestLedgerEditInTheStreamIsDetected(t *testing.T) {
 
 	reps := fetch(t, open(t, u, "reviewer"))
 	require.True(t, reps["ha"].OK(), "%v", reps["ha"].Problem)
-	require.NotNil(t, reps["hz"].Problem)
-	assert.Equal(t, ledger.ProblemHash, reps["hz"].Problem.Kind)
+	p := reps["hz"].Problem
+	require.NotNil(t, p)
+	// The edited record carries no hash of its own (format version 3):
+	// the edit shows where the chain is next stated, and the report
+	// names the records since the last that states it, the edited one
+	// among them.
+	edit := firstSeqOf(t, h.bytes(t), "docs/brief-3.md")
+	assert.Equal(t, ledger.ProblemPrev, p.Kind)
+	m := regexp.MustCompile(`one of seq (\d+)–(\d+)`).FindStringSubmatch(p.Reason)
+	require.NotNil(t, m, p.Reason)
+	from, _ := strconv.ParseInt(m[1], 10, 64)
+	to, _ := strconv.ParseInt(m[2], 10, 64)
+	assert.LessOrEqual(t, from, edit, p.Reason)
+	assert.GreaterOrEqual(t, to, edit, p.Reason)
+	assert.Equal(t, to+1, p.Seq, p.Reason)
+}
+
+// firstSeqOf returns the seq of the first record of chain with path.
+func firstSeqOf(t *testing.T, chain []byte, path string) int64 {
+	t.Helper()
+	rd := ledger.NewReader(bytes.NewReader(chain))
+	for {
+		r, err := rd.Next()
+		require.NoError(t, err, "no record of %s", path)
+		if r.Path == path {
+			return r.Seq
+		}
+	}
 }
 
 func TestLedgerShipRefusesADivergedLedger(t *testing.T) {
@@ -318,20 +344,16 @@ func TestLedgerForgedRecordsAreNotShipped(t *testing.T) {
 	signed := sh.Shipped()
 
 	// Someone who can write the ledger file but not read the key appends
-	// a record that chains correctly.
+	// a record that chains correctly, in the file's format.
 	var last ledger.Record
 	require.NoError(t, ledger.Scan(h.path, ledger.Filter{}, func(r ledger.Record) error { last = r; return nil }))
-	forged := ledger.Record{Seq: last.Seq + 1, At: last.At, Kind: ledger.KindRead, Agent: "alice", Grant: "G-alice", Path: "oracle/answers.md", Prev: last.Hash}
-	var err error
-	forged.Hash, err = ledger.HashRecord(forged)
+	le := ledger.NewLineEncoder(ledger.CurrentVersion)
+	le.After(last)
+	line, err := le.Encode(&ledger.Record{Seq: last.Seq + 1, At: last.At, Kind: ledger.KindRead, Agent: "alice", Grant: "G-alice", Path: "oracle/answers.md"})
 	require.NoError(t, err)
-	var line bytes.Buffer
-	enc := json.NewEncoder(&line)
-	enc.SetEscapeHTML(false)
-	require.NoError(t, enc.Encode(forged))
 	f, err := os.OpenFile(h.path, os.O_WRONLY|os.O_APPEND, 0)
 	require.NoError(t, err)
-	_, err = f.Write(line.Bytes())
+	_, err = f.Write(line)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,15 +46,18 @@ func grantLedgerKinds(t *testing.T, runs string) []ledger.Record {
 	data, err := os.ReadFile(filepath.Join(runs, grants.LedgerFileName))
 	require.NoError(t, err)
 	var recs []ledger.Record
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var r ledger.Record
-		require.NoError(t, json.Unmarshal([]byte(line), &r))
+	rd := ledger.NewReader(bytes.NewReader(data))
+	for {
+		r, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return recs
+		}
+		require.NoError(t, err)
 		if r.Kind == ledger.KindSignedCheckpoint {
 			continue // the writer's own signatures
 		}
 		recs = append(recs, r)
 	}
-	return recs
 }
 
 func TestGrantCreateWithPreset(t *testing.T) {

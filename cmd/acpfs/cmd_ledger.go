@@ -39,11 +39,8 @@ func newLedgerShowCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "show (--ledger L | --store URL --collab C) [--agent A] [--grant G] [--kind K] [--path P] [--since T] [--until T] [--json]",
-		Short: "List ledger records, filtered (a table, or JSON lines as stored)",
-		Long: `Show lists the records of a ledger (its sealed segments, then the file),
-filtered. With --store and --collab it reads every host's ledger of the
-collaboration from the store instead, and names each record's host (a HOST
-column; with --json, a "host" field before the record's own).`,
+		Short: "List ledger records, filtered (a table, or one JSON line per record)",
+		Long:  ledgerShowLong,
 		Example: `  acpfs ledger show --ledger agent_runs/communication_ledger.jsonl --agent reviewer --kind read,list
   acpfs ledger show --ledger L --path 'oracle/**' --since 2h --json
   acpfs ledger show --store nats://10.0.0.5:4222 --collab design --agent reviewer`,
@@ -103,10 +100,22 @@ column; with --json, a "host" field before the record's own).`,
 	f.StringVar(&flt.Path, "path", "", "only paths matching this glob (with * ? [ {) or under this prefix")
 	f.StringVar(&since, "since", "", "only records at or after: RFC 3339 time, a date, or a duration ago (90m)")
 	f.StringVar(&until, "until", "", "only records before: same forms as --since")
-	f.BoolVar(&asJSON, "json", false, "print JSON lines exactly as stored")
+	f.BoolVar(&asJSON, "json", false, "print each record whole, as one JSON line")
 	sf.register(cmd)
 	return cmd
 }
+
+// ledgerShowLong is the help of acpfs ledger show.
+const ledgerShowLong = `Show lists the records of a ledger (its sealed segments, then the file),
+filtered. With --store and --collab it reads every host's ledger of the
+collaboration from the store instead, and names each record's host (a HOST
+column; with --json, a "host" field before the record's own).
+
+With --json each record is printed whole, in the canonical field order:
+the fields a version 3 line leaves out (agent, grant and pid when they
+are the record before's, prev and hash on unsigned records) are put back,
+so that a filtered line stands on its own. Records of version 1 and 2
+files, and signed records of any version, come out exactly as stored.`
 
 // ledgerRow is one record as a line of show's table.
 func ledgerRow(r ledger.Record) string {

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,9 +89,19 @@ func TestLedgerShow(t *testing.T) {
 	var r ledger.Record
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &r))
 	assert.Equal(t, int64(6), r.Seq)
+	// A version 3 line leaves out what the record before says; --json
+	// prints the record whole, its chain as the next record links to it.
+	assert.Equal(t, "bob", r.Agent)
+	assert.Equal(t, "G-bob", r.Grant)
+	out, _, err = ledgerRunCLI(t, "ledger", "show", "--ledger", l, "--kind", "checkpoint", "--json")
+	require.NoError(t, err)
+	var cp ledger.Record
+	require.NoError(t, json.Unmarshal([]byte(out), &cp))
+	assert.Equal(t, r.Hash, cp.Prev, "the hash --json prints is the one the chain holds")
 	raw, err := os.ReadFile(l)
 	require.NoError(t, err)
-	assert.Contains(t, string(raw), lines[0]+"\n", "--json prints records exactly as stored")
+	assert.Contains(t, string(raw), out, "a signed record is printed exactly as stored")
+	assert.Contains(t, string(raw), `"path":"oracle/answers.md","mac":"`, "the record is a version 3 line in the file")
 
 	out, _, err = ledgerRunCLI(t, "ledger", "show", "--ledger", l, "--kind", "denied,list")
 	require.NoError(t, err)
@@ -156,8 +168,11 @@ func TestLedgerVerifyAndRepair(t *testing.T) {
 	require.NoError(t, os.WriteFile(l, bytes.Replace(raw, []byte("docs/brief.md"), []byte("docs/other.md"), 1), 0o600))
 	_, code, err = ledgerRunCLI(t, "ledger", "verify", "--ledger", l, "--repair")
 	assert.Equal(t, exitFailed, code)
-	require.ErrorContains(t, err, "first bad seq 3")
-	assert.ErrorContains(t, err, "hash_mismatch")
+	// Seq 3 carries no hash: the edit shows where the chain is next
+	// stated, at the checkpoint, and is located to the records before it.
+	require.ErrorContains(t, err, "first bad seq 6")
+	assert.ErrorContains(t, err, ledger.ProblemPrev)
+	assert.ErrorContains(t, err, "one of seq 1–5")
 }
 
 // ledgerSignedCopy copies the signed golden ledger (a sealed segment, the
@@ -170,28 +185,35 @@ func ledgerSignedCopy(t *testing.T) string {
 	return filepath.Join(dir, "communication_ledger.jsonl")
 }
 
-// ledgerRewrite decodes the records of the file, lets edit change them,
-// then renumbers and relinks them from first (seq) and prev, recomputing
-// every hash, as someone without the key would; signatures are kept.
+// ledgerRewrite reads the records of the file, lets edit change them,
+// then renumbers and relinks them from first (seq) and prev in the file's
+// format, recomputing every hash, as someone without the key would;
+// signatures and batch seals are kept (and no longer match what changed).
 func ledgerRewrite(t *testing.T, file string, first int64, prev string, edit func([]ledger.Record) []ledger.Record) {
 	t.Helper()
 	var recs []ledger.Record
-	for _, line := range strings.SplitAfter(strings.TrimSuffix(string(fileContent(t, file)), "\n"), "\n") {
-		var r ledger.Record
-		require.NoError(t, json.Unmarshal([]byte(line), &r))
+	rd := ledger.NewReader(bytes.NewReader(fileContent(t, file)))
+	for {
+		r, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
 		recs = append(recs, r)
 	}
+	le := ledger.NewLineEncoder(max(recs[0].Version, ledger.Version1))
 	recs = edit(recs)
+	if prev != "" {
+		// What the file's first record links to; it states every field.
+		le.After(ledger.Record{Seq: first - 1, Hash: prev})
+	}
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
 	for i := range recs {
 		r := &recs[i]
-		r.Seq, r.Prev = first+int64(i), prev
-		h, err := ledger.HashRecord(*r)
+		r.Seq = first + int64(i)
+		line, err := le.Encode(r)
 		require.NoError(t, err)
-		r.Hash, prev = h, h
-		require.NoError(t, enc.Encode(r))
+		buf.Write(line)
 	}
 	require.NoError(t, os.WriteFile(file, buf.Bytes(), 0o600))
 }

@@ -16,7 +16,7 @@ import (
 func TestLedgerUnknownVersion(t *testing.T) {
 	runs := ledgerTestRun(t, false)
 	path := filepath.Join(runs, "communication_ledger.jsonl")
-	future, err := os.ReadFile(filepath.Join("..", "..", "testdata", "ledger", "future-v3.jsonl"))
+	future, err := os.ReadFile(filepath.Join("..", "..", "testdata", "ledger", "future-v4.jsonl"))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, future, 0o600))
 	tests := []struct {
@@ -35,7 +35,7 @@ func TestLedgerUnknownVersion(t *testing.T) {
 			require.Error(t, r.err)
 			msg := r.err.Error()
 			assert.NotContains(t, msg, "\n", "one line")
-			assert.Contains(t, msg, "format version 3")
+			assert.Contains(t, msg, "format version 4")
 			assert.Contains(t, msg, "read it with a newer acpfs")
 			assert.NotContains(t, r.out, "docs/a.md", "nothing of it is shown as if it were read")
 			assert.False(t, strings.Contains(r.out, "isolated"), "no verdict on a ledger it cannot read")
