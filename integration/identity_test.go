@@ -193,6 +193,44 @@ func TestIdentityConcealedWhereverMoved(t *testing.T) {
 	assert.False(t, strings.Contains(readFile(t, filepath.Join(moved, "context_grants", "G-bob.json")), "{}\n"))
 }
 
+// TestIdentityRunDirectoryFilesConcealedWhereverMoved: under `acpfs
+// mount` (a view of its own, no coordinator), the ledger's key, another
+// agent's grant file and another agent's home, each moved out of the run
+// directory into the folder after the view started, stay concealed
+// whatever they are called there, as under `acpfs up`.
+func TestIdentityRunDirectoryFilesConcealedWhereverMoved(t *testing.T) {
+	e := newIDEnv(t)
+	g := &grants.Grant{
+		GrantID: "G-bob", AgentID: reviewer, Role: "reviewer", Objective: "Review the design",
+		MayRead:  []string{"protocol.json", "events.jsonl", "scratch/**"},
+		MayWrite: []string{"events.jsonl", "protocol.json", "scratch/**"},
+	}
+	pmWriteGrant(t, e.runs, g)
+	pmWriteGrant(t, e.runs, wideGrant("G-alice", owner))
+	home := filepath.Join(e.runs, "homes", "G-alice")
+	require.NoError(t, os.MkdirAll(home, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(home, ".session"), []byte("alice's session\n"), 0o600))
+	require.NoError(t, os.MkdirAll(filepath.Join(e.folder, "scratch"), 0o755))
+	mp := filepath.Join(e.dir, "mnt-bob")
+	pmStart(t, []string{mp}, []string{filepath.Join(mp, ".acpfs", "status")},
+		"mount", "--folder", e.folder, "--runs", e.runs, "--grant", "G-bob", mustMkdir(t, mp))
+
+	for _, tt := range []struct{ from, to string }{
+		{filepath.Join(e.runs, "ledger.key"), "scratch/k"},
+		{filepath.Join(e.runs, "context_grants", "G-alice.json"), "scratch/a"},
+		{home, "scratch/h"},
+	} {
+		to := filepath.Join(e.folder, tt.to)
+		require.NoError(t, os.Rename(tt.from, to))
+		t.Cleanup(func() { _ = os.Rename(to, tt.from) })
+		imNotShown(t, mp, tt.to)
+		_, err := os.ReadFile(filepath.Join(mp, tt.to))
+		assert.ErrorIs(t, err, os.ErrNotExist, tt.to)
+	}
+	// The view still serves.
+	assert.Contains(t, readFile(t, filepath.Join(mp, ".acpfs", "status")), "agent: bob")
+}
+
 func mustMkdir(t *testing.T, p string) string {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(p, 0o755))

@@ -24,6 +24,7 @@ import (
 	acpfs "github.com/acpfs/acpfs/fs"
 	"github.com/acpfs/acpfs/grants"
 	"github.com/acpfs/acpfs/internal/fsid"
+	"github.com/acpfs/acpfs/internal/sandbox"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
 	"github.com/acpfs/acpfs/view"
@@ -130,6 +131,11 @@ func Start(cfg Config) (*Mount, error) {
 		cfg.Shared = fsid.NewSet()
 	}
 	holdShared(cfg)
+	if own {
+		// A coordinator holds its run directory's entries in the set it
+		// shares (Coordinator.holdRunDir).
+		holdHiddenEntries(cfg)
+	}
 	m, err := newMount(cfg, root, within)
 	if err != nil {
 		if own {
@@ -358,6 +364,10 @@ func (m *Mount) ReloadGrant() {
 	m.cfg.Shared.Prune()
 	if err := m.cfg.Shared.Hold(m.cfg.GrantPath); err != nil {
 		slog.Warn("hold the grant file", "grant", m.cfg.GrantPath, "err", err)
+	}
+	if m.ownShared {
+		// Grants and homes made since are the run directory's too.
+		holdHiddenEntries(m.cfg)
 	}
 	g, err := grants.Load(m.cfg.GrantPath)
 	if err != nil {
@@ -652,6 +662,22 @@ func holdShared(cfg Config) {
 		}
 		if err := cfg.Shared.Hold(p); err != nil {
 			slog.Warn("hold what no view may show", "path", p, "err", err)
+		}
+	}
+}
+
+// holdHiddenEntries adds to cfg.Shared the entries of every directory
+// cfg.Hidden names (the run directory and its parts, the ledger's
+// directory) and of their agents' homes: a view of its own does what a
+// coordinator does for its views (Coordinator.holdRunDir), so that the
+// ledger's key, another agent's grant or home, moved out into the folder
+// after the view started, stays concealed whatever it is called there.
+func holdHiddenEntries(cfg Config) {
+	for _, d := range cfg.Hidden {
+		for _, dir := range []string{d, filepath.Join(d, sandbox.HomesDir)} {
+			if err := holdEntries(cfg.Shared, dir); err != nil && !errors.Is(err, unix.ENOTDIR) {
+				slog.Warn("hold the entries of what no view may show", "dir", dir, "err", err)
+			}
 		}
 	}
 }
