@@ -324,6 +324,30 @@ func TestStagingAtomicSaves(t *testing.T) {
 	assert.NoDirExists(t, c.in(StagingDir+"/999999999-dead"))
 }
 
+// TestStagingDirectoryMadeByAnother: a staging directory someone else
+// made first, open to everyone, is made the daemon's own and private
+// before a view puts its private directory in it (as root, taken over
+// from its owner, uid 65534 here; a daemon of another uid refuses one it
+// does not own).
+func TestStagingDirectoryMadeByAnother(t *testing.T) {
+	c := newCollab(t)
+	top := c.in(StagingDir)
+	require.NoError(t, os.Mkdir(top, 0o777))
+	require.NoError(t, os.Chmod(top, 0o777))
+	root := os.Geteuid() == 0
+	if root {
+		require.NoError(t, os.Chown(top, 65534, 65534))
+	}
+	bob := c.newView(reviewerGrant())
+	_, fh, errno := bob.Create(context.Background(), ".notes.md.swp", uint32(os.O_RDWR), 0o600, nil)
+	require.Zero(t, errno)
+	require.Zero(t, fh.Release(context.Background()))
+	info, err := os.Stat(top)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), info.Mode().Perm(), "private")
+	assert.Equal(t, uint32(os.Geteuid()), info.Sys().(*syscall.Stat_t).Uid, "the daemon's")
+}
+
 const unix_RENAME_EXCHANGE = 1 << 1
 
 // listing is the names of a listing of rel through f.

@@ -97,11 +97,14 @@ func (f *View) stagingDir() (int, error) {
 		if err != nil && err != unix.EEXIST {
 			return -1, fmt.Errorf("make %s: %w", StagingDir, err)
 		}
-		top, err := f.b.open(StagingDir, unix.O_PATH|unix.O_DIRECTORY, 0)
+		top, err := f.b.open(StagingDir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
 			return -1, fmt.Errorf("open %s: %w", StagingDir, err)
 		}
 		defer unix.Close(top)
+		if err := claimStagingTop(top); err != nil {
+			return -1, err
+		}
 		f.conceal.holdStaging(top)
 		var rnd [6]byte
 		rand.Read(rnd[:])
@@ -117,6 +120,34 @@ func (f *View) stagingDir() (int, error) {
 		f.conceal.holdStaging(fd)
 	}
 	return unix.FcntlInt(uintptr(s.fd), unix.F_DUPFD_CLOEXEC, 0)
+}
+
+// claimStagingTop makes the folder's staging directory, held by fd, one
+// that nobody but the daemon's user may write: made first by another uid,
+// or left writable to others, it would let them rename a view's private
+// directory away under it, and every private temporary file of the view
+// would fail. Root takes it over; another user refuses to use it.
+func claimStagingTop(fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", StagingDir, err)
+	}
+	euid := unix.Geteuid()
+	if int(st.Uid) != euid {
+		if euid != 0 {
+			return fmt.Errorf("%s belongs to uid %d, not to this daemon's uid %d: remove it, or let it be made by the coordinator", StagingDir, st.Uid, euid)
+		}
+		if err := unix.Fchown(fd, 0, 0); err != nil {
+			return fmt.Errorf("take over %s from uid %d: %w", StagingDir, st.Uid, err)
+		}
+		slog.Warn("took over a staging directory another uid made", "dir", StagingDir, "uid", st.Uid)
+	}
+	if st.Mode&0o7777 != 0o700 {
+		if err := unix.Fchmod(fd, 0o700); err != nil {
+			return fmt.Errorf("make %s private: %w", StagingDir, err)
+		}
+	}
+	return nil
 }
 
 // createStaged makes the private file for rel and opens it.
