@@ -169,18 +169,35 @@ type Gap struct {
 	// records were written between After and At.
 	After  string `json:"after,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	// SetAside is set for records an operator's repair moved out of the
+	// ledger because no writer had sealed them (a repair record of op
+	// cut_foreign, not a gap record).
+	SetAside bool `json:"set_aside,omitempty"`
+}
+
+// Record names the record that stands for the loss: a gap record, or
+// an operator's repair that set unsealed records aside.
+func (g Gap) Record() string {
+	if g.SetAside {
+		return "repair record"
+	}
+	return "gap record"
 }
 
 // String is the sentence the reports show: "N records acknowledged lost
 // (seq A–B)".
 func (g Gap) String() string {
+	how := "acknowledged lost"
+	if g.SetAside {
+		how = "set aside by a repair, unsealed"
+	}
 	if g.LastSeq == 0 {
-		return fmt.Sprintf("an unknown number of records acknowledged lost (from seq %d, gap record seq %d)", g.FirstSeq, g.Seq)
+		return fmt.Sprintf("an unknown number of records %s (from seq %d, %s seq %d)", how, g.FirstSeq, g.Record(), g.Seq)
 	}
 	if g.Count == 1 {
-		return fmt.Sprintf("1 record acknowledged lost (seq %d)", g.FirstSeq)
+		return fmt.Sprintf("1 record %s (seq %d)", how, g.FirstSeq)
 	}
-	return fmt.Sprintf("%d records acknowledged lost (seq %d–%d)", g.Count, g.FirstSeq, g.LastSeq)
+	return fmt.Sprintf("%d records %s (seq %d–%d)", g.Count, how, g.FirstSeq, g.LastSeq)
 }
 
 // Period says when the lost records were written, as far as the ledger
@@ -591,7 +608,7 @@ func (a *Auditor) Add(r ledger.Record) {
 	switch r.Kind {
 	case ledger.KindSignedCheckpoint, ledger.KindSegmentStart, ledger.KindSegmentEnd, ledger.KindLedgerRecovered:
 		return // the ledger's own bookkeeping, not anyone's activity
-	case ledger.KindGap:
+	case ledger.KindGap, ledger.KindRepair:
 		a.addGap(r, prevSeq, prevAt)
 		return
 	case ledger.KindGrantApplied:
@@ -688,9 +705,16 @@ func (a *Auditor) addReadHash(ag *Agent, r ledger.Record) {
 }
 
 // addGap notes a gap record: the Count records after the one fed before
-// it (prevSeq, at prevAt) are lost.
+// it (prevSeq, at prevAt) are lost. So are those an operator's repair
+// set aside for want of a writer's seal (op cut_foreign): made up by
+// someone, or a writer's with the seal stripped; no one can tell which.
+// Other repairs lose nothing.
 func (a *Auditor) addGap(r ledger.Record, prevSeq int64, prevAt string) {
-	g := Gap{Seq: r.Seq, At: r.At, Count: r.Count, FirstSeq: prevSeq + 1, After: prevAt, Detail: r.Detail}
+	setAside := r.Kind == ledger.KindRepair
+	if setAside && r.Op != ledger.OpCutForeign {
+		return
+	}
+	g := Gap{Seq: r.Seq, At: r.At, Count: r.Count, FirstSeq: prevSeq + 1, After: prevAt, Detail: r.Detail, SetAside: setAside}
 	if r.Count > 0 {
 		g.LastSeq = prevSeq + r.Count
 	}

@@ -389,6 +389,19 @@ func TestAuditGaps(t *testing.T) {
 			verdict:  VerdictUnverified,
 		},
 		{
+			// An operator's repair set aside records no writer sealed:
+			// a writer's with the seal stripped, say (an oracle read).
+			name: "unsealed records set aside by a repair",
+			records: func() []ledger.Record {
+				r := withAt(rec(2, ledger.KindRepair, "", "", ""), at(30))
+				r.Op, r.Count, r.Detail = ledger.OpCutForeign, 2, "moved 2 record(s) after seq 1"
+				return []ledger.Record{before[0], r}
+			}(),
+			want:     []Gap{{Seq: 2, At: at(30), Count: 2, FirstSeq: 2, LastSeq: 3, After: at(1), Detail: "moved 2 record(s) after seq 1", SetAside: true}},
+			sentence: []string{"2 records set aside by a repair, unsealed (seq 2–3)"},
+			verdict:  VerdictUnverified,
+		},
+		{
 			name:     "a gap of unknown size",
 			records:  []ledger.Record{before[0], gap(2, 0)},
 			want:     []Gap{{Seq: 2, At: at(30), FirstSeq: 2, After: at(1), Detail: "ledger truncated; restored by the operator"}},
@@ -779,4 +792,20 @@ func TestAuditCoordinatorFilesAreNeverAllowed(t *testing.T) {
 	rep, err := Build([]ledger.Record{rec(1, ledger.KindRead, "bob", "G-bob", "docs/ledger.md")}, gs, Options{})
 	require.NoError(t, err)
 	assert.Equal(t, VerdictIsolated, byAgent(rep)["bob"].Verdict, "a name that only looks alike")
+}
+
+// TestReportsShowInvisibleCharacters: a path holding a bidirectional
+// override (U+202E) or a zero-width character is written out in both
+// reports, so that it cannot pass for another path.
+func TestReportsShowInvisibleCharacters(t *testing.T) {
+	path := "docs/\u202egpj.md\u200b"
+	rep := mustBuild(t, []ledger.Record{withAt(read(1, "alice", "G-alice", path, "aa"), at(1))}, fakeGrants(), nil)
+	for _, format := range []string{"md", "html"} {
+		var out bytes.Buffer
+		require.NoError(t, rep.Render(&out, format))
+		assert.NotContains(t, out.String(), "\u202e", format)
+		assert.NotContains(t, out.String(), "\u200b", format)
+		assert.Contains(t, out.String(), `gpj.md`, format)
+		assert.Contains(t, out.String(), `u{202e}gpj.md`, format)
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/acpfs/acpfs/internal/textsafe"
 )
 
 // Render writes the report in format "md" (or "markdown"), "json" or
@@ -57,7 +59,7 @@ func (r *Report) ChainSummary() string {
 		for i, rp := range c.Repairs {
 			seqs[i] = fmt.Sprint(rp.Seq)
 		}
-		s += fmt.Sprintf("; %d torn-tail repair(s) recorded at seq %s", n, strings.Join(seqs, ", "))
+		s += fmt.Sprintf("; %d repair(s) recorded at seq %s", n, strings.Join(seqs, ", "))
 	}
 	return s
 }
@@ -101,6 +103,11 @@ func md(s string) string {
 		case '\n', '\r', '\t':
 			b.WriteByte(' ')
 		default:
+			if textsafe.Invisible(c) {
+				// A bidi override in a path would show it as another.
+				fmt.Fprintf(&b, "\\u{%04x}", c)
+				continue
+			}
 			b.WriteRune(c)
 		}
 	}
@@ -122,8 +129,8 @@ func (r *Report) WriteMarkdown(out io.Writer) error {
 	p("- Records judged: %d of %d read\n", r.Judged(), r.Records)
 	p("- Verdict: **%s**\n\n", md(r.Verdict))
 	for _, g := range r.Gaps {
-		p("> **Records lost: %s**, written %s (acknowledged by the gap record at seq %d%s). No agent can be shown isolated for that period.\n\n",
-			md(g.String()), md(g.Period()), g.Seq, md(gapDetail(g)))
+		p("> **Records lost: %s**, written %s (acknowledged by the %s at seq %d%s). No agent can be shown isolated for that period.\n\n",
+			md(g.String()), md(g.Period()), g.Record(), g.Seq, md(gapDetail(g)))
 	}
 
 	p("## Summary\n\n")
@@ -259,7 +266,14 @@ var auditTemplate = sync.OnceValue(func() *template.Template {
 // WriteHTML writes the report as one self-contained HTML page (inline CSS,
 // no scripts, everything escaped by html/template).
 func (r *Report) WriteHTML(w io.Writer) error {
-	if err := auditTemplate().Execute(w, r); err != nil {
+	var b strings.Builder
+	if err := auditTemplate().Execute(&b, r); err != nil {
+		return fmt.Errorf("write audit HTML: %w", err)
+	}
+	// The template's own text holds no invisible character: any in the
+	// page came from the records (a path, a detail), and a bidi override
+	// there would show one path as another. Written out, they show.
+	if _, err := io.WriteString(w, textsafe.Escape(b.String())); err != nil {
 		return fmt.Errorf("write audit HTML: %w", err)
 	}
 	return nil

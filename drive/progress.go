@@ -8,11 +8,12 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/acpfs/acpfs/internal/textsafe"
 )
 
 // Progress output modes.
@@ -109,23 +110,13 @@ func Printable(s string) string {
 			b.WriteRune(r)
 		case r < 0x20 || r >= 0x7f && r <= 0x9f:
 			fmt.Fprintf(&b, "\\x%02x", r)
-		case invisible(r):
+		case textsafe.Invisible(r):
 			fmt.Fprintf(&b, "\\u{%04x}", r)
 		default:
 			b.WriteRune(r)
 		}
 	}
 	return b.String()
-}
-
-// invisible reports a character that changes how the text around it is
-// shown without showing itself: Unicode's format characters (Cf: the
-// bidirectional controls U+061C, U+200E-U+200F, U+202A-U+202E,
-// U+2066-U+2069, the zero-width ones U+200B-U+200D, U+2060-U+2064,
-// U+FEFF, the tags), the line and paragraph separators, and the other
-// default-ignorable code points (fillers that show as nothing).
-func invisible(r rune) bool {
-	return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Other_Default_Ignorable_Code_Point)
 }
 
 // jsonPrintable escapes, in a JSON text, the characters a terminal that
@@ -136,7 +127,7 @@ func jsonPrintable(js []byte) []byte {
 	out := make([]byte, 0, len(js))
 	for len(js) > 0 {
 		r, n := utf8.DecodeRune(js)
-		if r >= 0x80 && r <= 0x9f || r > 0x9f && invisible(r) {
+		if r >= 0x80 && r <= 0x9f || r > 0x9f && textsafe.Invisible(r) {
 			if r > 0xffff {
 				hi, lo := utf16.EncodeRune(r)
 				out = fmt.Appendf(out, "\\u%04x\\u%04x", hi, lo)

@@ -189,20 +189,39 @@ func (r *repairer) cutForeign(size int64) (*RepairInfo, error) {
 		return nil, fmt.Errorf("repair ledger: %w", err)
 	}
 	aside := fmt.Sprintf("%s%s%d", r.path, repairForeignPart, last.Seq+1)
-	if err := os.WriteFile(aside, cut, 0o600); err != nil {
+	if err := writeNew(aside, cut); err != nil {
 		return nil, fmt.Errorf("repair ledger: keep the unsealed records: %w", err)
 	}
 	if err := r.f.Truncate(end); err != nil {
 		return nil, fmt.Errorf("repair ledger: cut the unsealed records: %w", err)
 	}
 	n := bytes.Count(cut, []byte("\n"))
-	rec := Record{Kind: KindRepair, Op: OpCutForeign, SHA256: digest.Bytes(cut),
+	rec := Record{Kind: KindRepair, Op: OpCutForeign, SHA256: digest.Bytes(cut), Count: int64(n),
 		Detail: fmt.Sprintf("moved %d record(s) after seq %d that no writer sealed (%d bytes) to %s", n, last.Seq, len(cut), aside)}
 	out, err := r.appendSigned(rec, last)
 	if err != nil {
 		return nil, err
 	}
 	return &RepairInfo{Action: RepairCutForeign, Offset: end, Bytes: int64(len(cut)), SHA256: rec.SHA256, Record: out, Detail: rec.Detail}, nil
+}
+
+// writeNew writes b to a file that must not exist yet: a name planted
+// beside the ledger (a symlink to a file elsewhere, a file of someone
+// else's) is refused, never written through.
+func writeNew(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // lastSealed finds the end of the last record a writer sealed, reading

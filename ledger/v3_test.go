@@ -366,3 +366,17 @@ func mustLoadKey(t *testing.T, dir string) *Key {
 	require.NoError(t, err)
 	return k
 }
+
+// TestRepairRefusesAPlantedAsideName: the file a repair keeps the
+// records it sets aside in is made anew; a symlink planted at its name
+// is refused, never written through.
+func TestRepairRefusesAPlantedAsideName(t *testing.T) {
+	path := killedWriter(t, 5)
+	appendRaw(t, path, `{"seq":9,"at":"2026-03-01T12:00:00.009000000Z","kind":"read","path":"oracle/x.md","mac":"AAAAAAAAAAAAAAAAAAAAAA"}`+"\n")
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	require.NoError(t, os.WriteFile(target, []byte("kept\n"), 0o600))
+	require.NoError(t, os.Symlink(target, path+repairForeignPart+"9"))
+	_, err := Repair(path)
+	require.Error(t, err)
+	assert.Equal(t, "kept\n", string(fileBytes(t, target)))
+}
