@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/acpfs/acpfs/internal/safeio"
 	"github.com/acpfs/acpfs/ledger"
 )
 
@@ -287,18 +288,14 @@ func alive(pid int) bool {
 }
 
 // removeTree removes the directory name in dirfd and what it holds, at
-// most depth levels down; it never follows a symlink.
+// most depth levels down, beneath dirfd (safeio.Empty: no symlink
+// followed, no mount crossed). What it cannot remove stays.
 func removeTree(dirfd int, name string, depth int) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := safeio.OpenBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return
 	}
-	names, _ := readNames(fd)
-	for _, n := range names {
-		if unix.Unlinkat(fd, n, 0) == unix.EISDIR && depth > 0 {
-			removeTree(fd, n, depth-1)
-		}
-	}
+	_ = safeio.Empty(fd, depth, 0)
 	unix.Close(fd)
 	unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
 }

@@ -643,3 +643,58 @@ func StatAt(dirfd int, name string, st *unix.Stat_t) error {
 	}
 	return nil
 }
+
+// Empty removes what the directory fd holds, beneath fd: each
+// subdirectory is opened with OpenBeneath (no symlink followed, no mount
+// crossed) and emptied in turn, at most maxDepth levels below fd and
+// maxEntries entries in each (0: no bound); a directory past either
+// bound is an error. It stops at the first error; what it removed stays
+// removed.
+func Empty(fd, maxDepth, maxEntries int) error {
+	return empty(fd, 0, maxDepth, maxEntries)
+}
+
+func empty(fd, depth, maxDepth, maxEntries int) error {
+	if depth > maxDepth {
+		return errors.New("directory nested too deep to empty")
+	}
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		return err
+	}
+	d := os.NewFile(uintptr(dup), "empty")
+	n := -1
+	if maxEntries > 0 {
+		n = maxEntries + 1
+	}
+	names, err := d.Readdirnames(n)
+	d.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	if maxEntries > 0 && len(names) > maxEntries {
+		return errors.New("too many entries in a directory to empty")
+	}
+	for _, name := range names {
+		err := unix.Unlinkat(fd, name, 0)
+		if !errors.Is(err, unix.EISDIR) {
+			if err != nil && !errors.Is(err, unix.ENOENT) {
+				return err
+			}
+			continue
+		}
+		sub, err := OpenBeneath(fd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return err
+		}
+		err = empty(sub, depth+1, maxDepth, maxEntries)
+		unix.Close(sub)
+		if err != nil {
+			return err
+		}
+		if err := unix.Unlinkat(fd, name, unix.AT_REMOVEDIR); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -278,3 +278,31 @@ func TestStatAtIsFstatat(t *testing.T) {
 	var st unix.Stat_t
 	assert.ErrorIs(t, StatAt(fd, "missing", &st), unix.ENOENT)
 }
+
+// TestEmpty: a directory's files and subdirectories go, a symlink goes
+// as itself (its target stays), and a tree past the bounds is refused.
+func TestEmpty(t *testing.T) {
+	outside := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "kept"), []byte("x"), 0o600))
+	tree := func() (string, int) {
+		dir := t.TempDir()
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "a", "b"), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "a", "b", "f"), []byte("x"), 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "a", "g"), []byte("x"), 0o600))
+		require.NoError(t, os.Symlink(outside, filepath.Join(dir, "link")))
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		require.NoError(t, err)
+		t.Cleanup(func() { unix.Close(fd) })
+		return dir, fd
+	}
+	_, fd := tree()
+	assert.Error(t, Empty(fd, 1, 0), "two levels below")
+	_, fd = tree()
+	assert.Error(t, Empty(fd, 4, 1), "two entries in a/")
+	dir, fd := tree()
+	require.NoError(t, Empty(fd, 4, 0))
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, ents)
+	assert.FileExists(t, filepath.Join(outside, "kept"))
+}

@@ -14,7 +14,6 @@ package scratch
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -174,7 +173,7 @@ func removeDir(parent int, name string, uid int) error {
 	if int(st.Uid) != uid || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return errNotOurs
 	}
-	if err := empty(fd, 0); err != nil {
+	if err := safeio.Empty(fd, maxDepth, maxEntries); err != nil {
 		return err
 	}
 	// Removed only if the name still leads to the directory emptied.
@@ -188,53 +187,9 @@ func removeDir(parent int, name string, uid int) error {
 	return unix.Unlinkat(parent, name, unix.AT_REMOVEDIR)
 }
 
-// The bounds of what empty removes: acpfs's scratch directories hold a
-// few entries, a level or two deep. Anything larger is not one of them.
+// The bounds of what removeDir empties: acpfs's scratch directories hold
+// a few entries, a level or two deep. Anything larger is not one of them.
 const (
 	maxDepth   = 4
 	maxEntries = 256
 )
-
-// empty removes what the directory fd holds, beneath fd: each
-// subdirectory is opened with safeio.OpenBeneath (no symlink, no mount
-// crossed) and emptied in turn.
-func empty(fd, depth int) error {
-	if depth > maxDepth {
-		return errors.New("nested too deep for a scratch directory")
-	}
-	dup, err := unix.Dup(fd)
-	if err != nil {
-		return err
-	}
-	d := os.NewFile(uintptr(dup), "scratch")
-	names, err := d.Readdirnames(maxEntries + 1)
-	d.Close()
-	if err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	if len(names) > maxEntries {
-		return errors.New("too many entries for a scratch directory")
-	}
-	for _, name := range names {
-		err := unix.Unlinkat(fd, name, 0)
-		if !errors.Is(err, unix.EISDIR) {
-			if err != nil && !errors.Is(err, unix.ENOENT) {
-				return err
-			}
-			continue
-		}
-		sub, err := safeio.OpenBeneath(fd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		if err != nil {
-			return err
-		}
-		err = empty(sub, depth+1)
-		unix.Close(sub)
-		if err != nil {
-			return err
-		}
-		if err := unix.Unlinkat(fd, name, unix.AT_REMOVEDIR); err != nil {
-			return err
-		}
-	}
-	return nil
-}
