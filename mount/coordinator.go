@@ -802,9 +802,15 @@ func (c *Coordinator) holdRunDir() {
 	}
 	// Pruned first: what has no name left makes room in a full set.
 	c.shared.Prune()
+	holdEntriesOf(c.shared, dirs)
+}
+
+// holdEntriesOf adds the entries of each directory of dirs to s (see
+// holdEntries); a name that is not a directory holds nothing.
+func holdEntriesOf(s *fsid.Set, dirs []string) {
 	for _, d := range dirs {
-		if err := holdEntries(c.shared, d); err != nil {
-			slog.Warn("hold the run directory's entries", "dir", d, "err", err)
+		if err := holdEntries(s, d); err != nil && !errors.Is(err, unix.ENOTDIR) {
+			slog.Warn("hold the entries of what no view may show", "dir", d, "err", err)
 		}
 	}
 }

@@ -673,13 +673,11 @@ func holdShared(cfg Config) {
 // ledger's key, another agent's grant or home, moved out into the folder
 // after the view started, stays concealed whatever it is called there.
 func holdHiddenEntries(cfg Config) {
+	dirs := make([]string, 0, 2*len(cfg.Hidden))
 	for _, d := range cfg.Hidden {
-		for _, dir := range []string{d, filepath.Join(d, sandbox.HomesDir)} {
-			if err := holdEntries(cfg.Shared, dir); err != nil && !errors.Is(err, unix.ENOTDIR) {
-				slog.Warn("hold the entries of what no view may show", "dir", dir, "err", err)
-			}
-		}
+		dirs = append(dirs, d, filepath.Join(d, sandbox.HomesDir))
 	}
+	holdEntriesOf(cfg.Shared, dirs)
 }
 
 // devNumber is the device number of a mountinfo "major:minor".
