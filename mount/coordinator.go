@@ -22,6 +22,7 @@ import (
 	"github.com/acpfs/acpfs/internal/atomicfile"
 	"github.com/acpfs/acpfs/internal/fsid"
 	"github.com/acpfs/acpfs/internal/procstat"
+	"github.com/acpfs/acpfs/internal/safeio"
 	"github.com/acpfs/acpfs/internal/sandbox"
 	"github.com/acpfs/acpfs/ledger"
 	"github.com/acpfs/acpfs/protocol"
@@ -859,12 +860,12 @@ func prepareMountpoint(mp string) error {
 		return fmt.Errorf("mountpoint %s: %w", mp, err)
 	}
 	defer unix.Close(fd)
-	var sx unix.Statx_t
-	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_BASIC_STATS, &sx); err != nil {
-		return fmt.Errorf("mountpoint %s: %w", mp, err)
-	}
-	if sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+	var sx unix.Stat_t
+	switch err := safeio.StatAt(fd, "", &sx); {
+	case errors.Is(err, safeio.ErrMountPoint):
 		return fmt.Errorf("mountpoint %s is covered by another mount; unmount it first", mp)
+	case err != nil:
+		return fmt.Errorf("mountpoint %s: %w", mp, err)
 	}
 	if int(sx.Uid) != os.Geteuid() || int(sx.Gid) != os.Getegid() {
 		if err := unix.Fchown(fd, os.Geteuid(), os.Getegid()); err != nil {

@@ -606,15 +606,19 @@ func pathErr(op, rel string, err error) error {
 var ErrMountPoint = fmt.Errorf("a mount point: %w", unix.EXDEV)
 
 // StatAt is fstatat(dirfd, name, AT_SYMLINK_NOFOLLOW), refusing a name
-// that is a mount point (ErrMountPoint). fstatat alone would describe
+// that is a mount point (ErrMountPoint); name "" is dirfd itself. fstatat alone would describe
 // the mounted entry: a file bind-mounted over a shown name would be
 // judged as the file it hides, its content then served through a view
 // that never resolved a path across the mount. One statx call: it costs
 // what fstatat costs.
 func StatAt(dirfd int, name string, st *unix.Stat_t) error {
 	var sx unix.Statx_t
+	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT
+	if name == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
 	for {
-		err := unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_BASIC_STATS, &sx)
+		err := unix.Statx(dirfd, name, flags, unix.STATX_BASIC_STATS, &sx)
 		if err == unix.EINTR {
 			continue
 		}

@@ -275,8 +275,11 @@ func TestStatAtIsFstatat(t *testing.T) {
 		require.NoError(t, StatAt(fd, name, &got), name)
 		assert.Equal(t, want, got, name)
 	}
-	var st unix.Stat_t
+	var st, self unix.Stat_t
 	assert.ErrorIs(t, StatAt(fd, "missing", &st), unix.ENOENT)
+	require.NoError(t, unix.Fstat(fd, &self))
+	require.NoError(t, StatAt(fd, "", &st), "the directory itself")
+	assert.Equal(t, self, st)
 }
 
 // TestEmpty: a directory's files and subdirectories go, a symlink goes
