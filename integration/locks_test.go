@@ -96,6 +96,15 @@ func lkWithin[T any](t *testing.T, what string, fn func() T) T {
 	}
 }
 
+// lkTake takes the appenders' lock held by fd for the test, as a stuck
+// writer would: waiting, within the deadline, for a view that holds it
+// a moment (the rewrite of protocol.json after an append is written in
+// the background, under the lock).
+func lkTake(t *testing.T, fd int) {
+	t.Helper()
+	require.NoError(t, lkWithin(t, "taking the appenders' lock", func() error { return unix.Flock(fd, unix.LOCK_EX) }))
+}
+
 // TestLocksOutsiderCannotStallAppends: a process of another uid that can
 // read the folder holds an flock on events.jsonl; appends through a view
 // and `acpfs append` complete while it holds it, and it cannot open the
@@ -152,7 +161,7 @@ func TestLocksStuckHolderFailsAppends(t *testing.T) {
 	fd, err := unix.Open(lock, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
 	require.NoError(t, err)
 	defer unix.Close(fd)
-	require.NoError(t, unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB))
+	lkTake(t, fd)
 
 	errno := lkWithin(t, "an append behind a stuck holder", func() syscall.Errno { return v.appendEvent(line) })
 	assert.Equal(t, syscall.EBUSY, errno)
@@ -185,7 +194,7 @@ func TestLocksInterruptedAppendReturns(t *testing.T) {
 	fd, err := unix.Open(lock, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
 	require.NoError(t, err)
 	defer unix.Close(fd)
-	require.NoError(t, unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB))
+	lkTake(t, fd)
 
 	// The shell writes with one write(2) from its own process; its trap
 	// makes USR1 a signal it survives.
@@ -392,7 +401,7 @@ func TestLocksOtherViewsAnswerWhileAppendsWait(t *testing.T) {
 	fd, err := unix.Open(lock, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	require.NoError(t, err)
 	defer unix.Close(fd)
-	require.NoError(t, unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB))
+	lkTake(t, fd)
 	first := lkStartAppend(t, alice, pmLine(3, owner, "proposal_submitted", "ready", time.Now(), nil))
 	second := lkStartAppend(t, bob, pmLine(3, reviewer, "blocked", "waiting", time.Now(), nil))
 	for _, v := range []string{bob, alice} {
